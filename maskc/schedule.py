@@ -1,0 +1,35 @@
+"""Tile schedule of the forward kernel: (block_m, block_n, num_warps) per head dim and dtype.
+
+Pure functions of the problem's static shape; the runtime calls :func:`choose_tiles` and passes the result
+to ``bound.kernel_spec(...)`` and ``bound.descriptor(...)``. The choices are bounded by the register file
+(255 registers per thread, no spills: see bench/NOTES.md for ptxas's report of each) and by shared memory
+(Q tile + two K and two V buffers per CTA).
+"""
+from __future__ import annotations
+
+# (head_dim) -> (block_m, block_n, num_warps). Each warp owns block_m / num_warps query rows (16 or 32).
+#   D=64:  32 rows per warp, Q re-read from shared memory; 254 registers, 48 KB smem, 2 CTAs/SM.
+#   D=128: 16 rows per warp, Q fragments in registers; 212 registers, 96 KB smem, 1 CTA/SM (8 warps).
+#   D=256: 16 rows per warp, Q re-read from shared memory; 247 registers, 160 KB smem.
+_TILES = {
+    64: (128, 64, 4),
+    128: (128, 64, 8),
+    256: (64, 32, 4),
+}
+SUPPORTED_DTYPES = ("bf16", "fp16")
+
+
+def choose_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
+    """(block_m, block_n, num_warps) for the forward kernel; ValueError for an unsupported head dim or dtype."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {dtype!r} unsupported (supported: {', '.join(SUPPORTED_DTYPES)})")
+    try:
+        return _TILES[head_dim]
+    except KeyError:
+        raise ValueError(f"head dim {head_dim} unsupported (supported: {', '.join(map(str, _TILES))})") from None
+
+
+def schedule(head_dim: int, dtype: str) -> dict[str, int]:
+    """The same choice as keyword arguments for ``bound.kernel_spec`` / ``bound.descriptor``."""
+    block_m, block_n, num_warps = choose_tiles(head_dim, dtype)
+    return {"block_m": block_m, "block_n": block_n, "num_warps": num_warps}
