@@ -1,7 +1,7 @@
-"""The stages after tile classification: the packed descriptor, the kernel's schedule and its source.
+"""The run-time stages: bound parameters, tile classes, the packed descriptor, the kernel's source.
 
 These are the run-time half of maskc's IR (the compile-time half, source to canonical regions, is in
-:mod:`maskc.ir`). Every array is int32 and C-contiguous so it can be uploaded to the GPU as is.
+:mod:`maskc.ir`). Descriptor arrays are int32 and C-contiguous, to be uploaded to the GPU as they are.
 """
 from __future__ import annotations
 
@@ -11,6 +11,61 @@ import numpy as np
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 TILE_KIND_NAMES = {EMPTY: "EMPTY", PARTIAL: "PARTIAL", FULL: "FULL"}
+
+
+@dataclass(frozen=True, eq=False)
+class SegmentTable:
+    """One segments parameter of one batch element: ``bounds[i] <= p < bounds[i+1]`` is segment i."""
+
+    bounds: np.ndarray          # int64[n + 1], non-decreasing; bounds[0] is the range's origin
+    values: tuple[tuple[str, np.ndarray], ...] = ()   # per-segment arrays: (name, int64[n])
+
+    @property
+    def count(self) -> int:
+        return len(self.bounds) - 1
+
+    def value(self, name: str) -> np.ndarray:
+        return next(v for n, v in self.values if n == name)
+
+
+@dataclass(frozen=True, eq=False)
+class BatchParams:
+    """The validated parameter values of one batch element."""
+
+    ints: tuple[tuple[str, int], ...]
+    segments: tuple[tuple[str, SegmentTable], ...]
+
+    def int(self, name: str) -> int:
+        return next(v for n, v in self.ints if n == name)
+
+    def segment(self, name: str) -> SegmentTable:
+        return next(v for n, v in self.segments if n == name)
+
+
+@dataclass(frozen=True, eq=False)
+class BoundParams:
+    """Bind's result: the lengths and, per batch element, the parameter values (all validated)."""
+
+    seq_len: int
+    kv_len: int
+    num_heads: int | None       # only for masks that use h
+    batch: tuple[BatchParams, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class TileMap:
+    """Classification's result: ``classes[b, i, j]`` is EMPTY/PARTIAL/FULL for q_block i, kv_block j.
+
+    ``exact`` says whether every class is exact (no PARTIAL tile is really full or empty); when
+    False the classes are still sound: FULL and EMPTY are never wrong.
+    """
+
+    block_m: int
+    block_n: int
+    seq_len: int
+    kv_len: int
+    classes: np.ndarray         # int8[B, QT, KT]
+    exact: bool
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,153 @@
+"""Pass 5, bind: run-time parameter values → :class:`~maskc.kernel_ir.BoundParams`, validated.
+
+Invariant: every parameter of the mask has a value for every batch element; int values are
+integers; segments are non-negative lengths that exactly partition their range [origin, seq_len)
+with 0 <= origin <= seq_len; per-segment arrays have one entry per segment; every divisor is
+positive; every ``require`` check holds at every query position. Memory is O(seq_len + kv_len):
+nothing of size seq_len x kv_len is built. Values that break this raise one
+:class:`~maskc.errors.BindError` that names the parameter.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import ir
+from .errors import BindError, did_you_mean
+from .evaluate import Evaluator
+from .kernel_ir import BatchParams, BoundParams, SegmentTable
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _int_list(value, what: str) -> list[int]:
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or value.dtype.kind not in "iu":
+            raise BindError(f"{what} must be a list of integers")
+        return [int(v) for v in value]
+    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+        raise BindError(f"{what} must be a list of integers")
+    return [int(v) for v in value]
+
+
+def _is_batched(param: ir.Param, value) -> bool:
+    """A list of lists for segments and per-arrays, a list for ints: one value per batch element."""
+    if param.kind == "int":
+        return isinstance(value, (list, tuple, np.ndarray))
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(
+        isinstance(v, (list, tuple, np.ndarray)) for v in value)
+
+
+def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], seq_len: int, kv_len: int | None = None,
+         num_heads: int | None = None, **values) -> BoundParams:
+    """Validate and bind parameter values (see the module docstring)."""
+    if not _is_int(seq_len) or seq_len < 1:
+        raise BindError(f"seq_len must be a positive integer, got {seq_len!r}")
+    kv_len = seq_len if kv_len is None else kv_len
+    if not _is_int(kv_len) or kv_len < 1:
+        raise BindError(f"kv_len must be a positive integer, got {kv_len!r}")
+    if num_heads is not None and (not _is_int(num_heads) or num_heads < 1):
+        raise BindError(f"num_heads must be a positive integer, got {num_heads!r}")
+    names = [p.name for p in mask.params]
+    for key in values:
+        if key not in names:
+            raise BindError(f"mask '{mask.name}' has no parameter '{key}'", mask.span,
+                            did_you_mean(key, names) or (f"its parameters: {', '.join(names)}" if names else
+                                                         "it takes no parameters"))
+    batch = 1
+    for p in mask.params:
+        if p.name in values and _is_batched(p, values[p.name]):
+            n = len(values[p.name])
+            if batch not in (1, n):
+                raise BindError(f"parameter '{p.name}' has {n} batch entries, another has {batch}", p.span)
+            batch = max(batch, n)
+    if batch < 1:
+        raise BindError("a batch needs at least one element")
+    elements = []
+    for b in range(batch):
+        def value_of(p):
+            v = values.get(p.name)
+            return v[b] if v is not None and _is_batched(p, v) else v
+        elements.append(_bind_one(mask, divisors, seq_len, kv_len, num_heads, value_of, b, batch))
+    return BoundParams(seq_len, kv_len, num_heads, tuple(elements))
+
+
+def _bind_one(mask, divisors, seq_len, kv_len, num_heads, value_of, b, batch) -> BatchParams:
+    at = f" (batch element {b})" if batch > 1 else ""
+    ints: dict[str, int] = {}
+    segments: dict[str, SegmentTable] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
+    partial = BatchParams((), ())
+    for p in mask.params:
+        v = value_of(p)
+        if p.kind == "int":
+            if v is None:
+                if p.default is None:
+                    raise BindError(f"mask '{mask.name}' needs parameter '{p.name}'", p.span)
+                v = p.default
+            if not _is_int(v):
+                raise BindError(f"parameter '{p.name}' must be an integer, got {v!r}{at}", p.span)
+            ints[p.name] = int(v)
+        elif p.kind == "segments":
+            if v is None:
+                raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
+            lengths = _int_list(v, f"segments '{p.name}'{at}")
+            if any(n < 0 for n in lengths):
+                raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
+            origin = 0
+            if p.origin is not None:
+                partial = BatchParams(tuple(ints.items()), ())
+                origin = int(Evaluator(mask, partial, seq_len, kv_len, 0, b).int(p.origin, None, None))
+                if not 0 <= origin <= seq_len:
+                    raise BindError(f"segments '{p.name}' start at {origin}, outside [0, seq_len = {seq_len}]{at}",
+                                    p.span)
+            total = sum(lengths)
+            if total != seq_len - origin:
+                raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {seq_len}): "
+                                f"{seq_len - origin} tokens{at}", p.span)
+            bounds = np.zeros(len(lengths) + 1, np.int64)
+            bounds[0] = origin
+            np.cumsum(lengths, out=bounds[1:])
+            bounds[1:] += origin
+            segments[p.name] = SegmentTable(bounds)
+        else:
+            seg = segments[p.of]
+            if v is None:
+                if p.default is None:
+                    raise BindError(f"mask '{mask.name}' needs '{p.name}' (one integer per segment of '{p.of}')",
+                                    p.span)
+                v = [p.default] * seg.count
+            vals = _int_list(v, f"'{p.name}'{at}")
+            if len(vals) != seg.count:
+                raise BindError(f"'{p.name}' has {len(vals)} entries but '{p.of}' has {seg.count} segments{at}",
+                                p.span)
+            arrays.setdefault(p.of, {})[p.name] = np.asarray(vals, np.int64)
+    for name, table in list(segments.items()):
+        segments[name] = SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))
+    params = BatchParams(tuple(ints.items()), tuple(segments.items()))
+    uses_head = any(ir_mentions_head(r.cond) for r in mask.rules)
+    if uses_head and num_heads is None:
+        raise BindError(f"mask '{mask.name}' depends on the head h: bind it with num_heads=", mask.span)
+    heads = range(num_heads) if uses_head else (0,)
+    q = np.arange(seq_len, dtype=np.int64)
+    for h in heads:
+        ev = Evaluator(mask, params, seq_len, kv_len, h, b)
+        for lin in divisors:
+            from .rows import lin_value
+            if lin_value(lin, params, seq_len, kv_len, h, b) <= 0:
+                from .linear import render
+                raise BindError(f"divisor '{render(lin)}' of mask '{mask.name}' is not positive{at}", mask.span)
+        for r in mask.requires:
+            ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
+            if not ok.all():
+                first = int(np.argmin(ok))
+                raise BindError(f"requirement not met at q = {first}{at}", r.span)
+    return params
+
+
+def ir_mentions_head(cond) -> bool:
+    from .resolve import mentions
+    return mentions(cond, lambda n: isinstance(n, ir.Builtin) and n.name == "h")

@@ -1,0 +1,94 @@
+"""Pass 7, descriptor packing: :class:`~maskc.kernel_ir.TileMap` → :class:`~maskc.kernel_ir.Descriptor`.
+
+Invariant: the runs list exactly the non-EMPTY tiles of each row block with their classes (sorted,
+disjoint, adjacent runs of different kinds), the transposed view lists the same tiles by column
+block, and ``work_order`` is a permutation of the row blocks by non-increasing cost, empty row
+blocks last. Everything is vectorized: O(tiles) time and memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
+
+PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
+
+
+def _runs(classes: np.ndarray):
+    """CSR runs of equal non-EMPTY classes along the last axis of int8[R, C]."""
+    rows, cols = classes.shape
+    padded = np.full((rows, cols + 2), -1, np.int8)
+    padded[:, 1:-1] = classes
+    live = classes != EMPTY
+    starts = live & (padded[:, 1:-1] != padded[:, :-2])       # a non-empty run begins here
+    ends = live & (padded[:, 1:-1] != padded[:, 2:])          # ... and ends here (inclusive)
+    r, c = np.nonzero(starts)
+    _, e = np.nonzero(ends)                                   # same runs, same row-major order
+    offsets = np.zeros(rows + 1, np.int32)
+    np.cumsum(np.bincount(r, minlength=rows), out=offsets[1:])
+    runs = np.stack([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
+    return offsets, np.ascontiguousarray(runs)
+
+
+def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray) -> Descriptor:
+    """Pack tile classes and the predicate's parameter tables (see the module docstring)."""
+    classes = tile_map.classes
+    batch, qt, kt = classes.shape
+    offsets, runs = _runs(classes.reshape(batch * qt, kt))
+    col_offsets, col_runs = _runs(np.ascontiguousarray(classes.transpose(0, 2, 1)).reshape(batch * kt, qt))
+    flat = classes.reshape(batch * qt, kt)
+    cost = (flat == FULL).sum(1) + PARTIAL_COST * (flat == PARTIAL).sum(1)
+    # Heaviest first; ties in row-block order so the launch order is deterministic.
+    work_order = np.lexsort((np.arange(batch * qt), -cost)).astype(np.int32)
+    return Descriptor(tile_map.block_m, tile_map.block_n, batch, tile_map.seq_len, tile_map.kv_len,
+                      offsets, runs, work_order, np.ascontiguousarray(mask_data, np.int32),
+                      np.ascontiguousarray(mask_offsets, np.int32), col_offsets, col_runs)
+
+
+def unpack(desc: Descriptor) -> np.ndarray:
+    """int8[B, QT, KT] tile classes rebuilt from the runs (the loop of the Descriptor docstring)."""
+    qt, kt = desc.n_q_blocks, desc.n_kv_blocks
+    tiles = np.zeros((desc.batch, qt, kt), np.int8)
+    for r in range(desc.batch * qt):
+        for begin, end, kind in desc.runs[desc.run_offsets[r]:desc.run_offsets[r + 1]]:
+            tiles[r // qt, r % qt, begin:end] = kind
+    return tiles
+
+
+def check_descriptor(desc: Descriptor) -> None:
+    """The descriptor's invariants, as assertions (always on in tests)."""
+    qt, kt = desc.n_q_blocks, desc.n_kv_blocks
+    assert desc.run_offsets.shape == (desc.batch * qt + 1,) and desc.run_offsets[0] == 0
+    assert np.all(np.diff(desc.run_offsets) >= 0) and desc.run_offsets[-1] == len(desc.runs)
+    for r in range(desc.batch * qt):
+        runs = desc.runs[desc.run_offsets[r]:desc.run_offsets[r + 1]]
+        assert np.all(runs[:, 0] < runs[:, 1]) and np.all(np.isin(runs[:, 2], (PARTIAL, FULL)))
+        assert np.all(runs[1:, 0] >= runs[:-1, 1]) and runs[:, 1].max(initial=0) <= kt
+        adjacent = runs[1:, 0] == runs[:-1, 1]
+        assert not np.any(adjacent & (runs[1:, 2] == runs[:-1, 2])), "adjacent runs of one kind"
+    assert sorted(desc.work_order.tolist()) == list(range(desc.batch * qt))
+    for arr in (desc.run_offsets, desc.runs, desc.work_order, desc.mask_data, desc.mask_offsets,
+                desc.col_offsets, desc.col_runs):
+        assert arr.dtype == np.int32 and arr.flags.c_contiguous
+    assert desc.col_offsets.shape == (desc.batch * kt + 1,)
+
+
+def to_flex_block_mask_arrays(tile_map: TileMap) -> dict[str, np.ndarray]:
+    """FlexAttention's BlockMask arrays (``kv_num_blocks``, ``kv_indices``, ``full_kv_num_blocks``,
+    ``full_kv_indices``), int32 of shapes [B, 1, QT] and [B, 1, QT, KT].
+
+    Flex keeps PARTIAL blocks (``kv_*``, the mask_mod is applied) apart from FULL ones
+    (``full_kv_*``); indices of each row are ascending and the unused tail is zero.
+    """
+    classes = tile_map.classes
+    b, qt, kt = classes.shape
+    out = {}
+    for prefix, kind in (("", PARTIAL), ("full_", FULL)):
+        hit = classes == kind
+        counts = hit.sum(-1).astype(np.int32)
+        # Stable sort puts the hits' column indices first, in ascending order.
+        order = np.argsort(~hit, axis=-1, kind="stable").astype(np.int32)
+        order[np.arange(kt)[None, None, :] >= counts[..., None]] = 0
+        out[prefix + "kv_num_blocks"] = counts[:, None, :]
+        out[prefix + "kv_indices"] = np.ascontiguousarray(order[:, None, :, :])
+    return out

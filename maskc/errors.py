@@ -1,0 +1,85 @@
+"""Diagnostics: every message for a user names file:line:col and shows the line with a caret.
+
+One base class, :class:`MaskError`, carries a :class:`Span` and an optional hint. Passes raise it;
+the CLI prints ``str(error)`` and exits non-zero, never a traceback.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """A place in a source file: 1-based line and column of the first character, and its length."""
+
+    file: str
+    line: int
+    col: int
+    length: int = 1
+    source_line: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def caret(self) -> str:
+        """The source line, and under it a caret marking the span (empty if the text is unknown)."""
+        if not self.source_line:
+            return ""
+        text = self.source_line.rstrip("\n")
+        # Keep tabs so that the caret lines up with the source in a terminal.
+        pad = "".join("\t" if ch == "\t" else " " for ch in text[: self.col - 1])
+        width = max(1, min(self.length, len(text) - self.col + 1))
+        return f"  {text}\n  {pad}^{'~' * (width - 1)}"
+
+
+NO_SPAN = Span("<maskc>", 1, 1)
+
+
+class MaskError(Exception):
+    """A problem in a user's mask, its parameters or its inputs: a message, a place, maybe a hint."""
+
+    severity = "error"
+
+    def __init__(self, message: str, span: Span | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.hint = hint
+
+    def __str__(self) -> str:
+        where = f"{self.span}: " if self.span else ""
+        text = f"{where}{self.severity}: {self.message}"
+        caret = self.span.caret() if self.span else ""
+        if caret:
+            text += "\n" + caret
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class MaskSyntaxError(MaskError):
+    """The text does not parse."""
+
+
+class MaskNameError(MaskError):
+    """An unknown or duplicate name."""
+
+
+class MaskTypeError(MaskError):
+    """An expression of the wrong kind, or a call with the wrong arity."""
+
+
+class BindError(MaskError):
+    """A run-time parameter value that the mask cannot take."""
+
+
+class InputError(MaskError):
+    """Tensors handed to a kernel that do not fit it (shape, dtype, device, bound mask)."""
+
+
+def did_you_mean(name: str, candidates) -> str | None:
+    """A hint naming the closest candidate, when one is close enough to be a likely typo."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None

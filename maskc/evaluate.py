@@ -1,0 +1,117 @@
+"""The reference semantics: a resolved mask evaluated densely, by brute force, in numpy.
+
+This is the oracle every pass is tested against. It reads the *resolved* mask (before normalize),
+so normalize, range analysis and classification are all checked against something they did not
+produce, and it looks segments up in the plainest way (a table of every position).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from .errors import BindError
+from .kernel_ir import BatchParams
+
+_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+        "==": np.equal, "!=": np.not_equal}
+
+
+class Evaluator:
+    """Evaluates expressions of one mask for one batch element; q and k are numpy arrays that
+    broadcast against each other (``q[:, None]`` and ``k[None, :]`` for the dense mask)."""
+
+    def __init__(self, mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int,
+                 head: int = 0, batch_index: int = 0):
+        self.mask, self.params = mask, params
+        self.builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": head, "b": batch_index}
+        self.extent = max(seq_len, kv_len)
+        self._tables: dict[str, dict[str, np.ndarray]] = {}
+
+    def _table(self, seg: str) -> dict[str, np.ndarray]:
+        """Per position 0..extent-1: its segment's index, start, end and length, and array values."""
+        if seg not in self._tables:
+            t = self.params.segment(seg)
+            b = [int(x) for x in t.bounds]
+            n = t.count
+            index = np.full(self.extent, -1, np.int64)
+            start = np.zeros(self.extent, np.int64)
+            end = np.full(self.extent, b[0], np.int64)
+            start[b[-1]:] = b[-1]                              # the gap after the range
+            end[b[-1]:] = self.extent
+            values = {name: np.zeros(self.extent, np.int64) for name, _ in t.values}
+            for i in range(n):
+                lo, hi = b[i], b[i + 1]
+                index[lo:hi], start[lo:hi], end[lo:hi] = i, lo, hi
+                for name, arr in t.values:
+                    values[name][lo:hi] = arr[i]
+            self._tables[seg] = {"index": index, "start": start, "end": end,
+                                 "length": end - start, **{"value:" + k: v for k, v in values.items()}}
+        return self._tables[seg]
+
+    def int(self, e: ir.IntExpr, q, k):
+        if isinstance(e, ir.Const):
+            return np.int64(e.value)
+        if isinstance(e, ir.Pos):
+            return q if e.which == "q" else k
+        if isinstance(e, ir.Builtin):
+            return np.int64(self.builtins[e.name])
+        if isinstance(e, ir.ParamRef):
+            return np.int64(self.params.int(e.name))
+        if isinstance(e, ir.SegAttr):
+            return self._table(e.seg)[e.attr][q if e.pos == "q" else k]
+        if isinstance(e, ir.SegValue):
+            return self._table(e.seg)["value:" + e.array][q if e.pos == "q" else k]
+        if isinstance(e, ir.Func):
+            args = [self.int(a, q, k) for a in e.args]
+            if e.fn == "abs":
+                return np.abs(args[0])
+            out = args[0]
+            for a in args[1:]:
+                out = np.minimum(out, a) if e.fn == "min" else np.maximum(out, a)
+            return out
+        a, b = self.int(e.left, q, k), self.int(e.right, q, k)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if np.any(np.asarray(b) <= 0):
+            raise BindError(f"a divisor in mask '{self.mask.name}' is not positive", e.span)
+        return np.floor_divide(a, b) if e.op == "//" else np.mod(a, b)
+
+    def cond(self, c: ir.Cond, q, k):
+        if isinstance(c, ir.Truth):
+            return np.bool_(c.value)
+        if isinstance(c, ir.Cmp):
+            return _CMP[c.op](self.int(c.left, q, k), self.int(c.right, q, k))
+        if isinstance(c, ir.Same):
+            t = self._table(c.seg)["index"]
+            iq, ik = t[q], t[k]
+            return (iq >= 0) & (iq == ik)
+        if isinstance(c, ir.Negate):
+            return ~np.asarray(self.cond(c.item, q, k), bool)
+        parts = [np.asarray(self.cond(i, q, k), bool) for i in c.items]
+        out = parts[0]
+        for p in parts[1:]:
+            out = (out & p) if isinstance(c, ir.All) else (out | p)
+        return out
+
+    def visible(self, q, k):
+        allow = np.zeros(np.broadcast_shapes(np.shape(q), np.shape(k)), bool)
+        deny = np.zeros_like(allow)
+        for r in self.mask.rules:
+            if r.kind == "allow":
+                allow |= self.cond(r.cond, q, k)
+            elif r.kind == "deny":
+                deny |= self.cond(r.cond, q, k)
+        return allow & ~deny
+
+
+def dense_mask(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int,
+               head: int = 0, batch_index: int = 0) -> np.ndarray:
+    """bool[seq_len, kv_len]: the mask itself, pair by pair."""
+    ev = Evaluator(mask, params, seq_len, kv_len, head, batch_index)
+    q = np.arange(seq_len, dtype=np.int64)[:, None]
+    k = np.arange(kv_len, dtype=np.int64)[None, :]
+    return np.broadcast_to(ev.visible(q, k), (seq_len, kv_len)).copy()

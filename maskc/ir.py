@@ -1,0 +1,456 @@
+"""maskc's compile-time IR, in stage order: syntax tree → resolved mask → normal form → region bounds.
+
+Every node is a frozen dataclass; collections are tuples. A node built from source carries a
+:class:`~maskc.errors.Span` that takes no part in equality, so passes can compare and deduplicate
+nodes structurally while diagnostics still point at the user's text. Each stage has its own top-level
+type (``SourceFile``, ``ResolvedMask``, ``NormalMask``, ``RangeMask``): running passes out of order
+is a type error, not a silent mistake. The run-time stages are in :mod:`maskc.kernel_ir`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from .errors import NO_SPAN, Span
+
+
+def _span() -> Span:
+    return field(default=NO_SPAN, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 1 — syntax tree (parse): what the user wrote, names unresolved.
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Num:
+    value: int
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class BoolLit:
+    value: bool
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str                     # + - * // % **
+    left: "Syntax"
+    right: "Syntax"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class UnaryMinus:
+    operand: "Syntax"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str | None            # None for a positional argument
+    value: "Syntax"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Call:
+    func: str
+    args: tuple[Arg, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class MethodCall:
+    obj: str                    # a segments parameter
+    method: str                 # start, end, length, index
+    args: tuple[Arg, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Compare:
+    """A chain ``a < b <= c`` means ``a < b and b <= c``."""
+
+    operands: tuple["Syntax", ...]
+    ops: tuple[str, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class InRange:
+    value: "Syntax"
+    low: "Syntax"
+    high: "Syntax"
+    low_closed: bool
+    high_closed: bool
+    negated: bool
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str                     # and, or
+    operands: tuple["Syntax", ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: "Syntax"
+    span: Span = _span()
+
+
+Syntax = Union[Num, Name, BoolLit, BinOp, UnaryMinus, Call, MethodCall, Compare, InRange, BoolOp, Not]
+
+
+@dataclass(frozen=True)
+class ParamDecl:
+    name: str
+    kind: str                   # "int", "segments" or "per"
+    default: Syntax | None      # int parameters only
+    origin: Syntax | None       # segments: where the partitioned range starts (default 0)
+    of: str | None              # per: the segments parameter it is indexed by
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class LetDecl:
+    name: str
+    args: tuple[str, ...]       # empty for a plain value
+    value: Syntax
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class RuleDecl:
+    kind: str                   # "allow", "deny" or "require"
+    conditions: tuple[Syntax, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class MaskDecl:
+    name: str
+    params: tuple[ParamDecl, ...]
+    lets: tuple[LetDecl, ...]
+    rules: tuple[RuleDecl, ...]     # allow and deny rules, and require checks, in source order
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class ImportDecl:
+    path: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    imports: tuple[ImportDecl, ...]
+    masks: tuple[MaskDecl, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 2 — resolved mask (resolve): typed expressions; lets and mask calls inlined.
+# Integer expressions (IntExpr) and conditions (Cond) are separate types.
+# ---------------------------------------------------------------------------------------------
+
+POSITIONS = ("q", "k")
+BUILTINS = ("seq_len", "kv_len", "h", "b")
+SEGMENT_ATTRS = ("start", "end", "length", "index")
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Pos:
+    """The query position ``q`` or the key position ``k``."""
+
+    which: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str                   # seq_len, kv_len, h, b
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    name: str                   # an int parameter
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class SegAttr:
+    """``seg.attr(pos)``: an attribute of the segment holding position q or k.
+
+    Positions outside the partitioned range have index -1 and belong to a virtual gap segment
+    (before the range: [0, origin); after it: [end, infinity)), so ``same`` never holds for them.
+    """
+
+    seg: str
+    attr: str                   # start, end, length, index
+    pos: str                    # q or k
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class SegValue:
+    """``array(pos)``: the entry of a per-segment array for the segment holding q or k (0 outside)."""
+
+    array: str
+    seg: str
+    pos: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Arith:
+    op: str                     # + - * // %
+    left: "IntExpr"
+    right: "IntExpr"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Func:
+    fn: str                     # min, max, abs
+    args: tuple["IntExpr", ...]
+    span: Span = _span()
+
+
+IntExpr = Union[Const, Pos, Builtin, ParamRef, SegAttr, SegValue, Arith, Func]
+
+
+@dataclass(frozen=True)
+class Truth:
+    value: bool
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Cmp:
+    op: str                     # < <= == != >= >
+    left: IntExpr
+    right: IntExpr
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Same:
+    """``same(seg)``: q and k lie in one segment of ``seg`` (both inside its range)."""
+
+    seg: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class All:
+    items: tuple["Cond", ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Any_:
+    items: tuple["Cond", ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Negate:
+    item: "Cond"
+    span: Span = _span()
+
+
+Cond = Union[Truth, Cmp, Same, All, Any_, Negate]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A typed run-time parameter of a mask."""
+
+    name: str
+    kind: str                   # "int", "segments", "per"
+    default: int | None = None  # int: the default value; per: the value of every entry
+    origin: IntExpr | None = None   # segments: start of the partitioned range (k- and q-free)
+    of: str | None = None       # per: the segments parameter
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str                   # allow, deny, or require (a bind-time check, free of k)
+    cond: Cond
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class ResolvedMask:
+    """A mask with every name resolved: visible(q, k) = any(allow) and not any(deny)."""
+
+    name: str
+    params: tuple[Param, ...]
+    rules: tuple[Rule, ...]
+    span: Span = _span()
+
+    @property
+    def allow(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.kind == "allow")
+
+    @property
+    def deny(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.kind == "deny")
+
+    @property
+    def requires(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.kind == "require")
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 3 — normal form (normalize): a union of conjunctions of canonical linear atoms.
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lin:
+    """``sum(coef * term) + const`` with integer coefficients; terms sorted, no zero coefficients.
+
+    A term is any IntExpr that is not itself a sum or a constant multiple: ``Pos``, ``Builtin``,
+    ``ParamRef``, ``SegAttr``, ``SegValue``, or a non-linear ``Arith``/``Func``/``Square``.
+    """
+
+    terms: tuple[tuple["Term", int], ...]
+    const: int = 0
+
+    def coef(self, term) -> int:
+        return next((c for t, c in self.terms if t == term), 0)
+
+
+@dataclass(frozen=True)
+class Square:
+    """``base * base`` kept whole, so interval bounds stay tight (never below zero)."""
+
+    base: Lin
+
+
+@dataclass(frozen=True)
+class Product:
+    left: Lin
+    right: Lin
+
+
+@dataclass(frozen=True)
+class Floor:
+    """``num // den`` (op "//") or ``num % den`` (op "%"), floored as in Python; den > 0 at bind."""
+
+    op: str
+    num: Lin
+    den: Lin
+
+
+@dataclass(frozen=True)
+class Extreme:
+    """``min``/``max``/``abs`` of linear forms that stayed whole (they do not depend on k)."""
+
+    fn: str
+    args: tuple[Lin, ...]
+
+
+Term = Union[Pos, Builtin, ParamRef, SegAttr, SegValue, Square, Product, Floor, Extreme]
+
+
+@dataclass(frozen=True)
+class Atom:
+    """The canonical literal ``lin <= 0``. Linear in k iff k appears only as the term ``Pos('k')``."""
+
+    lin: Lin
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Region:
+    """A conjunction of atoms: a region of the (q, k) plane."""
+
+    atoms: tuple[Atom, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class NormalMask:
+    """visible(q, k) = any(allow regions) and not any(deny regions)."""
+
+    name: str
+    params: tuple[Param, ...]
+    allow: tuple[Region, ...]
+    deny: tuple[Region, ...]
+    divisors: tuple[Lin, ...] = ()      # every divisor in the mask: each must be > 0 at bind
+    span: Span = _span()
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 4 — region bounds (ranges): per region, k between max(lower) and min(upper) given q.
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KBound:
+    """A bound on k for one row: ``k >= ceil(lin / den)`` (lower) or ``k <= floor(lin / den)``
+    (upper), ``lin`` free of k, ``den`` a positive integer."""
+
+    lin: Lin
+    den: int
+
+
+@dataclass(frozen=True)
+class RegionBounds:
+    """One region as per-row k bounds.
+
+    ``guards``: atoms free of k that must hold for the row. ``lower``/``upper``: the row's visible
+    keys are ``max(lower) <= k <= min(upper)`` (clipped to [0, kv_len)). ``opaque``: atoms that
+    depend on k non-linearly, checked per element; a region with none is *exact*: its rows' visible
+    keys form one interval that the passes compute without approximation.
+    """
+
+    guards: tuple[Atom, ...]
+    lower: tuple[KBound, ...]
+    upper: tuple[KBound, ...]
+    opaque: tuple[Atom, ...]
+    span: Span = _span()
+
+    @property
+    def exact(self) -> bool:
+        return not self.opaque
+
+
+@dataclass(frozen=True)
+class RangeMask:
+    name: str
+    params: tuple[Param, ...]
+    allow: tuple[RegionBounds, ...]
+    deny: tuple[RegionBounds, ...]
+    divisors: tuple[Lin, ...] = ()
+    span: Span = _span()
+
+    @property
+    def exact(self) -> bool:
+        """True when every tile class this mask gets is exact, not merely sound."""
+        return all(r.exact for r in self.allow + self.deny)
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)

@@ -1,0 +1,268 @@
+"""Integer linear forms (:class:`~maskc.ir.Lin`): building them from expressions, and their algebra.
+
+A ``Lin`` is canonical: terms sorted by a fixed key, no zero coefficients, and non-linear terms built
+by smart constructors that fold constants. Two expressions that are equal as integer polynomials in
+their terms therefore give equal ``Lin`` values, which is what lets normalize spot duplicate and
+contradictory atoms.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from . import ir
+
+ZERO = ir.Lin((), 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _term_key(term) -> str:
+    return repr(term)
+
+
+def const(value: int) -> ir.Lin:
+    return ir.Lin((), int(value))
+
+
+def of_term(term) -> ir.Lin:
+    return ir.Lin(((term, 1),), 0)
+
+
+def is_const(lin: ir.Lin) -> bool:
+    return not lin.terms
+
+
+def add(a: ir.Lin, b: ir.Lin, scale_b: int = 1) -> ir.Lin:
+    coefs: dict = dict(a.terms)
+    for t, c in b.terms:
+        coefs[t] = coefs.get(t, 0) + scale_b * c
+    terms = tuple(sorted(((t, c) for t, c in coefs.items() if c), key=lambda tc: _term_key(tc[0])))
+    return ir.Lin(terms, a.const + scale_b * b.const)
+
+
+def scale(a: ir.Lin, factor: int) -> ir.Lin:
+    if factor == 0:
+        return ZERO
+    return ir.Lin(tuple((t, c * factor) for t, c in a.terms), a.const * factor)
+
+
+def sub(a: ir.Lin, b: ir.Lin) -> ir.Lin:
+    return add(a, b, -1)
+
+
+def mul(a: ir.Lin, b: ir.Lin) -> ir.Lin:
+    if is_const(a):
+        return scale(b, a.const)
+    if is_const(b):
+        return scale(a, b.const)
+    if a == b:
+        return of_term(ir.Square(a))
+    if a == scale(b, -1):
+        return scale(of_term(ir.Square(b)), -1)
+    left, right = sorted((a, b), key=_term_key)
+    return of_term(ir.Product(left, right))
+
+
+def floor_op(op: str, num: ir.Lin, den: ir.Lin) -> ir.Lin:
+    if is_const(num) and is_const(den) and den.const > 0:
+        q, r = divmod(num.const, den.const)
+        return const(q if op == "//" else r)
+    return of_term(ir.Floor(op, num, den))
+
+
+def extreme(fn: str, args) -> ir.Lin:
+    """min/max of linear forms (abs is max(x, -x)); flattened, deduplicated, constants folded."""
+    if fn == "abs":
+        (x,) = args
+        return extreme("max", (x, scale(x, -1)))
+    flat: list[ir.Lin] = []
+    for a in args:
+        inner = single_term(a)
+        if isinstance(inner, ir.Extreme) and inner.fn == fn:
+            flat.extend(inner.args)
+        else:
+            flat.append(a)
+    consts = [a.const for a in flat if is_const(a)]
+    rest = sorted({a for a in flat if not is_const(a)}, key=_term_key)
+    if consts:
+        rest.append(const(max(consts) if fn == "max" else min(consts)))
+    if len(rest) == 1:
+        return rest[0]
+    return of_term(ir.Extreme(fn, tuple(rest)))
+
+
+def single_term(lin: ir.Lin):
+    """The term of ``lin`` when it is exactly one term with coefficient 1, else None."""
+    if lin.const == 0 and len(lin.terms) == 1 and lin.terms[0][1] == 1:
+        return lin.terms[0][0]
+    return None
+
+
+def from_expr(expr: ir.IntExpr) -> ir.Lin:
+    """The canonical linear form of a resolved integer expression."""
+    if isinstance(expr, ir.Const):
+        return const(expr.value)
+    if isinstance(expr, (ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue)):
+        return of_term(_strip(expr))
+    if isinstance(expr, ir.Arith):
+        a, b = from_expr(expr.left), from_expr(expr.right)
+        if expr.op == "+":
+            return add(a, b)
+        if expr.op == "-":
+            return sub(a, b)
+        if expr.op == "*":
+            return mul(a, b)
+        return floor_op(expr.op, a, b)
+    if isinstance(expr, ir.Func):
+        return extreme(expr.fn, tuple(from_expr(a) for a in expr.args))
+    raise TypeError(f"not an integer expression: {expr!r}")
+
+
+def _strip(leaf):
+    """Leaves without spans, so that terms hash and print the same wherever they were written."""
+    from dataclasses import replace
+
+    from .errors import NO_SPAN
+    return replace(leaf, span=NO_SPAN)
+
+
+# -- questions about terms ------------------------------------------------------------------
+
+def inner_lins(term) -> tuple[ir.Lin, ...]:
+    if isinstance(term, ir.Square):
+        return (term.base,)
+    if isinstance(term, ir.Product):
+        return (term.left, term.right)
+    if isinstance(term, ir.Floor):
+        return (term.num, term.den)
+    if isinstance(term, ir.Extreme):
+        return term.args
+    return ()
+
+
+def term_mentions(term, leaf_test) -> bool:
+    if leaf_test(term):
+        return True
+    return any(lin_mentions(lin, leaf_test) for lin in inner_lins(term))
+
+
+def lin_mentions(lin: ir.Lin, leaf_test) -> bool:
+    return any(term_mentions(t, leaf_test) for t, _ in lin.terms)
+
+
+def _is_k_leaf(t) -> bool:
+    return (isinstance(t, ir.Pos) and t.which == "k") or (
+        isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k")
+
+
+def depends_on_k(lin: ir.Lin) -> bool:
+    return lin_mentions(lin, _is_k_leaf)
+
+
+def term_depends_on_k(term) -> bool:
+    return term_mentions(term, _is_k_leaf)
+
+
+def depends_on_q(lin: ir.Lin) -> bool:
+    return lin_mentions(lin, lambda t: (isinstance(t, ir.Pos) and t.which == "q") or (
+        isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "q"))
+
+
+def depends_on_head(lin: ir.Lin) -> bool:
+    return lin_mentions(lin, lambda t: isinstance(t, ir.Builtin) and t.name == "h")
+
+
+K = ir.Pos("k")
+Q = ir.Pos("q")
+
+
+def split_k(lin: ir.Lin) -> tuple[int, ir.Lin] | None:
+    """``lin = a*k + rest`` with ``rest`` free of k, as ``(a, rest)``; None if k appears otherwise."""
+    a = lin.coef(K)
+    rest = ir.Lin(tuple((t, c) for t, c in lin.terms if t != K), lin.const)
+    if depends_on_k(rest):
+        return None
+    return a, rest
+
+
+def substitute(lin: ir.Lin, mapping) -> ir.Lin:
+    """Replace terms (at any depth) by linear forms: ``mapping(term)`` returns a Lin or None."""
+    out = const(lin.const)
+    for t, c in lin.terms:
+        out = add(out, scale(_substitute_term(t, mapping), c))
+    return out
+
+
+def _substitute_term(term, mapping) -> ir.Lin:
+    replaced = mapping(term)
+    if replaced is not None:
+        return replaced
+    if isinstance(term, ir.Square):
+        base = substitute(term.base, mapping)
+        return mul(base, base)
+    if isinstance(term, ir.Product):
+        return mul(substitute(term.left, mapping), substitute(term.right, mapping))
+    if isinstance(term, ir.Floor):
+        return floor_op(term.op, substitute(term.num, mapping), substitute(term.den, mapping))
+    if isinstance(term, ir.Extreme):
+        return extreme(term.fn, tuple(substitute(a, mapping) for a in term.args))
+    return of_term(term)
+
+
+def reduce_atom(lin: ir.Lin) -> ir.Lin:
+    """``lin <= 0`` divided through by the gcd of its coefficients (valid: terms are integers)."""
+    if not lin.terms:
+        return lin
+    g = 0
+    for _, c in lin.terms:
+        g = math.gcd(g, abs(c))
+    if g <= 1:
+        return lin
+    return ir.Lin(tuple((t, c // g) for t, c in lin.terms), -((-lin.const) // g))
+
+
+def terms_of(lin: ir.Lin):
+    """Every term at any depth, outermost first."""
+    for t, _ in lin.terms:
+        yield t
+        for inner in inner_lins(t):
+            yield from terms_of(inner)
+
+
+def render(lin: ir.Lin) -> str:
+    """A readable form, for explain and diagnostics."""
+    parts = []
+    for t, c in lin.terms:
+        name = render_term(t)
+        if c == 1:
+            parts.append(f"+ {name}")
+        elif c == -1:
+            parts.append(f"- {name}")
+        else:
+            parts.append(f"{'+' if c > 0 else '-'} {abs(c)}*{name}")
+    if lin.const or not parts:
+        parts.append(f"{'+' if lin.const >= 0 else '-'} {abs(lin.const)}")
+    text = " ".join(parts)
+    return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def render_term(t) -> str:
+    if isinstance(t, ir.Pos):
+        return t.which
+    if isinstance(t, ir.Builtin):
+        return t.name
+    if isinstance(t, ir.ParamRef):
+        return t.name
+    if isinstance(t, ir.SegAttr):
+        return f"{t.seg}.{t.attr}({t.pos})"
+    if isinstance(t, ir.SegValue):
+        return f"{t.array}({t.pos})"
+    if isinstance(t, ir.Square):
+        return f"({render(t.base)})**2"
+    if isinstance(t, ir.Product):
+        return f"({render(t.left)})*({render(t.right)})"
+    if isinstance(t, ir.Floor):
+        return f"({render(t.num)}) {t.op} ({render(t.den)})"
+    if isinstance(t, ir.Extreme):
+        return f"{t.fn}({', '.join(render(a) for a in t.args)})"
+    return repr(t)

@@ -1,0 +1,218 @@
+"""Pass 3, normalize: :class:`~maskc.ir.ResolvedMask` → :class:`~maskc.ir.NormalMask`.
+
+Invariant: the result denotes the same set of visible (q, k) pairs, written as a union of allow
+regions minus a union of deny regions, each region a conjunction of canonical atoms ``lin <= 0``
+such that
+
+* constants are folded, duplicate atoms merged and bounds on one linear direction tightened;
+  regions that are contradictory on their face are dropped;
+* in a region that requires ``same(S)``, every attribute of S at k is rewritten to the same
+  attribute at q (they are equal there), and ``same(S)`` itself becomes the linear
+  ``S.index(q) >= 0, S.start(q) <= k < S.end(q)``;
+* min/max/abs that depend on k are split into cases, so the atoms left depending on k
+  non-linearly are only those with products, squares or floor divisions of k (the *opaque* ones).
+"""
+from __future__ import annotations
+
+from itertools import product
+
+from . import ir
+from . import linear as L
+
+_FLIP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+_MAX_REGIONS = 4096
+
+
+class _TooComplex(Exception):
+    pass
+
+
+# -- step 1: negation normal form, with same() negated into linear cases ----------------------
+
+def _nnf(cond: ir.Cond, negate: bool = False) -> ir.Cond:
+    if isinstance(cond, ir.Truth):
+        return ir.Truth(cond.value != negate, cond.span)
+    if isinstance(cond, ir.Cmp):
+        return ir.Cmp(_FLIP[cond.op], cond.left, cond.right, cond.span) if negate else cond
+    if isinstance(cond, ir.Same):
+        if not negate:
+            return cond
+        # not same(S)  <=>  q outside S, or k before or after q's segment.
+        s, span = cond.seg, cond.span
+        return ir.Any_((ir.Cmp("<", ir.SegAttr(s, "index", "q", span), ir.Const(0, span), span),
+                        ir.Cmp("<", ir.Pos("k", span), ir.SegAttr(s, "start", "q", span), span),
+                        ir.Cmp(">=", ir.Pos("k", span), ir.SegAttr(s, "end", "q", span), span)), span)
+    if isinstance(cond, ir.Negate):
+        return _nnf(cond.item, not negate)
+    items = tuple(_nnf(i, negate) for i in cond.items)
+    conj = isinstance(cond, ir.All) != negate
+    return (ir.All if conj else ir.Any_)(items, cond.span)
+
+
+# -- step 2: disjunctive normal form over literals (Cmp and positive Same) ----------------------
+
+def _dnf(cond: ir.Cond) -> list[tuple]:
+    if isinstance(cond, ir.Truth):
+        return [()] if cond.value else []
+    if isinstance(cond, (ir.Cmp, ir.Same)):
+        return [(cond,)]
+    parts = [_dnf(i) for i in cond.items]
+    if isinstance(cond, ir.Any_):
+        return [c for p in parts for c in p]
+    out: list[tuple] = [()]
+    for p in parts:
+        out = [a + b for a in out for b in p]
+        if len(out) > _MAX_REGIONS:
+            raise _TooComplex
+    return out
+
+
+# -- step 3: literals to atoms ---------------------------------------------------------------
+
+def _same_rewrite(segs: frozenset):
+    def mapping(term):
+        if isinstance(term, ir.SegAttr) and term.pos == "k" and term.seg in segs:
+            return L.of_term(ir.SegAttr(term.seg, term.attr, "q"))
+        if isinstance(term, ir.SegValue) and term.pos == "k" and term.seg in segs:
+            return L.of_term(ir.SegValue(term.array, term.seg, "q"))
+        return None
+    return mapping
+
+
+def _cmp_alternatives(cmp: ir.Cmp, rewrite) -> list[tuple[ir.Lin, ...]]:
+    """``left op right`` as a disjunction of conjunctions of ``lin <= 0``."""
+    d = L.substitute(L.sub(L.from_expr(cmp.left), L.from_expr(cmp.right)), rewrite)
+    neg = L.scale(d, -1)
+    one = L.const(1)
+    if cmp.op == "<=":
+        return [(d,)]
+    if cmp.op == "<":
+        return [(L.add(d, one),)]
+    if cmp.op == ">=":
+        return [(neg,)]
+    if cmp.op == ">":
+        return [(L.add(neg, one),)]
+    if cmp.op == "==":
+        return [(d, neg)]
+    return [(L.add(d, one),), (L.add(neg, one),)]
+
+
+def _split_extremes(lins: tuple[ir.Lin, ...]) -> list[tuple[ir.Lin, ...]]:
+    """Case-split the innermost min/max that depends on k until none is left."""
+    target = None
+    for lin in lins:
+        for t in L.terms_of(lin):
+            if isinstance(t, ir.Extreme) and L.term_depends_on_k(t) and not any(
+                    isinstance(u, ir.Extreme) and L.term_depends_on_k(u) for a in t.args for u in L.terms_of(a)):
+                target = t
+                break
+        if target is not None:
+            break
+    if target is None:
+        return [lins]
+    out = []
+    args = target.args
+    for i, chosen in enumerate(args):
+        # `chosen` is the extreme: it beats earlier args strictly and later ones or ties.
+        guards = []
+        for j, other in enumerate(args):
+            if j == i:
+                continue
+            diff = L.sub(other, chosen) if target.fn == "max" else L.sub(chosen, other)
+            guards.append(L.add(diff, L.const(1)) if j < i else diff)   # diff < 0 or diff <= 0
+        replaced = tuple(L.substitute(lin, lambda t: chosen if t == target else None) for lin in lins)
+        out.extend(_split_extremes(tuple(guards) + replaced))
+    return out
+
+
+def _tighten(atoms: list[ir.Atom]) -> list[ir.Atom] | None:
+    """Merge atoms along one linear direction; None if the conjunction is contradictory."""
+    bounds: dict[tuple, list] = {}          # direction -> [lower, upper, span]
+    for atom in atoms:
+        lin = L.reduce_atom(atom.lin)
+        if not lin.terms:
+            if lin.const > 0:
+                return None
+            continue
+        sign = 1 if lin.terms[0][1] > 0 else -1
+        direction = tuple((t, c * sign) for t, c in lin.terms)
+        entry = bounds.setdefault(direction, [None, None, atom.span])
+        if sign > 0:                          # direction + const <= 0  →  direction <= -const
+            entry[1] = -lin.const if entry[1] is None else min(entry[1], -lin.const)
+        else:                                 # -direction + const <= 0 →  direction >= const
+            entry[0] = lin.const if entry[0] is None else max(entry[0], lin.const)
+    out = []
+    for direction, (lower, upper, span) in bounds.items():
+        if lower is not None and upper is not None and lower > upper:
+            return None
+        if upper is not None:
+            out.append(ir.Atom(ir.Lin(direction, -upper), span))
+        if lower is not None:
+            out.append(ir.Atom(ir.Lin(tuple((t, -c) for t, c in direction), lower), span))
+    return out
+
+
+def _regions(cond: ir.Cond, span) -> list[ir.Region]:
+    regions: list[ir.Region] = []
+    seen = set()
+    for conj in _dnf(_nnf(cond)):
+        segs = frozenset(lit.seg for lit in conj if isinstance(lit, ir.Same))
+        rewrite = _same_rewrite(segs)
+        literal_alts: list[list[tuple[tuple[ir.Lin, ...], object]]] = []
+        for s in sorted(segs):
+            index, start, end = (L.of_term(ir.SegAttr(s, a, "q")) for a in ("index", "start", "end"))
+            same_lins = (L.scale(index, -1), L.sub(start, L.of_term(L.K)), L.add(L.sub(L.of_term(L.K), end), L.const(1)))
+            literal_alts.append([(same_lins, span)])
+        for lit in conj:
+            if isinstance(lit, ir.Cmp):
+                literal_alts.append([(alt, lit.span) for alt in _cmp_alternatives(lit, rewrite)])
+        for combo in product(*literal_alts):
+            atoms = [ir.Atom(lin, s) for lins, s in combo for lin in lins]
+            for case in _split_extremes(tuple(a.lin for a in atoms)):
+                # The case's last atoms are the originals (rewritten); guards come first.
+                offset = len(case) - len(atoms)
+                case_atoms = [ir.Atom(lin, atoms[i - offset].span if i >= offset else span)
+                              for i, lin in enumerate(case)]
+                tight = _tighten(case_atoms)
+                if tight is None:
+                    continue
+                key = frozenset(a.lin for a in tight)
+                if key in seen:
+                    continue
+                seen.add(key)
+                regions.append(ir.Region(tuple(sorted(tight, key=lambda a: L._term_key(a.lin))), span))
+                if len(regions) > _MAX_REGIONS:
+                    raise _TooComplex
+    return regions
+
+
+def normalize(mask: ir.ResolvedMask) -> ir.NormalMask:
+    """Rewrite a resolved mask into its canonical union of regions (see the module docstring)."""
+    from .errors import MaskError
+
+    allow: list[ir.Region] = []
+    deny: list[ir.Region] = []
+    for rule in mask.allow + mask.deny:
+        try:
+            regions = _regions(rule.cond, rule.span)
+        except _TooComplex:
+            raise MaskError(f"this rule expands to more than {_MAX_REGIONS} regions", rule.span,
+                            "split it into several rules, or use fewer 'or'/min/max on k") from None
+        (allow if rule.kind == "allow" else deny).extend(regions)
+    allow_t, deny_t = _dedupe(allow), _dedupe(deny)
+    return ir.NormalMask(mask.name, mask.params, allow_t, deny_t, _divisors(allow_t + deny_t), mask.span)
+
+
+def _divisors(regions) -> tuple[ir.Lin, ...]:
+    found = {t.den for r in regions for a in r.atoms for t in L.terms_of(a.lin) if isinstance(t, ir.Floor)}
+    return tuple(sorted(found, key=L._term_key))
+
+
+def _dedupe(regions: list[ir.Region]) -> tuple[ir.Region, ...]:
+    seen, out = set(), []
+    for r in regions:
+        key = frozenset(a.lin for a in r.atoms)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return tuple(out)

@@ -1,0 +1,234 @@
+"""The compiler as a list of passes, and the objects users hold: CompiledMask and BoundMask.
+
+    source ─parse→ SourceFile ─resolve→ ResolvedMask ─normalize→ NormalMask ─ranges→ RangeMask
+    (values) ─bind→ BoundParams ─classify→ TileMap ─pack→ Descriptor ;  RangeMask ─predicate/schedule/emit→ CUDA
+
+Only this module sequences the passes; each pass module knows nothing of the others' internals.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import ir
+from .bind import bind as bind_params
+from .classify import classify
+from .descriptor import pack, to_flex_block_mask_arrays
+from .errors import MaskError, MaskSyntaxError
+from .evaluate import dense_mask
+from .kernel_ir import BoundParams, Descriptor, KernelSpec, TileMap
+from .normalize import normalize
+from .parse import parse, parse_file
+from .ranges import analyze_ranges
+from .resolve import Program, resolve, resolve_all
+
+# The compile-time pipeline, in order, with why each step exists (`maskc explain` prints each stage).
+PASSES = (
+    ("resolve", "names, types and arity checked; lets and mask calls inlined", None),
+    ("normalize", "a canonical union of conjunctions of linear atoms; same() made linear", normalize),
+    ("ranges", "per region, the k-interval of each row as max/min bounds in q", analyze_ranges),
+)
+
+
+def load_program(path: str | Path) -> Program:
+    """A file and, transitively, the files it imports (paths relative to the importing file)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise MaskSyntaxError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+    return program_from_text(text, str(path), path.parent)
+
+
+def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = ".") -> Program:
+    """Parse a main file's text and every file it imports, main file first."""
+    main = parse(text, path)
+    files = [main]
+    seen = {Path(path).resolve()} if path != "<string>" else set()
+
+    def visit(f: ir.SourceFile, here: Path):
+        for imp in f.imports:
+            p = (here / imp.path).resolve()
+            if p in seen:
+                continue
+            seen.add(p)
+            if not p.is_file():
+                raise MaskSyntaxError(f"cannot import '{imp.path}': no such file", imp.span)
+            imported = parse_file(p)
+            files.append(imported)
+            visit(imported, p.parent)
+
+    visit(main, Path(base_dir))
+    return Program(tuple(files))
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledMask:
+    """A mask taken through every compile-time pass; ``bind`` it to lengths and parameter values."""
+
+    resolved: ir.ResolvedMask
+    normal: ir.NormalMask
+    ranges: ir.RangeMask
+
+    @property
+    def name(self) -> str:
+        return self.resolved.name
+
+    @property
+    def params(self) -> tuple[ir.Param, ...]:
+        return self.resolved.params
+
+    @property
+    def exact(self) -> bool:
+        """Whether tile classes are exact for this mask (else only sound)."""
+        return self.ranges.exact
+
+    def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
+             **params) -> "BoundMask":
+        return BoundMask(self, bind_params(self.resolved, self.ranges.divisors, seq_len, kv_len,
+                                           num_heads, **params))
+
+    def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
+                    block_n: int | None = None, num_warps: int | None = None) -> KernelSpec:
+        from .predicate import emit_predicate
+        from .schedule import choose_tiles
+        from .sanitize import c_identifier
+
+        if block_m is None or block_n is None or num_warps is None:
+            bm, bn, nw = choose_tiles(head_dim, dtype)
+            block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or nw
+        summary = tuple(_summary_lines(self.resolved))
+        return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
+                          emit_predicate(self.ranges), summary)
+
+    def kernel_source(self, **kwargs):
+        from .emit import emit_kernel
+        return emit_kernel(self.kernel_spec(**kwargs))
+
+
+def _summary_lines(mask: ir.ResolvedMask):
+    from .sanitize import comment_text
+    span = mask.span
+    yield comment_text(f"mask {mask.name} ({span})")
+    for r in mask.rules:
+        if r.span.source_line:
+            yield comment_text(r.span.source_line.strip())
+
+
+@dataclass(frozen=True, eq=False)
+class BoundMask:
+    """A compiled mask with lengths and parameter values; everything here is O(N) + O(tiles)."""
+
+    mask: CompiledMask
+    params: BoundParams
+
+    @property
+    def seq_len(self) -> int:
+        return self.params.seq_len
+
+    @property
+    def kv_len(self) -> int:
+        return self.params.kv_len
+
+    @property
+    def batch(self) -> int:
+        return len(self.params.batch)
+
+    @property
+    def num_heads(self) -> int | None:
+        return self.params.num_heads
+
+    def dense(self, batch_index: int = 0, head: int = 0) -> np.ndarray:
+        """bool[seq_len, kv_len], by brute force: for tests and small sizes."""
+        return dense_mask(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len,
+                          head, batch_index)
+
+    def tile_map(self, block_m: int = 128, block_n: int = 128) -> TileMap:
+        return _tile_map(self, block_m, block_n)
+
+    def tiles(self, block_m: int = 128, block_n: int = 128) -> np.ndarray:
+        """int8[ceil(S/block_m), ceil(K/block_n)]: 0 EMPTY, 1 PARTIAL, 2 FULL (batch element 0;
+        ``tile_map().classes`` has every batch element)."""
+        return self.tile_map(block_m, block_n).classes[0]
+
+    def descriptor(self, block_m: int = 128, block_n: int = 128) -> Descriptor:
+        return _descriptor(self, block_m, block_n)
+
+    def to_flex_block_mask(self, block_size: int = 128, mask_mod=None):
+        """A ``torch.nn.attention.flex_attention.BlockMask`` built from maskc's tiles (needs torch)."""
+        import torch
+        from torch.nn.attention.flex_attention import BlockMask
+
+        arrays = to_flex_block_mask_arrays(self.tile_map(block_size, block_size))
+        t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        if mask_mod is None:
+            mask_mod = self.flex_mask_mod()
+        return BlockMask.from_kv_blocks(t["kv_num_blocks"], t["kv_indices"], t["full_kv_num_blocks"],
+                                        t["full_kv_indices"], BLOCK_SIZE=block_size, mask_mod=mask_mod,
+                                        seq_lengths=(self.seq_len, self.kv_len))
+
+    def flex_mask_mod(self):
+        """A FlexAttention mask_mod that looks pairs up in the dense mask (small sizes only)."""
+        import torch
+
+        dense = torch.from_numpy(np.stack([self.dense(b) for b in range(self.batch)]))
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            table = dense.to(q_idx.device)
+            return table[b if self.batch > 1 else 0, q_idx, kv_idx]
+        return mask_mod
+
+    def visible_pairs(self) -> int:
+        """The number of visible (q, k) pairs summed over the batch, without the dense mask."""
+        from .classify import visible_pairs
+        return visible_pairs(self.mask.ranges, self.params)
+
+    def kernel_spec(self, **kwargs) -> KernelSpec:
+        return self.mask.kernel_spec(**kwargs)
+
+
+@functools.lru_cache(maxsize=64)
+def _tile_map_cached(bound: BoundMask, block_m: int, block_n: int) -> TileMap:
+    return classify(bound.mask.ranges, bound.params, block_m, block_n)
+
+
+def _tile_map(bound, block_m, block_n):
+    return _tile_map_cached(bound, block_m, block_n)
+
+
+@functools.lru_cache(maxsize=64)
+def _descriptor(bound: BoundMask, block_m: int, block_n: int) -> Descriptor:
+    from .predicate import pack_mask_data
+    data, offsets = pack_mask_data(bound.mask.ranges, bound.params)
+    return pack(_tile_map(bound, block_m, block_n), data, offsets)
+
+
+def compile_program(program: Program, name: str | None = None) -> CompiledMask:
+    resolved = resolve(program, name)
+    normal = normalize(resolved)
+    return CompiledMask(resolved, normal, analyze_ranges(normal))
+
+
+def compile_mask(text: str, name: str | None = None, path: str = "<string>", base_dir=".") -> CompiledMask:
+    """Compile .mask source text; ``name`` picks a mask when the text defines several."""
+    return compile_program(program_from_text(text, path, base_dir), name)
+
+
+def load(path: str | Path, name: str | None = None) -> CompiledMask:
+    """Compile a .mask file; ``name`` picks a mask when the file defines several."""
+    return compile_program(load_program(path), name)
+
+
+def compile_all(path: str | Path) -> tuple[CompiledMask, ...]:
+    program = load_program(path)
+    out = []
+    for resolved in resolve_all(program):
+        normal = normalize(resolved)
+        out.append(CompiledMask(resolved, normal, analyze_ranges(normal)))
+    return tuple(out)
+
+
+__all__ = ["CompiledMask", "BoundMask", "compile_mask", "load", "compile_all", "load_program", "MaskError"]

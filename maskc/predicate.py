@@ -1,0 +1,266 @@
+"""The mask's predicate as CUDA device code, and the parameter tables it reads.
+
+``emit_predicate(range_mask)`` writes three things the kernel template calls on PARTIAL tiles::
+
+    struct MaskRow { ... };                        // everything about one query row that k leaves alone
+    MaskRow mask_row(const int* mask, int b, int h, int q);
+    bool mask_visible(const MaskRow& row, const int* mask, int k);
+
+For an exact region, ``mask_row`` computes its key interval [lo, hi] once per row, so
+``mask_visible`` costs two compares per region; for a region with opaque atoms it also hoists the
+atoms' k-free parts into the row. Every name from the .mask file appears only inside comments,
+sanitized; C identifiers are generated (``lo0``, ``p1``, ...).
+
+``pack_mask_data`` lays out, per batch element, the int32 table ``mask`` points at::
+
+    mask[0] = seq_len, mask[1] = kv_len
+    mask[2 + i]              int parameter i (declaration order)
+    mask[2 + n_ints + s]     offset (within this table) of segments table s
+    table s:  [n, bound_0 .. bound_n, then each per-segment array of s: n entries]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+from . import linear as L
+from .kernel_ir import BoundParams
+from .sanitize import comment_text
+
+_HELPERS = """\
+// Floor division and modulo as in Python (den > 0, checked when the mask was bound).
+__device__ __forceinline__ long long maskc_floordiv(long long num, long long den) {
+    long long q = num / den;
+    return (num % den != 0 && num < 0) ? q - 1 : q;
+}
+__device__ __forceinline__ long long maskc_ceildiv(long long num, long long den) {
+    return -maskc_floordiv(-num, den);
+}
+__device__ __forceinline__ long long maskc_floormod(long long num, long long den) {
+    long long r = num % den;
+    return r < 0 ? r + den : r;
+}
+
+// The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
+// range, p lies in a gap segment of index -1: [0, bound_0) before it, [bound_n, extent) after it.
+struct MaskSegment { int index, start, end; };
+__device__ __forceinline__ MaskSegment maskc_segment(const int* __restrict__ table, int p, int extent) {
+    const int n = table[0];
+    const int* bounds = table + 1;
+    if (p < bounds[0]) return MaskSegment{-1, 0, bounds[0]};
+    if (p >= bounds[n]) return MaskSegment{-1, bounds[n], extent};
+    int lo = 0, hi = n;                       // invariant: bounds[lo] <= p < bounds[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (bounds[mid] <= p) lo = mid; else hi = mid;
+    }
+    return MaskSegment{lo, bounds[lo], bounds[lo + 1]};
+}
+"""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    ints: tuple[str, ...]
+    segments: tuple[str, ...]
+    arrays: tuple[tuple[str, str, int], ...]     # (array, its segments, position among that seg's arrays)
+
+    @classmethod
+    def of(cls, params: tuple[ir.Param, ...]) -> "_Layout":
+        ints = tuple(p.name for p in params if p.kind == "int")
+        segs = tuple(p.name for p in params if p.kind == "segments")
+        arrays, count = [], {}
+        for p in params:
+            if p.kind == "per":
+                arrays.append((p.name, p.of, count.get(p.of, 0)))
+                count[p.of] = count.get(p.of, 0) + 1
+        return cls(ints, segs, tuple(arrays))
+
+    def int_slot(self, name: str) -> int:
+        return 2 + self.ints.index(name)
+
+    def seg_slot(self, name: str) -> int:
+        return 2 + len(self.ints) + self.segments.index(name)
+
+    def array_slot(self, name: str) -> int:
+        return next(i for a, _, i in self.arrays if a == name)
+
+
+def pack_mask_data(mask: ir.RangeMask, bound: BoundParams) -> tuple[np.ndarray, np.ndarray]:
+    """(mask_data, mask_offsets): every batch element's table, concatenated (see module docstring)."""
+    layout = _Layout.of(mask.params)
+    chunks, offsets = [], [0]
+    for params in bound.batch:
+        header = [bound.seq_len, bound.kv_len] + [params.int(n) for n in layout.ints]
+        tables = []
+        at = len(header) + len(layout.segments)
+        for s in layout.segments:
+            table = params.segment(s)
+            header.append(at)
+            body = [table.count] + [int(x) for x in table.bounds]
+            for name, seg, _ in layout.arrays:
+                if seg == s:
+                    body += [int(x) for x in table.value(name)]
+            tables += body
+            at += len(body)
+        chunk = np.asarray(header + tables, np.int64)
+        if np.any(np.abs(chunk) > np.iinfo(np.int32).max):
+            raise OverflowError("a mask parameter does not fit in int32")
+        chunks.append(chunk.astype(np.int32))
+        offsets.append(offsets[-1] + len(chunk))
+    return np.concatenate(chunks), np.asarray(offsets, np.int32)
+
+
+class _CWriter:
+    """C expressions for linear forms; k-free sub-forms of per-element code are hoisted per row."""
+
+    def __init__(self, layout: _Layout):
+        self.layout = layout
+        self.row_values: list[tuple[str, str, str]] = []     # (field, C type, C expression)
+        self._hoisted: dict = {}
+        self.row_segments: dict[str, str] = {}               # seg name -> local variable at q
+
+    # -- leaves ----------------------------------------------------------------------------
+    def segment_var(self, seg: str, pos: str) -> str:
+        i = self.layout.segments.index(seg)
+        if pos == "q":
+            return self.row_segments.setdefault(seg, f"seg{i}_q")
+        return f"seg{i}_k"
+
+    def leaf(self, t, pos_ctx: str) -> str:
+        if isinstance(t, ir.Pos):
+            return t.which
+        if isinstance(t, ir.Builtin):
+            return {"seq_len": "mask[0]", "kv_len": "mask[1]", "h": "h", "b": "b"}[t.name]
+        if isinstance(t, ir.ParamRef):
+            return f"mask[{self.layout.int_slot(t.name)}]"
+        if isinstance(t, ir.SegAttr):
+            var = self.segment_var(t.seg, t.pos)
+            return {"index": f"{var}.index", "start": f"{var}.start", "end": f"{var}.end",
+                    "length": f"({var}.end - {var}.start)"}[t.attr]
+        if isinstance(t, ir.SegValue):
+            var = self.segment_var(t.seg, t.pos)
+            table = f"(mask + mask[{self.layout.seg_slot(t.seg)}])"
+            slot = self.layout.array_slot(t.array)
+            return (f"({var}.index >= 0 ? {table}[2 + {table}[0] + {slot} * {table}[0] + {var}.index] : 0)")
+        raise TypeError(t)
+
+    # -- forms -----------------------------------------------------------------------------
+    def lin(self, lin: ir.Lin, per_element: bool = False) -> str:
+        if per_element and not L.depends_on_k(lin) and L.depends_on_q(lin) and not self._is_leafish(lin):
+            return self.hoist(lin)
+        parts = []
+        for t, c in lin.terms:
+            text = self.term(t, per_element)
+            parts.append((c, text))
+        out = ""
+        for c, text in parts:
+            mag = abs(c)
+            piece = text if mag == 1 else f"{mag}LL * {text}"
+            out += (" - " if c < 0 else " + ") + piece if out else ("-" if c < 0 else "") + piece
+        if lin.const or not out:
+            out = f"{out} {'-' if lin.const < 0 else '+'} {abs(lin.const)}" if out else str(lin.const)
+        return f"({out})" if len(lin.terms) + bool(lin.const) > 1 else out
+
+    @staticmethod
+    def _is_leafish(lin: ir.Lin) -> bool:
+        return len(lin.terms) <= 1 and isinstance(L.single_term(lin), (ir.Pos, ir.Builtin, ir.ParamRef))
+
+    def hoist(self, lin: ir.Lin) -> str:
+        name = self._hoisted.get(lin)
+        if name is None:
+            name = self._hoisted[lin] = f"v{len(self._hoisted)}"
+            self.row_values.append((name, "long long", self.lin(lin)))
+        return f"row.{name}"
+
+    def term(self, t, per_element: bool) -> str:
+        if isinstance(t, ir.Square):
+            base = self.lin(t.base, per_element)
+            return f"((long long){base} * {base})"
+        if isinstance(t, ir.Product):
+            return f"((long long){self.lin(t.left, per_element)} * {self.lin(t.right, per_element)})"
+        if isinstance(t, ir.Floor):
+            fn = "maskc_floordiv" if t.op == "//" else "maskc_floormod"
+            return f"{fn}({self.lin(t.num, per_element)}, {self.lin(t.den, per_element)})"
+        if isinstance(t, ir.Extreme):
+            fn = "min" if t.fn == "min" else "max"
+            args = [self.lin(a, per_element) for a in t.args]
+            out = args[0]
+            for a in args[1:]:
+                out = f"{fn}((long long){out}, (long long){a})"
+            return out
+        return self.leaf(t, "k" if per_element else "q")
+
+
+def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
+    lines = []
+    if region.span.source_line:
+        lines.append(f"// {kind} {region.span}: {comment_text(region.span.source_line.strip())}")
+    else:
+        lines.append(f"// {kind} region")
+    return lines
+
+
+def emit_predicate(mask: ir.RangeMask) -> str:
+    """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring)."""
+    layout = _Layout.of(mask.params)
+    w = _CWriter(layout)
+    row_fields: list[str] = []
+    row_body: list[str] = []
+    visible_terms = {"allow": [], "deny": []}
+    for kind, regions in (("allow", mask.allow), ("deny", mask.deny)):
+        for region in regions:
+            i = len(row_fields) // 2
+            lo = "0"
+            for b in region.lower:
+                v = w.lin(b.lin) if b.den == 1 else f"maskc_ceildiv({w.lin(b.lin)}, {b.den})"
+                lo = f"max((long long){lo}, (long long){v})"
+            hi = "mask[1] - 1"
+            for b in region.upper:
+                v = w.lin(b.lin) if b.den == 1 else f"maskc_floordiv({w.lin(b.lin)}, {b.den})"
+                hi = f"min((long long){hi}, (long long){v})"
+            row_body += ["    " + c for c in _region_comment(region, kind)]
+            row_body.append(f"    row.lo{i} = (int){lo};")
+            row_body.append(f"    row.hi{i} = (int){hi};")
+            if region.guards:
+                guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.guards)
+                row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
+            row_fields += [f"lo{i}", f"hi{i}"]
+            test = f"(k >= row.lo{i} && k <= row.hi{i}"
+            for atom in region.opaque:
+                test += f" && {w.lin(atom.lin, per_element=True)} <= 0"
+            visible_terms[kind].append(test + ")")
+    k_segments = sorted({t.seg for r in mask.allow + mask.deny for a in r.opaque
+                         for t in L.terms_of(a.lin) if isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k"})
+    out = [_HELPERS, "", "// What mask_visible needs of one query row, computed once per row and tile.",
+           "struct MaskRow {"]
+    out += [f"    int {f};" for f in row_fields]
+    out += [f"    {ctype} {name};" for name, ctype, _ in w.row_values]
+    if not row_fields and not w.row_values:
+        out.append("    int unused;")
+    out.append("};")
+    out += ["", "__device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b, int h, int q) {",
+            "    MaskRow row;", "    const int extent = max(mask[0], mask[1]);", "    (void)extent; (void)b; (void)h;"]
+    for seg, var in w.row_segments.items():
+        out.append(f"    const MaskSegment {var} = maskc_segment(mask + mask[{layout.seg_slot(seg)}], q, extent);")
+    out += row_body
+    out += [f"    row.{name} = {expr};" for name, _, expr in w.row_values]
+    out += ["    return row;", "}", "",
+            "__device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ mask, int k) {"]
+    if k_segments:
+        out.append("    const int extent = max(mask[0], mask[1]);")
+        for seg in k_segments:
+            var = w.segment_var(seg, "k")
+            out.append(f"    const MaskSegment {var} = maskc_segment(mask + mask[{layout.seg_slot(seg)}], k, extent);")
+    allowed = " ||\n                   ".join(visible_terms["allow"]) or "false"
+    out.append(f"    const bool allowed = {allowed};")
+    if visible_terms["deny"]:
+        denied = " ||\n                  ".join(visible_terms["deny"])
+        out.append(f"    const bool denied = {denied};")
+        out.append("    return allowed && !denied;")
+    else:
+        out.append("    return allowed;")
+    out.append("}")
+    return "\n".join(out) + "\n"

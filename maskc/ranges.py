@@ -1,0 +1,35 @@
+"""Pass 4, range analysis: :class:`~maskc.ir.NormalMask` → :class:`~maskc.ir.RangeMask`.
+
+Invariant: each region becomes row guards, lower and upper bounds on k and opaque atoms, with
+``region(q, k) == guards(q) and max(lower)(q) <= k <= min(upper)(q) and opaque(q, k)`` for every
+integer q and k. An atom ``a*k + rest <= 0`` with ``a > 0`` is the upper bound
+``k <= floor(-rest / a)``, with ``a < 0`` the lower bound ``k >= ceil(rest / -a)``, with ``a == 0``
+a guard; an atom where k also appears inside another term is opaque.
+"""
+from __future__ import annotations
+
+from . import ir
+from . import linear as L
+
+
+def _bounds(region: ir.Region) -> ir.RegionBounds:
+    guards, lower, upper, opaque = [], [], [], []
+    for atom in region.atoms:
+        split = L.split_k(atom.lin)
+        if split is None:
+            opaque.append(atom)
+            continue
+        a, rest = split
+        if a == 0:
+            guards.append(atom)
+        elif a > 0:
+            upper.append(ir.KBound(L.scale(rest, -1), a))
+        else:
+            lower.append(ir.KBound(rest, -a))
+    return ir.RegionBounds(tuple(guards), tuple(lower), tuple(upper), tuple(opaque), region.span)
+
+
+def analyze_ranges(mask: ir.NormalMask) -> ir.RangeMask:
+    """Per region, the k-interval of each row as max/min of functions of q (see module docstring)."""
+    return ir.RangeMask(mask.name, mask.params, tuple(_bounds(r) for r in mask.allow),
+                        tuple(_bounds(r) for r in mask.deny), mask.divisors, mask.span)

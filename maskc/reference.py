@@ -1,0 +1,43 @@
+"""The numerical oracle: masked attention in numpy float64, from a bound mask's dense form."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):                       # torch
+        return x.detach().to("cpu").double().numpy()
+    if hasattr(x, "get"):                          # CuPy
+        return np.asarray(x.get(), np.float64)
+    return np.asarray(x, np.float64)
+
+
+def reference_attention(q, k, v, bound_mask, scale=None, return_lse=False):
+    """softmax(q kᵀ · scale, masked) v in float64, shapes (B, Hq, S, D) and (B, Hkv, K, D).
+
+    Rows that see no key give 0 and log-sum-exp -inf. GQA: query head h reads kv head
+    h // (Hq // Hkv). Returns numpy arrays.
+    """
+    q, k, v = _as_numpy(q), _as_numpy(k), _as_numpy(v)
+    batch, hq, s, d = q.shape
+    hkv = k.shape[1]
+    if hq % hkv:
+        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    out = np.zeros(q.shape, np.float64)
+    lse = np.full((batch, hq, s), -np.inf)
+    uses_head = bound_mask.num_heads is not None
+    for b in range(batch):
+        mb = b if bound_mask.batch > 1 else 0
+        dense = None if uses_head else bound_mask.dense(mb)
+        for h in range(hq):
+            mask = bound_mask.dense(mb, h) if uses_head else dense
+            kv = h // (hq // hkv)
+            scores = np.where(mask, q[b, h] @ k[b, kv].T * scale, -np.inf)
+            peak = scores.max(axis=1, keepdims=True)
+            seen = np.isfinite(peak[:, 0])
+            p = np.where(mask, np.exp(scores - np.where(seen[:, None], peak, 0.0)), 0.0)
+            total = p.sum(axis=1, keepdims=True)
+            out[b, h] = np.where(seen[:, None], (p / np.where(total > 0, total, 1.0)) @ v[b, kv], 0.0)
+            lse[b, h] = np.where(seen, np.log(np.where(seen, total[:, 0], 1.0)) + np.where(seen, peak[:, 0], 0), -np.inf)
+    return (out, lse) if return_lse else out

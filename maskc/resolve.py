@@ -1,0 +1,439 @@
+"""Pass 2, resolve: syntax trees → :class:`~maskc.ir.ResolvedMask` (names, types, arity).
+
+Invariant: every name in the result is a built-in (q, k, seq_len, kv_len, h, b) or a parameter of
+the mask itself; ``let`` bindings, ``clamp`` and calls of other masks (from this file or an imported
+one) are inlined; integer expressions and conditions are distinct node types; segment attributes
+and per-segment arrays are read at q or k only; divisors are free of q and k; exponents are
+literal. A mask that cannot satisfy this raises one :class:`~maskc.errors.MaskError` at the
+offending text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import ir
+from .errors import MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
+
+_FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 1)}
+_MAX_EXPONENT = 8
+
+
+@dataclass(frozen=True)
+class Program:
+    """The files a resolution may look in: the main file first, then its imports (transitively)."""
+
+    files: tuple[ir.SourceFile, ...]
+
+    @property
+    def main(self) -> ir.SourceFile:
+        return self.files[0]
+
+
+@dataclass(frozen=True)
+class _Let:
+    args: tuple[str, ...]
+    value: ir.Syntax
+    scope: "_Scope"
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What a name means where it is used: a bound IntExpr, a let, or a parameter of the mask."""
+
+    values: tuple[tuple[str, object], ...]   # innermost last
+    mask: ir.MaskDecl
+
+    def lookup(self, name: str):
+        for key, value in reversed(self.values):
+            if key == name:
+                return value
+        return None
+
+    def bind(self, name: str, value) -> "_Scope":
+        return _Scope(self.values + ((name, value),), self.mask)
+
+    def names(self):
+        return [k for k, _ in self.values]
+
+
+def _is_int(node) -> bool:
+    return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.Arith, ir.Func))
+
+
+def mentions(node, predicate) -> bool:
+    """Whether any sub-node of a resolved expression satisfies ``predicate``."""
+    if predicate(node):
+        return True
+    if isinstance(node, ir.Arith):
+        return mentions(node.left, predicate) or mentions(node.right, predicate)
+    if isinstance(node, ir.Func):
+        return any(mentions(a, predicate) for a in node.args)
+    if isinstance(node, ir.Cmp):
+        return mentions(node.left, predicate) or mentions(node.right, predicate)
+    if isinstance(node, (ir.All, ir.Any_)):
+        return any(mentions(i, predicate) for i in node.items)
+    if isinstance(node, ir.Negate):
+        return mentions(node.item, predicate)
+    return False
+
+
+def depends_on_position(node) -> bool:
+    return mentions(node, lambda n: isinstance(n, (ir.Pos, ir.SegAttr, ir.SegValue)))
+
+
+class _Resolver:
+    def __init__(self, program: Program):
+        self.program = program
+        self.done: dict[tuple[str, str], ir.ResolvedMask] = {}
+        self.active: list[tuple[str, str]] = []
+        self._check_duplicates()
+
+    # -- lookup of masks across files --------------------------------------------------------
+    def _check_duplicates(self):
+        for f in self.program.files:
+            seen: dict[str, ir.MaskDecl] = {}
+            for m in f.masks:
+                if m.name in seen:
+                    raise MaskNameError(f"mask '{m.name}' is defined twice in this file (first at "
+                                        f"line {seen[m.name].span.line})", m.span)
+                seen[m.name] = m
+
+    def find_mask(self, name: str, here: ir.SourceFile) -> tuple[ir.SourceFile, ir.MaskDecl] | None:
+        for m in here.masks:
+            if m.name == name:
+                return here, m
+        for f in self.program.files:
+            for m in f.masks:
+                if m.name == name:
+                    return f, m
+        return None
+
+    def all_mask_names(self):
+        return [m.name for f in self.program.files for m in f.masks]
+
+    # -- masks -------------------------------------------------------------------------------
+    def resolve_mask(self, file: ir.SourceFile, decl: ir.MaskDecl) -> ir.ResolvedMask:
+        key = (file.path, decl.name)
+        if key in self.done:
+            return self.done[key]
+        if key in self.active:
+            raise MaskNameError(f"mask '{decl.name}' uses itself", decl.span)
+        self.active.append(key)
+        try:
+            params = self._params(decl)
+            scope = _Scope((), decl)
+            for p in params:
+                scope = scope.bind(p.name, p)
+            for let in decl.lets:
+                if let.name in ir.POSITIONS + ir.BUILTINS or any(p.name == let.name for p in params):
+                    raise MaskNameError(f"'{let.name}' is already a {'parameter' if scope.lookup(let.name) else 'built-in'} "
+                                        "and cannot be redefined", let.span)
+                scope = scope.bind(let.name, _Let(let.args, let.value, scope, let.span))
+            rules = tuple(ir.Rule(r.kind, self._conjunction(r.conditions, scope, file, r.span), r.span)
+                          for r in decl.rules)
+            for r in rules:
+                if r.kind == "require" and mentions(r.cond, lambda n: (isinstance(n, ir.Pos) and n.which == "k")
+                                                    or (isinstance(n, (ir.SegAttr, ir.SegValue)) and n.pos == "k")):
+                    raise MaskTypeError("a 'require' check is made for every query position q; it cannot use k",
+                                        r.span)
+            if not any(r.kind == "allow" for r in rules):
+                raise MaskError(f"mask '{decl.name}' has no 'allow' rule, so it shows nothing", decl.span)
+            result = ir.ResolvedMask(decl.name, params, rules, decl.span)
+        finally:
+            self.active.pop()
+        self.done[key] = result
+        return result
+
+    def _params(self, decl: ir.MaskDecl) -> tuple[ir.Param, ...]:
+        out: list[ir.Param] = []
+        for p in decl.params:
+            if p.name in ir.POSITIONS + ir.BUILTINS:
+                raise MaskNameError(f"'{p.name}' is a built-in and cannot be a parameter", p.span)
+            if any(o.name == p.name for o in out):
+                raise MaskNameError(f"parameter '{p.name}' is declared twice", p.span)
+            scope = _Scope(tuple((o.name, o) for o in out), decl)
+            if p.kind == "int":
+                default = None
+                if p.default is not None:
+                    value = self._int(p.default, scope, None)
+                    if not isinstance(value, ir.Const):
+                        raise MaskTypeError("a default must be a plain number", p.default.span)
+                    default = value.value
+                out.append(ir.Param(p.name, "int", default, span=p.span))
+            elif p.kind == "segments":
+                if p.default is not None:
+                    raise MaskTypeError("segments take no default", p.default.span)
+                origin = None
+                if p.origin is not None:
+                    origin = self._int(p.origin, scope, None)
+                    if depends_on_position(origin):
+                        raise MaskTypeError("where segments start cannot depend on q or k", p.origin.span)
+                out.append(ir.Param(p.name, "segments", origin=origin, span=p.span))
+            else:
+                seg = next((o for o in out if o.name == p.of), None)
+                if seg is None or seg.kind != "segments":
+                    known = [o.name for o in out if o.kind == "segments"]
+                    raise MaskNameError(f"'per {p.of}' needs a segments parameter '{p.of}' declared before it",
+                                        p.span, did_you_mean(p.of, known))
+                default = None
+                if p.default is not None:
+                    value = self._int(p.default, scope, None)
+                    if not isinstance(value, ir.Const):
+                        raise MaskTypeError("a default must be a plain number", p.default.span)
+                    default = value.value
+                out.append(ir.Param(p.name, "per", default, of=p.of, span=p.span))
+        return tuple(out)
+
+    # -- conditions --------------------------------------------------------------------------
+    def _conjunction(self, conds, scope, file, span) -> ir.Cond:
+        items = tuple(self._cond(c, scope, file) for c in conds)
+        return items[0] if len(items) == 1 else ir.All(items, span)
+
+    def _cond(self, node: ir.Syntax, scope: _Scope, file) -> ir.Cond:
+        out = self._any(node, scope, file)
+        if _is_int(out):
+            raise MaskTypeError("a number is not a condition", node.span,
+                                "compare it, e.g. 'k <= q'")
+        return out
+
+    def _int(self, node: ir.Syntax, scope: _Scope, file) -> ir.IntExpr:
+        out = self._any(node, scope, file)
+        if not _is_int(out):
+            raise MaskTypeError("expected a number here, found a condition", node.span)
+        return out
+
+    def _any(self, node: ir.Syntax, scope: _Scope, file):
+        method = getattr(self, "_" + type(node).__name__)
+        return method(node, scope, file)
+
+    def _BoolLit(self, node, scope, file):
+        return ir.Truth(node.value, node.span)
+
+    def _BoolOp(self, node, scope, file):
+        items = tuple(self._cond(o, scope, file) for o in node.operands)
+        return (ir.All if node.op == "and" else ir.Any_)(items, node.span)
+
+    def _Not(self, node, scope, file):
+        return ir.Negate(self._cond(node.operand, scope, file), node.span)
+
+    def _Compare(self, node, scope, file):
+        values = [self._int(o, scope, file) for o in node.operands]
+        cmps = tuple(ir.Cmp(op, a, b, node.span) for op, a, b in zip(node.ops, values, values[1:]))
+        return cmps[0] if len(cmps) == 1 else ir.All(cmps, node.span)
+
+    def _InRange(self, node, scope, file):
+        value = self._int(node.value, scope, file)
+        low, high = self._int(node.low, scope, file), self._int(node.high, scope, file)
+        cond = ir.All((ir.Cmp("<=" if node.low_closed else "<", low, value, node.span),
+                       ir.Cmp("<=" if node.high_closed else "<", value, high, node.span)), node.span)
+        return ir.Negate(cond, node.span) if node.negated else cond
+
+    # -- integer expressions -----------------------------------------------------------------
+    def _Num(self, node, scope, file):
+        return ir.Const(node.value, node.span)
+
+    def _UnaryMinus(self, node, scope, file):
+        return ir.Arith("-", ir.Const(0, node.span), self._int(node.operand, scope, file), node.span)
+
+    def _BinOp(self, node, scope, file):
+        left = self._int(node.left, scope, file)
+        right = self._int(node.right, scope, file)
+        if node.op == "**":
+            if not isinstance(right, ir.Const) or not 0 <= right.value <= _MAX_EXPONENT:
+                raise MaskTypeError(f"an exponent must be a literal from 0 to {_MAX_EXPONENT}", node.right.span)
+            if right.value == 0:
+                return ir.Const(1, node.span)
+            out = left
+            for _ in range(right.value - 1):
+                out = ir.Arith("*", out, left, node.span)
+            return out
+        if node.op in ("//", "%") and depends_on_position(right):
+            raise MaskTypeError(f"the right side of '{node.op}' cannot depend on q or k", node.right.span,
+                                "divide by a number or a parameter")
+        return ir.Arith(node.op, left, right, node.span)
+
+    def _Name(self, node, scope, file):
+        if node.id in ir.POSITIONS:
+            return ir.Pos(node.id, node.span)
+        if node.id in ir.BUILTINS:
+            return ir.Builtin(node.id, node.span)
+        bound = scope.lookup(node.id)
+        if bound is None:
+            known = list(ir.POSITIONS + ir.BUILTINS) + scope.names()
+            raise MaskNameError(f"unknown name '{node.id}'", node.span, did_you_mean(node.id, known))
+        if isinstance(bound, ir.Param):
+            if bound.kind == "int":
+                return ir.ParamRef(bound.name, node.span)
+            use = "same(" + bound.name + ") or " + bound.name + ".start(q)" if bound.kind == "segments" \
+                else bound.name + "(q)"
+            raise MaskTypeError(f"'{node.id}' is a {bound.kind} parameter, not a number", node.span,
+                                f"use {use}")
+        if isinstance(bound, _Let):
+            if bound.args:
+                raise MaskTypeError(f"'{node.id}' takes {len(bound.args)} argument(s)", node.span,
+                                    f"write {node.id}({', '.join(bound.args)})")
+            return self._any(bound.value, bound.scope, file)
+        return bound   # an argument of a let function: an already resolved IntExpr
+
+    def _MethodCall(self, node, scope, file):
+        seg = scope.lookup(node.obj)
+        if not (isinstance(seg, ir.Param) and seg.kind == "segments"):
+            segs = [n for n, v in scope.values if isinstance(v, ir.Param) and v.kind == "segments"]
+            raise MaskNameError(f"'{node.obj}' is not a segments parameter", node.span, did_you_mean(node.obj, segs))
+        if node.method not in ir.SEGMENT_ATTRS:
+            raise MaskNameError(f"segments have no attribute '{node.method}'", node.span,
+                                did_you_mean(node.method, ir.SEGMENT_ATTRS) or
+                                "they have " + ", ".join(ir.SEGMENT_ATTRS))
+        pos = self._position_arg(node, scope, file, f"{node.obj}.{node.method}")
+        return ir.SegAttr(seg.name, node.method, pos, node.span)
+
+    def _position_arg(self, node, scope, file, what: str) -> str:
+        if len(node.args) != 1 or node.args[0].name is not None:
+            raise MaskTypeError(f"{what} takes one position, q or k", node.span)
+        value = self._int(node.args[0].value, scope, file)
+        if not isinstance(value, ir.Pos):
+            raise MaskTypeError(f"{what} takes q or k, not an expression", node.args[0].span)
+        return value.which
+
+    def _Call(self, node, scope, file):
+        bound = scope.lookup(node.func)
+        if isinstance(bound, _Let):
+            return self._call_let(node, bound, scope, file)
+        if isinstance(bound, ir.Param):
+            if bound.kind != "per":
+                raise MaskTypeError(f"'{node.func}' is a{'n' if bound.kind == 'int' else ''} {bound.kind} "
+                                    "parameter and cannot be called", node.span)
+            pos = self._position_arg(node, scope, file, node.func)
+            return ir.SegValue(bound.name, bound.of, pos, node.span)
+        if node.func in _FUNCTIONS:
+            return self._call_builtin(node, scope, file)
+        found = self.find_mask(node.func, file or self.program.main)
+        if found is not None:
+            return self._call_mask(node, found, scope, file)
+        known = list(_FUNCTIONS) + [n for n, v in scope.values if isinstance(v, _Let) or
+                                    (isinstance(v, ir.Param) and v.kind == "per")] + self.all_mask_names()
+        raise MaskNameError(f"unknown function or mask '{node.func}'", node.span, did_you_mean(node.func, known))
+
+    def _call_let(self, node, let: _Let, scope, file):
+        if len(node.args) != len(let.args) or any(a.name for a in node.args):
+            raise MaskTypeError(f"'{node.func}' takes {len(let.args)} positional argument(s), "
+                                f"got {len(node.args)}", node.span)
+        inner = let.scope
+        for name, arg in zip(let.args, node.args):
+            inner = inner.bind(name, self._int(arg.value, scope, file))
+        return self._any(let.value, inner, file)
+
+    def _call_builtin(self, node, scope, file):
+        lo, hi = _FUNCTIONS[node.func]
+        n = len(node.args)
+        if n < lo or (hi is not None and n > hi) or any(a.name for a in node.args):
+            count = f"{lo}" if lo == hi else f"at least {lo}"
+            raise MaskTypeError(f"{node.func}() takes {count} positional argument(s), got {n}", node.span)
+        if node.func == "same":
+            arg = node.args[0].value
+            seg = scope.lookup(arg.id) if isinstance(arg, ir.Name) else None
+            if not (isinstance(seg, ir.Param) and seg.kind == "segments"):
+                raise MaskTypeError("same() takes a segments parameter", arg.span)
+            return ir.Same(seg.name, node.span)
+        args = tuple(self._int(a.value, scope, file) for a in node.args)
+        if node.func == "clamp":
+            value, low, high = args
+            return ir.Func("min", (ir.Func("max", (value, low), node.span), high), node.span)
+        if node.func in ("min", "max") and len(args) > 2:   # keep the IR binary
+            out = args[0]
+            for a in args[1:]:
+                out = ir.Func(node.func, (out, a), node.span)
+            return out
+        return ir.Func(node.func, args, node.span)
+
+    def _call_mask(self, node, found, scope, file):
+        callee_file, decl = found
+        callee = self.resolve_mask(callee_file, decl)
+        mapping: dict[str, object] = {}
+        positional = [a for a in node.args if a.name is None]
+        keywords = {a.name: a for a in node.args if a.name is not None}
+        if len(positional) > len(callee.params):
+            raise MaskTypeError(f"mask '{callee.name}' takes {len(callee.params)} argument(s), "
+                                f"got {len(node.args)}", node.span)
+        for p, a in zip(callee.params, positional):
+            keywords.setdefault(p.name, a)
+        for name, a in keywords.items():
+            if all(p.name != name for p in callee.params):
+                raise MaskNameError(f"mask '{callee.name}' has no parameter '{name}'", a.span,
+                                    did_you_mean(name, [p.name for p in callee.params]))
+        for p in callee.params:
+            a = keywords.get(p.name)
+            if a is None:
+                if p.kind == "int" and p.default is not None:
+                    mapping[p.name] = ir.Const(p.default, node.span)
+                    continue
+                raise MaskTypeError(f"mask '{callee.name}' needs its parameter '{p.name}'", node.span)
+            if p.kind == "int":
+                mapping[p.name] = self._int(a.value, scope, file)
+            else:
+                target = scope.lookup(a.value.id) if isinstance(a.value, ir.Name) else None
+                if not (isinstance(target, ir.Param) and target.kind == p.kind):
+                    raise MaskTypeError(f"parameter '{p.name}' of mask '{callee.name}' is {p.kind}: pass a "
+                                        f"{p.kind} parameter of this mask", a.span)
+                mapping[p.name] = target.name
+        for p in callee.params:   # a per-array must follow the segments it is indexed by
+            if p.kind == "per":
+                caller_array = next(v for n, v in scope.values if n == mapping[p.name])
+                if caller_array.of != mapping[p.of]:
+                    raise MaskTypeError(f"'{mapping[p.name]}' is per {caller_array.of}, but mask "
+                                        f"'{callee.name}' needs it per {mapping[p.of]}", node.span)
+        # The callee's own 'require' checks are not inherited: its caller states what it needs.
+        allow = ir.Any_(tuple(_substitute(r.cond, mapping) for r in callee.allow), node.span)
+        deny = tuple(_substitute(r.cond, mapping) for r in callee.deny)
+        if not deny:
+            return allow if len(allow.items) > 1 else allow.items[0]
+        return ir.All((allow, ir.Negate(ir.Any_(deny, node.span), node.span)), node.span)
+
+
+def _substitute(node, mapping: dict[str, object]):
+    """Rename a called mask's parameters into the caller's terms (ints become expressions)."""
+    if isinstance(node, ir.ParamRef):
+        return mapping[node.name]
+    if isinstance(node, ir.SegAttr):
+        return replace(node, seg=mapping[node.seg])
+    if isinstance(node, ir.SegValue):
+        return replace(node, array=mapping[node.array], seg=mapping[node.seg])
+    if isinstance(node, ir.Same):
+        return replace(node, seg=mapping[node.seg])
+    if isinstance(node, ir.Arith):
+        return replace(node, left=_substitute(node.left, mapping), right=_substitute(node.right, mapping))
+    if isinstance(node, ir.Func):
+        return replace(node, args=tuple(_substitute(a, mapping) for a in node.args))
+    if isinstance(node, ir.Cmp):
+        return replace(node, left=_substitute(node.left, mapping), right=_substitute(node.right, mapping))
+    if isinstance(node, (ir.All, ir.Any_)):
+        return replace(node, items=tuple(_substitute(i, mapping) for i in node.items))
+    if isinstance(node, ir.Negate):
+        return replace(node, item=_substitute(node.item, mapping))
+    return node
+
+
+def resolve(program: Program, name: str | None = None) -> ir.ResolvedMask:
+    """Resolve the mask ``name`` of the program's main file (its only mask when ``name`` is None)."""
+    resolver = _Resolver(program)
+    main = program.main
+    if name is None:
+        if len(main.masks) != 1:
+            names = ", ".join(m.name for m in main.masks) or "none"
+            raise MaskNameError(f"{main.path} defines {len(main.masks)} masks ({names}); name one with -m",
+                                None)
+        decl = main.masks[0]
+    else:
+        found = [m for m in main.masks if m.name == name]
+        if not found:
+            raise MaskNameError(f"{main.path} has no mask '{name}'", None,
+                                did_you_mean(name, [m.name for m in main.masks]))
+        decl = found[0]
+    return resolver.resolve_mask(main, decl)
+
+
+def resolve_all(program: Program) -> tuple[ir.ResolvedMask, ...]:
+    """Every mask of the main file, in order (for lint and explain)."""
+    resolver = _Resolver(program)
+    return tuple(resolver.resolve_mask(program.main, m) for m in program.main.masks)

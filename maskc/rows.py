@@ -1,0 +1,203 @@
+"""Linear forms evaluated at run time: per query row (exact) and per tile box (interval bounds).
+
+Classification's two instruments. ``RowValues`` evaluates k-free forms at every query position in
+O(seq_len) numpy work, memoising each term (regions share most of theirs). ``TileIntervals``
+bounds any form over every (q_block, kv_block) box: sound (the true values lie inside), exact for a
+single linear term, loose where terms are correlated.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from . import linear as L
+from .kernel_ir import BatchParams
+
+
+def _segment_lookup(table, positions: np.ndarray, extent: int):
+    """index, start, end of the segment holding each position (gap segments outside the range)."""
+    bounds = table.bounds
+    idx = np.searchsorted(bounds, positions, side="right") - 1
+    inside = (idx >= 0) & (idx < table.count)
+    safe = np.clip(idx, 0, max(table.count - 1, 0))
+    before = positions < bounds[0]
+    if table.count:
+        start = np.where(inside, bounds[safe], np.where(before, 0, bounds[-1]))
+        end = np.where(inside, bounds[safe + 1], np.where(before, bounds[0], extent))
+    else:
+        start = np.where(before, 0, bounds[-1])
+        end = np.where(before, bounds[0], extent)
+    return np.where(inside, idx, -1), start, end, inside, safe
+
+
+class _Scalars:
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head, batch_index: int):
+        self.params = params
+        self.builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": head, "b": batch_index}
+
+
+class RowValues(_Scalars):
+    """Values of k-free linear forms at the query positions ``q`` (an int64 array)."""
+
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int,
+                 q: np.ndarray):
+        super().__init__(params, seq_len, kv_len, head, batch_index)
+        self.q = q
+        self.extent = max(seq_len, kv_len)
+        self._memo: dict = {}
+        self._lookups: dict = {}
+
+    def lin(self, lin: ir.Lin):
+        out = np.int64(lin.const)
+        for t, c in lin.terms:
+            v = self.term(t)
+            out = out + (v if c == 1 else -v if c == -1 else c * v)
+        return out
+
+    def term(self, t):
+        hit = self._memo.get(t)
+        if hit is None:
+            hit = self._memo[t] = self._term(t)
+        return hit
+
+    def _lookup(self, seg: str):
+        if seg not in self._lookups:
+            self._lookups[seg] = _segment_lookup(self.params.segment(seg), self.q, self.extent)
+        return self._lookups[seg]
+
+    def _term(self, t):
+        if isinstance(t, ir.Pos):
+            if t.which != "q":
+                raise ValueError("row values are free of k")
+            return self.q
+        if isinstance(t, ir.Builtin):
+            return np.int64(self.builtins[t.name])
+        if isinstance(t, ir.ParamRef):
+            return np.int64(self.params.int(t.name))
+        if isinstance(t, (ir.SegAttr, ir.SegValue)):
+            index, start, end, inside, safe = self._lookup(t.seg)
+            if isinstance(t, ir.SegValue):
+                values = self.params.segment(t.seg).value(t.array)
+                return np.where(inside, values[safe], 0) if len(values) else np.zeros_like(index)
+            return {"index": index, "start": start, "end": end}[t.attr] if t.attr != "length" else end - start
+        if isinstance(t, ir.Square):
+            v = self.lin(t.base)
+            return v * v
+        if isinstance(t, ir.Product):
+            return self.lin(t.left) * self.lin(t.right)
+        if isinstance(t, ir.Floor):
+            num, den = self.lin(t.num), self.lin(t.den)
+            return np.floor_divide(num, den) if t.op == "//" else np.mod(num, den)
+        if isinstance(t, ir.Extreme):
+            vals = [self.lin(a) for a in t.args]
+            out = vals[0]
+            for v in vals[1:]:
+                out = np.minimum(out, v) if t.fn == "min" else np.maximum(out, v)
+            return out
+        raise TypeError(t)
+
+
+def lin_value(lin: ir.Lin, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int) -> int:
+    """The value of a form free of q and k."""
+    return int(RowValues(params, seq_len, kv_len, head, batch_index, np.zeros(1, np.int64)).lin(lin))
+
+
+class TileIntervals(_Scalars):
+    """Interval bounds ``(lo, hi)`` of linear forms over every tile box, shaped (QT, 1) x (1, KT).
+
+    ``heads`` is the (lo, hi) range of h over which the bounds must hold.
+    """
+
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: tuple[int, int],
+                 batch_index: int, block_m: int, block_n: int):
+        super().__init__(params, seq_len, kv_len, None, batch_index)
+        self.heads = heads
+        self.extent = max(seq_len, kv_len)
+        self.axes = {"q": self._axis(seq_len, block_m, (slice(None), None)),
+                     "k": self._axis(kv_len, block_n, (None, slice(None)))}
+        self._memo: dict = {}
+
+    @staticmethod
+    def _axis(length: int, block: int, shape):
+        starts = np.arange(0, length, block, dtype=np.int64)
+        positions = np.arange(length, dtype=np.int64)
+        return starts, positions, shape, np.minimum(starts + block, length) - 1
+
+    def _per_block(self, pos: str, values: np.ndarray):
+        """(min, max) of per-position values over each block of the axis, shaped for broadcasting."""
+        starts, _, shape, _ = self.axes[pos]
+        values = np.broadcast_to(values, self.axes[pos][1].shape)
+        return np.minimum.reduceat(values, starts)[shape], np.maximum.reduceat(values, starts)[shape]
+
+    def lin(self, lin: ir.Lin):
+        lo = hi = np.int64(lin.const)
+        for t, c in lin.terms:
+            tlo, thi = self.term(t)
+            if c > 0:
+                lo, hi = lo + c * tlo, hi + c * thi
+            else:
+                lo, hi = lo + c * thi, hi + c * tlo
+        return lo, hi
+
+    def term(self, t):
+        hit = self._memo.get(t)
+        if hit is None:
+            hit = self._memo[t] = self._term(t)
+        return hit
+
+    def _term(self, t):
+        if isinstance(t, ir.Pos):
+            starts, _, shape, last = self.axes[t.which]
+            return starts[shape], last[shape]
+        if isinstance(t, ir.Builtin):
+            if t.name == "h":
+                return np.int64(self.heads[0]), np.int64(self.heads[1])
+            v = np.int64(self.builtins[t.name])
+            return v, v
+        if isinstance(t, ir.ParamRef):
+            v = np.int64(self.params.int(t.name))
+            return v, v
+        if isinstance(t, (ir.SegAttr, ir.SegValue)):
+            positions = self.axes[t.pos][1]
+            row = RowValues(self.params, self.builtins["seq_len"], self.builtins["kv_len"], 0,
+                            self.builtins["b"], positions)
+            return self._per_block(t.pos, row.term(ir.SegAttr(t.seg, t.attr, "q") if isinstance(t, ir.SegAttr)
+                                                   else ir.SegValue(t.array, t.seg, "q")))
+        if isinstance(t, ir.Square):
+            lo, hi = self.lin(t.base)
+            sq_lo = np.where((lo <= 0) & (hi >= 0), 0, np.minimum(lo * lo, hi * hi))
+            return sq_lo, np.maximum(lo * lo, hi * hi)
+        if isinstance(t, ir.Product):
+            (a, b), (c, d) = self.lin(t.left), self.lin(t.right)
+            corners = (a * c, a * d, b * c, b * d)
+            return np.minimum.reduce(np.broadcast_arrays(*corners)), np.maximum.reduce(np.broadcast_arrays(*corners))
+        if isinstance(t, ir.Floor):
+            (a, b), (d0, d1) = self.lin(t.num), self.lin(t.den)   # bind checked d0 > 0
+            if t.op == "//":
+                return np.minimum(a // d0, a // d1), np.maximum(b // d0, b // d1)
+            same_period = (d0 == d1) & (a // d0 == b // d0)
+            return np.where(same_period, a % d0, 0), np.where(same_period, b % d0, d1 - 1)
+        if isinstance(t, ir.Extreme):
+            bounds = [self.lin(a) for a in t.args]
+            fn = np.minimum if t.fn == "min" else np.maximum
+            lo, hi = bounds[0]
+            for blo, bhi in bounds[1:]:
+                lo, hi = fn(lo, blo), fn(hi, bhi)
+            return lo, hi
+        raise TypeError(t)
+
+    def atom_state(self, lin: ir.Lin):
+        """Per tile: 1 where ``lin <= 0`` surely holds, -1 where it surely fails, 0 where unknown."""
+        lo, hi = self.lin(lin)
+        return np.where(hi <= 0, 1, np.where(lo > 0, -1, 0)).astype(np.int8)
+
+
+def k_bound_rows(bound: ir.KBound, rows: RowValues, lower: bool):
+    """The per-row value of a k bound: ceil(lin / den) for a lower bound, floor for an upper one."""
+    v = rows.lin(bound.lin)
+    if bound.den == 1:
+        return v
+    return -((-v) // bound.den) if lower else v // bound.den
+
+
+__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "L"]
