@@ -216,3 +216,10 @@ def _dedupe(regions: list[ir.Region]) -> tuple[ir.Region, ...]:
             seen.add(key)
             out.append(r)
     return tuple(out)
+
+
+def intersect(a: ir.Region, b: ir.Region) -> ir.Region | None:
+    """The conjunction of two regions, or None when it is contradictory on its face (linear
+    directions with empty bounds). None proves emptiness; a region back does not prove the opposite."""
+    tight = _tighten(list(a.atoms) + list(b.atoms))
+    return None if tight is None else ir.Region(tuple(tight), a.span)
