@@ -8,11 +8,11 @@ to ``bound.kernel_spec(...)`` and ``bound.descriptor(...)``. The choices are bou
 from __future__ import annotations
 
 # (head_dim) -> (block_m, block_n, num_warps). Each warp owns block_m / num_warps query rows (16 or 32).
-#   D=64:  32 rows per warp, Q re-read from shared memory; 254 registers, 48 KB smem, 2 CTAs/SM.
+#   D=64:  16 rows per warp, Q fragments in registers; 154 registers (causal), 48 KB smem.
 #   D=128: 16 rows per warp, Q fragments in registers; 212 registers, 96 KB smem, 1 CTA/SM (8 warps).
 #   D=256: 16 rows per warp, Q re-read from shared memory; 247 registers, 160 KB smem.
 _TILES = {
-    64: (128, 64, 4),
+    64: (128, 64, 8),
     128: (128, 64, 8),
     256: (64, 32, 4),
 }

@@ -1,0 +1,70 @@
+"""The kernel template renders and compiles through NVRTC for sm_90a (no GPU needed)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from maskc.emit import compile_to_cubin, emit_kernel, nvrtc_options, template_dir
+from maskc.kernel_ir import KernelSpec
+from maskc.schedule import choose_tiles
+
+from mock_masks import PRED_DOCUMENT, PRED_FULL
+
+pytest.importorskip("cupy")
+
+
+def spec(head_dim=128, dtype="bf16", predicate=PRED_DOCUMENT, name="document", tiles=None):
+    block_m, block_n, num_warps = tiles or choose_tiles(head_dim, dtype)
+    return KernelSpec(mask_name=name, head_dim=head_dim, dtype=dtype, block_m=block_m, block_n=block_n,
+                      num_warps=num_warps, predicate=predicate, mask_summary=("a test mask", "second line"))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("predicate", [PRED_FULL, PRED_DOCUMENT], ids=["full", "partial"])
+def test_compiles_for_sm90a(head_dim, dtype, predicate):
+    src = emit_kernel(spec(head_dim, dtype, predicate))
+    cubin = compile_to_cubin(src)
+    assert cubin[:4] == b"\x7fELF"
+    assert f'extern "C" __global__' in src.source and src.entry == "maskc_fwd_document"
+
+
+def test_source_reads_as_cuda():
+    src = emit_kernel(spec())
+    for leftover in ("{{", "}}", "{%", "%}", "{#", "#}"):
+        assert leftover not in src.source, leftover
+    assert PRED_DOCUMENT in src.source   # the predicate is placed verbatim
+    assert "constexpr int HEAD_DIM  = 128;" in src.source
+    assert "//   a test mask" in src.source and "//   second line" in src.source
+    assert "--gpu-architecture=sm_90a" in src.options and "--std=c++17" in src.options
+    assert any(o.startswith("-I") for o in nvrtc_options())
+    assert (template_dir() / "attention_fwd.cu.j2").is_file()
+
+
+@pytest.mark.parametrize("bad", ["doc-mask", "1causal", "causal mask", "", "a;b", "ü"])
+def test_mask_name_must_be_c_identifier(bad):
+    with pytest.raises(ValueError, match="C identifier"):
+        emit_kernel(spec(name=bad))
+
+
+def test_unsupported_shapes_are_rejected():
+    with pytest.raises(ValueError):
+        choose_tiles(96, "bf16")
+    with pytest.raises(ValueError):
+        choose_tiles(128, "fp32")
+    with pytest.raises(ValueError):
+        emit_kernel(spec(tiles=(128, 64, 2)))   # 64 rows per warp
+
+
+def test_compile_error_carries_the_log():
+    from maskc.emit import KernelCompileError
+
+    with pytest.raises(KernelCompileError, match=r"(?s)NVRTC failed.*error"):
+        compile_to_cubin(emit_kernel(spec(predicate="struct MaskRow { int q; }; this is not C++;")))
+
+
+def test_emit_is_pure():
+    a, b = emit_kernel(spec()), emit_kernel(spec())
+    assert a.source == b.source and a.options == b.options
+    assert not re.search(r"\bnan\b", a.source)
