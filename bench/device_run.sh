@@ -17,7 +17,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   for tool in memcheck racecheck; do
-    timeout 90 compute-sanitizer --tool $tool --target-processes all python3 bench/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
+    timeout ${SAN_TIMEOUT:-90} compute-sanitizer --tool $tool --target-processes all python3 bench/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
     summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Hazard' "$OUT/sanitize_$tool.log" | tail -n 2 | tr '\n' ' ')")
   done
 fi
