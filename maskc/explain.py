@@ -1,0 +1,189 @@
+"""``maskc explain``: every stage of the compiler, printed readably. Pure functions returning strings.
+
+One function per stage (``source_text``, ``resolved_text``, ``normal_text``, ``ranges_text``,
+``bound_text``); ``explain`` strings them together in pipeline order, each under the one-line why
+that :data:`maskc.pipeline.PASSES` gives it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from .linear import render
+from .pipeline import PASSES, BoundMask, CompiledMask
+from .show import legend, tile_counts
+
+_OPS = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
+
+
+# -- stage 1: what the user wrote -------------------------------------------------------------
+
+def _span_text(span) -> str:
+    """The exact text a node was parsed from (one line at most)."""
+    return span.source_line[span.col - 1: span.col - 1 + span.length].strip()
+
+
+def _line_text(span) -> str:
+    """The source line, without its comment."""
+    return span.source_line.split("#")[0].strip()
+
+
+def _param_decl(p: ir.ParamDecl) -> str:
+    if p.kind == "per":
+        return f"{p.name}: per {p.of}"
+    if p.kind == "segments":
+        return f"{p.name}: segments" + (f" from {_span_text(p.origin.span)}" if p.origin is not None else "")
+    return f"{p.name}: int" + (f" = {_span_text(p.default.span)}" if p.default is not None else "")
+
+
+def source_text(file: ir.SourceFile) -> str:
+    """The parsed file: imports, and per mask its parameters, lets and rules (as written)."""
+    lines = [f"import {i.path!r}   ({i.span})" for i in file.imports]
+    for m in file.masks:
+        lines.append(f"mask {m.name}({', '.join(_param_decl(p) for p in m.params)})   ({m.span})")
+        for let in m.lets:
+            lines.append(f"  line {let.span.line:<4} let      {_line_text(let.span).removeprefix('let').strip()}")
+        for r in m.rules:
+            text = _line_text(r.span).removeprefix(r.kind).strip()
+            lines.append(f"  line {r.span.line:<4} {r.kind:<8} {text}   ({len(r.conditions)} condition(s))")
+    return "\n".join(lines) or "(no masks)"
+
+
+# -- stage 2: resolved expressions ------------------------------------------------------------
+
+def expr_text(e: ir.IntExpr, outer: int = 0) -> str:
+    """An integer expression in .mask syntax, parenthesized only where precedence needs it."""
+    if isinstance(e, ir.Const):
+        return str(e.value)
+    if isinstance(e, ir.Pos):
+        return e.which
+    if isinstance(e, (ir.Builtin, ir.ParamRef)):
+        return e.name
+    if isinstance(e, ir.SegAttr):
+        return f"{e.seg}.{e.attr}({e.pos})"
+    if isinstance(e, ir.SegValue):
+        return f"{e.array}({e.pos})"
+    if isinstance(e, ir.Func):
+        return f"{e.fn}({', '.join(expr_text(a) for a in e.args)})"
+    if isinstance(e, ir.Arith):
+        if e.op == "-" and isinstance(e.left, ir.Const) and e.left.value == 0:
+            return f"-{expr_text(e.right, 3)}"
+        prec = _OPS[e.op]
+        text = f"{expr_text(e.left, prec)} {e.op} {expr_text(e.right, prec + 1)}"
+        return f"({text})" if prec < outer else text
+    return repr(e)
+
+
+def cond_text(c: ir.Cond, outer: str = "") -> str:
+    """A condition in .mask syntax (``and``/``or``/``not``, comparisons, ``same``)."""
+    if isinstance(c, ir.Truth):
+        return "true" if c.value else "false"
+    if isinstance(c, ir.Cmp):
+        return f"{expr_text(c.left)} {c.op} {expr_text(c.right)}"
+    if isinstance(c, ir.Same):
+        return f"same({c.seg})"
+    if isinstance(c, ir.Negate):
+        return f"not ({cond_text(c.item)})"
+    op = "and" if isinstance(c, ir.All) else "or"
+    text = f" {op} ".join(cond_text(i, op) for i in c.items)
+    return f"({text})" if outer and outer != op else text
+
+
+def _param_text(p: ir.Param) -> str:
+    if p.kind == "int":
+        return f"{p.name}: int" + (f" = {p.default}" if p.default is not None else "")
+    if p.kind == "segments":
+        return f"{p.name}: segments" + (f" from {expr_text(p.origin)}" if p.origin is not None else "")
+    return f"{p.name}: per {p.of}" + (f" = {p.default}" if p.default is not None else "")
+
+
+def resolved_text(m: ir.ResolvedMask) -> str:
+    lines = [f"mask {m.name}({', '.join(_param_text(p) for p in m.params)})"]
+    lines += [f"  {r.kind:<7} {cond_text(r.cond)}   (line {r.span.line})" for r in m.rules]
+    return "\n".join(lines)
+
+
+# -- stage 3: normal form ---------------------------------------------------------------------
+
+def region_text(region: ir.Region) -> str:
+    return " and ".join(f"{render(a.lin)} <= 0" for a in region.atoms) or "true"
+
+
+def normal_text(n: ir.NormalMask) -> str:
+    lines = [f"visible(q, k) = any of {len(n.allow)} allow region(s) and none of {len(n.deny)} deny region(s)"]
+    for kind, regions in (("allow", n.allow), ("deny", n.deny)):
+        lines += [f"  {kind} [{i}] {region_text(r)}   (line {r.span.line})" for i, r in enumerate(regions)]
+    if n.divisors:
+        lines.append("  divisors (must be > 0 at bind): " + ", ".join(render(d) for d in n.divisors))
+    return "\n".join(lines)
+
+
+# -- stage 4: range analysis ------------------------------------------------------------------
+
+def _kbound(b: ir.KBound, rounding: str) -> str:
+    return render(b.lin) if b.den == 1 else f"{rounding}(({render(b.lin)}) / {b.den})"
+
+
+def bounds_text(r: ir.RegionBounds) -> list[str]:
+    lines = []
+    if r.guards:
+        lines.append("guards: " + " and ".join(f"{render(a.lin)} <= 0" for a in r.guards))
+    lower = ", ".join(_kbound(b, "ceil") for b in r.lower) or "0"
+    upper = ", ".join(_kbound(b, "floor") for b in r.upper) or "kv_len - 1"
+    lines.append(f"k >= max({lower})" if len(r.lower) > 1 else f"k >= {lower}")
+    lines.append(f"k <= min({upper})" if len(r.upper) > 1 else f"k <= {upper}")
+    if r.opaque:
+        lines.append("opaque (checked per pair): " + " and ".join(f"{render(a.lin)} <= 0" for a in r.opaque))
+    lines.append("exact" if r.exact else "not exact: tiles it touches are only sound")
+    return lines
+
+
+def ranges_text(r: ir.RangeMask) -> str:
+    lines = [f"tile classes are {'exact' if r.exact else 'sound but not exact'} for this mask"]
+    for kind, regions in (("allow", r.allow), ("deny", r.deny)):
+        for i, region in enumerate(regions):
+            lines.append(f"  {kind} [{i}]   (line {region.span.line})")
+            lines += [f"    {line}" for line in bounds_text(region)]
+    return "\n".join(lines)
+
+
+# -- run time: one bound instance -------------------------------------------------------------
+
+def bound_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descriptor_lines: int = 8) -> str:
+    tiles = bound.tile_map(block_m, block_n)
+    counts = tile_counts(tiles.classes)
+    lines = [f"seq_len {bound.seq_len}, kv_len {bound.kv_len}, batch {bound.batch}, tiles {block_m}x{block_n}",
+             legend(counts), f"classes are {'exact' if tiles.exact else 'sound (not exact)'}"]
+    desc = bound.descriptor(block_m, block_n)
+    lines.append(f"descriptor: {desc.runs.shape[0]} runs over {desc.run_offsets.size - 1} row blocks, "
+                 f"{desc.mask_data.size} mask_data ints")
+    kinds = {1: "PARTIAL", 2: "FULL"}
+    for r in range(min(descriptor_lines, desc.run_offsets.size - 1)):
+        runs = desc.runs[desc.run_offsets[r]:desc.run_offsets[r + 1]]
+        text = ", ".join(f"kv [{b}, {e}) {kinds[int(k)]}" for b, e, k in runs) or "(no keys)"
+        lines.append(f"  row block {r}: {text}")
+    if desc.run_offsets.size - 1 > descriptor_lines:
+        lines.append(f"  ... {desc.run_offsets.size - 1 - descriptor_lines} more row blocks")
+    lines.append(f"  work_order[:8] = {np.asarray(desc.work_order[:8]).tolist()}")
+    return "\n".join(lines)
+
+
+def _section(title: str, why: str | None, body: str) -> str:
+    head = f"== {title}" + (f": {why}" if why else "")
+    return f"{head}\n{body}\n"
+
+
+def explain(file: ir.SourceFile, masks: tuple[CompiledMask, ...], bounds: dict | None = None,
+            block_m: int = 128, block_n: int = 128) -> str:
+    """Every stage of each mask, in pipeline order; ``bounds`` maps a mask name to a BoundMask."""
+    why = {name: text for name, text, _ in PASSES}
+    out = [_section("parse", "the syntax tree, names not yet looked up", source_text(file))]
+    for m in masks:
+        out.append(f"######## mask {m.name}\n")
+        out.append(_section("resolve", why.get("resolve"), resolved_text(m.resolved)))
+        out.append(_section("normalize", why.get("normalize"), normal_text(m.normal)))
+        out.append(_section("ranges", why.get("ranges"), ranges_text(m.ranges)))
+        if bounds and m.name in bounds:
+            out.append(_section("bind + classify + pack", "tile classes and descriptor for these sizes",
+                                bound_text(bounds[m.name], block_m, block_n)))
+    return "\n".join(out)
