@@ -13,7 +13,7 @@ GLYPHS = {FULL: "█", PARTIAL: "▒", EMPTY: "·"}
 NAMES = {FULL: "FULL", PARTIAL: "PARTIAL", EMPTY: "EMPTY"}
 # PNG colours: FULL and EMPTY tiles need no masking; PARTIAL ones run the predicate (amber = work).
 COLOURS = {FULL: (46, 125, 50), PARTIAL: (255, 179, 0), EMPTY: (236, 236, 236)}
-VISIBLE_SHADE = 0.4      # a visible pair is its tile's colour darkened, so the class stays readable
+VISIBLE_SHADE = 0.55     # a visible pair is its tile's colour darkened, so the class stays readable
 
 
 def tile_counts(classes: np.ndarray) -> dict[str, int]:
