@@ -1,0 +1,86 @@
+"""Lint: each check finds what it claims, at the user's line:col, and valid examples lint clean."""
+from pathlib import Path
+
+import pytest
+
+from maskc.lint import Diagnostic, lint_file
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.mask"))
+
+
+def _lint(tmp_path, text: str) -> list[Diagnostic]:
+    path = tmp_path / "m.mask"
+    path.write_text(text)
+    return lint_file(path)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_lint_clean(path):
+    assert lint_file(path) == []
+
+
+def test_unused_parameter_reported_at_its_name(tmp_path):
+    diags = _lint(tmp_path, "mask m(window: int, unused: int = 3)\n  allow k <= q, q - k < window\n")
+    assert [(d.line, d.col, d.severity) for d in diags] == [(1, 21, "warning")]
+    assert "'unused'" in diags[0].message and "never used" in diags[0].message
+
+
+def test_parameter_used_only_in_let_that_is_never_used_is_unused(tmp_path):
+    diags = _lint(tmp_path, "mask m(w: int)\n  let far = q - k - w\n  allow k <= q\n")
+    assert [(d.line, d.col) for d in diags] == [(1, 8)]
+
+
+def test_segments_origin_and_per_arrays_count_as_uses(tmp_path):
+    text = ("mask m(p: int, r: segments from p, t: per r)\n"
+            "  allow same(r), k <= q, k < t(q) + r.start(q)\n")
+    assert _lint(tmp_path, text) == []
+
+
+def test_require_counts_as_a_use(tmp_path):
+    assert _lint(tmp_path, "mask m(n: int)\n  require n >= 0\n  allow k <= q\n") == []
+
+
+def test_allow_rule_that_never_holds(tmp_path):
+    diags = _lint(tmp_path, "mask m()\n  allow k <= q\n  allow k < q, k > q\n  allow k < 0\n")
+    assert [(d.line, d.col, d.severity) for d in diags] == [(3, 3, "warning"), (4, 3, "warning")]
+    assert all("can never hold" in d.message for d in diags)
+
+
+def test_deny_that_removes_nothing(tmp_path):
+    diags = _lint(tmp_path, "mask m()\n  allow k <= q\n  deny k > q\n  deny k == q\n")
+    assert [(d.line, d.col) for d in diags] == [(3, 3)]
+    assert "removes nothing" in diags[0].message
+
+
+def test_duplicate_masks_each_reported_and_linting_goes_on(tmp_path):
+    text = ("mask a()\n  allow k <= q\n"
+            "mask a()\n  allow k <= q\n"
+            "mask a()\n  allow k <= q\n"
+            "mask b(x: int)\n  allow k <= q\n")
+    diags = _lint(tmp_path, text)
+    assert [(d.line, d.col, d.severity) for d in diags] == [(3, 6, "error"), (5, 6, "error"), (7, 8, "warning")]
+    assert "first at line 1" in diags[0].message
+
+
+def test_errors_of_one_mask_do_not_hide_another(tmp_path):
+    text = "mask a()\n  allow k <= qq\nmask b()\n  allow k <= q\n  deny k > q\n"
+    diags = _lint(tmp_path, text)
+    assert [(d.line, d.col, d.severity) for d in diags] == [(2, 14, "error"), (5, 3, "warning")]
+    assert diags[0].hint == "did you mean 'q'?"
+
+
+def test_parse_error_is_one_diagnostic_with_position(tmp_path):
+    diags = _lint(tmp_path, "mask m()\n  allow k <= q +\n")
+    assert len(diags) == 1 and diags[0].severity == "error" and (diags[0].line, diags[0].col) == (2, 17)
+
+
+def test_unreadable_file_is_an_error_not_an_exception(tmp_path):
+    diags = lint_file(tmp_path / "missing.mask")
+    assert len(diags) == 1 and diags[0].severity == "error" and "cannot read" in diags[0].message
+
+
+def test_diagnostic_text_and_dict():
+    d = Diagnostic("f.mask", 3, 5, "warning", "msg", "try this")
+    assert str(d) == "f.mask:3:5: warning: msg\n  hint: try this"
+    assert d.as_dict() == {"file": "f.mask", "line": 3, "col": 5, "severity": "warning", "message": "msg",
+                           "hint": "try this"}
