@@ -1,0 +1,238 @@
+"""The maskc command: each subcommand end to end, and errors that never show a traceback."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import maskc
+from maskc import cli as cli_module
+from maskc.cli import blocked_attention, cli, cubin_registers, parse_params, round_to
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def invoke(*args):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert "Traceback" not in result.output
+    return result
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(cli_module, "gpu_available", lambda: False)
+
+
+@pytest.fixture
+def bad_file(tmp_path):
+    path = tmp_path / "bad.mask"
+    path.write_text("mask m(window: int)\n  allow k <= q, q - k < windw\n")
+    return path
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [
+    ["compile", "{f}", "-o", "{tmp}/k.cu"], ["run", "{f}", "--seq-len", "64"], ["show", "{f}", "--seq-len", "64"],
+    ["explain", "{f}"],
+])
+def test_mask_errors_show_file_line_col_and_caret(bad_file, tmp_path, command):
+    result = invoke(*[a.format(f=bad_file, tmp=tmp_path) for a in command])
+    assert result.exit_code == 1
+    assert f"{bad_file}:2:25: error: unknown name 'windw'" in result.stderr
+    assert "  allow k <= q, q - k < windw\n" in result.stderr
+    assert re.search(r"\n +\^~~~~\n", result.stderr)
+    assert "hint: did you mean 'window'?" in result.stderr
+
+
+def test_bind_error_points_at_the_parameter():
+    result = invoke("show", EXAMPLES / "document.mask", "--seq-len", 100, "--param", "docs=10,20")
+    assert result.exit_code == 1
+    assert "document.mask:2:15: error: segments 'docs' sum to 30" in result.stderr
+
+
+def test_missing_file_is_a_clean_error(tmp_path):
+    result = invoke("compile", tmp_path / "nope.mask")
+    assert result.exit_code == 1 and "cannot read" in result.stderr
+
+
+def test_internal_errors_exit_2_without_traceback(monkeypatch):
+    def broken(*a, **k):
+        raise KeyError("oops")
+    monkeypatch.setattr(cli_module, "_load", broken)
+    result = invoke("explain", EXAMPLES / "causal.mask", "-m", "causal")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("maskc: internal error: KeyError")
+
+
+def test_entry_point_runs_as_a_module_and_prints_no_traceback(bad_file):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "maskc", "compile", str(bad_file)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert f"{bad_file}:2:25: error: unknown name 'windw'" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+# -- compile ----------------------------------------------------------------------------------
+
+def test_compile_writes_the_kernel(tmp_path):
+    out = tmp_path / "k.cu"
+    result = invoke("compile", EXAMPLES / "document.mask", "-o", out, "--head-dim", 64, "--dtype", "fp16")
+    assert result.exit_code == 0, result.output
+    source = out.read_text()
+    assert 'extern "C" __global__' in source and "maskc_fwd_document" in source
+    assert "maskc_fwd_document (head_dim 64, fp16" in result.stderr
+
+
+def test_compile_check_runs_nvrtc_and_reports_registers(tmp_path):
+    pytest.importorskip("cupy")
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", tmp_path / "k.cu", "--check")
+    assert result.exit_code == 0, result.output
+    match = re.search(r"NVRTC: ok, (\d+) byte cubin, (\d+) registers per thread", result.stderr)
+    assert match and 32 <= int(match.group(2)) <= 255
+
+
+def test_cubin_registers_reads_the_elf():
+    pytest.importorskip("cupy")
+    from maskc.emit import compile_to_cubin
+    cubin = compile_to_cubin(maskc.load(EXAMPLES / "causal.mask").kernel_source(head_dim=64, dtype="bf16"))
+    assert 32 <= cubin_registers(cubin) <= 255
+    assert cubin_registers(b"not an elf") is None
+
+
+def test_compile_rejects_impossible_tiles_cleanly(tmp_path):
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", tmp_path / "k.cu", "--block-m", 96)
+    assert result.exit_code == 1 and result.stderr.startswith("maskc: error: block_m 96")
+
+
+# -- run --------------------------------------------------------------------------------------
+
+def test_parse_params_kinds_and_batches():
+    mask = maskc.load(EXAMPLES / "hstu.mask")
+    assert parse_params(mask, ("users=10,20", "context=2", "targets=1,2")) == {
+        "users": [10, 20], "context": 2, "targets": [1, 2]}
+    assert parse_params(mask, ("users=30;10,20",)) == {"users": [[30], [10, 20]]}
+    assert parse_params(mask, ("context=1;2",)) == {"context": [1, 2]}
+
+
+def test_run_on_cpu_says_so_and_compares_two_computations(no_gpu):
+    result = invoke("run", EXAMPLES / "document.mask", "--seq-len", 512, "--param", "docs=100,200,212",
+                    "--heads", 2)
+    assert result.exit_code == 0, result.output
+    assert "no GPU found: ran the CPU reference" in result.stdout
+    assert "float64 dense reference:" in result.stdout and "float32 tile-skipping reference:" in result.stdout
+    assert "█ FULL" in result.stdout and "tile classes: exact" in result.stdout
+    assert "density:" in result.stdout
+    err = float(re.search(r"‖ref‖ = ([0-9.e+-]+)", result.stdout).group(1))
+    assert 0 < err < 1e-5          # not zero: two different computations; small: they agree
+
+
+def test_run_jagged_batch_on_cpu(no_gpu):
+    result = invoke("run", EXAMPLES / "document.mask", "--seq-len", 256, "--param", "docs=100,156;256",
+                    "--heads", 1)
+    assert result.exit_code == 0, result.output
+    assert "batch 2" in result.stdout
+
+
+def test_run_refuses_huge_cpu_runs(no_gpu):
+    result = invoke("run", EXAMPLES / "causal.mask", "--seq-len", 16384)
+    assert result.exit_code == 1
+    assert "too large for the CPU reference (at most 8192)" in result.stderr
+
+
+def test_blocked_reference_catches_a_wrong_tile(no_gpu):
+    """The tile-skipping check really depends on the descriptor: corrupt one run and it disagrees."""
+    bound = maskc.load(EXAMPLES / "causal.mask").bind(seq_len=256)
+    rng = np.random.default_rng(1)
+    q, k, v = (round_to(rng.standard_normal((1, 1, 256, 64), np.float32), "bf16") for _ in range(3))
+    ref = maskc.reference_attention(q, k, v, bound)
+    good = blocked_attention(q, k, v, bound, 64, 64)
+    assert np.abs(good - ref).max() < 1e-5
+    desc = bound.descriptor(64, 64)
+    saved = desc.runs.copy()
+    try:
+        desc.runs[desc.runs[:, 2] == 1, 2] = 2          # pretend the diagonal tiles are FULL
+        bad = blocked_attention(q, k, v, bound, 64, 64)
+    finally:
+        desc.runs[:] = saved
+    assert np.abs(bad - ref).max() > 1e-2
+
+
+def test_round_to_bf16_keeps_8_bits_of_mantissa():
+    x = np.array([1.0 + 2 ** -9, 3.14159], np.float32)
+    assert round_to(x, "bf16").tolist() == [1.0, 3.140625]
+    assert (round_to(x, "fp16") == x.astype(np.float16)).all()
+
+
+# -- lint -------------------------------------------------------------------------------------
+
+def _warn_file(tmp_path):
+    path = tmp_path / "w.mask"
+    path.write_text("mask m(x: int)\n  allow k <= q\n  deny k > q\n")
+    return path
+
+
+def test_lint_text_warnings_exit_0_and_strict_exits_1(tmp_path):
+    path = _warn_file(tmp_path)
+    result = invoke("lint", path)
+    assert result.exit_code == 0
+    assert f"{path}:1:8: warning: parameter 'x' of mask 'm' is never used" in result.stdout
+    assert f"{path}:3:3: warning: this deny rule removes nothing" in result.stdout
+    assert invoke("lint", "--strict", path).exit_code == 1
+
+
+def test_lint_errors_exit_1_and_examples_are_clean(bad_file):
+    assert invoke("lint", *sorted(EXAMPLES.glob("*.mask"))).exit_code == 0
+    result = invoke("lint", bad_file, EXAMPLES / "causal.mask")
+    assert result.exit_code == 1
+    assert f"{bad_file}:2:25: error: unknown name 'windw'" in result.stdout
+
+
+def test_lint_json(tmp_path):
+    result = invoke("lint", "--format", "json", _warn_file(tmp_path))
+    items = json.loads(result.stdout)
+    assert [(i["line"], i["col"], i["severity"]) for i in items] == [(1, 8, "warning"), (3, 3, "warning")]
+    assert set(items[0]) == {"file", "line", "col", "severity", "message", "hint"}
+
+
+def test_lint_github(tmp_path, bad_file):
+    result = invoke("lint", "--format", "github", bad_file)
+    assert result.stdout.startswith(f"::error file={bad_file},line=2,col=25::unknown name 'windw'")
+    assert "::warning" in invoke("lint", "--format", "github", _warn_file(tmp_path)).stdout
+
+
+# -- show and explain -------------------------------------------------------------------------
+
+def test_show_counts_match_tiles_and_png_is_written(tmp_path):
+    png = tmp_path / "m.png"
+    result = invoke("show", EXAMPLES / "sliding_window.mask", "--seq-len", 1024, "--param", "window=200",
+                    "--block-m", 64, "--block-n", 64, "--png", png)
+    assert result.exit_code == 0, result.output
+    classes = maskc.load(EXAMPLES / "sliding_window.mask").bind(seq_len=1024, window=200).tiles(64, 64)
+    grid = "".join(line[1:-1] for line in result.stdout.splitlines() if line.startswith("│"))
+    assert (grid.count("█"), grid.count("▒"), grid.count("·")) == (
+        (classes == 2).sum(), (classes == 1).sum(), (classes == 0).sum())
+    assert png.stat().st_size > 1000
+
+
+def test_show_dense_small_and_refuses_large():
+    result = invoke("show", EXAMPLES / "causal.mask", "--seq-len", 4, "--dense")
+    assert result.exit_code == 0 and "│█···│\n│██··│\n│███·│\n│████│" in result.stdout
+    result = invoke("show", EXAMPLES / "causal.mask", "--seq-len", 1000, "--dense")
+    assert result.exit_code == 1 and "at most 160" in result.stderr
+
+
+def test_explain_prints_every_stage_and_bound_tiles():
+    result = invoke("explain", EXAMPLES / "prefix_lm.mask", "--seq-len", 512, "--param", "prefix=100")
+    assert result.exit_code == 0, result.output
+    for stage in ("== parse", "== resolve", "== normalize", "== ranges", "== bind + classify + pack"):
+        assert stage in result.stdout
+    assert "allow [0] -prefix + k + 1 <= 0" in result.stdout
+    assert "row block 0:" in result.stdout

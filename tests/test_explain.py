@@ -1,0 +1,59 @@
+"""Explain: each stage's text says what that stage computed."""
+from pathlib import Path
+
+import maskc
+from maskc.explain import bounds_text, cond_text, explain, normal_text, ranges_text, resolved_text, source_text
+from maskc.pipeline import PASSES, compile_all, load_program
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def test_every_pass_is_a_section_with_its_why():
+    masks = compile_all(EXAMPLES / "document.mask")
+    text = explain(load_program(EXAMPLES / "document.mask").main, masks)
+    for name, why, _ in PASSES:
+        assert f"== {name}: {why}" in text
+    assert text.index("== parse") < text.index("== resolve") < text.index("== normalize") < text.index("== ranges")
+
+
+def test_parse_section_lists_rules_as_written_with_lines():
+    text = source_text(load_program(EXAMPLES / "hstu.mask").main)
+    assert "mask hstu(users: segments, context: int = 0, targets: per users, max_attn_len: int = 0)" in text
+    assert "line 11   let      d = id(q) - id(k)" in text
+    assert "line 15   allow    same(users), context > 0, id(q) == 0, id(k) < n_hist(k)   (4 condition(s))" in text
+
+
+def test_resolved_rules_inline_calls_of_other_masks():
+    mask = maskc.load(EXAMPLES / "global_local.mask")
+    text = resolved_text(mask.resolved)
+    assert "allow   k <= q and q - k < window   (line 7)" in text
+    assert "require globals >= 0" in text
+
+
+def test_cond_text_parenthesizes_by_precedence():
+    mask = maskc.compile_mask("mask m(a: int)\n  allow (k < a or k > q) and q - (k - a) * 2 >= 0\n")
+    assert cond_text(mask.resolved.rules[0].cond) == "(k < a or k > q) and q - (k - a) * 2 >= 0"
+
+
+def test_normal_form_is_printed_as_atoms():
+    mask = maskc.load(EXAMPLES / "sliding_window.mask")
+    text = normal_text(mask.normal)
+    assert "allow [0] -window - k + q + 1 <= 0 and k - q <= 0" in text
+
+
+def test_ranges_show_bounds_guards_opaque_and_exactness():
+    causal = maskc.load(EXAMPLES / "causal.mask")
+    assert bounds_text(causal.ranges.allow[0]) == ["k >= 0", "k <= q", "exact"]
+    doc = ranges_text(maskc.load(EXAMPLES / "document.mask").ranges)
+    assert "guards: -docs.index(q) <= 0" in doc and "k >= docs.start(q)" in doc
+    assert "k <= min(docs.end(q) - 1, q)" in doc or "k <= min(q, docs.end(q) - 1)" in doc
+    clear = ranges_text(maskc.load(EXAMPLES / "clear.mask").ranges)
+    assert "sound but not exact" in clear and "opaque (checked per pair)" in clear
+
+
+def test_bound_section_has_tile_counts_and_descriptor_runs():
+    mask = maskc.load(EXAMPLES / "causal.mask")
+    bound = mask.bind(seq_len=512)
+    text = explain(load_program(EXAMPLES / "causal.mask").main, (mask,), {"causal": bound})
+    assert "█ FULL 6   ▒ PARTIAL 4   · EMPTY 6" in text
+    assert "row block 3: kv [0, 3) FULL, kv [3, 4) PARTIAL" in text
