@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import sys
 import time
 
@@ -144,30 +143,6 @@ kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key l
 
 # -- compile ----------------------------------------------------------------------------------
 
-def cubin_registers(cubin: bytes) -> int | None:
-    """Registers per thread, from the cubin's ``.nv.info`` EIATTR_REGCOUNT (no GPU needed)."""
-    try:
-        shoff, = struct.unpack_from("<Q", cubin, 0x28)
-        entsize, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
-        header = lambda i: struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize)  # noqa: E731
-        strtab = header(names)[4]
-        for i in range(count):
-            name_at, _, _, _, offset, size, *_ = header(i)
-            if not cubin[strtab + name_at:].startswith(b".nv.info"):
-                continue
-            p = offset
-            while p + 4 <= offset + size:
-                fmt, attr, value = struct.unpack_from("<BBH", cubin, p)
-                p += 4
-                if fmt == 0x04:                        # EIFMT_SVAL: `value` bytes of payload follow
-                    if attr == 0x2F:                   # EIATTR_REGCOUNT: (function symbol, registers)
-                        return struct.unpack_from("<II", cubin, p)[1]
-                    p += value
-    except struct.error:
-        pass
-    return None
-
-
 @cli.command("compile")
 @click.argument("file")
 @mask_option
@@ -200,59 +175,13 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check):
             raise CliError("--check needs CuPy's NVRTC: pip install 'maskc[cuda]'") from None
         except KernelCompileError as err:
             raise CliError(str(err)) from None
+        from .cpu_check import cubin_registers
         regs = cubin_registers(cubin)
         click.echo(f"NVRTC: ok, {len(cubin)} byte cubin" + (f", {regs} registers per thread" if regs else ""),
                    err=True)
 
 
 # -- run --------------------------------------------------------------------------------------
-
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values rounded to bf16 or fp16 (what the kernel would read), kept as float32."""
-    if dtype == "fp16":
-        return x.astype(np.float16).astype(np.float32)
-    bits = x.astype(np.float32).view(np.uint32)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000      # round to nearest even
-    return bits.view(np.float32)
-
-
-def blocked_attention(q, k, v, bound, block_m: int, block_n: int) -> np.ndarray:
-    """Attention in float32 that walks the descriptor like the kernel: EMPTY tiles skipped, FULL tiles
-    unmasked, PARTIAL tiles masked pair by pair. Compared with the dense float64 reference, it checks
-    the tile classes and runs as well as the arithmetic."""
-    desc = bound.descriptor(block_m, block_n)
-    batch, heads, seq_len, dim = q.shape
-    qt, scale = desc.n_q_blocks, np.float32(1.0 / np.sqrt(dim))
-    out = np.zeros(q.shape, np.float32)
-    for b in range(batch):
-        mb = b if desc.batch > 1 else 0
-        dense = None if bound.num_heads else bound.dense(mb)
-        for h in range(heads):
-            if bound.num_heads:                           # a mask that reads h: one mask per head
-                dense = bound.dense(mb, h)
-            for i in range(qt):
-                rows = slice(i * block_m, min(seq_len, (i + 1) * block_m))
-                cols, allowed = [], []
-                for begin, end, kind in desc.runs[desc.run_offsets[mb * qt + i]:desc.run_offsets[mb * qt + i + 1]]:
-                    c = np.arange(begin * block_n, min(bound.kv_len, end * block_n))
-                    cols.append(c)
-                    allowed.append(dense[rows][:, c] if kind == 1 else np.ones((rows.stop - rows.start, c.size), bool))
-                if not cols:
-                    continue                            # a row block that sees no key: O = 0
-                c, ok = np.concatenate(cols), np.concatenate(allowed, axis=1)
-                scores = np.where(ok, (q[b, h, rows] @ k[b, h, c].T) * scale, -np.inf).astype(np.float32)
-                peak = scores.max(axis=1, keepdims=True)
-                seen = np.isfinite(peak)
-                p = np.where(ok, np.exp(scores - np.where(seen, peak, 0)), 0).astype(np.float32)
-                total = p.sum(axis=1, keepdims=True)
-                out[b, h, rows] = np.where(seen, (p / np.where(total > 0, total, 1)) @ v[b, h, c], 0)
-    return out
-
-
-def _rel_err(out, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.linalg.norm(np.asarray(out, np.float64) - ref) / max(np.linalg.norm(ref), 1e-300))
-
 
 def _run_gpu(bound, q, k, v, dtype):
     import maskc
@@ -290,6 +219,7 @@ def _run_gpu(bound, q, k, v, dtype):
 @click.option("--seed", type=int, default=0, show_default=True)
 def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, seed):
     """Run masked attention on random inputs and compare it with the float64 reference."""
+    from .cpu_check import blocked_attention, relative_error, round_to
     from .reference import reference_attention
     from .schedule import choose_tiles
 
@@ -319,7 +249,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
         start = time.perf_counter()
         ref = reference_attention(q, k, v, bound)
         click.echo(f"float64 reference (CPU): {time.perf_counter() - start:.3f} s")
-        click.echo(f"‖out − ref‖ / ‖ref‖ = {_rel_err(out, ref):.3e}  (maskc kernel, {dtype}, vs float64)")
+        click.echo(f"‖out − ref‖ / ‖ref‖ = {relative_error(out, ref):.3e}  (maskc kernel, {dtype}, vs float64)")
         return
     click.echo("no GPU found: ran the CPU reference instead of maskc's kernel (numpy float64 dense, checked "
                "against a float32 pass that walks the descriptor's tiles)")
@@ -329,7 +259,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     start = time.perf_counter()
     out = blocked_attention(q, k, v, bound, block_m, block_n)
     click.echo(f"float32 tile-skipping reference: {time.perf_counter() - start:.3f} s")
-    click.echo(f"‖out − ref‖ / ‖ref‖ = {_rel_err(out, ref):.3e}  (float32 tile-skipping vs float64 dense)")
+    click.echo(f"‖out − ref‖ / ‖ref‖ = {relative_error(out, ref):.3e}  (float32 tile-skipping vs float64 dense)")
 
 
 # -- lint -------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 import maskc
 from maskc import cli as cli_module
-from maskc.cli import blocked_attention, cli, cubin_registers, parse_params, round_to
+from maskc.cli import cli, parse_params
+from maskc.cpu_check import blocked_attention, cubin_registers, round_to
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"

@@ -1,0 +1,87 @@
+"""Checks the ``maskc`` command makes without a GPU.
+
+``maskc run`` on the CPU needs a second attention computation to hold against the float64 reference,
+so that the error it reports compares two different things; ``maskc compile --check`` reads the
+register count out of NVRTC's cubin.
+
+``blocked_attention`` walks the descriptor the way the CUDA kernel does (EMPTY tiles skipped, FULL
+tiles unmasked, PARTIAL tiles masked pair by pair) in float32; a wrong tile class or run shows up
+as a large error against the dense float64 reference, which never looks at tiles.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded to bf16 or fp16 (what the kernel would read), kept as float32."""
+    if dtype == "fp16":
+        return x.astype(np.float16).astype(np.float32)
+    bits = x.astype(np.float32).view(np.uint32)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000      # round to nearest even
+    return bits.view(np.float32)
+
+
+def blocked_attention(q, k, v, bound, block_m: int, block_n: int) -> np.ndarray:
+    """Attention in float32 that walks the descriptor like the kernel: EMPTY tiles skipped, FULL tiles
+    unmasked, PARTIAL tiles masked pair by pair. Compared with the dense float64 reference, it checks
+    the tile classes and runs as well as the arithmetic."""
+    desc = bound.descriptor(block_m, block_n)
+    batch, heads, seq_len, dim = q.shape
+    qt, scale = desc.n_q_blocks, np.float32(1.0 / np.sqrt(dim))
+    out = np.zeros(q.shape, np.float32)
+    for b in range(batch):
+        mb = b if desc.batch > 1 else 0
+        dense = None if bound.num_heads else bound.dense(mb)
+        for h in range(heads):
+            if bound.num_heads:                           # a mask that reads h: one mask per head
+                dense = bound.dense(mb, h)
+            for i in range(qt):
+                rows = slice(i * block_m, min(seq_len, (i + 1) * block_m))
+                cols, allowed = [], []
+                for begin, end, kind in desc.runs[desc.run_offsets[mb * qt + i]:desc.run_offsets[mb * qt + i + 1]]:
+                    c = np.arange(begin * block_n, min(bound.kv_len, end * block_n))
+                    cols.append(c)
+                    allowed.append(dense[rows][:, c] if kind == 1 else np.ones((rows.stop - rows.start, c.size), bool))
+                if not cols:
+                    continue                            # a row block that sees no key: O = 0
+                c, ok = np.concatenate(cols), np.concatenate(allowed, axis=1)
+                scores = np.where(ok, (q[b, h, rows] @ k[b, h, c].T) * scale, -np.inf).astype(np.float32)
+                peak = scores.max(axis=1, keepdims=True)
+                seen = np.isfinite(peak)
+                p = np.where(ok, np.exp(scores - np.where(seen, peak, 0)), 0).astype(np.float32)
+                total = p.sum(axis=1, keepdims=True)
+                out[b, h, rows] = np.where(seen, (p / np.where(total > 0, total, 1)) @ v[b, h, c], 0)
+    return out
+
+
+def relative_error(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64."""
+    ref = np.asarray(ref, np.float64)
+    return float(np.linalg.norm(np.asarray(out, np.float64) - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def cubin_registers(cubin: bytes) -> int | None:
+    """Registers per thread, from the cubin's ``.nv.info`` EIATTR_REGCOUNT (no GPU needed)."""
+    try:
+        shoff, = struct.unpack_from("<Q", cubin, 0x28)
+        entsize, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+        header = lambda i: struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize)  # noqa: E731
+        strtab = header(names)[4]
+        for i in range(count):
+            name_at, _, _, _, offset, size, *_ = header(i)
+            if not cubin[strtab + name_at:].startswith(b".nv.info"):
+                continue
+            p = offset
+            while p + 4 <= offset + size:
+                fmt, attr, value = struct.unpack_from("<BBH", cubin, p)
+                p += 4
+                if fmt == 0x04:                        # EIFMT_SVAL: `value` bytes of payload follow
+                    if attr == 0x2F:                   # EIATTR_REGCOUNT: (function symbol, registers)
+                        return struct.unpack_from("<II", cubin, p)[1]
+                    p += value
+    except struct.error:
+        pass
+    return None
