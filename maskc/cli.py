@@ -242,7 +242,11 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     click.echo(_tile_summary(bound, block_m, block_n))
     if on_gpu:
         out, seconds = _run_gpu(bound, q, k, v, dtype)
-        click.echo(f"GPU: maskc kernel {seconds * 1e3:.3f} ms per call (mean of 10)")
+        pairs = _visible_pairs(bound)
+        # 4 flops per visible pair and head dim element (QK^T and PV); batch-1 masks repeat over the batch
+        rate = "" if pairs is None else (
+            f", {4.0 * pairs * (batch // bound.batch) * heads * dim / seconds / 1e12:.1f} TFLOP/s on visible pairs")
+        click.echo(f"GPU: maskc kernel {seconds * 1e3:.3f} ms per call (wall clock, mean of 10){rate}")
         if max(bound.seq_len, bound.kv_len) > CPU_MAX_LEN:
             click.echo(f"reference skipped: seq_len/kv_len above {CPU_MAX_LEN} take too long on the CPU")
             return
