@@ -53,6 +53,18 @@ def _union(intervals: list[tuple[np.ndarray, np.ndarray]]):
     return out
 
 
+def _compact(slots):
+    """Per row, non-empty slots first in order of lo; columns empty in every row dropped."""
+    if len(slots) <= 1:
+        return slots
+    lo = np.stack([s[0] for s in slots])
+    hi = np.stack([s[1] for s in slots])
+    order = np.argsort(lo, axis=0, kind="stable")
+    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
+    live = (lo < hi).any(axis=1)
+    return [(lo[j], hi[j]) for j in range(len(slots)) if live[j]] or [(lo[0], hi[0])]
+
+
 def _subtract(slots, deny):
     """Per row, slots minus one interval: each slot leaves a left and a right piece."""
     dlo, dhi = deny
@@ -63,6 +75,16 @@ def _subtract(slots, deny):
         out.append((np.where(lo < left_hi, lo, _NONE), np.where(lo < left_hi, left_hi, _NONE)))
         out.append((np.where(right_lo < hi, right_lo, _NONE), np.where(right_lo < hi, hi, _NONE)))
     return out
+
+
+def _visible_slots(allow, deny, rows: RowValues, kv_len: int):
+    """Per row, the keys of exact allow regions minus exact deny regions, as disjoint slots.
+    At most len(allow) + len(deny) slots: subtracting m disjoint intervals splits n into n + m."""
+    slots = _compact(_union([_region_rows(r, rows, kv_len) for r in allow]))
+    if deny:
+        for interval in _compact(_union([_region_rows(r, rows, kv_len) for r in deny])):
+            slots = _compact(_subtract(slots, interval))
+    return slots
 
 
 def _tile_counts(slots, seq_len: int, kv_len: int, block_m: int, block_n: int):
@@ -119,17 +141,14 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     rows = RowValues(params, S, K, head, b, np.arange(S, dtype=np.int64))
     exact_allow = [r for r in mask.allow if r.exact]
     exact_deny = [r for r in mask.deny if r.exact]
-    slots = _union([_region_rows(r, rows, K) for r in exact_allow])
-    if exact_deny:
-        for deny in _union([_region_rows(r, rows, K) for r in exact_deny]):
-            slots = _subtract(slots, deny)
+    slots = _visible_slots(exact_allow, exact_deny, rows, K)
     touch, cover = _tile_counts(slots, S, K, block_m, block_n)
     opaque_allow = [r for r in mask.allow if not r.exact]
     opaque_deny = [r for r in mask.deny if not r.exact]
     if opaque_allow or opaque_deny:
         tiles = TileIntervals(params, S, K, heads, b, block_m, block_n)
         none = np.zeros_like(touch)
-        d_touch_e, d_cover_e = (_tile_counts(_union([_region_rows(r, rows, K) for r in exact_deny]),
+        d_touch_e, d_cover_e = (_tile_counts(_compact(_union([_region_rows(r, rows, K) for r in exact_deny])),
                                              S, K, block_m, block_n) if exact_deny else (none, none))
         a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, tiles, S, K, block_m, block_n)
                                 if opaque_allow else (none, none))
@@ -179,10 +198,7 @@ def visible_pairs(mask: ir.RangeMask, bound: BoundParams, block: int = 128) -> i
     for b, params in enumerate(bound.batch):
         if mask.exact and not _uses_head(mask):
             rows = RowValues(params, S, K, 0, b, np.arange(S, dtype=np.int64))
-            slots = _union([_region_rows(r, rows, K) for r in mask.allow])
-            if mask.deny:
-                for deny in _union([_region_rows(r, rows, K) for r in mask.deny]):
-                    slots = _subtract(slots, deny)
+            slots = _visible_slots(mask.allow, mask.deny, rows, K)
             total += int(sum(np.where(lo < hi, hi - lo, 0).sum() for lo, hi in slots))
             continue
         raise NotImplementedError("visible_pairs of a non-exact mask needs its resolved form")

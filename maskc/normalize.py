@@ -20,7 +20,7 @@ from . import ir
 from . import linear as L
 
 _FLIP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
-_MAX_REGIONS = 4096
+_MAX_REGIONS = 512
 
 
 class _TooComplex(Exception):

@@ -149,12 +149,12 @@ class _CWriter:
 
     # -- forms -----------------------------------------------------------------------------
     def lin(self, lin: ir.Lin, per_element: bool = False) -> str:
-        if per_element and not L.depends_on_k(lin) and L.depends_on_q(lin) and not self._is_leafish(lin):
+        if per_element and not L.depends_on_k(lin) and not self._is_leafish(lin):
             return self.hoist(lin)
         parts = []
         for t, c in lin.terms:
-            text = self.term(t, per_element)
-            parts.append((c, text))
+            hoist = per_element and not L.term_depends_on_k(t) and not isinstance(t, (ir.Pos, ir.Builtin, ir.ParamRef))
+            parts.append((c, self.hoist(L.of_term(t)) if hoist else self.term(t, per_element)))
         out = ""
         for c, text in parts:
             mag = abs(c)
@@ -169,6 +169,7 @@ class _CWriter:
         return len(lin.terms) <= 1 and isinstance(L.single_term(lin), (ir.Pos, ir.Builtin, ir.ParamRef))
 
     def hoist(self, lin: ir.Lin) -> str:
+        """A per-row value: computed once in mask_row, read by mask_visible."""
         name = self._hoisted.get(lin)
         if name is None:
             name = self._hoisted[lin] = f"v{len(self._hoisted)}"
@@ -222,8 +223,8 @@ def emit_predicate(mask: ir.RangeMask) -> str:
                 v = w.lin(b.lin) if b.den == 1 else f"maskc_floordiv({w.lin(b.lin)}, {b.den})"
                 hi = f"min((long long){hi}, (long long){v})"
             row_body += ["    " + c for c in _region_comment(region, kind)]
-            row_body.append(f"    row.lo{i} = (int){lo};")
-            row_body.append(f"    row.hi{i} = (int){hi};")
+            row_body.append(f"    row.lo{i} = {lo if lo == '0' else '(int)' + lo};")
+            row_body.append(f"    row.hi{i} = {'(int)(' + hi + ')' if region.upper else hi};")
             if region.guards:
                 guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.guards)
                 row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")

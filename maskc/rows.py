@@ -37,12 +37,13 @@ class _Scalars:
 
 
 class RowValues(_Scalars):
-    """Values of k-free linear forms at the query positions ``q`` (an int64 array)."""
+    """Values of linear forms at the query positions ``q`` (an int64 array); forms that use k need
+    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid)."""
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int,
-                 q: np.ndarray):
+                 q: np.ndarray, k: np.ndarray | None = None):
         super().__init__(params, seq_len, kv_len, head, batch_index)
-        self.q = q
+        self.q, self.k = q, k
         self.extent = max(seq_len, kv_len)
         self._memo: dict = {}
         self._lookups: dict = {}
@@ -60,22 +61,23 @@ class RowValues(_Scalars):
             hit = self._memo[t] = self._term(t)
         return hit
 
-    def _lookup(self, seg: str):
-        if seg not in self._lookups:
-            self._lookups[seg] = _segment_lookup(self.params.segment(seg), self.q, self.extent)
-        return self._lookups[seg]
+    def _lookup(self, seg: str, pos: str):
+        if (seg, pos) not in self._lookups:
+            positions = self.q if pos == "q" else self.k
+            self._lookups[seg, pos] = _segment_lookup(self.params.segment(seg), positions, self.extent)
+        return self._lookups[seg, pos]
 
     def _term(self, t):
         if isinstance(t, ir.Pos):
-            if t.which != "q":
-                raise ValueError("row values are free of k")
-            return self.q
+            if t.which == "k" and self.k is None:
+                raise ValueError("these row values have no key positions")
+            return self.q if t.which == "q" else self.k
         if isinstance(t, ir.Builtin):
             return np.int64(self.builtins[t.name])
         if isinstance(t, ir.ParamRef):
             return np.int64(self.params.int(t.name))
         if isinstance(t, (ir.SegAttr, ir.SegValue)):
-            index, start, end, inside, safe = self._lookup(t.seg)
+            index, start, end, inside, safe = self._lookup(t.seg, t.pos)
             if isinstance(t, ir.SegValue):
                 values = self.params.segment(t.seg).value(t.array)
                 return np.where(inside, values[safe], 0) if len(values) else np.zeros_like(index)
@@ -160,9 +162,8 @@ class TileIntervals(_Scalars):
         if isinstance(t, (ir.SegAttr, ir.SegValue)):
             positions = self.axes[t.pos][1]
             row = RowValues(self.params, self.builtins["seq_len"], self.builtins["kv_len"], 0,
-                            self.builtins["b"], positions)
-            return self._per_block(t.pos, row.term(ir.SegAttr(t.seg, t.attr, "q") if isinstance(t, ir.SegAttr)
-                                                   else ir.SegValue(t.array, t.seg, "q")))
+                            self.builtins["b"], positions, positions)
+            return self._per_block(t.pos, row.term(t))
         if isinstance(t, ir.Square):
             lo, hi = self.lin(t.base)
             sq_lo = np.where((lo <= 0) & (hi >= 0), 0, np.minimum(lo * lo, hi * hi))

@@ -1,0 +1,88 @@
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(ROOT))
+
+settings.register_profile("ci", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("thorough", max_examples=600, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("MASKC_HYPOTHESIS", "ci"))
+
+
+def _gpu_available() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="no NVIDIA GPU here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def tile_truth(dense: np.ndarray, block_m: int, block_n: int) -> np.ndarray:
+    """Tile classes by brute force from a dense mask: the oracle for classification."""
+    s, k = dense.shape
+    qt, kt = -(-s // block_m), -(-k // block_n)
+    pad = np.zeros((qt * block_m, kt * block_n), np.int8)
+    exists = np.zeros_like(pad, bool)
+    pad[:s, :k] = dense
+    exists[:s, :k] = True
+    blocks = pad.reshape(qt, block_m, kt, block_n)
+    real = exists.reshape(qt, block_m, kt, block_n)
+    n_visible = blocks.sum(axis=(1, 3))
+    n_pairs = real.sum(axis=(1, 3))
+    return np.where(n_visible == 0, 0, np.where(n_visible == n_pairs, 2, 1)).astype(np.int8)
+
+
+# Parameters for binding each example at a small length; tests parametrize over these.
+def example_params(name: str, seq_len: int, rng: np.random.Generator) -> dict:
+    def split(total, parts):
+        if parts <= 1 or total == 0:
+            return [total]
+        cuts = np.sort(rng.integers(0, total + 1, parts - 1))
+        return [int(x) for x in np.diff(np.concatenate([[0], cuts, [total]]))]
+
+    if name == "causal":
+        return {}
+    if name == "sliding_window":
+        return {"window": int(rng.integers(1, seq_len + 2))}
+    if name == "prefix_lm":
+        return {"prefix": int(rng.integers(0, seq_len + 1))}
+    if name in ("document", "bidirectional_document"):
+        return {"docs": split(seq_len, int(rng.integers(1, 6)))}
+    if name == "shared_prompt":
+        prompt = int(rng.integers(0, seq_len + 1))
+        return {"prompt": prompt, "responses": split(seq_len - prompt, int(rng.integers(1, 5)))}
+    if name == "hstu":
+        users = split(seq_len, int(rng.integers(1, 4)))
+        context = int(rng.integers(0, 4))
+        folded = max(context - 1, 0)
+        while any(u < folded for u in users):
+            context, folded = 0, 0
+        targets = [int(rng.integers(0, u - folded + 1)) for u in users]
+        return {"users": users, "context": context, "targets": targets,
+                "max_attn_len": int(rng.choice([0, 1, 3, 17]))}
+    if name == "clear":
+        return {"text": int(rng.integers(0, seq_len + 1)), "width": int(rng.integers(1, 20)),
+                "radius": int(rng.integers(0, 6))}
+    if name == "global_local":
+        return {"globals": int(rng.integers(0, 5)), "window": int(rng.integers(1, seq_len + 1))}
+    raise KeyError(name)
+
+
+EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mask"))

@@ -1,0 +1,100 @@
+"""Tile classification against brute force: sound on every mask, exact on the k-linear fragment."""
+import numpy as np
+import pytest
+from hypothesis import assume, event, given, strategies as st
+
+import maskc
+from maskc.errors import MaskError
+from conftest import EXAMPLES, EXAMPLE_NAMES, example_params, tile_truth
+from mask_strategies import binding, mask_text, tile_shape
+
+
+def _compile_or_skip(text):
+    try:
+        return maskc.compile_mask(text)
+    except MaskError as err:       # e.g. a mask whose rules normalize to too many regions
+        event(f"rejected: {err.message}")
+        assume(False)
+
+
+def _bind(mask, seq_len, kv_len, params):
+    try:
+        return mask.bind(seq_len=seq_len, kv_len=kv_len, **params)
+    except maskc.BindError as err:
+        event(f"bind rejected: {err.message}")
+        return None
+
+
+def _check(bound, bm, bn, expect_exact):
+    dense = bound.dense()
+    truth = tile_truth(dense, bm, bn)
+    got = bound.tiles(bm, bn)
+    assert got.shape == truth.shape
+    assert not np.any((got == maskc.FULL) & (truth != maskc.FULL)), "a FULL tile has a hidden pair"
+    assert not np.any((got == maskc.EMPTY) & (truth != maskc.EMPTY)), "an EMPTY tile has a visible pair"
+    if expect_exact:
+        np.testing.assert_array_equal(got, truth)
+    return int(((got == maskc.PARTIAL) & (truth != maskc.PARTIAL)).sum())
+
+
+@given(mask_text(exact=True), binding(), tile_shape)
+def test_exact_on_k_linear_masks(text, bind_args, shape):
+    mask = _compile_or_skip(text)
+    assert mask.exact, f"k-linear mask reported inexact:\n{text}"
+    bound = _bind(mask, *bind_args)
+    if bound is not None:
+        _check(bound, *shape, expect_exact=True)
+
+
+@given(mask_text(exact=False), binding(), tile_shape)
+def test_sound_on_every_mask(text, bind_args, shape):
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is not None:
+        _check(bound, *shape, expect_exact=mask.exact)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+@given(seed=st.integers(0, 2**32 - 1), seq_len=st.integers(1, 300), shape=tile_shape)
+def test_examples(name, seed, seq_len, shape):
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    rng = np.random.default_rng(seed)
+    bound = mask.bind(seq_len=seq_len, **example_params(name, seq_len, rng))
+    _check(bound, *shape, expect_exact=(name != "clear"))
+    assert mask.exact == (name != "clear")
+
+
+def test_clear_inexactness_is_reported_and_small():
+    """CLEAR is non-affine: classes are only sound. Count PARTIAL tiles that are really FULL/EMPTY."""
+    mask = maskc.load(EXAMPLES / "clear.mask")
+    bound = mask.bind(seq_len=2048 + 512, text=512, width=128, radius=16)
+    dense = bound.dense()
+    truth = tile_truth(dense, 128, 128)
+    got = bound.tiles(128, 128)
+    wrong = int(((got == maskc.PARTIAL) & (truth != maskc.PARTIAL)).sum())
+    assert not mask.tile_map(128, 128).exact if hasattr(mask, "tile_map") else True
+    assert not bound.tile_map(128, 128).exact
+    assert wrong <= (got == maskc.PARTIAL).sum() // 4, f"{wrong} of {(got == 1).sum()} PARTIAL tiles are not"
+
+
+def test_batch_elements_are_classified_independently():
+    mask = maskc.load(EXAMPLES / "document.mask")
+    bound = mask.bind(seq_len=100, docs=[[50, 50], [10, 90], [100]])
+    classes = bound.tile_map(16, 16).classes
+    for b in range(3):
+        np.testing.assert_array_equal(classes[b], tile_truth(bound.dense(b), 16, 16))
+
+
+def test_head_dependent_masks_are_sound_for_every_head():
+    mask = maskc.compile_mask("mask m()\n  allow k <= q, h < 2\n  allow k <= q - h\n")
+    bound = mask.bind(seq_len=64, num_heads=4)
+    got = bound.tiles(8, 8)
+    for h in range(4):
+        truth = tile_truth(bound.dense(0, h), 8, 8)
+        assert not np.any((got == 2) & (truth != 2)) and not np.any((got == 0) & (truth != 0))
+
+
+def test_visible_pairs_matches_dense():
+    mask = maskc.load(EXAMPLES / "shared_prompt.mask")
+    bound = mask.bind(seq_len=300, prompt=100, responses=[[50, 150], [200]])
+    assert bound.visible_pairs() == int(bound.dense(0).sum() + bound.dense(1).sum())
