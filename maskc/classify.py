@@ -91,31 +91,29 @@ def _tile_counts(slots, seq_len: int, kv_len: int, block_m: int, block_n: int):
     """For each tile: does any row touch it, and does every row cover it (slots disjoint per row)."""
     qt_count, kt_count = -(-seq_len // block_m), -(-kv_len // block_n)
     width = kt_count + 1
-    row_tile = np.arange(seq_len, dtype=np.int64) // block_m
-    touch_idx, cover_idx, weights_t, weights_c = [], [], [], []
+    size = qt_count * width
+    row_base = (np.arange(seq_len, dtype=np.int64) // block_m) * width
+    touch = np.zeros(size, np.int64)
+    cover = np.zeros(size, np.int64)
     for lo, hi in slots:
         live = lo < hi
-        if not live.any():
+        if not live.all():
+            base, lo, hi = row_base[live], lo[live], hi[live]
+        else:
+            base = row_base
+        if not len(lo):
             continue
-        rt, lo, hi = row_tile[live], lo[live], hi[live]
-        t0, t1 = lo // block_n, -((-hi) // block_n)
+        # Difference arrays along each row block: +1 where a range of key blocks starts, -1 past it.
+        touch += np.bincount(base + lo // block_n, minlength=size)
+        touch -= np.bincount(base + -((-hi) // block_n), minlength=size)
         c0 = -((-lo) // block_n)
         c1 = np.where(hi >= kv_len, kt_count, hi // block_n)      # the last, short tile ends at kv_len
-        base = rt * width
-        touch_idx += [base + t0, base + t1]
-        weights_t += [np.ones_like(t0), -np.ones_like(t1)]
         good = c0 < c1
-        cover_idx += [(base + c0)[good], (base + c1)[good]]
-        weights_c += [np.ones(good.sum(), np.int64), -np.ones(good.sum(), np.int64)]
-    size = qt_count * width
-    if not touch_idx:
-        z = np.zeros((qt_count, kt_count), bool)
-        return z, z.copy()
-    touch = np.bincount(np.concatenate(touch_idx), np.concatenate(weights_t), size)
-    cover = np.bincount(np.concatenate(cover_idx), np.concatenate(weights_c), size) if cover_idx else np.zeros(size)
+        cover += np.bincount((base + c0)[good], minlength=size)
+        cover -= np.bincount((base + c1)[good], minlength=size)
     touch = np.cumsum(touch.reshape(qt_count, width), axis=1)[:, :kt_count] > 0
     rows_per_tile = np.minimum(block_m, seq_len - np.arange(qt_count) * block_m)[:, None]
-    cover = np.cumsum(cover.reshape(qt_count, width), axis=1)[:, :kt_count] >= rows_per_tile - 0.5
+    cover = np.cumsum(cover.reshape(qt_count, width), axis=1)[:, :kt_count] == rows_per_tile
     return touch, cover
 
 
@@ -124,7 +122,7 @@ def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m,
     touch = cover = None
     for region in regions:
         t, c = _tile_counts([_region_rows(region, rows, kv_len)], seq_len, kv_len, block_m, block_n)
-        states = [tiles.atom_state(a.lin) for a in region.opaque]
+        states = np.broadcast_arrays(*[tiles.atom_state(a.lin) for a in region.opaque], t)[:-1]
         surely_false = np.logical_or.reduce([s == -1 for s in states])
         surely_true = np.logical_and.reduce([s == 1 for s in states])
         t, c = t & ~surely_false, c & surely_true

@@ -16,6 +16,25 @@ _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equ
         "==": np.equal, "!=": np.not_equal}
 
 
+def segment_tables(table, extent: int) -> dict[str, np.ndarray]:
+    """Per position 0..extent-1: its segment's index, start, end and length, and each per-segment
+    array's value (key ``"value:<name>"``), written out position by position."""
+    b = [int(x) for x in table.bounds]
+    index = np.full(extent, -1, np.int64)
+    start = np.zeros(extent, np.int64)
+    end = np.full(extent, b[0], np.int64)
+    start[b[-1]:] = b[-1]                              # the gap after the range
+    end[b[-1]:] = extent
+    values = {name: np.zeros(extent, np.int64) for name, _ in table.values}
+    for i in range(table.count):
+        lo, hi = b[i], b[i + 1]
+        index[lo:hi], start[lo:hi], end[lo:hi] = i, lo, hi
+        for name, arr in table.values:
+            values[name][lo:hi] = arr[i]
+    return {"index": index, "start": start, "end": end, "length": end - start,
+            **{"value:" + k: v for k, v in values.items()}}
+
+
 class Evaluator:
     """Evaluates expressions of one mask for one batch element; q and k are numpy arrays that
     broadcast against each other (``q[:, None]`` and ``k[None, :]`` for the dense mask)."""
@@ -28,24 +47,8 @@ class Evaluator:
         self._tables: dict[str, dict[str, np.ndarray]] = {}
 
     def _table(self, seg: str) -> dict[str, np.ndarray]:
-        """Per position 0..extent-1: its segment's index, start, end and length, and array values."""
         if seg not in self._tables:
-            t = self.params.segment(seg)
-            b = [int(x) for x in t.bounds]
-            n = t.count
-            index = np.full(self.extent, -1, np.int64)
-            start = np.zeros(self.extent, np.int64)
-            end = np.full(self.extent, b[0], np.int64)
-            start[b[-1]:] = b[-1]                              # the gap after the range
-            end[b[-1]:] = self.extent
-            values = {name: np.zeros(self.extent, np.int64) for name, _ in t.values}
-            for i in range(n):
-                lo, hi = b[i], b[i + 1]
-                index[lo:hi], start[lo:hi], end[lo:hi] = i, lo, hi
-                for name, arr in t.values:
-                    values[name][lo:hi] = arr[i]
-            self._tables[seg] = {"index": index, "start": start, "end": end,
-                                 "length": end - start, **{"value:" + k: v for k, v in values.items()}}
+            self._tables[seg] = segment_tables(self.params.segment(seg), self.extent)
         return self._tables[seg]
 
     def int(self, e: ir.IntExpr, q, k):

@@ -157,29 +157,23 @@ class BoundMask:
     def descriptor(self, block_m: int = 128, block_n: int = 128) -> Descriptor:
         return _descriptor(self, block_m, block_n)
 
-    def to_flex_block_mask(self, block_size: int = 128, mask_mod=None):
-        """A ``torch.nn.attention.flex_attention.BlockMask`` built from maskc's tiles (needs torch)."""
+    def to_flex_block_mask(self, block_size: int = 128, device: str = "cuda"):
+        """maskc's tile classes as a ``torch.nn.attention.flex_attention.BlockMask`` on ``device``,
+        with :meth:`flex_mask_mod` for its PARTIAL blocks: feed it straight to ``flex_attention``."""
         import torch
         from torch.nn.attention.flex_attention import BlockMask
 
         arrays = to_flex_block_mask_arrays(self.tile_map(block_size, block_size))
-        t = {k: torch.from_numpy(v) for k, v in arrays.items()}
-        if mask_mod is None:
-            mask_mod = self.flex_mask_mod()
+        t = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
         return BlockMask.from_kv_blocks(t["kv_num_blocks"], t["kv_indices"], t["full_kv_num_blocks"],
-                                        t["full_kv_indices"], BLOCK_SIZE=block_size, mask_mod=mask_mod,
+                                        t["full_kv_indices"], BLOCK_SIZE=block_size,
+                                        mask_mod=self.flex_mask_mod(device),
                                         seq_lengths=(self.seq_len, self.kv_len))
 
-    def flex_mask_mod(self):
-        """A FlexAttention mask_mod that looks pairs up in the dense mask (small sizes only)."""
-        import torch
-
-        dense = torch.from_numpy(np.stack([self.dense(b) for b in range(self.batch)]))
-
-        def mask_mod(b, h, q_idx, kv_idx):
-            table = dense.to(q_idx.device)
-            return table[b if self.batch > 1 else 0, q_idx, kv_idx]
-        return mask_mod
+    def flex_mask_mod(self, device: str = "cuda"):
+        """The mask as a FlexAttention mask_mod in torch operations (O(N) tables, any length)."""
+        from .flex import FlexMaskMod
+        return FlexMaskMod(self, device)
 
     def visible_pairs(self) -> int:
         """The number of visible (q, k) pairs summed over the batch, without the dense mask."""

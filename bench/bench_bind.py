@@ -1,0 +1,88 @@
+"""Bind + classify + pack time on the CPU, per mask and length (a benchmark, not a test).
+
+    python bench/bench_bind.py [--lengths 32768 131072] [--block 128] [--repeat 50]
+
+Times the run-time path a user pays when lengths or parameters change: ``mask.bind(...)``
+(validation and `require` checks), tile classification and descriptor packing, from a fresh
+BoundMask each time (nothing cached). Prints the median in ms and writes
+bench/results/bind_cpu.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import maskc  # noqa: E402
+from maskc.classify import classify  # noqa: E402
+from maskc.descriptor import pack  # noqa: E402
+from maskc.predicate import pack_mask_data  # noqa: E402
+
+
+def workloads(seq_len: int):
+    """The benchmark masks of issue 3, scaled with the length."""
+    rng = np.random.default_rng(0)
+    cuts = np.sort(rng.choice(np.arange(1, seq_len), 11, replace=False))
+    docs = np.diff(np.concatenate([[0], cuts, [seq_len]])).tolist()
+    prompt = seq_len // 4
+    responses = [(seq_len - prompt) // 4] * 3
+    responses.append(seq_len - prompt - sum(responses))
+    users = [seq_len // 4] * 4
+    return [
+        ("causal", {}),
+        ("sliding_window", {"window": 1024}),
+        ("document", {"docs": docs}),
+        ("shared_prompt", {"prompt": prompt, "responses": responses}),
+        ("hstu", {"users": users, "context": 0, "targets": [u // 10 for u in users]}),
+        ("hstu", {"users": users, "context": 32, "targets": [u // 10 for u in users]}),
+        ("clear", {"text": 512, "width": 128, "radius": 16}),
+    ]
+
+
+def time_once(mask, seq_len, params, block):
+    t0 = time.perf_counter()
+    bound = mask.bind(seq_len=seq_len, **params)
+    tiles = classify(mask.ranges, bound.params, block, block)
+    data, offsets = pack_mask_data(mask.ranges, bound.params)
+    pack(tiles, data, offsets)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", type=int, nargs="+", default=[32768, 131072])
+    ap.add_argument("--block", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=50)
+    args = ap.parse_args()
+    records = []
+    print(f"| mask | seq_len | tiles | bind+classify+pack ms (median of {args.repeat}) |")
+    print("|---|---|---|---|")
+    for seq_len in args.lengths:
+        for name, params in workloads(seq_len):
+            mask = maskc.load(ROOT / "examples" / f"{name}.mask")
+            time_once(mask, seq_len, params, args.block)          # warm caches and imports
+            times = [time_once(mask, seq_len, params, args.block) for _ in range(args.repeat)]
+            label = name + (f" (context {params['context']})" if name == "hstu" else "")
+            ms = statistics.median(times)
+            tiles = -(-seq_len // args.block) ** 2
+            print(f"| {label} | {seq_len} | {tiles} | {ms:.3f} |")
+            records.append({"mask": label, "seq_len": seq_len, "impl": "maskc_bind_cpu", "ms": ms,
+                            "block": args.block, "machine": platform.processor() or platform.machine(),
+                            "date": date.today().isoformat()})
+    out = ROOT / "bench" / "results" / "bind_cpu.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""FlexAttention interop: the mask_mod maskc writes in torch ops, and the BlockMask arrays."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import maskc
+from conftest import EXAMPLES, EXAMPLE_NAMES, example_params
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+@given(seed=st.integers(0, 2**32 - 1), seq_len=st.integers(1, 150))
+def test_mask_mod_matches_dense(name, seed, seq_len):
+    rng = np.random.default_rng(seed)
+    params = example_params(name, seq_len, rng)
+    bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=seq_len, **params)
+    mod = bound.flex_mask_mod(device="cpu")
+    q = torch.arange(seq_len)[:, None]
+    k = torch.arange(seq_len)[None, :]
+    got = mod(torch.tensor(0), torch.tensor(0), q, k)
+    np.testing.assert_array_equal(np.broadcast_to(got.numpy(), (seq_len, seq_len)), bound.dense())
+
+
+def test_mask_mod_reads_each_batch_element():
+    bound = maskc.load(EXAMPLES / "document.mask").bind(seq_len=40, kv_len=50, docs=[[10, 30], [40]])
+    mod = bound.flex_mask_mod(device="cpu")
+    q, k = torch.arange(40)[:, None], torch.arange(50)[None, :]
+    for b in range(2):
+        np.testing.assert_array_equal(mod(torch.tensor(b), torch.tensor(0), q, k).numpy(), bound.dense(b))
+
+
+def test_block_mask_rebuilds_tiles():
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    bound = maskc.load(EXAMPLES / "shared_prompt.mask").bind(seq_len=1000, prompt=300, responses=[200, 500])
+    block_mask = bound.to_flex_block_mask(block_size=128, device="cpu")
+    dense = block_mask.to_dense()[0, 0].numpy()       # 1 where a block is listed (partial or full)
+    tiles = bound.tiles(128, 128)
+    np.testing.assert_array_equal(dense.astype(bool), tiles != maskc.EMPTY)
+    assert isinstance(block_mask, flex.BlockMask)
