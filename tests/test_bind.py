@@ -1,0 +1,258 @@
+"""Bind: every documented BindError, at the declaration's file:line:col, and valid values bound right."""
+import numpy as np
+import pytest
+
+import maskc
+from maskc.errors import BindError, MaskError
+
+from conftest import EXAMPLES
+
+
+def load(name):
+    return maskc.load(EXAMPLES / f"{name}.mask")
+
+
+def _decl_line(name, needle):
+    """(line, col) of the first occurrence of ``needle`` in an example file."""
+    for i, line in enumerate((EXAMPLES / f"{name}.mask").read_text().splitlines(), 1):
+        if needle in line:
+            return i, line.index(needle) + 1
+    raise AssertionError(needle)
+
+
+def _bind_error(mask, *args, **kwargs) -> BindError:
+    with pytest.raises(BindError) as info:
+        mask.bind(*args, **kwargs)
+    err = info.value
+    text = str(err)
+    assert err.message and "Traceback" not in text
+    return err
+
+
+def _at(err, example, needle):
+    line, col = _decl_line(example, needle)
+    assert err.span is not None, str(err)
+    assert err.span.file == str(EXAMPLES / f"{example}.mask")
+    assert (err.span.line, err.span.col) == (line, col), str(err)
+    assert str(err).startswith(f"{err.span.file}:{line}:{col}: error: ")
+    assert "^" in str(err)
+
+
+# -- segments --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("docs,total", [([3, 4], 7), ([10, 1], 11), ([], 0), ([0], 0)])
+def test_segments_not_summing_to_their_range(docs, total):
+    err = _bind_error(load("document"), 10, docs=docs)
+    assert f"segments 'docs' sum to {total}" in err.message
+    assert "[0, 10)" in err.message            # names the range it must cover
+    _at(err, "document", "docs: segments")
+
+
+def test_segments_from_origin_must_cover_the_rest():
+    err = _bind_error(load("shared_prompt"), 10, prompt=4, responses=[3, 4])
+    assert "'responses'" in err.message and "[4, 10)" in err.message and "6 tokens" in err.message
+    _at(err, "shared_prompt", "responses: segments")
+
+
+def test_negative_lengths():
+    err = _bind_error(load("document"), 10, docs=[12, -2])
+    assert "negative" in err.message and "'docs'" in err.message
+    _at(err, "document", "docs: segments")
+
+
+@pytest.mark.parametrize("origin", [11, -1, 100])
+def test_segments_from_origin_outside_range(origin):
+    err = _bind_error(load("shared_prompt"), 10, prompt=origin, responses=[max(0, 10 - origin)])
+    assert f"start at {origin}" in err.message and "[0, seq_len = 10]" in err.message
+    _at(err, "shared_prompt", "responses: segments")
+
+
+def test_origin_at_either_end_is_fine():
+    m = load("shared_prompt")
+    assert m.bind(10, prompt=10, responses=[]).dense().sum() == 55
+    d = m.bind(10, prompt=0, responses=[4, 6]).dense()
+    q, k = np.indices((10, 10))
+    assert np.array_equal(d, (k <= q) & ((q >= 4) == (k >= 4)))
+
+
+@pytest.mark.parametrize("value", [[5.0, 5], "55", [True, 9], None, [[5], 5]])
+def test_segments_must_be_integer_lists(value):
+    m = load("document")
+    with pytest.raises(BindError) as info:
+        m.bind(10, docs=value)
+    assert "'docs'" in info.value.message
+
+
+@pytest.mark.xfail(strict=True, reason="bind.py _int_list raises BindError without a span, so "
+                   "'segments docs must be a list of integers' has no file:line:col of the declaration")
+def test_segments_type_error_carries_the_declaration():
+    err = _bind_error(load("document"), 10, docs=[5.0, 5])
+    _at(err, "document", "docs: segments")
+
+
+def test_segments_as_numpy_array():
+    d = load("document").bind(10, docs=np.array([4, 6])).dense()
+    assert d.sum() == 10 + 21
+
+
+# -- per-segment arrays ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("targets", [[1], [1, 1, 1], []])
+def test_wrong_count_of_per_array_entries(targets):
+    err = _bind_error(load("hstu"), 10, users=[5, 5], targets=targets)
+    assert f"'targets' has {len(targets)} entries but 'users' has 2 segments" in err.message
+    _at(err, "hstu", "targets: per users")
+
+
+def test_targets_longer_than_the_user_fail_the_require_line():
+    err = _bind_error(load("hstu"), 10, users=[5, 5], targets=[1, 6])
+    assert "requirement not met" in err.message and "q = 5" in err.message
+    _at(err, "hstu", "require 0 <= targets(q)")
+
+
+def test_per_array_default_fills_every_segment():
+    m = maskc.compile_mask("mask m(d: segments, t: per d = 2)\n  allow same(d), k <= q, q - k < t(q)\n")
+    a = m.bind(9, d=[4, 5]).dense()
+    b = m.bind(9, d=[4, 5], t=[2, 2]).dense()
+    assert np.array_equal(a, b) and a.sum() > 0
+
+
+def test_missing_per_array_without_default():
+    err = _bind_error(load("hstu"), 10, users=[10])
+    assert "needs 'targets'" in err.message
+    _at(err, "hstu", "targets: per users")
+
+
+# -- ints, names, values ------------------------------------------------------------------------
+
+def test_missing_params():
+    err = _bind_error(load("prefix_lm"), 10)
+    assert "needs parameter 'prefix'" in err.message
+    _at(err, "prefix_lm", "prefix: int")
+    err = _bind_error(load("document"), 10)
+    assert "needs segments 'docs'" in err.message
+    _at(err, "document", "docs: segments")
+
+
+def test_unknown_param_with_hint():
+    err = _bind_error(load("prefix_lm"), 10, prefx=3)
+    assert "no parameter 'prefx'" in err.message and err.hint == "did you mean 'prefix'?"
+    _at(err, "prefix_lm", "prefix_lm(")
+    err = _bind_error(load("causal"), 10, x=1)
+    assert err.hint == "it takes no parameters"
+    err = _bind_error(load("global_local"), 10, zzz=1)
+    assert "globals" in err.hint and "window" in err.hint
+
+
+@pytest.mark.parametrize("value", [3.0, "3", True, object(), 2.5, [1.0]])
+def test_non_integer_values(value):
+    err = _bind_error(load("prefix_lm"), 10, prefix=value)
+    assert "'prefix'" in err.message
+    if not isinstance(value, list):
+        assert "must be an integer" in err.message
+        _at(err, "prefix_lm", "prefix: int")
+
+
+def test_numpy_integers_are_integers():
+    a = load("prefix_lm").bind(10, prefix=np.int32(3)).dense()
+    assert np.array_equal(a, load("prefix_lm").bind(10, prefix=3).dense())
+
+
+@pytest.mark.parametrize("kw", [dict(seq_len=0), dict(seq_len=-3), dict(seq_len=2.0), dict(seq_len=True),
+                                dict(seq_len=4, kv_len=0), dict(seq_len=4, kv_len="4"),
+                                dict(seq_len=4, num_heads=0)])
+def test_lengths_must_be_positive_integers(kw):
+    err = _bind_error(load("causal"), **kw)
+    assert "must be a positive integer" in err.message
+
+
+def test_divisor_not_positive():
+    m = maskc.compile_mask("mask m(w: int)\n  allow k // w == q // w\n", path="div.mask")
+    for w in (0, -3):
+        err = _bind_error(m, 10, w=w)
+        assert "divisor 'w'" in err.message and "not positive" in err.message
+        assert str(err).startswith("div.mask:1:6: error:")
+    assert m.bind(10, w=1).dense().sum() == 10
+
+
+def test_require_checked_at_every_q():
+    err = _bind_error(load("prefix_lm"), 10, prefix=-1)
+    assert "requirement not met at q = 0" in err.message
+    _at(err, "prefix_lm", "require prefix >= 0")
+    m = maskc.compile_mask("mask m()\n  require q < 5 or seq_len < 5\n  allow k <= q\n")
+    assert m.bind(5).dense().sum() == 15
+    err = _bind_error(m, 7)
+    assert "q = 5" in err.message
+
+
+def test_mask_reading_h_needs_num_heads():
+    m = maskc.compile_mask("mask m()\n  allow k <= q + h\n")
+    err = _bind_error(m, 5)
+    assert "num_heads" in err.message
+    b = m.bind(5, num_heads=3)
+    q, k = np.indices((5, 5))
+    assert np.array_equal(b.dense(head=2), k <= q + 2)
+
+
+# -- defaults, jagged batches ------------------------------------------------------------------
+
+def test_defaults_used():
+    m = load("global_local")
+    a = m.bind(40).dense()
+    b = m.bind(40, globals=4, window=512).dense()
+    assert np.array_equal(a, b)
+    p = m.bind(40).params.batch[0]
+    assert p.int("globals") == 4 and p.int("window") == 512
+
+
+def test_jagged_batch_binds_per_element():
+    m = load("shared_prompt")
+    bound = m.bind(12, prompt=[2, 5, 0], responses=[[10], [3, 4], [6, 6]])
+    assert bound.batch == 3
+    for b, (prompt, resp) in enumerate([(2, [10]), (5, [3, 4]), (0, [6, 6])]):
+        single = m.bind(12, prompt=prompt, responses=resp)
+        assert np.array_equal(bound.dense(b), single.dense())
+        assert bound.params.batch[b].int("prompt") == prompt
+
+
+def test_jagged_batch_with_shared_scalar():
+    m = load("document")
+    bound = m.bind(8, docs=[[8], [4, 4]])
+    assert bound.batch == 2
+    assert not np.array_equal(bound.dense(0), bound.dense(1))
+    assert np.array_equal(bound.dense(1), m.bind(8, docs=[4, 4]).dense())
+
+
+def test_jagged_batch_mismatched_sizes():
+    err = _bind_error(load("shared_prompt"), 10, prompt=[2, 3], responses=[[8], [7], [10]])
+    assert "3 batch entries" in err.message and "2" in err.message
+    _at(err, "shared_prompt", "responses: segments")
+
+
+def test_jagged_batch_error_names_the_element():
+    err = _bind_error(load("shared_prompt"), 10, prompt=[2, 3], responses=[[8], [6]])
+    assert "(batch element 1)" in err.message
+    _at(err, "shared_prompt", "responses: segments")
+
+
+@pytest.mark.xfail(strict=True, reason="bind.py: an empty batch list for an int parameter (prefix=[]) "
+                   "reaches v[b] with b = 0 and raises IndexError instead of a BindError")
+def test_empty_batch_is_a_bind_error():
+    _bind_error(load("prefix_lm"), 10, prefix=[])
+
+
+@pytest.mark.xfail(strict=True, reason="bind.py accepts int values beyond int32 (prefix=2**40); the "
+                   "descriptor then raises a bare OverflowError from predicate.pack_mask_data, not a BindError")
+def test_values_beyond_int32_rejected_at_bind():
+    with pytest.raises(BindError):
+        load("prefix_lm").bind(10, prefix=2 ** 40).descriptor()
+
+
+def test_every_bind_error_str_has_no_traceback_and_has_a_place():
+    m = load("hstu")
+    attempts = [dict(users=[5, 4]), dict(users=[5, 5], targets=[1]), dict(users=[-1, 11]),
+                dict(users=[10], context=-1), dict(users=[10], nope=1), dict(users=[10], context=1.5)]
+    for kw in attempts:
+        err = _bind_error(m, 10, **kw)
+        assert err.span is not None and err.span.file.endswith("hstu.mask"), str(err)
+        assert str(err).split(":")[1].isdigit()
