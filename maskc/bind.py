@@ -17,6 +17,8 @@ from . import ir
 from .errors import BindError, did_you_mean
 from .evaluate import Evaluator
 from .kernel_ir import BatchParams, BoundParams, SegmentTable
+from .linear import render
+from .rows import lin_value
 
 
 def _is_int(v) -> bool:
@@ -41,8 +43,8 @@ def _is_batched(param: ir.Param, value) -> bool:
         isinstance(v, (list, tuple, np.ndarray)) for v in value)
 
 
-def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], seq_len: int, kv_len: int | None = None,
-         num_heads: int | None = None, **values) -> BoundParams:
+def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], uses_head: bool, seq_len: int,
+         kv_len: int | None = None, num_heads: int | None = None, **values) -> BoundParams:
     """Validate and bind parameter values (see the module docstring)."""
     if not _is_int(seq_len) or seq_len < 1:
         raise BindError(f"seq_len must be a positive integer, got {seq_len!r}")
@@ -71,11 +73,11 @@ def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], seq_len: int, kv_l
         def value_of(p):
             v = values.get(p.name)
             return v[b] if v is not None and _is_batched(p, v) else v
-        elements.append(_bind_one(mask, divisors, seq_len, kv_len, num_heads, value_of, b, batch))
+        elements.append(_bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b, batch))
     return BoundParams(seq_len, kv_len, num_heads, tuple(elements))
 
 
-def _bind_one(mask, divisors, seq_len, kv_len, num_heads, value_of, b, batch) -> BatchParams:
+def _bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b, batch) -> BatchParams:
     at = f" (batch element {b})" if batch > 1 else ""
     ints: dict[str, int] = {}
     segments: dict[str, SegmentTable] = {}
@@ -128,7 +130,6 @@ def _bind_one(mask, divisors, seq_len, kv_len, num_heads, value_of, b, batch) ->
     for name, table in list(segments.items()):
         segments[name] = SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))
     params = BatchParams(tuple(ints.items()), tuple(segments.items()))
-    uses_head = any(ir_mentions_head(r.cond) for r in mask.rules)
     if uses_head and num_heads is None:
         raise BindError(f"mask '{mask.name}' depends on the head h: bind it with num_heads=", mask.span)
     heads = range(num_heads) if uses_head else (0,)
@@ -136,9 +137,7 @@ def _bind_one(mask, divisors, seq_len, kv_len, num_heads, value_of, b, batch) ->
     for h in heads:
         ev = Evaluator(mask, params, seq_len, kv_len, h, b)
         for lin in divisors:
-            from .rows import lin_value
             if lin_value(lin, params, seq_len, kv_len, h, b) <= 0:
-                from .linear import render
                 raise BindError(f"divisor '{render(lin)}' of mask '{mask.name}' is not positive{at}", mask.span)
         for r in mask.requires:
             ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
@@ -146,8 +145,3 @@ def _bind_one(mask, divisors, seq_len, kv_len, num_heads, value_of, b, batch) ->
                 first = int(np.argmin(ok))
                 raise BindError(f"requirement not met at q = {first}{at}", r.span)
     return params
-
-
-def ir_mentions_head(cond) -> bool:
-    from .resolve import mentions
-    return mentions(cond, lambda n: isinstance(n, ir.Builtin) and n.name == "h")

@@ -15,6 +15,7 @@ import numpy as np
 from . import ir
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .rows import RowValues, TileIntervals, k_bound_rows
+from .tiles import dense_of, merge_runs, runs_of
 
 _NONE = np.iinfo(np.int64).max // 4      # the endpoints of an empty interval, sorted last
 
@@ -35,7 +36,9 @@ def _region_rows(region: ir.RegionBounds, rows: RowValues, kv_len: int):
 
 
 def _union(intervals: list[tuple[np.ndarray, np.ndarray]]):
-    """Per row, the union of intervals as sorted, disjoint, non-adjacent slots (empty slots last)."""
+    """Per row, the union of intervals as ascending, disjoint, non-adjacent slots; a row's empty
+    slots may sit between its others (``_compact`` moves them to the end)."""
+    intervals = [i for i in intervals if (i[0] < i[1]).any()]     # regions no row sees drop out
     if len(intervals) <= 1:
         return intervals
     lo = np.stack([i[0] for i in intervals])
@@ -54,15 +57,23 @@ def _union(intervals: list[tuple[np.ndarray, np.ndarray]]):
 
 
 def _compact(slots):
-    """Per row, non-empty slots first in order of lo; columns empty in every row dropped."""
+    """Ascending slots with empties in between → the same slots with each row's non-empty ones first;
+    columns empty in every row dropped. A stable partition: no sort."""
     if len(slots) <= 1:
-        return slots
+        return [s for s in slots if (s[0] < s[1]).any()] or slots[:1]
     lo = np.stack([s[0] for s in slots])
     hi = np.stack([s[1] for s in slots])
-    order = np.argsort(lo, axis=0, kind="stable")
-    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
-    live = (lo < hi).any(axis=1)
-    return [(lo[j], hi[j]) for j in range(len(slots)) if live[j]] or [(lo[0], hi[0])]
+    live = lo < hi
+    width = int(live.sum(axis=0).max(initial=0))
+    if width == 0:
+        return slots[:1]
+    rank = np.cumsum(live, axis=0) - 1
+    out_lo = np.full((width, lo.shape[1]), _NONE, np.int64)
+    out_hi = np.full((width, lo.shape[1]), _NONE, np.int64)
+    j, r = np.nonzero(live)
+    out_lo[rank[j, r], r] = lo[j, r]
+    out_hi[rank[j, r], r] = hi[j, r]
+    return [(out_lo[i], out_hi[i]) for i in range(width)]
 
 
 def _subtract(slots, deny):
@@ -87,20 +98,18 @@ def _visible_slots(allow, deny, rows: RowValues, kv_len: int):
     return slots
 
 
-def _tile_counts(slots, seq_len: int, kv_len: int, block_m: int, block_n: int):
-    """For each tile: does any row touch it, and does every row cover it (slots disjoint per row)."""
-    qt_count, kt_count = -(-seq_len // block_m), -(-kv_len // block_n)
+def _tile_counts(slots, row_tile: np.ndarray, rows_per_tile: np.ndarray, kv_len: int, block_n: int):
+    """For each q_block: which key blocks any of its rows touches, and which every row covers
+    (``row_tile[r]`` is row r's q_block; slots are disjoint within a row)."""
+    qt_count, kt_count = len(rows_per_tile), -(-kv_len // block_n)
     width = kt_count + 1
     size = qt_count * width
-    row_base = (np.arange(seq_len, dtype=np.int64) // block_m) * width
+    row_base = row_tile.astype(np.int64) * width
     touch = np.zeros(size, np.int64)
     cover = np.zeros(size, np.int64)
     for lo, hi in slots:
         live = lo < hi
-        if not live.all():
-            base, lo, hi = row_base[live], lo[live], hi[live]
-        else:
-            base = row_base
+        base, lo, hi = row_base[live], lo[live], hi[live]
         if not len(lo):
             continue
         # Difference arrays along each row block: +1 where a range of key blocks starts, -1 past it.
@@ -112,16 +121,90 @@ def _tile_counts(slots, seq_len: int, kv_len: int, block_m: int, block_n: int):
         cover += np.bincount((base + c0)[good], minlength=size)
         cover -= np.bincount((base + c1)[good], minlength=size)
     touch = np.cumsum(touch.reshape(qt_count, width), axis=1)[:, :kt_count] > 0
-    rows_per_tile = np.minimum(block_m, seq_len - np.arange(qt_count) * block_m)[:, None]
-    cover = np.cumsum(cover.reshape(qt_count, width), axis=1)[:, :kt_count] == rows_per_tile
+    cover = np.cumsum(cover.reshape(qt_count, width), axis=1)[:, :kt_count] == rows_per_tile[:, None]
     return touch, cover
+
+
+def _grid_counts(slots, seq_len, kv_len, block_m, block_n):
+    starts = np.arange(0, seq_len, block_m)
+    return _tile_counts(slots, np.arange(seq_len) // block_m, np.minimum(block_m, seq_len - starts),
+                        kv_len, block_n)
+
+
+def _reduce(fn, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    return fn.reduceat(values, starts) if len(values) else np.zeros(0, values.dtype)
+
+
+def _exact_runs(slots, seq_len: int, kv_len: int, block_m: int, block_n: int):
+    """CSR tile runs of row-wise interval slots, per q_block, in O(seq_len * slots) work.
+
+    Per q_block and slot, the touched key blocks are the hull of its rows' touched ranges and the
+    FULL ones the intersection of their covered ranges. That is exact when (a) consecutive non-empty
+    rows' ranges overlap or abut, so the rows' union has no hole, and (b) the slots' hulls are
+    disjoint, so a key block is covered by one slot in every row or by none. q_blocks failing either
+    check are counted exactly with difference arrays instead.
+    """
+    qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
+    starts = np.arange(0, seq_len, block_m)
+    rows_per_tile = np.minimum(block_m, seq_len - starts)
+    row_tile = np.arange(seq_len) // block_m
+    fallback = np.zeros(qt, bool)
+    hulls = []
+    big = np.int64(1) << 40
+    for lo, hi in slots:
+        live = lo < hi
+        t0, t1 = lo // block_n, -((-hi) // block_n)
+        c0 = -((-lo) // block_n)
+        c1 = np.where(hi >= kv_len, kt, hi // block_n)          # the last, short tile ends at kv_len
+        n_live = np.add.reduceat(live.astype(np.int32), starts)
+        h0 = np.minimum.reduceat(np.where(live, t0, big), starts)
+        h1 = np.maximum.reduceat(np.where(live, t1, -1), starts)
+        f0 = np.maximum.reduceat(np.where(live, c0, big), starts)
+        f1 = np.minimum.reduceat(np.where(live, c1, -1), starts)
+        full = n_live == rows_per_tile
+        f0, f1 = np.where(full, f0, 0), np.where(full, np.maximum(f1, 0), 0)
+        # (a) holes: consecutive live rows of one q_block whose touched ranges neither overlap nor abut.
+        idx = np.nonzero(live)[0]
+        if len(idx) > 1:
+            a, b = idx[:-1], idx[1:]
+            hole = (row_tile[a] == row_tile[b]) & ((t0[b] > t1[a]) | (t0[a] > t1[b]))
+            fallback[row_tile[a][hole]] = True
+        hulls.append((np.where(n_live > 0, h0, 0), np.where(n_live > 0, h1, 0), f0, f1))
+    for i in range(len(hulls)):                                  # (b) overlapping hulls
+        for j in range(i + 1, len(hulls)):
+            (a0, a1, _, _), (b0, b1, _, _) = hulls[i], hulls[j]
+            fallback |= (a0 < a1) & (b0 < b1) & (a0 < b1) & (b0 < a1)
+    tile_ids = np.arange(qt)
+    none = np.zeros(0, np.int64)
+    row_ids, begins, ends, kinds = [none], [none], [none], [none]
+    for h0, h1, f0, f1 in hulls:
+        f0c, f1c = np.maximum(f0, h0), np.minimum(f1, h1)
+        has_full = f0c < f1c
+        cut0, cut1 = np.where(has_full, f0c, h1), np.where(has_full, f1c, h1)
+        for b, e, k in ((h0, cut0, PARTIAL), (cut0, cut1, FULL), (cut1, h1, PARTIAL)):
+            keep = ~fallback & (b < e)
+            row_ids.append(tile_ids[keep]), begins.append(b[keep]), ends.append(e[keep])
+            kinds.append(np.full(int(keep.sum()), k, np.int64))
+    if fallback.any():
+        bad = np.nonzero(fallback)[0]
+        rows = np.concatenate([np.arange(t * block_m, min((t + 1) * block_m, seq_len)) for t in bad])
+        sub = [(lo[rows], hi[rows]) for lo, hi in slots]
+        sub_tile = np.repeat(np.arange(len(bad)), rows_per_tile[bad])
+        touch, cover = _tile_counts(sub, sub_tile, rows_per_tile[bad], kv_len, block_n)
+        classes = np.where(cover, FULL, np.where(touch, PARTIAL, EMPTY)).astype(np.int8)
+        offsets, runs = runs_of(classes)
+        row_ids.append(np.repeat(bad, np.diff(offsets))), begins.append(runs[:, 0])
+        ends.append(runs[:, 1]), kinds.append(runs[:, 2])
+    return merge_runs(np.concatenate(row_ids), np.concatenate(begins), np.concatenate(ends),
+                      np.concatenate(kinds), qt)
+
 
 
 def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m, block_n):
     """Sound (touch, cover) grids for the union of regions that have opaque atoms."""
     touch = cover = None
     for region in regions:
-        t, c = _tile_counts([_region_rows(region, rows, kv_len)], seq_len, kv_len, block_m, block_n)
+        t, c = _grid_counts([_region_rows(region, rows, kv_len)], seq_len, kv_len, block_m, block_n)
         states = np.broadcast_arrays(*[tiles.atom_state(a.lin) for a in region.opaque], t)[:-1]
         surely_false = np.logical_or.reduce([s == -1 for s in states])
         surely_true = np.logical_and.reduce([s == 1 for s in states])
@@ -132,57 +215,61 @@ def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m,
 
 
 def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block_m: int, block_n: int,
-                           head: int = 0, heads: tuple[int, int] = (0, 0)) -> np.ndarray:
-    """int8[QT, KT] classes for one batch element and one head (see the module docstring)."""
+                           head: int = 0, heads: tuple[int, int] = (0, 0)):
+    """CSR runs (offsets int32[QT+1], runs int32[n, 3]) of one batch element and head."""
     S, K = bound.seq_len, bound.kv_len
     params = bound.batch[b]
     rows = RowValues(params, S, K, head, b, np.arange(S, dtype=np.int64))
     exact_allow = [r for r in mask.allow if r.exact]
     exact_deny = [r for r in mask.deny if r.exact]
     slots = _visible_slots(exact_allow, exact_deny, rows, K)
-    touch, cover = _tile_counts(slots, S, K, block_m, block_n)
     opaque_allow = [r for r in mask.allow if not r.exact]
     opaque_deny = [r for r in mask.deny if not r.exact]
-    if opaque_allow or opaque_deny:
-        tiles = TileIntervals(params, S, K, heads, b, block_m, block_n)
-        none = np.zeros_like(touch)
-        d_touch_e, d_cover_e = (_tile_counts(_compact(_union([_region_rows(r, rows, K) for r in exact_deny])),
-                                             S, K, block_m, block_n) if exact_deny else (none, none))
-        a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, tiles, S, K, block_m, block_n)
-                                if opaque_allow else (none, none))
-        d_touch_o, d_cover_o = (_opaque_grids(opaque_deny, rows, tiles, S, K, block_m, block_n)
-                                if opaque_deny else (none, none))
-        # visible = (A_exact - D_exact) | (A_opaque - D_exact), minus D_opaque; all sound.
-        full = ~d_touch_o & (cover | (a_cover_o & ~d_touch_e))
-        empty = d_cover_o | (~touch & (~a_touch_o | d_cover_e))
-    else:
-        full, empty = cover, ~touch
+    if not (opaque_allow or opaque_deny):
+        return _exact_runs(slots, S, K, block_m, block_n)
+    touch, cover = _grid_counts(slots, S, K, block_m, block_n)
+    tiles = TileIntervals(params, S, K, heads, b, block_m, block_n)
+    none = np.zeros_like(touch)
+    d_touch_e, d_cover_e = (_grid_counts(_compact(_union([_region_rows(r, rows, K) for r in exact_deny])),
+                                         S, K, block_m, block_n) if exact_deny else (none, none))
+    a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, tiles, S, K, block_m, block_n)
+                            if opaque_allow else (none, none))
+    d_touch_o, d_cover_o = (_opaque_grids(opaque_deny, rows, tiles, S, K, block_m, block_n)
+                            if opaque_deny else (none, none))
+    # visible = (A_exact - D_exact) | (A_opaque - D_exact), minus D_opaque; all sound.
+    full = ~d_touch_o & (cover | (a_cover_o & ~d_touch_e))
+    empty = d_cover_o | (~touch & (~a_touch_o | d_cover_e))
     classes = np.full(touch.shape, PARTIAL, np.int8)
     classes[full] = FULL
     classes[empty] = EMPTY
-    return classes
+    return runs_of(classes)
 
 
 def classify(mask: ir.RangeMask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
-    """Tile classes of every batch element (for masks that use h: sound for every head at once)."""
+    """Tile runs of every batch element (for masks that use h: sound for every head at once)."""
+    qt, kt = -(-bound.seq_len // block_m), -(-bound.kv_len // block_n)
+    uses_head = _uses_head(mask)
     heads = (0, (bound.num_heads or 1) - 1)
-    per_batch = []
+    offsets, runs = [np.zeros(1, np.int32)], []
     for b in range(len(bound.batch)):
         per_head = [classify_batch_element(mask, bound, b, block_m, block_n, h, heads)
-                    for h in range(bound.num_heads if _uses_head(mask) else 1)]
-        classes = per_head[0]
-        for other in per_head[1:]:   # a tile keeps a class only if every head agrees on it
-            classes = np.where(classes == other, classes, PARTIAL).astype(np.int8)
-        per_batch.append(classes)
-    return TileMap(block_m, block_n, bound.seq_len, bound.kv_len, np.stack(per_batch),
-                   exact=mask.exact and not _uses_head(mask))
+                    for h in range(bound.num_heads if uses_head else 1)]
+        o, r = per_head[0]
+        if len(per_head) > 1:   # a tile keeps a class only if every head agrees on it
+            classes = dense_of(o, r, kt)
+            for other in per_head[1:]:
+                classes = np.where(classes == dense_of(*other, kt), classes, PARTIAL).astype(np.int8)
+            o, r = runs_of(classes)
+        offsets.append(o[1:] + offsets[-1][-1])
+        runs.append(r)
+    all_runs = np.concatenate(runs) if runs else np.zeros((0, 3), np.int32)
+    return TileMap(block_m, block_n, bound.seq_len, bound.kv_len, len(bound.batch),
+                   np.concatenate(offsets).astype(np.int32), np.ascontiguousarray(all_runs, np.int32),
+                   exact=mask.exact and not uses_head)
 
 
 def _uses_head(mask: ir.RangeMask) -> bool:
-    from .linear import depends_on_head
-    lins = [a.lin for r in mask.allow + mask.deny for a in r.guards + r.opaque]
-    lins += [kb.lin for r in mask.allow + mask.deny for kb in r.lower + r.upper]
-    return any(depends_on_head(lin) for lin in lins)
+    return mask.uses_head
 
 
 def visible_pairs(mask: ir.RangeMask, bound: BoundParams, block: int = 128) -> int:

@@ -104,10 +104,8 @@ def parse_params(mask, raw: tuple[str, ...]) -> dict:
 
 
 def _bind(mask, seq_len, kv_len, raw_params, heads):
-    from .bind import ir_mentions_head
     # Only a mask that reads h is bound per head (else every head shares one mask).
-    uses_head = any(ir_mentions_head(r.cond) for r in mask.resolved.rules)
-    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if uses_head else None,
+    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.ranges.uses_head else None,
                      **parse_params(mask, raw_params))
 
 

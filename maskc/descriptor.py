@@ -3,46 +3,30 @@
 Invariant: the runs list exactly the non-EMPTY tiles of each row block with their classes (sorted,
 disjoint, adjacent runs of different kinds), the transposed view lists the same tiles by column
 block, and ``work_order`` is a permutation of the row blocks by non-increasing cost, empty row
-blocks last. Everything is vectorized: O(tiles) time and memory.
+blocks last. Packing is O(runs); the transposed view, O(tiles), is built when first asked for.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
+from .kernel_ir import FULL, PARTIAL, Descriptor, TileMap
 
 PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
 
 
-def _runs(classes: np.ndarray):
-    """CSR runs of equal non-EMPTY classes along the last axis of int8[R, C]."""
-    rows, cols = classes.shape
-    padded = np.full((rows, cols + 2), -1, np.int8)
-    padded[:, 1:-1] = classes
-    live = classes != EMPTY
-    starts = live & (padded[:, 1:-1] != padded[:, :-2])       # a non-empty run begins here
-    ends = live & (padded[:, 1:-1] != padded[:, 2:])          # ... and ends here (inclusive)
-    r, c = np.nonzero(starts)
-    _, e = np.nonzero(ends)                                   # same runs, same row-major order
-    offsets = np.zeros(rows + 1, np.int32)
-    np.cumsum(np.bincount(r, minlength=rows), out=offsets[1:])
-    runs = np.stack([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
-    return offsets, np.ascontiguousarray(runs)
-
-
 def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray) -> Descriptor:
-    """Pack tile classes and the predicate's parameter tables (see the module docstring)."""
-    classes = tile_map.classes
-    batch, qt, kt = classes.shape
-    offsets, runs = _runs(classes.reshape(batch * qt, kt))
-    col_offsets, col_runs = _runs(np.ascontiguousarray(classes.transpose(0, 2, 1)).reshape(batch * kt, qt))
-    flat = classes.reshape(batch * qt, kt)
-    cost = (flat == FULL).sum(1) + PARTIAL_COST * (flat == PARTIAL).sum(1)
+    """Pack tile runs and the predicate's parameter tables (see the module docstring)."""
+    rows = tile_map.batch * tile_map.n_q_blocks
+    runs = tile_map.runs
+    row_of_run = np.repeat(np.arange(rows), np.diff(tile_map.run_offsets))
+    weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
+    cost = np.bincount(row_of_run, weight, minlength=rows)
     # Heaviest first; ties in row-block order so the launch order is deterministic.
-    work_order = np.lexsort((np.arange(batch * qt), -cost)).astype(np.int32)
-    return Descriptor(tile_map.block_m, tile_map.block_n, batch, tile_map.seq_len, tile_map.kv_len,
-                      offsets, runs, work_order, np.ascontiguousarray(mask_data, np.int32),
-                      np.ascontiguousarray(mask_offsets, np.int32), col_offsets, col_runs)
+    work_order = np.lexsort((np.arange(rows), -cost)).astype(np.int32)
+    return Descriptor(tile_map.block_m, tile_map.block_n, tile_map.batch, tile_map.seq_len, tile_map.kv_len,
+                      tile_map.run_offsets, tile_map.runs, work_order,
+                      np.ascontiguousarray(mask_data, np.int32), np.ascontiguousarray(mask_offsets, np.int32),
+                      tile_map)
 
 
 def unpack(desc: Descriptor) -> np.ndarray:

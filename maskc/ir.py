@@ -445,6 +445,7 @@ class RangeMask:
     allow: tuple[RegionBounds, ...]
     deny: tuple[RegionBounds, ...]
     divisors: tuple[Lin, ...] = ()
+    uses_head: bool = False             # some bound or atom reads h: tiles must hold for every head
     span: Span = _span()
 
     @property

@@ -5,6 +5,7 @@ These are the run-time half of maskc's IR (the compile-time half, source to cano
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,7 +55,9 @@ class BoundParams:
 
 @dataclass(frozen=True, eq=False)
 class TileMap:
-    """Classification's result: ``classes[b, i, j]`` is EMPTY/PARTIAL/FULL for q_block i, kv_block j.
+    """Classification's result, as runs: for row block ``r = b * QT + i``, the key blocks
+    ``runs[run_offsets[r]:run_offsets[r+1]]`` = (kv_begin, kv_end, kind), kind PARTIAL or FULL;
+    blocks in no run are EMPTY. ``classes`` is the same as a dense int8[B, QT, KT] grid.
 
     ``exact`` says whether every class is exact (no PARTIAL tile is really full or empty); when
     False the classes are still sound: FULL and EMPTY are never wrong.
@@ -64,8 +67,24 @@ class TileMap:
     block_n: int
     seq_len: int
     kv_len: int
-    classes: np.ndarray         # int8[B, QT, KT]
+    batch: int
+    run_offsets: np.ndarray     # int32[B*QT + 1]
+    runs: np.ndarray            # int32[n_runs, 3]
     exact: bool
+
+    @property
+    def n_q_blocks(self) -> int:
+        return -(-self.seq_len // self.block_m)
+
+    @property
+    def n_kv_blocks(self) -> int:
+        return -(-self.kv_len // self.block_n)
+
+    @functools.cached_property
+    def classes(self) -> np.ndarray:
+        from .tiles import dense_of
+        grid = dense_of(self.run_offsets, self.runs, self.n_kv_blocks)
+        return grid.reshape(self.batch, self.n_q_blocks, self.n_kv_blocks)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,7 +111,7 @@ class Descriptor:
         generated ``mask_row`` function.
     ``col_offsets`` int32[B*KT + 1], ``col_runs`` int32[n_col_runs, 3]
         The transposed view for a backward pass: for column block ``b * KT + j``, runs of
-        ``(q_begin, q_end, kind)`` over query blocks.
+        ``(q_begin, q_end, kind)`` over query blocks (built on first use).
 
     The loop that rebuilds the tile classes (and so, with the predicate, the mask)::
 
@@ -112,8 +131,7 @@ class Descriptor:
     work_order: np.ndarray
     mask_data: np.ndarray
     mask_offsets: np.ndarray
-    col_offsets: np.ndarray
-    col_runs: np.ndarray
+    tile_map: TileMap
 
     @property
     def n_q_blocks(self) -> int:
@@ -122,6 +140,21 @@ class Descriptor:
     @property
     def n_kv_blocks(self) -> int:
         return -(-self.kv_len // self.block_n)
+
+    @functools.cached_property
+    def _transposed(self):
+        from .tiles import runs_of
+        classes = self.tile_map.classes.transpose(0, 2, 1)
+        return runs_of(np.ascontiguousarray(classes).reshape(self.batch * self.n_kv_blocks, self.n_q_blocks))
+
+    @property
+    def col_offsets(self) -> np.ndarray:
+        """Built on first use (a backward pass needs it, the forward does not)."""
+        return self._transposed[0]
+
+    @property
+    def col_runs(self) -> np.ndarray:
+        return self._transposed[1]
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,8 @@ class CompiledMask:
 
     def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
              **params) -> "BoundMask":
-        return BoundMask(self, bind_params(self.resolved, self.ranges.divisors, seq_len, kv_len,
-                                           num_heads, **params))
+        return BoundMask(self, bind_params(self.resolved, self.ranges.divisors, self.ranges.uses_head,
+                                           seq_len, kv_len, num_heads, **params))
 
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None) -> KernelSpec:

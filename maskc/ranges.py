@@ -31,5 +31,6 @@ def _bounds(region: ir.Region) -> ir.RegionBounds:
 
 def analyze_ranges(mask: ir.NormalMask) -> ir.RangeMask:
     """Per region, the k-interval of each row as max/min of functions of q (see module docstring)."""
+    uses_head = any(L.depends_on_head(a.lin) for r in mask.allow + mask.deny for a in r.atoms)
     return ir.RangeMask(mask.name, mask.params, tuple(_bounds(r) for r in mask.allow),
-                        tuple(_bounds(r) for r in mask.deny), mask.divisors, mask.span)
+                        tuple(_bounds(r) for r in mask.deny), mask.divisors, uses_head, mask.span)

@@ -1,0 +1,55 @@
+"""Run-length tile rows: the shared currency of classify and pack (int32 CSR of (begin, end, kind))."""
+from __future__ import annotations
+
+import numpy as np
+
+EMPTY = 0
+
+
+def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR runs of equal non-EMPTY classes along the last axis of int8[R, C]:
+    ``offsets`` int32[R + 1] and ``runs`` int32[n, 3] of (begin, end, kind)."""
+    rows, cols = classes.shape
+    padded = np.full((rows, cols + 2), -1, np.int8)
+    padded[:, 1:-1] = classes
+    live = classes != EMPTY
+    starts = live & (padded[:, 1:-1] != padded[:, :-2])       # a non-empty run begins here
+    ends = live & (padded[:, 1:-1] != padded[:, 2:])          # ... and ends here (inclusive)
+    r, c = np.nonzero(starts)
+    _, e = np.nonzero(ends)                                   # same runs, same row-major order
+    offsets = np.zeros(rows + 1, np.int32)
+    np.cumsum(np.bincount(r, minlength=rows), out=offsets[1:])
+    runs = np.stack([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
+    return offsets, np.ascontiguousarray(runs)
+
+
+def dense_of(offsets: np.ndarray, runs: np.ndarray, cols: int) -> np.ndarray:
+    """int8[R, cols] classes from CSR runs (the inverse of :func:`runs_of`), vectorized."""
+    rows = len(offsets) - 1
+    out = np.zeros(rows * (cols + 1), np.int16)
+    if len(runs):
+        row = np.repeat(np.arange(rows), np.diff(offsets))
+        base = row * (cols + 1)
+        kind = runs[:, 2].astype(np.int16)
+        np.add.at(out, base + runs[:, 0], kind)
+        np.add.at(out, base + runs[:, 1], -kind)
+    return np.cumsum(out.reshape(rows, cols + 1), axis=1)[:, :cols].astype(np.int8)
+
+
+def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
+    """CSR from unsorted, non-overlapping runs: sorted per row, empty ones dropped, adjacent runs of
+    one kind merged."""
+    keep = begin < end
+    row, begin, end, kind = row[keep], begin[keep], end[keep], kind[keep]
+    order = np.lexsort((begin, row))
+    row, begin, end, kind = row[order], begin[order], end[order], kind[order]
+    joins = np.zeros(len(row), bool)
+    joins[1:] = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] == end[:-1])
+    head = np.nonzero(~joins)[0]
+    if len(head):
+        end = np.maximum.reduceat(end, head)
+        row, begin, kind = row[head], begin[head], kind[head]
+    offsets = np.zeros(rows + 1, np.int32)
+    np.cumsum(np.bincount(row, minlength=rows), out=offsets[1:])
+    runs = np.stack([begin, end, kind]).T.astype(np.int32) if len(row) else np.zeros((0, 3), np.int32)
+    return offsets, np.ascontiguousarray(runs)
