@@ -25,14 +25,25 @@ def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _int_list(value, what: str) -> list[int]:
+_INT32 = 2 ** 31 - 1
+
+
+def _checked_int(v, what: str, span) -> int:
+    if not _is_int(v):
+        raise BindError(f"{what} must be an integer, got {v!r}", span)
+    if abs(int(v)) > _INT32:
+        raise BindError(f"{what} = {int(v)} does not fit in 32 bits", span)
+    return int(v)
+
+
+def _int_list(value, what: str, span) -> list[int]:
     if isinstance(value, np.ndarray):
         if value.ndim != 1 or value.dtype.kind not in "iu":
-            raise BindError(f"{what} must be a list of integers")
-        return [int(v) for v in value]
+            raise BindError(f"{what} must be a list of integers", span)
+        value = value.tolist()
     if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
-        raise BindError(f"{what} must be a list of integers")
-    return [int(v) for v in value]
+        raise BindError(f"{what} must be a list of integers", span)
+    return [_checked_int(v, what, span) for v in value]
 
 
 def _is_batched(param: ir.Param, value) -> bool:
@@ -46,10 +57,10 @@ def _is_batched(param: ir.Param, value) -> bool:
 def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], uses_head: bool, seq_len: int,
          kv_len: int | None = None, num_heads: int | None = None, **values) -> BoundParams:
     """Validate and bind parameter values (see the module docstring)."""
-    if not _is_int(seq_len) or seq_len < 1:
+    if not _is_int(seq_len) or not 1 <= seq_len <= _INT32:
         raise BindError(f"seq_len must be a positive integer, got {seq_len!r}")
     kv_len = seq_len if kv_len is None else kv_len
-    if not _is_int(kv_len) or kv_len < 1:
+    if not _is_int(kv_len) or not 1 <= kv_len <= _INT32:
         raise BindError(f"kv_len must be a positive integer, got {kv_len!r}")
     if num_heads is not None and (not _is_int(num_heads) or num_heads < 1):
         raise BindError(f"num_heads must be a positive integer, got {num_heads!r}")
@@ -63,6 +74,9 @@ def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], uses_head: bool, s
     for p in mask.params:
         if p.name in values and _is_batched(p, values[p.name]):
             n = len(values[p.name])
+            if n == 0:
+                raise BindError(f"parameter '{p.name}' is an empty list: a batch needs at least one element",
+                                p.span)
             if batch not in (1, n):
                 raise BindError(f"parameter '{p.name}' has {n} batch entries, another has {batch}", p.span)
             batch = max(batch, n)
@@ -90,13 +104,11 @@ def _bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b
                 if p.default is None:
                     raise BindError(f"mask '{mask.name}' needs parameter '{p.name}'", p.span)
                 v = p.default
-            if not _is_int(v):
-                raise BindError(f"parameter '{p.name}' must be an integer, got {v!r}{at}", p.span)
-            ints[p.name] = int(v)
+            ints[p.name] = _checked_int(v, f"parameter '{p.name}'{at}", p.span)
         elif p.kind == "segments":
             if v is None:
                 raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
-            lengths = _int_list(v, f"segments '{p.name}'{at}")
+            lengths = _int_list(v, f"segments '{p.name}'{at}", p.span)
             if any(n < 0 for n in lengths):
                 raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
             origin = 0
@@ -122,7 +134,7 @@ def _bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b
                     raise BindError(f"mask '{mask.name}' needs '{p.name}' (one integer per segment of '{p.of}')",
                                     p.span)
                 v = [p.default] * seg.count
-            vals = _int_list(v, f"'{p.name}'{at}")
+            vals = _int_list(v, f"'{p.name}'{at}", p.span)
             if len(vals) != seg.count:
                 raise BindError(f"'{p.name}' has {len(vals)} entries but '{p.of}' has {seg.count} segments{at}",
                                 p.span)

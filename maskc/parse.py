@@ -71,17 +71,39 @@ def _syntax_error(err: UnexpectedInput, path: str, lines: list[str]) -> MaskSynt
             "the end of the block" if tok.type == "_DEDENT" else repr(str(tok)))
         expected = sorted({_describe(t) for t in err.expected if not t.startswith("__")})
         hint = None
-        if tok.type == "_INDENT":
+        if tok.type == "_INDENT":        # Lark places it at the end of the line before: point at the line
             hint = "a mask's rules are indented once, under its 'mask' line"
+            line = min(line + 1, len(lines))
+            col = len(lines[line - 1]) - len(lines[line - 1].lstrip(" \t")) + 1
         elif str(tok) in ("=",) and "COMP_OP" in err.expected:
             hint = "compare with '=='"
-        msg = f"unexpected {got}"
+        msg = f"unexpected {got}" if got.startswith("'") else f"found {got}"
         if expected and len(expected) <= 6:
             msg += "; expected " + " or ".join(expected)
         return MaskSyntaxError(msg, _span_at(path, lines, line, col, max(1, len(str(tok)))), hint)
     if isinstance(err, UnexpectedEOF):
         return MaskSyntaxError("unexpected end of the file", span)
     return MaskSyntaxError("cannot parse this", span)
+
+
+def _inconsistent_dedent(lines: list[str]) -> int:
+    """The first line that dedents to a column no open block started at (1 if none is found)."""
+    levels = [0]
+    depth = 0
+    for number, text in enumerate(lines, 1):
+        stripped = text.strip()
+        if not stripped or stripped.startswith("#") or depth > 0:
+            depth += text.count("(") + text.count("[") - text.count(")") - text.count("]")
+            continue
+        indent = len(text.expandtabs(8)) - len(text.expandtabs(8).lstrip())
+        if indent > levels[-1]:
+            levels.append(indent)
+        while indent < levels[-1]:
+            levels.pop()
+        if indent != levels[-1]:
+            return number
+        depth += text.count("(") + text.count("[") - text.count(")") - text.count("]")
+    return 1
 
 
 class _ToSyntax(Transformer):
@@ -149,14 +171,20 @@ class _ToSyntax(Transformer):
         args = tuple(str(a) for a in args if a is not None)
         return ir.LetDecl(str(name), args, value, self._tok_span(name))
 
+    def _through(self, first: Span, last: Span) -> Span:
+        """From the start of ``first`` to the end of ``last`` (on first's line), comments excluded."""
+        end = last.col + last.length if last.line == first.line else len(first.source_line.rstrip("\n")) + 1
+        return Span(first.file, first.line, first.col, max(1, end - first.col), first.source_line)
+
     @v_args(meta=True)
     def rule(self, meta, items):
         kind, *conds = items
-        return ir.RuleDecl(str(kind), tuple(conds), self._span(meta))
+        return ir.RuleDecl(str(kind), tuple(conds), self._through(self._tok_span(kind), conds[-1].span))
 
     @v_args(meta=True)
     def require_stmt(self, meta, items):
-        return ir.RuleDecl("require", tuple(items), self._span(meta))
+        start = _span_at(self.path, self.lines, meta.line, meta.column, len("require"))
+        return ir.RuleDecl("require", tuple(items), self._through(start, items[-1].span))
 
     # -- conditions -------------------------------------------------------------------------
     @v_args(meta=True)
@@ -259,8 +287,11 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
         tree = _parser().parse(text)
     except UnexpectedInput as err:
         raise _syntax_error(err, path, lines) from None
-    except Exception as err:  # Lark's indenter raises plain errors for inconsistent dedents.
-        raise MaskSyntaxError(f"inconsistent indentation ({err})", _span_at(path, lines, 1, 1)) from None
+    except Exception:  # Lark's indenter raises a bare DedentError for inconsistent dedents.
+        line = _inconsistent_dedent(lines)
+        raise MaskSyntaxError("this line's indentation matches no enclosing block",
+                              _span_at(path, lines, line, 1), "indent rules one level under their 'mask' line"
+                              ) from None
     try:
         return _ToSyntax(path, lines).transform(tree)
     except VisitError as err:

@@ -130,6 +130,12 @@ class _CWriter:
         return f"seg{i}_k"
 
     def leaf(self, t, pos_ctx: str) -> str:
+        row_scoped = (isinstance(t, ir.Pos) and t.which == "q") or (isinstance(t, ir.Builtin) and t.name in "hb")
+        if pos_ctx == "k" and row_scoped:       # mask_visible sees only the row and k
+            name = t.which if isinstance(t, ir.Pos) else t.name
+            if (name, "int", name) not in self.row_values:
+                self.row_values.append((name, "int", name))
+            return f"row.{name}"
         if isinstance(t, ir.Pos):
             return t.which
         if isinstance(t, ir.Builtin):

@@ -156,10 +156,7 @@ class _Resolver:
             if p.kind == "int":
                 default = None
                 if p.default is not None:
-                    value = self._int(p.default, scope, None)
-                    if not isinstance(value, ir.Const):
-                        raise MaskTypeError("a default must be a plain number", p.default.span)
-                    default = value.value
+                    default = self._constant(p.default, scope)
                 out.append(ir.Param(p.name, "int", default, span=p.span))
             elif p.kind == "segments":
                 if p.default is not None:
@@ -176,14 +173,17 @@ class _Resolver:
                     known = [o.name for o in out if o.kind == "segments"]
                     raise MaskNameError(f"'per {p.of}' needs a segments parameter '{p.of}' declared before it",
                                         p.span, did_you_mean(p.of, known))
-                default = None
-                if p.default is not None:
-                    value = self._int(p.default, scope, None)
-                    if not isinstance(value, ir.Const):
-                        raise MaskTypeError("a default must be a plain number", p.default.span)
-                    default = value.value
+                default = None if p.default is None else self._constant(p.default, scope)
                 out.append(ir.Param(p.name, "per", default, of=p.of, span=p.span))
         return tuple(out)
+
+    def _constant(self, node, scope) -> int:
+        """A default value: any integer expression of literals (``-2``, ``4 * 1024``)."""
+        from . import linear
+        value = linear.from_expr(self._int(node, scope, None))
+        if not linear.is_const(value):
+            raise MaskTypeError("a default must be a number", node.span)
+        return value.const
 
     # -- conditions --------------------------------------------------------------------------
     def _conjunction(self, conds, scope, file, span) -> ir.Cond:
@@ -327,7 +327,10 @@ class _Resolver:
     def _call_builtin(self, node, scope, file):
         lo, hi = _FUNCTIONS[node.func]
         n = len(node.args)
-        if n < lo or (hi is not None and n > hi) or any(a.name for a in node.args):
+        named = next((a for a in node.args if a.name), None)
+        if named is not None:
+            raise MaskTypeError(f"{node.func}() takes no keyword arguments", named.span)
+        if n < lo or (hi is not None and n > hi):
             count = f"{lo}" if lo == hi else f"at least {lo}"
             raise MaskTypeError(f"{node.func}() takes {count} positional argument(s), got {n}", node.span)
         if node.func == "same":
@@ -419,10 +422,13 @@ def resolve(program: Program, name: str | None = None) -> ir.ResolvedMask:
     resolver = _Resolver(program)
     main = program.main
     if name is None:
+        if not main.masks:
+            raise MaskNameError("this file defines no mask", Span(main.path, 1, 1),
+                                "a mask starts with a line like 'mask causal()'")
         if len(main.masks) != 1:
-            names = ", ".join(m.name for m in main.masks) or "none"
-            raise MaskNameError(f"{main.path} defines {len(main.masks)} masks ({names}); name one with -m",
-                                None)
+            names = ", ".join(m.name for m in main.masks)
+            raise MaskNameError(f"this file defines {len(main.masks)} masks ({names}); pick one by name",
+                                main.masks[1].span, "with -m NAME on the command line, name= in Python")
         decl = main.masks[0]
     else:
         found = [m for m in main.masks if m.name == name]
