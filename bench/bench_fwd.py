@@ -4,8 +4,9 @@ B=1, H=16, D=128, bf16, forward. Median of triton.testing.do_bench. Effective TF
 / time, with visible pairs from the bound mask (``bound.visible_pairs()``). maskc's output is checked against
 Flex's in the same run (`correct`). Writes bench/results/latest.json and prints a markdown table last.
 
-Masks come from the real mask compiler (``maskc.load(examples/<name>.mask).bind(...)``) when it exists, else
-from tests/mock_masks.py (causal, sliding_window, document only); each record says which (`source`).
+Masks come from the real mask compiler (``maskc.load(examples/<name>.mask).bind(...)``); Flex is fed
+``bound.to_flex_block_mask()``; `flex_create_block_mask` times ``create_block_mask(bound.flex_mask_mod())``,
+`maskc_bind` times ``mask.bind(...)`` + ``bound.descriptor(128, 64)`` on a fresh mask object (host ms).
 
     python bench/bench_fwd.py [--lengths 1024,4096,16384,32768] [--masks causal,...] [--variants]
 """
@@ -33,46 +34,77 @@ B, H, D = 1, 16, 128
 ALL_MASKS = ["causal", "sliding_window", "document", "shared_prompt", "hstu", "hstu_ctx32", "clear"]
 
 
-def real_bound(name: str, S: int):
-    """The bound mask from the real compiler, or None where it is not there yet."""
-    if not hasattr(maskc, "load"):
-        return None
-    params = {
-        "causal": ("causal", {}),
-        "sliding_window": ("sliding_window", {"window": 1024}),
-        "document": None,   # the mock's random documents, so that Flex's mask_mod sees the same ones
-        "shared_prompt": ("shared_prompt", {"prompt": S // 4, "responses": 4}),
-        "hstu": ("hstu", {"users": 4, "target_frac": 0.10, "context": 0}),
-        "hstu_ctx32": ("hstu", {"users": 4, "target_frac": 0.10, "context": 32}),
-        "clear": ("clear", {"text": 512, "width": 128, "radius": 16}),
-    }[name]
-    if params is None:
-        return None
-    return maskc.load(ROOT / "examples" / f"{params[0]}.mask").bind(seq_len=S, **params[1])
-
-
-def mock_bound(name: str, S: int):
-    import mock_masks as mm
-
+def make_params(name: str, S: int) -> tuple[str, dict]:
+    """(example file, bind parameters) of the six issue masks at length S."""
     if name == "causal":
-        b = mm.causal(S)
-        mod = lambda bb, hh, q, k: q >= k  # noqa: E731
-    elif name == "sliding_window":
-        b = mm.sliding_window(S, 1024)
-        mod = lambda bb, hh, q, k: (q >= k) & (q - k < 1024)  # noqa: E731
-    elif name == "document":
-        b = mm.document(S, 12, seed=0)
-        doc = torch.as_tensor(b.tables[0], device="cuda")
-        mod = lambda bb, hh, q, k: (q >= k) & (doc[q] == doc[k])  # noqa: E731
-    else:
-        return None, None
-    return b, mod
+        return "causal", {}
+    if name == "sliding_window":
+        return "sliding_window", {"window": 1024}
+    if name == "document":
+        rng = np.random.default_rng(0)
+        cuts = np.sort(rng.choice(np.arange(1, S), 11, replace=False))
+        return "document", {"docs": [int(x) for x in np.diff(np.concatenate([[0], cuts, [S]]))]}
+    if name == "shared_prompt":
+        prompt = S // 4
+        r = (S - prompt) // 4
+        return "shared_prompt", {"prompt": prompt, "responses": [r, r, r, S - prompt - 3 * r]}
+    if name in ("hstu", "hstu_ctx32"):
+        u = S // 4
+        users = [u, u, u, S - 3 * u]
+        return "hstu", {"users": users, "targets": [x // 10 for x in users],
+                        "context": 32 if name == "hstu_ctx32" else 0}
+    if name == "clear":
+        return "clear", {"text": 512, "width": 128, "radius": 16}
+    raise KeyError(name)
+
+
+_loaded = {}
+
+
+def real_bound(name: str, S: int):
+    file, params = make_params(name, S)
+    if file not in _loaded:
+        _loaded[file] = maskc.load(ROOT / "examples" / f"{file}.mask")
+    return _loaded[file].bind(seq_len=S, **params)
+
+
+def bind_ms(name: str, S: int, n: int = 3) -> float:
+    """Host ms of mask.bind(...) + bound.descriptor(128, 64) on a fresh mask object each time."""
+    file, params = make_params(name, S)
+    times = []
+    for _ in range(n):
+        mask = maskc.load(ROOT / "examples" / f"{file}.mask")
+        t = time.perf_counter()
+        mask.bind(seq_len=S, **params).descriptor(128, 64)
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def count_pairs(bound) -> int:
+    """Visible pairs: the formula for exact masks, else the mask_mod on the GPU in row chunks."""
+    try:
+        return int(bound.visible_pairs())
+    except NotImplementedError:
+        mod = bound.flex_mask_mod("cuda")
+        S, K = bound.seq_len, bound.kv_len
+        kk = torch.arange(K, device="cuda")[None, :]
+        zero = torch.zeros((), dtype=torch.int64, device="cuda")
+        total = 0
+        for r0 in range(0, S, 1024):
+            qq = torch.arange(r0, min(S, r0 + 1024), device="cuda")[:, None]
+            total += int(mod(zero, zero, qq, kk).sum().item())
+        return total
 
 
 def bench_ms(fn, warmup=25, rep=100):
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def _short(fp):
+    file, params = fp
+    return {k: (v if not isinstance(v, list) or len(v) <= 4 else f"{len(v)} items") for k, v in params.items()}
 
 
 def host_ms(fn, n=5):
@@ -117,59 +149,36 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
     for S in lengths:
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+        small = S <= 4096
+        reps = dict(warmup=10, rep=30) if small else dict(warmup=10, rep=100)
         for name in masks:
-            source = "maskc"
-            t_bind = None
-            bound = None
-            try:
-                t = time.perf_counter()
-                bound = real_bound(name, S)
-                if bound is not None:
-                    bound.descriptor(128, 64)
-                    t_bind = (time.perf_counter() - t) * 1e3
-            except Exception as exc:  # the real compiler is still being written
-                print(f"# real bind of {name} failed: {exc!r}; using the mock", flush=True)
-                bound = None
-            mod = None
-            if bound is None:
-                bound, mod = mock_bound(name, S)
-                source = "mock"
-                if bound is None:
-                    print(f"# skip {name}: no real compiler and no mock", flush=True)
-                    continue
-            pairs = bound.visible_pairs()
+            bound = real_bound(name, S)
+            pairs = count_pairs(bound)
 
             # maskc (first call compiles and uploads: kept outside the timing)
             o = attention(q, k, v, bound)
             torch.cuda.synchronize()
-            ms = bench_ms(lambda: attention(q, k, v, bound))
+            ms = bench_ms(lambda: attention(q, k, v, bound), **reps)
 
-            # Flex, BlockMask built once outside the timing
-            if mod is None:   # a real bound: the mock's torch mask_mod where there is one (to_flex_block_mask
-                _, mod = mock_bound(name, S)   # captures a dense CPU mask at present)
-            if mod is None and hasattr(bound, "to_flex_block_mask"):
-                make_bm = bound.to_flex_block_mask
-            else:
-                make_bm = lambda: create_block_mask(mod, None, None, S, S, device="cuda")  # noqa: E731
-            bm = make_bm().to("cuda")
+            # Flex: the BlockMask from maskc's tiles, built once outside the timing
+            bm = bound.to_flex_block_mask()
             o_flex = flex(q, k, v, block_mask=bm)
             torch.cuda.synchronize()
             err = ((o.double() - o_flex.double()).norm() / o_flex.double().norm()).item()
             correct = bool(err <= 2e-2 and not torch.isnan(o).any().item())
-            ms_flex = bench_ms(lambda: flex(q, k, v, block_mask=bm))
-            record(name, S, "maskc", ms, pairs, correct, rel_err_vs_flex=err, source=source)
-            record(name, S, "flex", ms_flex, pairs, None, source=source)
-            if t_bind is not None:
-                record(name, S, "maskc_bind", t_bind, source=source)
-            if source == "mock":
-                d_ms = host_ms(lambda: bound.descriptor(128, 64), n=1)
-                record(name, S, "maskc_bind", d_ms, source="mock descriptor (numpy, not the real bind)")
-            record(name, S, "flex_create_block_mask", host_ms(make_bm), source=source)
+            ms_flex = bench_ms(lambda: flex(q, k, v, block_mask=bm), **reps)
+            record(name, S, "maskc", ms, pairs, correct, rel_err_vs_flex=err, params=_short(make_params(name, S)))
+            record(name, S, "flex", ms_flex, pairs, None)
+            record(name, S, "maskc_bind", bind_ms(name, S), host=True)
+            mod = bound.flex_mask_mod("cuda")
+            record(name, S, "flex_create_block_mask",
+                   host_ms(lambda: create_block_mask(mod, None, None, S, S, device="cuda"), n=3 if small else 1),
+                   host=True)
 
             if name == "causal":
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     try:
-                        ms_cudnn = bench_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+                        ms_cudnn = bench_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), **reps)
                         record(name, S, "cudnn", ms_cudnn, pairs)
                     except RuntimeError as exc:
                         print(f"# cuDNN failed: {exc}", flush=True)
@@ -180,7 +189,7 @@ def main():
                         ov = attention(q, k, v, bound, tiles=tiles)
                         torch.cuda.synchronize()
                         e = ((ov.double() - o_flex.double()).norm() / o_flex.double().norm()).item()
-                        msv = bench_ms(lambda: attention(q, k, v, bound, tiles=tiles))
+                        msv = bench_ms(lambda: attention(q, k, v, bound, tiles=tiles), **reps)
                         record(name, S, f"maskc[{var}]", msv, pairs, bool(e <= 2e-2), rel_err_vs_flex=e)
                     except Exception as exc:
                         print(f"# variant {var} failed: {exc!r}", flush=True)

@@ -93,16 +93,70 @@ def check_spec(spec: KernelSpec) -> None:
             raise ValueError("mask_summary lines must not contain newlines")
 
 
-def shared_memory_bytes(spec: KernelSpec) -> int:
-    """Dynamic shared memory of one CTA: the Q tile and two K and two V buffers (16-bit elements)."""
-    return 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n)
+def shared_memory_bytes(spec: KernelSpec, source: str | None = None) -> int:
+    """Dynamic shared memory of one CTA: the Q tile and two K and two V buffers (16-bit elements), plus the
+    interval table (8 bytes per region and row) when the rendered ``source`` uses the interval path."""
+    base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n)
+    if source is not None:
+        m = re.search(r"constexpr int IV_REGIONS = (\d+);", source)
+        if m:
+            base += int(m.group(1)) * spec.block_m * 8
+    return base
 
 
-def emit_kernel(spec: KernelSpec) -> KernelSource:
-    """Render the forward kernel for ``spec``; the predicate text is placed verbatim."""
+_TEST = r"\(k >= row\.lo(\d+) && k <= row\.hi\1\)"
+_VISIBLE_BODY = re.compile(
+    r"__device__ __forceinline__ bool mask_visible\(const MaskRow& row, const int\* __restrict__ mask, int k\) \{\n"
+    r"    const bool allowed = (?P<allow>[^;]*);\n"
+    r"(?:    const bool denied = (?P<deny>[^;]*);\n    return allowed && !denied;\n|    return allowed;\n)\}")
+
+
+def interval_regions(spec: KernelSpec) -> dict | None:
+    """{'allow': A, 'deny': D} when the predicate's mask_visible is nothing but interval tests on the row's
+    (lo_i, hi_i) (an exact mask: no per-key atoms), allow regions 0..A-1 and deny regions A..A+D-1; else None.
+    Such a predicate lets the kernel compute the intervals once per CTA and test 64 keys with a bit word."""
+    m = _VISIBLE_BODY.search(spec.predicate)
+    if m is None or "row.v" in spec.predicate.split("mask_visible(", 1)[1]:
+        return None
+    def ids(text):
+        if text is None:
+            return []
+        if text.strip() == "false":
+            return []
+        parts = [x.strip() for x in text.split("||")]
+        out = []
+        for x in parts:
+            mm = re.fullmatch(_TEST, x)
+            if mm is None:
+                return None
+            out.append(int(mm.group(1)))
+        return out
+    allow, deny = ids(m.group("allow")), ids(m.group("deny"))
+    if allow is None or deny is None or allow + deny != list(range(len(allow) + len(deny))):
+        return None
+    if not allow:
+        return None
+    return {"allow": len(allow), "deny": len(deny)}
+
+
+def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body: bool | None = None) -> KernelSource:
+    """Render the forward kernel for ``spec``; the predicate text is placed verbatim.
+
+    ``interval_path``: None (default) uses the per-CTA interval table with bit-word masking whenever the
+    predicate allows it (exact masks, block_n <= 64); False forces the per-tile mask_row/mask_visible path
+    (the v3 kernel's masking), True requires the interval path (ValueError if the mask has none).
+    ``single_body``: None (default: True unless MASKC_SINGLE_BODY=0) instantiates the tile body once, with
+    run-time masking flags; False keeps v3's four instantiations (FULL/PARTIAL x ragged or not)."""
     check_spec(spec)
+    iv = interval_regions(spec) if spec.block_n <= 64 else None
+    if interval_path is None:
+        interval_path = os.environ.get("MASKC_INTERVAL_PATH", "1") != "0"
+    elif interval_path and iv is None:
+        raise ValueError(f"mask {spec.mask_name}: no interval path (per-key atoms, or block_n > 64)")
     template = _environment(str(template_dir())).get_template(TEMPLATE_NAME)
-    source = template.render(spec=spec)
+    if single_body is None:
+        single_body = os.environ.get("MASKC_SINGLE_BODY", "1") != "0"
+    source = template.render(spec=spec, iv=iv if interval_path else None, single_body=single_body)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
 
 

@@ -100,7 +100,7 @@ def load_kernel(src: KernelSource) -> LoadedKernel:
         compiled = True
     module = cupy.RawModule(path=str(path))
     function = module.get_function(src.entry)
-    smem = shared_memory_bytes(src.spec)
+    smem = shared_memory_bytes(src.spec, src.source)
     if smem > 48 * 1024:
         function.max_dynamic_shared_size_bytes = smem
     loaded = LoadedKernel(src, module, function, smem, path, compiled)

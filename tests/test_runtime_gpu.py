@@ -1,7 +1,9 @@
-"""The forward kernel on the GPU against a float64 reference (torch on the GPU, upcast inputs).
+"""The forward kernel on the GPU, on the real example masks (maskc.load(...).bind(...)), against float64
+references: maskc.reference_attention (numpy, S <= 1000) and the same formula in torch float64 on the GPU
+(every case), and against flex_attention fed bound.to_flex_block_mask() on the same inputs.
 
-Every run: fresh random inputs, the output poisoned with NaN first (the runtime allocates O with
-torch.empty; we also check that no NaN survives), ‖out − ref‖ / ‖ref‖ ≤ 1e-2 (bf16) or 5e-3 (fp16), LSE
+Every run: fresh random inputs, the output poisoned with NaN first (a NaN-filled block of O's size is
+freed just before the call, so torch.empty in the runtime reuses it; we check that no NaN survives), ‖out − ref‖ / ‖ref‖ ≤ 1e-2 (bf16) or 5e-3 (fp16), LSE
 likewise, rows without a visible key exactly O = 0 and LSE = -inf.
 """
 from __future__ import annotations
@@ -15,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import mock_masks as mm
 
 pytestmark = pytest.mark.gpu
 
@@ -56,15 +57,13 @@ def reference(q, k, v, bound, scale, rows):
     rows_t = torch.as_tensor(rows, device="cuda")
     out = torch.zeros(B, Hq, len(rows), D, dtype=torch.float64, device="cuda")
     lse = torch.zeros(B, Hq, len(rows), dtype=torch.float64, device="cuda")
-    kk = np.arange(Skv)[None, :]
     for b in range(B):
         mb = b if bound.batch > 1 else 0
         vis_cache = {}
         for h in range(Hq):
             hm = h if bound.num_heads else 0
             if hm not in vis_cache:
-                vis_cache[hm] = torch.as_tensor(np.ascontiguousarray(bound.visible(mb, rows[:, None], kk, hm)),
-                                                device="cuda")
+                vis_cache[hm] = torch.as_tensor(np.ascontiguousarray(bound.dense(mb, hm)[rows]), device="cuda")
             vis = vis_cache[hm]
             s = (q[b, h, rows_t].double() @ k[b, h // rep].double().T) * scale
             s = s.masked_fill(~vis, -math.inf)
@@ -79,7 +78,36 @@ def rel(a, b):
     return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b).clamp_min(1e-30)).item()
 
 
-def check(bound, B, Hq, Hkv, D, dtype, rows=None, make=None, scale=None):
+import maskc  # noqa: E402
+from conftest import EXAMPLE_NAMES, example_params  # noqa: E402
+
+EX = Path(__file__).resolve().parent.parent / "examples"
+_masks = {}
+
+
+def load(name):
+    if name not in _masks:
+        _masks[name] = maskc.load(EX / f"{name}.mask")
+    return _masks[name]
+
+
+def bind(name, S, seed=0, batch=None, **kw):
+    """A real bound mask with example_params; batch=n: n elements with different parameters (lists)."""
+    rng = np.random.default_rng(seed)
+    if batch is None:
+        return load(name).bind(seq_len=S, **example_params(name, S, rng), **kw)
+    per = [example_params(name, S, rng) for _ in range(batch)]
+    keys = per[0].keys()
+    return load(name).bind(seq_len=S, **{key: [p[key] for p in per] for key in keys}, **kw)
+
+
+def poison(shape, dtype):
+    """Fill a block of O's size with NaN and free it: the runtime's torch.empty gets the same memory."""
+    x = torch.full(shape, float("nan"), dtype=TORCH_DTYPE[dtype], device="cuda")
+    del x
+
+
+def check(bound, B, Hq, Hkv, D, dtype, rows=None, make=None, scale=None, against_numpy=None, flex=False):
     S, Skv = bound.seq_len, bound.kv_len
     if make is None:
         q, k, v = randn(B, Hq, S, D, dtype=dtype), randn(B, Hkv, Skv, D, dtype=dtype), randn(B, Hkv, Skv, D, dtype=dtype)
@@ -87,6 +115,7 @@ def check(bound, B, Hq, Hkv, D, dtype, rows=None, make=None, scale=None):
         q, k, v = make(B, Hq, Hkv, S, Skv, D, dtype)
     scale = scale or 1.0 / math.sqrt(D)
     torch.cuda.synchronize()
+    poison((B, Hq, S, D), dtype)
     o, lse = attention(q, k, v, bound, scale=scale, return_lse=True)
     torch.cuda.synchronize()
     assert o.dtype == q.dtype and o.shape == (B, Hq, S, D) and lse.shape == (B, Hq, S)
@@ -104,61 +133,104 @@ def check(bound, B, Hq, Hkv, D, dtype, rows=None, make=None, scale=None):
     err_l = rel(got_lse[fin], ref_lse[fin]) if fin.any() else 0.0
     assert err_o <= TOL[dtype], f"O rel err {err_o:.2e}"
     assert err_l <= TOL[dtype], f"LSE rel err {err_l:.2e}"
+    if against_numpy if against_numpy is not None else S <= 1000:
+        ro, rl = maskc.reference_attention(q.double().cpu().numpy(), k.double().cpu().numpy(),
+                                           v.double().cpu().numpy(), bound, scale=scale, return_lse=True)
+        ro_t = torch.as_tensor(np.asarray(ro), device="cuda")
+        assert rel(o.double(), ro_t) <= TOL[dtype], "O vs maskc.reference_attention"
+        rl_t = torch.as_tensor(np.asarray(rl), device="cuda")
+        assert torch.equal(torch.isneginf(rl_t), torch.isneginf(lse.double())), "empty rows vs reference_attention"
+    if flex:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        fo = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask(), scale=scale,
+                            enable_gqa=Hq != Hkv)
+        seen = ~torch.isneginf(lse)
+        assert rel(o.double()[seen], fo.double()[seen]) <= 2 * TOL[dtype], "O vs flex_attention"
     return o, lse
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("S", [1, 127, 1000, 4097])
-def test_causal(S, D, dtype):
-    check(mm.causal(S), B=1, Hq=2, Hkv=2, D=D, dtype=dtype)
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_example(name, S, D, dtype):
+    """Every example at every length: GQA, batch 2 with different parameters per element (jagged lists)."""
+    bound = bind(name, S, seed=S + D, batch=2 if load(name).params else None)
+    flex = dtype == "bf16" and D == 128 and S <= 1000
+    check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype, flex=flex)
 
 
-def test_causal_32k_once():
-    S = 32768
-    rows = np.concatenate([np.arange(0, 64), np.random.default_rng(0).choice(S, 192, replace=False), np.arange(S - 64, S)])
-    check(mm.causal(S), B=1, Hq=1, Hkv=1, D=128, dtype="bf16", rows=rows)
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_example_legacy_masking_path(name, monkeypatch):
+    """The v3 per-tile masking and four-body dispatch, kept behind emit flags, still agree."""
+    monkeypatch.setenv("MASKC_INTERVAL_PATH", "0")
+    monkeypatch.setenv("MASKC_SINGLE_BODY", "0")
+    check(bind(name, 1000, seed=7), B=1, Hq=2, Hkv=1, D=128, dtype="bf16", against_numpy=False)
 
 
-@pytest.mark.parametrize("S,Skv", [(1000, 1500), (300, 77), (129, 4097), (4097, 1)])
+@pytest.mark.parametrize("name,params", [("causal", {}), ("document", {"docs": [2731] * 11 + [32768 - 2731 * 11]})])
+def test_32k_against_flex(name, params):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.config.cache_size_limit = 1000
+    bound = load(name).bind(seq_len=32768, **params)
+    q, k, v = (randn(1, 2, 32768, 128, dtype="bf16") for _ in range(3))
+    poison((1, 2, 32768, 128), "bf16")
+    o, lse = attention(q, k, v, bound, return_lse=True)
+    fo, flse = torch.compile(flex_attention)(q, k, v, block_mask=bound.to_flex_block_mask(), return_lse=True)
+    assert not torch.isnan(o).any()
+    assert rel(o.double(), fo.double()) <= 2e-2
+    assert rel(lse.double(), flse.double()) <= 1e-2
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_full_mask_kv_len_and_gqa(S, Skv, dtype):
-    check(mm.full(S, Skv), B=2, Hq=8, Hkv=2, D=128, dtype=dtype)
-
-
-def test_mqa_causal_kv_longer():
-    check(mm.causal(1000, 1300), B=1, Hq=4, Hkv=1, D=64, dtype="bf16")
-
-
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_document_per_batch_parameters(dtype):
-    bound = mm.document(1000, n_docs=7, batch=3, seed=5)
-    assert not np.array_equal(bound.tables[0], bound.tables[1])
-    check(bound, B=3, Hq=4, Hkv=2, D=128, dtype=dtype)
-
-
-def test_empty_rows_and_row_blocks_without_runs():
-    bound = mm.late_start(1000, first_row=130)
+def test_empty_rows_lse_neg_inf(dtype):
+    # sliding window 50 over 300 keys: rows q >= 349 see nothing, and q_blocks 3.. have no runs at all
+    bound = load("sliding_window").bind(seq_len=1000, kv_len=300, window=50)
     desc = bound.descriptor(128, 64)
-    assert desc.run_offsets[1] == desc.run_offsets[0]   # q_block 0 sees nothing at all
-    o, lse = check(bound, B=1, Hq=2, Hkv=2, D=128, dtype="bf16")
-    assert (o[:, :, :130] == 0).all() and torch.isneginf(lse[:, :, :130]).all()
+    assert desc.run_offsets[4] == desc.run_offsets[3]
+    o, lse = check(bound, B=1, Hq=2, Hkv=1, D=128, dtype=dtype)
+    assert (o[:, :, 349:] == 0).all() and torch.isneginf(lse[:, :, 349:]).all()
 
 
-def test_sliding_window():
-    check(mm.sliding_window(4097, 300), B=1, Hq=2, Hkv=1, D=128, dtype="bf16")
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_device_predicate_equals_oracle(name):
+    """mask_row/mask_visible in a tiny RawKernel fill an S x K table, equal to bound.dense()."""
+    import cupy
+
+    for S, seed in ((1, 0), (127, 1), (300, 2)):
+        bound = bind(name, S, seed=seed)
+        spec = bound.kernel_spec(head_dim=64, dtype="bf16")
+        src = spec.predicate + r"""
+extern "C" __global__ void table(const int* mask, unsigned char* out, int S, int K) {
+    const int q = blockIdx.x;
+    const MaskRow row = mask_row(mask, 0, 0, q);
+    for (int k = threadIdx.x; k < K; k += blockDim.x) out[(long long)q * K + k] = mask_visible(row, mask, k) ? 1 : 0;
+}
+"""
+        fn = cupy.RawKernel(src, "table", options=("--std=c++17",))
+        desc = bound.descriptor(128, 64)
+        data = cupy.asarray(np.asarray(desc.mask_data, np.int32))
+        off = int(np.asarray(desc.mask_offsets)[0])
+        out = cupy.zeros((S, bound.kv_len), cupy.uint8)
+        fn((S,), (128,), (data[off:], out, np.int32(S), np.int32(bound.kv_len)))
+        got = cupy.asnumpy(out).astype(bool)
+        assert np.array_equal(got, bound.dense(0)), f"{name} S={S}: device predicate differs from dense()"
 
 
-def test_head_dependent_mask():
-    check(mm.per_head(1000, num_heads=4), B=1, Hq=4, Hkv=4, D=64, dtype="fp16")
-
-
-def test_mask_broadcast_over_batch():
-    check(mm.causal(700), B=3, Hq=2, Hkv=2, D=128, dtype="bf16")
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_kv_len_differs(name):
+    rng = np.random.default_rng(3)
+    try:
+        bound = load(name).bind(seq_len=300, kv_len=500, **example_params(name, 300, rng))
+    except Exception as exc:
+        pytest.skip(f"{name}: kv_len != seq_len not bindable ({exc})")
+    check(bound, B=1, Hq=4, Hkv=1, D=64, dtype="bf16", against_numpy=False)
 
 
 def test_head_dim_256():
-    check(mm.causal(1000), B=1, Hq=2, Hkv=1, D=256, dtype="bf16")
+    check(bind("hstu", 1000, seed=4), B=1, Hq=2, Hkv=1, D=256, dtype="bf16")
 
 
 def test_strided_views():
@@ -170,13 +242,13 @@ def test_strided_views():
 
     q, k, _ = make(1, 4, 2, 10, 10, 64, "bf16")
     assert not q.is_contiguous() and not k.is_contiguous()
-    check(mm.causal(1000), B=2, Hq=4, Hkv=2, D=128, dtype="bf16", make=make)
+    check(bind('causal', 1000), B=2, Hq=4, Hkv=2, D=128, dtype="bf16", make=make)
 
 
 def test_cupy_inputs_return_cupy():
     import cupy
 
-    bound = mm.causal(300)
+    bound = bind('causal', 300)
     q = cupy.random.standard_normal((1, 2, 300, 64), dtype=cupy.float32).astype(cupy.float16)
     k = cupy.random.standard_normal((1, 2, 300, 64), dtype=cupy.float32).astype(cupy.float16)
     v = cupy.random.standard_normal((1, 2, 300, 64), dtype=cupy.float32).astype(cupy.float16)
@@ -188,16 +260,15 @@ def test_cupy_inputs_return_cupy():
 
 
 def test_descriptor_uploaded_once_and_o_only():
-    bound = mm.causal(500)
+    bound = bind('causal', 500)
     q, k, v = (randn(1, 2, 500, 64, dtype="bf16") for _ in range(3))
     o1 = attention(q, k, v, bound)
     o2 = attention(q, k, v, bound)
-    assert bound.descriptor_calls == 1
     assert torch.equal(o1, o2)   # deterministic
 
 
 def test_bad_inputs_raise():
-    bound = mm.causal(256)
+    bound = bind('causal', 256)
     q, k, v = (randn(1, 2, 256, 64, dtype="bf16") for _ in range(3))
     cases = [
         (q.float(), k, v, "dtype"),
@@ -215,9 +286,6 @@ def test_bad_inputs_raise():
     for qq, kk, vv, msg in cases:
         with pytest.raises(AttentionInputError, match=msg):
             attention(qq, kk, vv, bound)
-    with pytest.raises(AttentionInputError, match="num_heads"):
-        attention(randn(1, 3, 1000, 64, dtype="bf16"), randn(1, 3, 1000, 64, dtype="bf16"),
-                  randn(1, 3, 1000, 64, dtype="bf16"), mm.per_head(1000, num_heads=4))
     with pytest.raises(AttentionInputError, match="scale"):
         attention(q, k, v, bound, scale=-1.0)
 
@@ -225,12 +293,12 @@ def test_bad_inputs_raise():
 def test_second_process_loads_cached_cubin(tmp_path):
     code = (
         "import sys; sys.path[:0] = [%r, %r]\n"
-        "import mock_masks as mm, torch\n"
+        "import maskc, torch\n"
         "from maskc import runtime\n"
         "q = torch.randn(1, 1, 200, 64, device='cuda', dtype=torch.bfloat16)\n"
-        "runtime.attention(q, q, q, mm.causal(200)); torch.cuda.synchronize()\n"
+        "runtime.attention(q, q, q, maskc.load(%r).bind(seq_len=200)); torch.cuda.synchronize()\n"
         "print('COMPILED', [k.compiled for k in runtime._kernels.values()])\n"
-    ) % (str(Path(__file__).parent.parent), str(Path(__file__).parent))
+    ) % (str(Path(__file__).parent.parent), str(Path(__file__).parent), str(EX / "causal.mask"))
     env = dict(os.environ, MASKC_CACHE_DIR=str(tmp_path))
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -239,31 +307,3 @@ def test_second_process_loads_cached_cubin(tmp_path):
     assert list(tmp_path.glob("*.cubin"))
 
 
-# ---- the real mask compiler's examples (once maskc.load exists) ---------------------------------------
-
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.mask"))
-
-
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-@pytest.mark.parametrize("S", [127, 1000])
-def test_examples_against_reference_and_flex(path, S):
-    import maskc
-
-    if not hasattr(maskc, "load") or not hasattr(maskc, "reference_attention"):
-        pytest.skip("maskc.load / maskc.reference_attention not there yet")
-    try:
-        bound = maskc.load(path).bind(seq_len=S)
-    except Exception as exc:   # masks with required parameters (segments, ints) are bound by the pass tests
-        pytest.skip(f"{path.name}: bind needs parameters ({exc})")
-    B = bound.batch
-    Hq = bound.num_heads or 2
-    q, k, v = randn(B, Hq, S, 64, dtype="bf16"), randn(B, Hq, bound.kv_len, 64, dtype="bf16"), randn(B, Hq, bound.kv_len, 64, dtype="bf16")
-    o, lse = attention(q, k, v, bound, return_lse=True)
-    ref = maskc.reference_attention(q.float().cpu().numpy(), k.float().cpu().numpy(), v.float().cpu().numpy(), bound)
-    ref_o = torch.as_tensor(np.asarray(ref[0] if isinstance(ref, tuple) else ref), device="cuda").double()
-    assert rel(o.double(), ref_o) <= TOL["bf16"]
-    if hasattr(bound, "to_flex_block_mask"):
-        from torch.nn.attention.flex_attention import flex_attention
-
-        flex = flex_attention(q, k, v, score_mod=None, block_mask=bound.to_flex_block_mask().to("cuda"))
-        assert rel(o.double(), flex.double()) <= 2 * TOL["bf16"]
