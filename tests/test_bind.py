@@ -83,8 +83,6 @@ def test_segments_must_be_integer_lists(value):
     assert "'docs'" in info.value.message
 
 
-@pytest.mark.xfail(strict=True, reason="bind.py _int_list raises BindError without a span, so "
-                   "'segments docs must be a list of integers' has no file:line:col of the declaration")
 def test_segments_type_error_carries_the_declaration():
     err = _bind_error(load("document"), 10, docs=[5.0, 5])
     _at(err, "document", "docs: segments")
@@ -235,14 +233,10 @@ def test_jagged_batch_error_names_the_element():
     _at(err, "shared_prompt", "responses: segments")
 
 
-@pytest.mark.xfail(strict=True, reason="bind.py: an empty batch list for an int parameter (prefix=[]) "
-                   "reaches v[b] with b = 0 and raises IndexError instead of a BindError")
 def test_empty_batch_is_a_bind_error():
     _bind_error(load("prefix_lm"), 10, prefix=[])
 
 
-@pytest.mark.xfail(strict=True, reason="bind.py accepts int values beyond int32 (prefix=2**40); the "
-                   "descriptor then raises a bare OverflowError from predicate.pack_mask_data, not a BindError")
 def test_values_beyond_int32_rejected_at_bind():
     with pytest.raises(BindError):
         load("prefix_lm").bind(10, prefix=2 ** 40).descriptor()

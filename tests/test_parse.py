@@ -99,8 +99,6 @@ def test_spans_of_a_handwritten_mask():
     assert (rng.span.line, rng.span.col) == (4, 8)
 
 
-@pytest.mark.xfail(strict=True, reason="parse.py: a rule's span includes its trailing comment "
-                   "(the _NL token with COMMENT is part of the rule), so the caret underlines the comment")
 def test_rule_span_stops_before_a_trailing_comment():
     f = parse("mask m()\n  allow k <= q   # causal\n")
     rule = f.masks[0].rules[0]
@@ -155,16 +153,12 @@ def test_over_indented_rule_hints_indentation():
     assert "indent" in (info.value.hint or "")
 
 
-@pytest.mark.xfail(strict=True, reason="parse.py: an over-indented line is reported at the end of the "
-                   "previous line (2:15), where Lark's indenter puts the _INDENT token, not at the line itself")
 def test_over_indented_rule_points_at_that_line():
     with pytest.raises(MaskSyntaxError) as info:
         maskc.compile_mask("mask m()\n  allow k <= q\n      allow k <= q\n", path="bad.mask")
     assert info.value.span.line == 3
 
 
-@pytest.mark.xfail(strict=True, reason="parse.py: an inconsistent dedent is reported at 1:1 "
-                   "(_span_at(path, lines, 1, 1)) instead of at the offending line 3")
 def test_inconsistent_dedent_points_at_that_line():
     with pytest.raises(MaskSyntaxError) as info:
         maskc.compile_mask("mask m()\n    allow k <= q\n  allow k <= q\n", path="bad.mask")
@@ -180,8 +174,6 @@ def test_file_without_a_mask_is_an_error(text):
     assert "empty.mask" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="resolve.py: a file with no mask raises MaskNameError with span None "
-                   "(no file:line:col) and the hint-like text 'name one with -m', which cannot help")
 def test_file_without_a_mask_names_file_line_col():
     with pytest.raises(MaskError) as info:
         maskc.compile_mask("# nothing here\n", path="empty.mask")

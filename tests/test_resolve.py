@@ -82,8 +82,6 @@ def test_min_max_take_many_arguments():
     assert np.array_equal(d, k <= np.minimum(np.minimum(q, 5), np.minimum(q + 2, 7)))
 
 
-@pytest.mark.xfail(strict=True, reason="resolve.py _call_builtin: keyword arguments are counted in the "
-                   "'got N' of the arity message, so same(s=x) says 'takes 1 positional argument(s), got 1'")
 def test_builtin_keyword_argument_message_is_not_self_contradictory():
     err = _err("mask m(x: segments)\n  allow same(s=x)\n", MaskTypeError)
     assert "got 1" not in err.message
@@ -339,7 +337,12 @@ def test_mask_with_no_allow(body):
     _at(err, 1, 6)
 
 
-@pytest.mark.parametrize("decl,words", [("a: int = 2 + 3", "plain number"), ("w: int, a: int = w", "plain number"),
+def test_constant_default_expression_is_folded():
+    c = maskc.compile_mask("mask m(a: int = 2 + 3 * 2)\n  allow k <= a\n")
+    assert c.params[0].default == 8
+
+
+@pytest.mark.parametrize("decl,words", [("w: int, a: int = w", "a default must be a number"),
                                         ("s: segments = 3", "no default"),
                                         ("s: segments from q", "cannot depend"),
                                         ("s: segments from a, a: int", "unknown name 'a'")])
@@ -348,8 +351,6 @@ def test_parameter_declaration_errors(decl, words):
     assert words in err.message and err.span.line == 1
 
 
-@pytest.mark.xfail(strict=True, reason="resolve.py _params: a default '-2' resolves to Arith('-', 0, 2), not a "
-                   "Const, so 'mask m(a: int = -2)' is rejected with 'a default must be a plain number'")
 def test_negative_default_is_a_plain_number():
     c = maskc.compile_mask("mask m(a: int = -2)\n  allow k <= q + a\n")
     assert c.params[0].default == -2
