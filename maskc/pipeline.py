@@ -176,9 +176,13 @@ class BoundMask:
         return FlexMaskMod(self, device)
 
     def visible_pairs(self) -> int:
-        """The number of visible (q, k) pairs summed over the batch, without the dense mask."""
-        from .classify import visible_pairs
-        return visible_pairs(self.mask.ranges, self.params)
+        """The number of visible (q, k) pairs summed over the batch, never with the dense mask:
+        from the row intervals for exact masks, else pair by pair one query block at a time."""
+        if self.mask.exact and not self.mask.ranges.uses_head:
+            from .classify import visible_pairs
+            return visible_pairs(self.mask.ranges, self.params)
+        from .audit import count_visible_pairs
+        return count_visible_pairs(self)
 
     def kernel_spec(self, **kwargs) -> KernelSpec:
         return self.mask.kernel_spec(**kwargs)

@@ -98,3 +98,16 @@ def test_visible_pairs_matches_dense():
     mask = maskc.load(EXAMPLES / "shared_prompt.mask")
     bound = mask.bind(seq_len=300, prompt=100, responses=[[50, 150], [200]])
     assert bound.visible_pairs() == int(bound.dense(0).sum() + bound.dense(1).sum())
+
+
+def test_audit_counts_clear_partial_tiles_that_are_not():
+    from maskc.audit import audit_tiles
+    bound = maskc.load(EXAMPLES / "clear.mask").bind(seq_len=1000, text=100, width=30, radius=5)
+    audit = audit_tiles(bound, 64, 64)
+    truth = tile_truth(bound.dense(), 64, 64)
+    got = bound.tiles(64, 64)
+    assert audit.unsound == 0
+    assert audit.partial == int((got == maskc.PARTIAL).sum())
+    assert audit.really_full == int(((got == maskc.PARTIAL) & (truth == maskc.FULL)).sum())
+    assert audit.really_empty == int(((got == maskc.PARTIAL) & (truth == maskc.EMPTY)).sum())
+    assert bound.visible_pairs() == int(bound.dense().sum())
