@@ -158,12 +158,9 @@ def test_example_descriptors(name, block):
     truth = tile_truth(bound.dense(), *block)
     if c.exact:
         assert np.array_equal(bound.tiles(*block), truth)
-        assert bound.visible_pairs() == int(bound.dense().sum())
+    assert bound.visible_pairs() == int(bound.dense().sum())
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="classify.visible_pairs raises NotImplementedError for non-exact masks (e.g. the "
-                          "shipped clear.mask), though BoundMask.visible_pairs and its docstring promise a count")
 def test_visible_pairs_of_a_non_exact_example():
     c = maskc.load(EXAMPLES / "clear.mask")
     bound = c.bind(100, text=10, width=9, radius=3)
