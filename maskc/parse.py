@@ -296,6 +296,9 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
         return _ToSyntax(path, lines).transform(tree)
     except VisitError as err:
         raise err.orig_exc from None
+    except RecursionError:
+        raise MaskSyntaxError("this expression is nested too deeply", _span_at(path, lines, 1, 1),
+                              "split it with 'let' bindings") from None
 
 
 def parse_file(path: str | Path) -> ir.SourceFile:

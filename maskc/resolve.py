@@ -16,6 +16,7 @@ from .errors import MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
 
 _FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 1)}
 _MAX_EXPONENT = 8
+_INT32_MAX = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,8 @@ class _Resolver:
 
     # -- integer expressions -----------------------------------------------------------------
     def _Num(self, node, scope, file):
+        if node.value > _INT32_MAX:      # the kernel computes in 32 bits (64 for squares and products)
+            raise MaskTypeError("this number does not fit in 32 bits", node.span)
         return ir.Const(node.value, node.span)
 
     def _UnaryMinus(self, node, scope, file):
