@@ -131,73 +131,115 @@ def _grid_counts(slots, seq_len, kv_len, block_m, block_n):
                         kv_len, block_n)
 
 
-def _reduce(fn, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    return fn.reduceat(values, starts) if len(values) else np.zeros(0, values.dtype)
+# Rows are classified in chunks of whole q_blocks: arrays of this many int64 stay small enough to come
+# from the allocator's free lists (fresh multi-page buffers cost page faults on every numpy op) and
+# from the cache.
+_CHUNK_ROWS = 8192
 
 
-def _exact_runs(slots, seq_len: int, kv_len: int, block_m: int, block_n: int):
-    """CSR tile runs of row-wise interval slots, per q_block, in O(seq_len * slots) work.
+def _chunk_hulls(slots, kv_len: int, block_m: int, block_n: int):
+    """Per q_block of one chunk of rows and per slot, the hull of the touched key blocks and the
+    intersection of the covered ones; and which q_blocks need exact counting instead.
 
-    Per q_block and slot, the touched key blocks are the hull of its rows' touched ranges and the
-    FULL ones the intersection of their covered ranges. That is exact when (a) consecutive non-empty
-    rows' ranges overlap or abut, so the rows' union has no hole, and (b) the slots' hulls are
-    disjoint, so a key block is covered by one slot in every row or by none. q_blocks failing either
-    check are counted exactly with difference arrays instead.
+    The hull and intersection are exact when (a) consecutive non-empty rows' ranges overlap or abut,
+    so the rows' union has no hole, and (b) the slots' hulls are disjoint, so a key block is covered
+    by one slot in every row or by none. q_blocks failing either check are flagged.
     """
-    qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
-    starts = np.arange(0, seq_len, block_m)
-    rows_per_tile = np.minimum(block_m, seq_len - starts)
-    row_tile = np.arange(seq_len) // block_m
-    fallback = np.zeros(qt, bool)
-    hulls = []
+    n_rows = len(slots[0][0])
+    kt = -(-kv_len // block_n)
+    starts = np.arange(0, n_rows, block_m)
+    rows_per_tile = np.minimum(block_m, n_rows - starts)
+    fallback = np.zeros(len(starts), bool)
+    first_row_of_tile = np.zeros(n_rows, bool)
+    first_row_of_tile[starts] = True
+    shift = block_n.bit_length() - 1 if block_n & (block_n - 1) == 0 else None
     big = np.int64(1) << 40
+    hulls = []
     for lo, hi in slots:
         live = lo < hi
-        t0, t1 = lo // block_n, -((-hi) // block_n)
-        c0 = -((-lo) // block_n)
-        c1 = np.where(hi >= kv_len, kt, hi // block_n)          # the last, short tile ends at kv_len
-        n_live = np.add.reduceat(live.astype(np.int32), starts)
-        h0 = np.minimum.reduceat(np.where(live, t0, big), starts)
-        h1 = np.maximum.reduceat(np.where(live, t1, -1), starts)
-        f0 = np.maximum.reduceat(np.where(live, c0, big), starts)
-        f1 = np.minimum.reduceat(np.where(live, c1, -1), starts)
-        full = n_live == rows_per_tile
-        f0, f1 = np.where(full, f0, 0), np.where(full, np.maximum(f1, 0), 0)
-        # (a) holes: consecutive live rows of one q_block whose touched ranges neither overlap nor abut.
-        idx = np.nonzero(live)[0]
-        if len(idx) > 1:
-            a, b = idx[:-1], idx[1:]
-            hole = (row_tile[a] == row_tile[b]) & ((t0[b] > t1[a]) | (t0[a] > t1[b]))
-            fallback[row_tile[a][hole]] = True
-        hulls.append((np.where(n_live > 0, h0, 0), np.where(n_live > 0, h1, 0), f0, f1))
+        if shift is not None:
+            t0, t1, c0 = lo >> shift, (hi + (block_n - 1)) >> shift, (lo + (block_n - 1)) >> shift
+            c1 = hi >> shift
+        else:
+            t0, t1, c0, c1 = lo // block_n, -((-hi) // block_n), -((-lo) // block_n), hi // block_n
+        c1[hi >= kv_len] = kt                                    # the last, short tile ends at kv_len
+        if live.all():
+            h0, h1 = np.minimum.reduceat(t0, starts), np.maximum.reduceat(t1, starts)
+            f0, f1 = np.maximum.reduceat(c0, starts), np.minimum.reduceat(c1, starts)
+            hole = ((t0[1:] > t1[:-1]) | (t0[:-1] > t1[1:])) & ~first_row_of_tile[1:]
+            if hole.any():
+                fallback[np.nonzero(hole)[0] // block_m] = True
+        else:
+            n_live = np.add.reduceat(live.astype(np.int32), starts)
+            some, full = n_live > 0, n_live == rows_per_tile
+            h0 = np.where(some, np.minimum.reduceat(np.where(live, t0, big), starts), 0)
+            h1 = np.where(some, np.maximum.reduceat(np.where(live, t1, -1), starts), 0)
+            f0 = np.where(full, np.maximum.reduceat(np.where(live, c0, big), starts), 0)
+            f1 = np.where(full, np.minimum.reduceat(np.where(live, c1, -1), starts), 0)
+            idx = np.nonzero(live)[0]
+            if len(idx) > 1:
+                a, b = idx[:-1], idx[1:]
+                hole = (a // block_m == b // block_m) & ((t0[b] > t1[a]) | (t0[a] > t1[b]))
+                fallback[a[hole] // block_m] = True
+        hulls.append(np.stack([h0, h1, f0, f1]))
     for i in range(len(hulls)):                                  # (b) overlapping hulls
         for j in range(i + 1, len(hulls)):
             (a0, a1, _, _), (b0, b1, _, _) = hulls[i], hulls[j]
             fallback |= (a0 < a1) & (b0 < b1) & (a0 < b1) & (b0 < a1)
+    return hulls, fallback
+
+
+def _counted_runs(slots, tiles: np.ndarray, kv_len: int, block_m: int, block_n: int):
+    """Exact runs of the given q_blocks of a chunk by difference arrays (row ids, begin, end, kind)."""
+    n_rows = len(slots[0][0])
+    rows_per_tile = np.minimum(block_m, n_rows - tiles * block_m)
+    rows = np.concatenate([np.arange(t * block_m, t * block_m + n) for t, n in zip(tiles, rows_per_tile)])
+    sub = [(lo[rows], hi[rows]) for lo, hi in slots]
+    touch, cover = _tile_counts(sub, np.repeat(np.arange(len(tiles)), rows_per_tile), rows_per_tile,
+                                kv_len, block_n)
+    offsets, runs = runs_of(np.where(cover, FULL, np.where(touch, PARTIAL, EMPTY)).astype(np.int8))
+    return np.repeat(tiles, np.diff(offsets)), runs[:, 0], runs[:, 1], runs[:, 2]
+
+
+def _exact_runs(allow, deny, params, b: int, head: int, seq_len: int, kv_len: int,
+                block_m: int, block_n: int):
+    """CSR tile runs of a mask whose regions are all exact, chunk by chunk of rows."""
+    qt = -(-seq_len // block_m)
+    chunk = max(block_m, _CHUNK_ROWS // block_m * block_m)
+    width = 0
+    per_chunk, fallback = [], np.ones(qt, bool)      # q_blocks no chunk covered are EMPTY rows
+    parts = tuple([np.zeros(0, np.int64)] for _ in range(4))
+    for row0 in range(0, seq_len, chunk):
+        rows = RowValues(params, seq_len, kv_len, head, b, np.arange(row0, min(row0 + chunk, seq_len),
+                                                                      dtype=np.int64))
+        slots = [s for s in _visible_slots(allow, deny, rows, kv_len) if (s[0] < s[1]).any()]
+        tiles = slice(row0 // block_m, -(-min(row0 + chunk, seq_len) // block_m))
+        if not slots:
+            fallback[tiles] = False
+            continue
+        hulls, bad = _chunk_hulls(slots, kv_len, block_m, block_n)
+        per_chunk.append((tiles, hulls))
+        width = max(width, len(hulls))
+        fallback[tiles] = bad
+        if bad.any():
+            for part, values in zip(parts, _counted_runs(slots, np.nonzero(bad)[0], kv_len, block_m, block_n)):
+                part.append(values + (tiles.start if part is parts[0] else 0))
+    # Every chunk's hulls as one array [slot, (h0, h1, f0, f1), q_block]; missing slots are empty.
+    hull = np.zeros((width, 4, qt), np.int64)
+    for tiles, hulls in per_chunk:
+        for j, h in enumerate(hulls):
+            hull[j, :, tiles] = h
     tile_ids = np.arange(qt)
-    none = np.zeros(0, np.int64)
-    row_ids, begins, ends, kinds = [none], [none], [none], [none]
-    for h0, h1, f0, f1 in hulls:
+    for h0, h1, f0, f1 in hull:
         f0c, f1c = np.maximum(f0, h0), np.minimum(f1, h1)
         has_full = f0c < f1c
         cut0, cut1 = np.where(has_full, f0c, h1), np.where(has_full, f1c, h1)
-        for b, e, k in ((h0, cut0, PARTIAL), (cut0, cut1, FULL), (cut1, h1, PARTIAL)):
-            keep = ~fallback & (b < e)
-            row_ids.append(tile_ids[keep]), begins.append(b[keep]), ends.append(e[keep])
-            kinds.append(np.full(int(keep.sum()), k, np.int64))
-    if fallback.any():
-        bad = np.nonzero(fallback)[0]
-        rows = np.concatenate([np.arange(t * block_m, min((t + 1) * block_m, seq_len)) for t in bad])
-        sub = [(lo[rows], hi[rows]) for lo, hi in slots]
-        sub_tile = np.repeat(np.arange(len(bad)), rows_per_tile[bad])
-        touch, cover = _tile_counts(sub, sub_tile, rows_per_tile[bad], kv_len, block_n)
-        classes = np.where(cover, FULL, np.where(touch, PARTIAL, EMPTY)).astype(np.int8)
-        offsets, runs = runs_of(classes)
-        row_ids.append(np.repeat(bad, np.diff(offsets))), begins.append(runs[:, 0])
-        ends.append(runs[:, 1]), kinds.append(runs[:, 2])
-    return merge_runs(np.concatenate(row_ids), np.concatenate(begins), np.concatenate(ends),
-                      np.concatenate(kinds), qt)
-
+        for begin, end, kind in ((h0, cut0, PARTIAL), (cut0, cut1, FULL), (cut1, h1, PARTIAL)):
+            keep = ~fallback & (begin < end)
+            for part, values in zip(parts, (tile_ids[keep], begin[keep], end[keep],
+                                            np.full(int(keep.sum()), kind))):
+                part.append(values)
+    return merge_runs(*(np.concatenate(p) for p in parts), qt)
 
 
 def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m, block_n):
@@ -219,14 +261,14 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     """CSR runs (offsets int32[QT+1], runs int32[n, 3]) of one batch element and head."""
     S, K = bound.seq_len, bound.kv_len
     params = bound.batch[b]
-    rows = RowValues(params, S, K, head, b, np.arange(S, dtype=np.int64))
     exact_allow = [r for r in mask.allow if r.exact]
     exact_deny = [r for r in mask.deny if r.exact]
-    slots = _visible_slots(exact_allow, exact_deny, rows, K)
     opaque_allow = [r for r in mask.allow if not r.exact]
     opaque_deny = [r for r in mask.deny if not r.exact]
     if not (opaque_allow or opaque_deny):
-        return _exact_runs(slots, S, K, block_m, block_n)
+        return _exact_runs(exact_allow, exact_deny, params, b, head, S, K, block_m, block_n)
+    rows = RowValues(params, S, K, head, b, np.arange(S, dtype=np.int64))
+    slots = _visible_slots(exact_allow, exact_deny, rows, K)
     touch, cover = _grid_counts(slots, S, K, block_m, block_n)
     tiles = TileIntervals(params, S, K, heads, b, block_m, block_n)
     none = np.zeros_like(touch)

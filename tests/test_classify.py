@@ -111,3 +111,20 @@ def test_audit_counts_clear_partial_tiles_that_are_not():
     assert audit.really_full == int(((got == maskc.PARTIAL) & (truth == maskc.FULL)).sum())
     assert audit.really_empty == int(((got == maskc.PARTIAL) & (truth == maskc.EMPTY)).sum())
     assert bound.visible_pairs() == int(bound.dense().sum())
+
+
+@given(mask_text(exact=True), binding(), tile_shape, st.integers(1, 4))
+def test_exact_when_rows_are_classified_in_small_chunks(text, bind_args, shape, chunk_blocks):
+    """Chunk boundaries (whole q_blocks) must not change any class."""
+    import maskc.classify as classify_module
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    saved = classify_module._CHUNK_ROWS
+    classify_module._CHUNK_ROWS = chunk_blocks * shape[0]
+    try:
+        got = classify_module.classify(mask.ranges, bound.params, *shape).classes[0]
+    finally:
+        classify_module._CHUNK_ROWS = saved
+    np.testing.assert_array_equal(got, tile_truth(bound.dense(), *shape))
