@@ -9,7 +9,13 @@ from maskc.emit import compile_to_cubin, emit_kernel, nvrtc_options, template_di
 from maskc.kernel_ir import KernelSpec
 from maskc.schedule import choose_tiles
 
-from mock_masks import PRED_DOCUMENT, PRED_FULL
+import maskc
+from maskc.emit import interval_regions
+from conftest import EXAMPLES, EXAMPLE_NAMES
+
+# Predicates from the real compiler: document (exact: interval path) and clear (per-key atoms).
+PRED_DOCUMENT = maskc.load(EXAMPLES / "document.mask").kernel_spec().predicate
+PRED_FULL = maskc.load(EXAMPLES / "clear.mask").kernel_spec().predicate
 
 pytest.importorskip("cupy")
 
@@ -22,7 +28,7 @@ def spec(head_dim=128, dtype="bf16", predicate=PRED_DOCUMENT, name="document", t
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("predicate", [PRED_FULL, PRED_DOCUMENT], ids=["full", "partial"])
+@pytest.mark.parametrize("predicate", [PRED_FULL, PRED_DOCUMENT], ids=["opaque", "exact"])
 def test_compiles_for_sm90a(head_dim, dtype, predicate):
     src = emit_kernel(spec(head_dim, dtype, predicate))
     cubin = compile_to_cubin(src)
@@ -68,3 +74,26 @@ def test_emit_is_pure():
     a, b = emit_kernel(spec()), emit_kernel(spec())
     assert a.source == b.source and a.options == b.options
     assert not re.search(r"\bnan\b", a.source)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_interval_path_for_exact_masks(name):
+    """Every example but clear (per-key atoms) gets the per-CTA interval table; flags restore v3's paths."""
+    sp = maskc.load(EXAMPLES / f"{name}.mask").kernel_spec(head_dim=128, dtype="bf16")
+    iv = interval_regions(sp)
+    assert (iv is None) == (name == "clear")
+    src = emit_kernel(sp).source
+    assert ("IV_REGIONS" in src) == (iv is not None)
+    legacy = emit_kernel(sp, interval_path=False, single_body=False).source
+    assert "IV_REGIONS" not in legacy and "attend_tile<false, false>" in legacy
+    assert "attend_tile<false, false>" not in src
+
+
+def test_interval_path_rejected_for_opaque_masks():
+    with pytest.raises(ValueError, match="no interval path"):
+        emit_kernel(maskc.load(EXAMPLES / "clear.mask").kernel_spec(), interval_path=True)
+
+
+def test_interval_path_compiles():
+    sp = maskc.load(EXAMPLES / "hstu.mask").kernel_spec(head_dim=64, dtype="fp16")
+    assert compile_to_cubin(emit_kernel(sp))[:4] == b"\x7fELF"
