@@ -9,9 +9,9 @@ from __future__ import annotations
 
 # (head_dim) -> (block_m, block_n, num_warps). Each warp owns block_m / num_warps query rows (16 or 32).
 #   D=64:  16 rows per warp, Q fragments in registers; 154 registers (causal), 48 KB smem.
-#   D=128: 32 rows per warp, Q re-read from shared memory; 255 registers with 72 B of spills (causal; more
-#          with table-reading predicates), 96 KB smem, 2 CTAs/SM. Measured on the H200 at 32K causal:
-#          13.08 ms (336 TF/s) against 16.88 ms for 128x64x8 (16 rows per warp, 212 registers, no spills).
+#   D=128: 32 rows per warp, Q re-read from shared memory; 255 registers with 32-128 B of spills (v4: 84 B
+#          for most examples, hstu 128, clear 32; bench/NOTES.md), 96 KB smem + the interval table, 2 CTAs/SM.
+#          Measured on the H200 at 32K causal (run 7): 12.75 ms (345 TF/s) against 17.46 ms for 128x64x8.
 #   D=256: 16 rows per warp, Q re-read from shared memory; 247 registers, 160 KB smem.
 _TILES = {
     64: (128, 64, 8),
