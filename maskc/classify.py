@@ -23,6 +23,8 @@ _NONE = np.iinfo(np.int64).max // 4      # the endpoints of an empty interval, s
 def _region_rows(region: ir.RegionBounds, rows: RowValues, kv_len: int):
     """The row-wise interval [lo, hi) of a region's linear part (lo = hi = _NONE where empty)."""
     n = rows.q.shape[0]
+    if any(rows.lin(g.lin) > 0 for g in region.static_guards):
+        return np.full(n, _NONE), np.full(n, _NONE)
     lo = np.zeros(n, np.int64)
     hi = np.full(n, kv_len, np.int64)
     for b in region.lower:
@@ -58,22 +60,20 @@ def _union(intervals: list[tuple[np.ndarray, np.ndarray]]):
 
 def _compact(slots):
     """Ascending slots with empties in between → the same slots with each row's non-empty ones first;
-    columns empty in every row dropped. A stable partition: no sort."""
-    if len(slots) <= 1:
-        return [s for s in slots if (s[0] < s[1]).any()] or slots[:1]
-    lo = np.stack([s[0] for s in slots])
-    hi = np.stack([s[1] for s in slots])
-    live = lo < hi
-    width = int(live.sum(axis=0).max(initial=0))
-    if width == 0:
-        return slots[:1]
-    rank = np.cumsum(live, axis=0) - 1
-    out_lo = np.full((width, lo.shape[1]), _NONE, np.int64)
-    out_hi = np.full((width, lo.shape[1]), _NONE, np.int64)
-    j, r = np.nonzero(live)
-    out_lo[rank[j, r], r] = lo[j, r]
-    out_hi[rank[j, r], r] = hi[j, r]
-    return [(out_lo[i], out_hi[i]) for i in range(width)]
+    columns empty in every row dropped. Stable: empties bubble to the end by pairwise swaps."""
+    slots = [s for s in slots if (s[0] < s[1]).any()]
+    for done in range(len(slots) - 1):
+        moved = False
+        for j in range(len(slots) - 1 - done):
+            (lo_a, hi_a), (lo_b, hi_b) = slots[j], slots[j + 1]
+            swap = (lo_a >= hi_a) & (lo_b < hi_b)
+            if swap.any():
+                moved = True
+                slots[j] = (np.where(swap, lo_b, lo_a), np.where(swap, hi_b, hi_a))
+                slots[j + 1] = (np.where(swap, lo_a, lo_b), np.where(swap, hi_a, hi_b))
+        if not moved:
+            break
+    return [s for s in slots if (s[0] < s[1]).any()]
 
 
 def _subtract(slots, deny):

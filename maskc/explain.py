@@ -126,6 +126,8 @@ def _kbound(b: ir.KBound, rounding: str) -> str:
 
 def bounds_text(r: ir.RegionBounds) -> list[str]:
     lines = []
+    if r.static_guards:
+        lines.append("exists if: " + " and ".join(f"{render(a.lin)} <= 0" for a in r.static_guards))
     if r.guards:
         lines.append("guards: " + " and ".join(f"{render(a.lin)} <= 0" for a in r.guards))
     lower = ", ".join(_kbound(b, "ceil") for b in r.lower) or "0"

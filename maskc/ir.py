@@ -421,7 +421,8 @@ class KBound:
 class RegionBounds:
     """One region as per-row k bounds.
 
-    ``guards``: atoms free of k that must hold for the row. ``lower``/``upper``: the row's visible
+    ``guards``: atoms free of k that must hold for the row (``static_guards``: those free of q, h and
+    b too, checked once per batch element). ``lower``/``upper``: the row's visible
     keys are ``max(lower) <= k <= min(upper)`` (clipped to [0, kv_len)). ``opaque``: atoms that
     depend on k non-linearly, checked per element; a region with none is *exact*: its rows' visible
     keys form one interval that the passes compute without approximation.
@@ -431,6 +432,7 @@ class RegionBounds:
     lower: tuple[KBound, ...]
     upper: tuple[KBound, ...]
     opaque: tuple[Atom, ...]
+    static_guards: tuple[Atom, ...] = ()   # guards on parameters alone: whether the region exists at all
     span: Span = _span()
 
     @property

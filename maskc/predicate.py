@@ -231,8 +231,8 @@ def emit_predicate(mask: ir.RangeMask) -> str:
             row_body += ["    " + c for c in _region_comment(region, kind)]
             row_body.append(f"    row.lo{i} = {lo if lo == '0' else '(int)' + lo};")
             row_body.append(f"    row.hi{i} = {'(int)(' + hi + ')' if region.upper else hi};")
-            if region.guards:
-                guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.guards)
+            if region.guards or region.static_guards:
+                guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
                 row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
             row_fields += [f"lo{i}", f"hi{i}"]
             test = f"(k >= row.lo{i} && k <= row.hi{i}"

@@ -1,8 +1,8 @@
 """Pass 4, range analysis: :class:`~maskc.ir.NormalMask` → :class:`~maskc.ir.RangeMask`.
 
-Invariant: each region becomes row guards, lower and upper bounds on k and opaque atoms, with
-``region(q, k) == guards(q) and max(lower)(q) <= k <= min(upper)(q) and opaque(q, k)`` for every
-integer q and k. An atom ``a*k + rest <= 0`` with ``a > 0`` is the upper bound
+Invariant: each region becomes guards, lower and upper bounds on k and opaque atoms, with
+``region(q, k) == static_guards and guards(q) and max(lower)(q) <= k <= min(upper)(q) and opaque(q, k)``
+for every integer q and k (static guards read parameters only). An atom ``a*k + rest <= 0`` with ``a > 0`` is the upper bound
 ``k <= floor(-rest / a)``, with ``a < 0`` the lower bound ``k >= ceil(rest / -a)``, with ``a == 0``
 a guard; an atom where k also appears inside another term is opaque.
 """
@@ -13,7 +13,7 @@ from . import linear as L
 
 
 def _bounds(region: ir.Region) -> ir.RegionBounds:
-    guards, lower, upper, opaque = [], [], [], []
+    guards, lower, upper, opaque, static = [], [], [], [], []
     for atom in region.atoms:
         split = L.split_k(atom.lin)
         if split is None:
@@ -21,12 +21,14 @@ def _bounds(region: ir.Region) -> ir.RegionBounds:
             continue
         a, rest = split
         if a == 0:
-            guards.append(atom)
+            varies = L.depends_on_q(atom.lin) or L.depends_on_head(atom.lin) or L.lin_mentions(
+                atom.lin, lambda t: isinstance(t, ir.Builtin) and t.name == "b")
+            (guards if varies else static).append(atom)
         elif a > 0:
             upper.append(ir.KBound(L.scale(rest, -1), a))
         else:
             lower.append(ir.KBound(rest, -a))
-    return ir.RegionBounds(tuple(guards), tuple(lower), tuple(upper), tuple(opaque), region.span)
+    return ir.RegionBounds(tuple(guards), tuple(lower), tuple(upper), tuple(opaque), tuple(static), region.span)
 
 
 def analyze_ranges(mask: ir.NormalMask) -> ir.RangeMask:

@@ -46,7 +46,7 @@ def range_dense(ranges: ir.RangeMask, bound) -> np.ndarray:
 
     def region(r: ir.RegionBounds):
         out = np.ones(shape, bool)
-        for g in r.guards:
+        for g in r.static_guards + r.guards:
             assert not L.depends_on_k(g.lin)
             out &= _grid(rows.lin(g.lin) <= 0, shape)
         for b in r.lower:
@@ -88,7 +88,7 @@ def test_exact_fragment_has_no_opaque_atoms_and_denotes_the_mask(text, b):
     assert c.exact
     for r in c.ranges.allow + c.ranges.deny:
         assert r.opaque == () and r.exact
-        for a in r.guards:
+        for a in r.static_guards + r.guards:
             assert not L.depends_on_k(a.lin)
     _check(c, c.bind(b[0], b[1], **b[2]))
 
