@@ -18,6 +18,18 @@ def _span() -> Span:
     return field(default=NO_SPAN, compare=False, repr=False)
 
 
+class _HashOnce:
+    """For the normal form's nested terms: hash once, then reuse (they key the evaluators' memos)."""
+
+    def __hash__(self):
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((type(self).__name__,) + tuple(getattr(self, f) for f in self.__dataclass_fields__
+                                                         if self.__dataclass_fields__[f].compare))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+
 # ---------------------------------------------------------------------------------------------
 # Stage 1 — syntax tree (parse): what the user wrote, names unresolved.
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +341,7 @@ class ResolvedMask:
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Lin:
+class Lin(_HashOnce):
     """``sum(coef * term) + const`` with integer coefficients; terms sorted, no zero coefficients.
 
     A term is any IntExpr that is not itself a sum or a constant multiple: ``Pos``, ``Builtin``,
@@ -344,20 +356,20 @@ class Lin:
 
 
 @dataclass(frozen=True)
-class Square:
+class Square(_HashOnce):
     """``base * base`` kept whole, so interval bounds stay tight (never below zero)."""
 
     base: Lin
 
 
 @dataclass(frozen=True)
-class Product:
+class Product(_HashOnce):
     left: Lin
     right: Lin
 
 
 @dataclass(frozen=True)
-class Floor:
+class Floor(_HashOnce):
     """``num // den`` (op "//") or ``num % den`` (op "%"), floored as in Python; den > 0 at bind."""
 
     op: str
@@ -366,7 +378,7 @@ class Floor:
 
 
 @dataclass(frozen=True)
-class Extreme:
+class Extreme(_HashOnce):
     """``min``/``max``/``abs`` of linear forms that stayed whole (they do not depend on k)."""
 
     fn: str
