@@ -42,6 +42,15 @@ __device__ __forceinline__ long long maskc_floormod(long long num, long long den
     long long r = num % den;
     return r < 0 ? r + den : r;
 }
+// 32-bit versions, for forms without products (64-bit division costs several times more).
+__device__ __forceinline__ int maskc_floordiv32(int num, int den) {
+    const int q = num / den;
+    return (num % den != 0 && num < 0) ? q - 1 : q;
+}
+__device__ __forceinline__ int maskc_floormod32(int num, int den) {
+    const int r = num % den;
+    return r < 0 ? r + den : r;
+}
 
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
 // range, p lies in a gap segment of index -1: [0, bound_0) before it, [bound_n, extent) after it.
@@ -164,7 +173,7 @@ class _CWriter:
         out = ""
         for c, text in parts:
             mag = abs(c)
-            piece = text if mag == 1 else f"{mag}LL * {text}"
+            piece = text if mag == 1 else f"{mag} * {text}"
             out += (" - " if c < 0 else " + ") + piece if out else ("-" if c < 0 else "") + piece
         if lin.const or not out:
             out = f"{out} {'-' if lin.const < 0 else '+'} {abs(lin.const)}" if out else str(lin.const)
@@ -179,7 +188,7 @@ class _CWriter:
         name = self._hoisted.get(lin)
         if name is None:
             name = self._hoisted[lin] = f"v{len(self._hoisted)}"
-            self.row_values.append((name, "long long", self.lin(lin)))
+            self.row_values.append((name, "long long" if _has_products(lin) else "int", self.lin(lin)))
         return f"row.{name}"
 
     def term(self, t, per_element: bool) -> str:
@@ -189,7 +198,8 @@ class _CWriter:
         if isinstance(t, ir.Product):
             return f"((long long){self.lin(t.left, per_element)} * {self.lin(t.right, per_element)})"
         if isinstance(t, ir.Floor):
-            fn = "maskc_floordiv" if t.op == "//" else "maskc_floormod"
+            wide = _has_products(t.num) or _has_products(t.den)
+            fn = ("maskc_floordiv" if t.op == "//" else "maskc_floormod") + ("" if wide else "32")
             return f"{fn}({self.lin(t.num, per_element)}, {self.lin(t.den, per_element)})"
         if isinstance(t, ir.Extreme):
             fn = "min" if t.fn == "min" else "max"
@@ -199,6 +209,11 @@ class _CWriter:
                 out = f"{fn}((long long){out}, (long long){a})"
             return out
         return self.leaf(t, "k" if per_element else "q")
+
+
+def _has_products(lin: ir.Lin) -> bool:
+    """Whether a form needs 64 bits: squares and products of positions can pass 2**31."""
+    return any(isinstance(t, (ir.Square, ir.Product)) for t in L.terms_of(lin))
 
 
 def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
