@@ -74,7 +74,7 @@ def main():
             times = [time_once(mask, seq_len, params, args.block) for _ in range(args.repeat)]
             label = name + (f" (context {params['context']})" if name == "hstu" else "")
             ms = statistics.median(times)
-            tiles = -(-seq_len // args.block) ** 2
+            tiles = (-(-seq_len // args.block)) ** 2
             print(f"| {label} | {seq_len} | {tiles} | {ms:.3f} |")
             records.append({"mask": label, "seq_len": seq_len, "impl": "maskc_bind_cpu", "ms": ms,
                             "block": args.block, "machine": platform.processor() or platform.machine(),

@@ -267,16 +267,28 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     opaque_deny = [r for r in mask.deny if not r.exact]
     if not (opaque_allow or opaque_deny):
         return _exact_runs(exact_allow, exact_deny, params, b, head, S, K, block_m, block_n)
-    rows = RowValues(params, S, K, head, b, np.arange(S, dtype=np.int64))
+    qt, kt = -(-S // block_m), -(-K // block_n)
+    classes = np.zeros((qt, kt), np.int8)
+    chunk = max(block_m, _CHUNK_ROWS // block_m * block_m)
+    for row0 in range(0, S, chunk):
+        row1 = min(row0 + chunk, S)
+        rows = RowValues(params, S, K, head, b, np.arange(row0, row1, dtype=np.int64))
+        tiles = TileIntervals(params, S, K, heads, b, block_m, block_n, q_rows=(row0, row1))
+        classes[row0 // block_m: -(-row1 // block_m)] = _opaque_chunk(
+            exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, row1 - row0, K, block_m, block_n)
+    return runs_of(classes)
+
+
+def _opaque_chunk(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, n_rows, K, block_m, block_n):
+    """Sound classes of one chunk of q_blocks for a mask with opaque regions."""
     slots = _visible_slots(exact_allow, exact_deny, rows, K)
-    touch, cover = _grid_counts(slots, S, K, block_m, block_n)
-    tiles = TileIntervals(params, S, K, heads, b, block_m, block_n)
+    touch, cover = _grid_counts(slots, n_rows, K, block_m, block_n)
     none = np.zeros_like(touch)
     d_touch_e, d_cover_e = (_grid_counts(_compact(_union([_region_rows(r, rows, K) for r in exact_deny])),
-                                         S, K, block_m, block_n) if exact_deny else (none, none))
-    a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, tiles, S, K, block_m, block_n)
+                                         n_rows, K, block_m, block_n) if exact_deny else (none, none))
+    a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, tiles, n_rows, K, block_m, block_n)
                             if opaque_allow else (none, none))
-    d_touch_o, d_cover_o = (_opaque_grids(opaque_deny, rows, tiles, S, K, block_m, block_n)
+    d_touch_o, d_cover_o = (_opaque_grids(opaque_deny, rows, tiles, n_rows, K, block_m, block_n)
                             if opaque_deny else (none, none))
     # visible = (A_exact - D_exact) | (A_opaque - D_exact), minus D_opaque; all sound.
     full = ~d_touch_o & (cover | (a_cover_o & ~d_touch_e))
@@ -284,7 +296,7 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     classes = np.full(touch.shape, PARTIAL, np.int8)
     classes[full] = FULL
     classes[empty] = EMPTY
-    return runs_of(classes)
+    return classes
 
 
 def classify(mask: ir.RangeMask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:

@@ -111,25 +111,27 @@ class TileIntervals(_Scalars):
     """
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: tuple[int, int],
-                 batch_index: int, block_m: int, block_n: int):
+                 batch_index: int, block_m: int, block_n: int, q_rows: tuple[int, int] | None = None):
         super().__init__(params, seq_len, kv_len, None, batch_index)
         self.heads = heads
         self.extent = max(seq_len, kv_len)
-        self.axes = {"q": self._axis(seq_len, block_m, (slice(None), None)),
-                     "k": self._axis(kv_len, block_n, (None, slice(None)))}
+        row0, row1 = q_rows or (0, seq_len)          # the q_blocks covered: rows row0..row1-1
+        self.axes = {"q": self._axis(row0, row1, block_m, (slice(None), None)),
+                     "k": self._axis(0, kv_len, block_n, (None, slice(None)))}
         self._memo: dict = {}
 
     @staticmethod
-    def _axis(length: int, block: int, shape):
-        starts = np.arange(0, length, block, dtype=np.int64)
-        positions = np.arange(length, dtype=np.int64)
-        return starts, positions, shape, np.minimum(starts + block, length) - 1
+    def _axis(first: int, end: int, block: int, shape):
+        starts = np.arange(first, end, block, dtype=np.int64)
+        positions = np.arange(first, end, dtype=np.int64)
+        return starts, positions, shape, np.minimum(starts + block, end) - 1
 
     def _per_block(self, pos: str, values: np.ndarray):
         """(min, max) of per-position values over each block of the axis, shaped for broadcasting."""
-        starts, _, shape, _ = self.axes[pos]
-        values = np.broadcast_to(values, self.axes[pos][1].shape)
-        return np.minimum.reduceat(values, starts)[shape], np.maximum.reduceat(values, starts)[shape]
+        starts, positions, shape, _ = self.axes[pos]
+        values = np.broadcast_to(values, positions.shape)
+        at = starts - positions[0]
+        return np.minimum.reduceat(values, at)[shape], np.maximum.reduceat(values, at)[shape]
 
     def lin(self, lin: ir.Lin):
         lo = hi = np.int64(lin.const)

@@ -128,3 +128,22 @@ def test_exact_when_rows_are_classified_in_small_chunks(text, bind_args, shape, 
     finally:
         classify_module._CHUNK_ROWS = saved
     np.testing.assert_array_equal(got, tile_truth(bound.dense(), *shape))
+
+
+@given(mask_text(exact=False), binding(), tile_shape, st.integers(1, 3))
+def test_sound_when_rows_are_classified_in_small_chunks(text, bind_args, shape, chunk_blocks):
+    import maskc.classify as classify_module
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    saved = classify_module._CHUNK_ROWS
+    classify_module._CHUNK_ROWS = chunk_blocks * shape[0]
+    try:
+        got = classify_module.classify(mask.ranges, bound.params, *shape).classes[0]
+    finally:
+        classify_module._CHUNK_ROWS = saved
+    truth = tile_truth(bound.dense(), *shape)
+    assert not np.any((got == maskc.FULL) & (truth != maskc.FULL))
+    assert not np.any((got == maskc.EMPTY) & (truth != maskc.EMPTY))
+    np.testing.assert_array_equal(got, bound.tiles(*shape))     # chunking changes nothing
