@@ -24,8 +24,16 @@ def const(value: int) -> ir.Lin:
     return ir.Lin((), int(value))
 
 
+_INTERNED: dict = {}
+
+
+def intern(term):
+    """One object per distinct term, so memo lookups on terms hit by identity, not deep equality."""
+    return _INTERNED.setdefault(term, term)
+
+
 def of_term(term) -> ir.Lin:
-    return ir.Lin(((term, 1),), 0)
+    return ir.Lin(((intern(term), 1),), 0)
 
 
 def is_const(lin: ir.Lin) -> bool:
