@@ -23,10 +23,8 @@ def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray) -> 
     cost = np.bincount(row_of_run, weight, minlength=rows)
     # Heaviest first; ties in row-block order so the launch order is deterministic.
     work_order = np.lexsort((np.arange(rows), -cost)).astype(np.int32)
-    return Descriptor(tile_map.block_m, tile_map.block_n, tile_map.batch, tile_map.seq_len, tile_map.kv_len,
-                      tile_map.run_offsets, tile_map.runs, work_order,
-                      np.ascontiguousarray(mask_data, np.int32), np.ascontiguousarray(mask_offsets, np.int32),
-                      tile_map)
+    return Descriptor(tile_map, work_order, np.ascontiguousarray(mask_data, np.int32),
+                      np.ascontiguousarray(mask_offsets, np.int32))
 
 
 def unpack(desc: Descriptor) -> np.ndarray:

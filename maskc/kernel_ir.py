@@ -121,25 +121,21 @@ class Descriptor:
                 tiles[r // QT, r % QT, begin:end] = kind
     """
 
-    block_m: int
-    block_n: int
-    batch: int
-    seq_len: int
-    kv_len: int
-    run_offsets: np.ndarray
-    runs: np.ndarray
+    tile_map: TileMap
     work_order: np.ndarray
     mask_data: np.ndarray
     mask_offsets: np.ndarray
-    tile_map: TileMap
 
-    @property
-    def n_q_blocks(self) -> int:
-        return -(-self.seq_len // self.block_m)
-
-    @property
-    def n_kv_blocks(self) -> int:
-        return -(-self.kv_len // self.block_n)
+    # The tile shape, sizes and runs are the tile map's.
+    block_m = property(lambda self: self.tile_map.block_m)
+    block_n = property(lambda self: self.tile_map.block_n)
+    batch = property(lambda self: self.tile_map.batch)
+    seq_len = property(lambda self: self.tile_map.seq_len)
+    kv_len = property(lambda self: self.tile_map.kv_len)
+    run_offsets = property(lambda self: self.tile_map.run_offsets)
+    runs = property(lambda self: self.tile_map.runs)
+    n_q_blocks = property(lambda self: self.tile_map.n_q_blocks)
+    n_kv_blocks = property(lambda self: self.tile_map.n_kv_blocks)
 
     @functools.cached_property
     def _transposed(self):
