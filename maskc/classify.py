@@ -14,89 +14,9 @@ import numpy as np
 
 from . import ir
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
-from .rows import RowValues, TileIntervals, k_bound_rows
+from .intervals import compact, region_rows, union, visible_slots
+from .rows import RowValues, TileIntervals
 from .tiles import dense_of, merge_runs, runs_of
-
-_NONE = np.iinfo(np.int64).max // 4      # the endpoints of an empty interval, sorted last
-
-
-def _region_rows(region: ir.RegionBounds, rows: RowValues, kv_len: int):
-    """The row-wise interval [lo, hi) of a region's linear part (lo = hi = _NONE where empty)."""
-    n = rows.q.shape[0]
-    if any(rows.lin(g.lin) > 0 for g in region.static_guards):
-        return np.full(n, _NONE), np.full(n, _NONE)
-    lo = np.zeros(n, np.int64)
-    hi = np.full(n, kv_len, np.int64)
-    for b in region.lower:
-        lo = np.maximum(lo, k_bound_rows(b, rows, lower=True))
-    for b in region.upper:
-        hi = np.minimum(hi, k_bound_rows(b, rows, lower=False) + 1)
-    ok = lo < hi
-    for g in region.guards:
-        ok = ok & (rows.lin(g.lin) <= 0)
-    return np.where(ok, lo, _NONE), np.where(ok, hi, _NONE)
-
-
-def _union(intervals: list[tuple[np.ndarray, np.ndarray]]):
-    """Per row, the union of intervals as ascending, disjoint, non-adjacent slots; a row's empty
-    slots may sit between its others (``_compact`` moves them to the end)."""
-    intervals = [i for i in intervals if (i[0] < i[1]).any()]     # regions no row sees drop out
-    if len(intervals) <= 1:
-        return intervals
-    lo = np.stack([i[0] for i in intervals])
-    hi = np.stack([i[1] for i in intervals])
-    order = np.argsort(lo, axis=0, kind="stable")
-    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
-    out = []
-    cur_lo, cur_hi = lo[0], hi[0]
-    for j in range(1, len(intervals)):
-        new = lo[j] > cur_hi                       # touching intervals merge: [a, b) + [b, c)
-        out.append((np.where(new, cur_lo, _NONE), np.where(new, cur_hi, _NONE)))
-        cur_lo = np.where(new, lo[j], cur_lo)
-        cur_hi = np.where(new, hi[j], np.maximum(cur_hi, hi[j]))
-    out.append((cur_lo, cur_hi))
-    return out
-
-
-def _compact(slots):
-    """Ascending slots with empties in between → the same slots with each row's non-empty ones first;
-    columns empty in every row dropped. Stable: empties bubble to the end by pairwise swaps."""
-    slots = [s for s in slots if (s[0] < s[1]).any()]
-    for done in range(len(slots) - 1):
-        moved = False
-        for j in range(len(slots) - 1 - done):
-            (lo_a, hi_a), (lo_b, hi_b) = slots[j], slots[j + 1]
-            swap = (lo_a >= hi_a) & (lo_b < hi_b)
-            if swap.any():
-                moved = True
-                slots[j] = (np.where(swap, lo_b, lo_a), np.where(swap, hi_b, hi_a))
-                slots[j + 1] = (np.where(swap, lo_a, lo_b), np.where(swap, hi_a, hi_b))
-        if not moved:
-            break
-    return [s for s in slots if (s[0] < s[1]).any()]
-
-
-def _subtract(slots, deny):
-    """Per row, slots minus one interval: each slot leaves a left and a right piece."""
-    dlo, dhi = deny
-    out = []
-    for lo, hi in slots:
-        left_hi = np.minimum(hi, dlo)
-        right_lo = np.maximum(lo, dhi)
-        out.append((np.where(lo < left_hi, lo, _NONE), np.where(lo < left_hi, left_hi, _NONE)))
-        out.append((np.where(right_lo < hi, right_lo, _NONE), np.where(right_lo < hi, hi, _NONE)))
-    return out
-
-
-def _visible_slots(allow, deny, rows: RowValues, kv_len: int):
-    """Per row, the keys of exact allow regions minus exact deny regions, as disjoint slots.
-    At most len(allow) + len(deny) slots: subtracting m disjoint intervals splits n into n + m."""
-    slots = _compact(_union([_region_rows(r, rows, kv_len) for r in allow]))
-    if deny:
-        for interval in _compact(_union([_region_rows(r, rows, kv_len) for r in deny])):
-            slots = _compact(_subtract(slots, interval))
-    return slots
-
 
 def _tile_counts(slots, row_tile: np.ndarray, rows_per_tile: np.ndarray, kv_len: int, block_n: int):
     """For each q_block: which key blocks any of its rows touches, and which every row covers
@@ -125,9 +45,10 @@ def _tile_counts(slots, row_tile: np.ndarray, rows_per_tile: np.ndarray, kv_len:
     return touch, cover
 
 
-def _grid_counts(slots, seq_len, kv_len, block_m, block_n):
-    starts = np.arange(0, seq_len, block_m)
-    return _tile_counts(slots, np.arange(seq_len) // block_m, np.minimum(block_m, seq_len - starts),
+def _grid_counts(slots, n_rows, kv_len, block_m, block_n):
+    """_tile_counts for rows 0..n_rows-1 (a chunk starting at a q_block)."""
+    starts = np.arange(0, n_rows, block_m)
+    return _tile_counts(slots, np.arange(n_rows) // block_m, np.minimum(block_m, n_rows - starts),
                         kv_len, block_n)
 
 
@@ -212,7 +133,7 @@ def _exact_runs(allow, deny, params, b: int, head: int, seq_len: int, kv_len: in
     for row0 in range(0, seq_len, chunk):
         rows = RowValues(params, seq_len, kv_len, head, b, np.arange(row0, min(row0 + chunk, seq_len),
                                                                       dtype=np.int64))
-        slots = [s for s in _visible_slots(allow, deny, rows, kv_len) if (s[0] < s[1]).any()]
+        slots = [s for s in visible_slots(allow, deny, rows, kv_len) if (s[0] < s[1]).any()]
         tiles = slice(row0 // block_m, -(-min(row0 + chunk, seq_len) // block_m))
         if not slots:
             fallback[tiles] = False
@@ -246,7 +167,7 @@ def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m,
     """Sound (touch, cover) grids for the union of regions that have opaque atoms."""
     touch = cover = None
     for region in regions:
-        t, c = _grid_counts([_region_rows(region, rows, kv_len)], seq_len, kv_len, block_m, block_n)
+        t, c = _grid_counts([region_rows(region, rows, kv_len)], seq_len, kv_len, block_m, block_n)
         states = np.broadcast_arrays(*[tiles.atom_state(a.lin) for a in region.opaque], t)[:-1]
         surely_false = np.logical_or.reduce([s == -1 for s in states])
         surely_true = np.logical_and.reduce([s == 1 for s in states])
@@ -281,10 +202,10 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
 
 def _opaque_chunk(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, n_rows, K, block_m, block_n):
     """Sound classes of one chunk of q_blocks for a mask with opaque regions."""
-    slots = _visible_slots(exact_allow, exact_deny, rows, K)
+    slots = visible_slots(exact_allow, exact_deny, rows, K)
     touch, cover = _grid_counts(slots, n_rows, K, block_m, block_n)
     none = np.zeros_like(touch)
-    d_touch_e, d_cover_e = (_grid_counts(_compact(_union([_region_rows(r, rows, K) for r in exact_deny])),
+    d_touch_e, d_cover_e = (_grid_counts(compact(union([region_rows(r, rows, K) for r in exact_deny])),
                                          n_rows, K, block_m, block_n) if exact_deny else (none, none))
     a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, tiles, n_rows, K, block_m, block_n)
                             if opaque_allow else (none, none))
@@ -301,8 +222,8 @@ def _opaque_chunk(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tile
 
 def classify(mask: ir.RangeMask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
     """Tile runs of every batch element (for masks that use h: sound for every head at once)."""
-    qt, kt = -(-bound.seq_len // block_m), -(-bound.kv_len // block_n)
-    uses_head = _uses_head(mask)
+    kt = -(-bound.kv_len // block_n)
+    uses_head = mask.uses_head
     heads = (0, (bound.num_heads or 1) - 1)
     offsets, runs = [np.zeros(1, np.int32)], []
     for b in range(len(bound.batch)):
@@ -322,10 +243,6 @@ def classify(mask: ir.RangeMask, bound: BoundParams, block_m: int, block_n: int)
                    exact=mask.exact and not uses_head)
 
 
-def _uses_head(mask: ir.RangeMask) -> bool:
-    return mask.uses_head
-
-
 def visible_pairs(mask: ir.RangeMask, bound: BoundParams, block: int = 128) -> int:
     """How many (q, k) pairs are visible, summed over the batch; never builds the dense mask.
 
@@ -335,9 +252,9 @@ def visible_pairs(mask: ir.RangeMask, bound: BoundParams, block: int = 128) -> i
     total = 0
     S, K = bound.seq_len, bound.kv_len
     for b, params in enumerate(bound.batch):
-        if mask.exact and not _uses_head(mask):
+        if mask.exact and not mask.uses_head:
             rows = RowValues(params, S, K, 0, b, np.arange(S, dtype=np.int64))
-            slots = _visible_slots(mask.allow, mask.deny, rows, K)
+            slots = visible_slots(mask.allow, mask.deny, rows, K)
             total += int(sum(np.where(lo < hi, hi - lo, 0).sum() for lo, hi in slots))
             continue
         raise NotImplementedError("pairs of a non-exact mask are counted by maskc.audit")
