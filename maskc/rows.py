@@ -49,11 +49,14 @@ class RowValues(_Scalars):
         self._lookups: dict = {}
 
     def lin(self, lin: ir.Lin):
-        out = np.int64(lin.const)
-        for t, c in lin.terms:
-            v = self.term(t)
-            out = out + (v if c == 1 else -v if c == -1 else c * v)
-        return out
+        hit = self._memo.get(lin)             # regions share many bounds: each is computed once
+        if hit is None:
+            hit = np.int64(lin.const)
+            for t, c in lin.terms:
+                v = self.term(t)
+                hit = hit + (v if c == 1 else -v if c == -1 else c * v)
+            self._memo[lin] = hit
+        return hit
 
     def term(self, t):
         hit = self._memo.get(t)
