@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
-TILE_KIND_NAMES = {EMPTY: "EMPTY", PARTIAL: "PARTIAL", FULL: "FULL"}
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,8 +30,3 @@ def choose_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
     except KeyError:
         raise ValueError(f"head dim {head_dim} unsupported (supported: {', '.join(map(str, _TILES))})") from None
 
-
-def schedule(head_dim: int, dtype: str) -> dict[str, int]:
-    """The same choice as keyword arguments for ``bound.kernel_spec`` / ``bound.descriptor``."""
-    block_m, block_n, num_warps = choose_tiles(head_dim, dtype)
-    return {"block_m": block_m, "block_n": block_n, "num_warps": num_warps}
