@@ -7,7 +7,6 @@ Only this module sequences the passes; each pass module knows nothing of the oth
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +21,24 @@ from .evaluate import dense_mask
 from .kernel_ir import BoundParams, Descriptor, KernelSpec, TileMap
 from .normalize import normalize
 from .parse import parse, parse_file
+from .predicate import emit_predicate, pack_mask_data
 from .ranges import analyze_ranges
 from .resolve import Program, resolve, resolve_all
 
-# The compile-time pipeline, in order, with why each step exists (`maskc explain` prints each stage).
+# The compile-time pipeline after resolve, in order, with why each step exists (`maskc explain` prints
+# each stage). Resolve itself needs the whole program and a mask name; every later pass takes one stage.
 PASSES = (
     ("resolve", "names, types and arity checked; lets and mask calls inlined", None),
     ("normalize", "a canonical union of conjunctions of linear atoms; same() made linear", normalize),
     ("ranges", "per region, the k-interval of each row as max/min bounds in q", analyze_ranges),
 )
+
+
+def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
+    stages = [resolved]
+    for _, _, run in PASSES[1:]:
+        stages.append(run(stages[-1]))
+    return CompiledMask(*stages)
 
 
 def load_program(path: str | Path) -> Program:
@@ -93,7 +101,6 @@ class CompiledMask:
 
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None) -> KernelSpec:
-        from .predicate import emit_predicate
         from .schedule import choose_tiles
         from .sanitize import c_identifier
 
@@ -188,26 +195,23 @@ class BoundMask:
         return self.mask.kernel_spec(**kwargs)
 
 
-@functools.lru_cache(maxsize=64)
-def _tile_map_cached(bound: BoundMask, block_m: int, block_n: int) -> TileMap:
-    return classify(bound.mask.ranges, bound.params, block_m, block_n)
+def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:
+    cache = bound.__dict__.setdefault("_tile_maps", {})      # lives and dies with the bound mask
+    if (block_m, block_n) not in cache:
+        cache[block_m, block_n] = classify(bound.mask.ranges, bound.params, block_m, block_n)
+    return cache[block_m, block_n]
 
 
-def _tile_map(bound, block_m, block_n):
-    return _tile_map_cached(bound, block_m, block_n)
-
-
-@functools.lru_cache(maxsize=64)
-def _descriptor(bound: BoundMask, block_m: int, block_n: int) -> Descriptor:
-    from .predicate import pack_mask_data
-    data, offsets = pack_mask_data(bound.mask.ranges, bound.params)
-    return pack(_tile_map(bound, block_m, block_n), data, offsets)
+def _descriptor(bound: "BoundMask", block_m: int, block_n: int) -> Descriptor:
+    cache = bound.__dict__.setdefault("_descriptors", {})
+    if (block_m, block_n) not in cache:
+        data, offsets = pack_mask_data(bound.mask.ranges, bound.params)
+        cache[block_m, block_n] = pack(_tile_map(bound, block_m, block_n), data, offsets)
+    return cache[block_m, block_n]
 
 
 def compile_program(program: Program, name: str | None = None) -> CompiledMask:
-    resolved = resolve(program, name)
-    normal = normalize(resolved)
-    return CompiledMask(resolved, normal, analyze_ranges(normal))
+    return _compile_resolved(resolve(program, name))
 
 
 def compile_mask(text: str, name: str | None = None, path: str = "<string>", base_dir=".") -> CompiledMask:
@@ -221,12 +225,7 @@ def load(path: str | Path, name: str | None = None) -> CompiledMask:
 
 
 def compile_all(path: str | Path) -> tuple[CompiledMask, ...]:
-    program = load_program(path)
-    out = []
-    for resolved in resolve_all(program):
-        normal = normalize(resolved)
-        out.append(CompiledMask(resolved, normal, analyze_ranges(normal)))
-    return tuple(out)
+    return tuple(_compile_resolved(r) for r in resolve_all(load_program(path)))
 
 
 __all__ = ["CompiledMask", "BoundMask", "compile_mask", "load", "compile_all", "load_program", "MaskError"]

@@ -7,7 +7,7 @@ works on a machine without either. What it asks of a bound mask (``maskc`` binds
     bound.batch                       B, or 1 when the mask is the same for every batch element
     bound.num_heads                   None when the mask does not depend on the head, else Hq
     bound.descriptor(block_m, block_n) -> kernel_ir.Descriptor
-    bound.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
+    bound.mask.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
 
 Compiled kernels are cached in memory and as cubins on disk (``$MASKC_CACHE_DIR``, else
 ``~/.cache/maskc``), keyed by a hash of source, options, NVRTC version and maskc version, so a second
@@ -151,7 +151,8 @@ def _upload(desc: Descriptor) -> DeviceDescriptor:
 
 
 def _prepared(bound, head_dim: int, dtype: str, tiles: tuple[int, int, int], device: int):
-    """(DeviceDescriptor, LoadedKernel) for this bound mask, cached on it."""
+    """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
+    its compiled mask."""
     block_m, block_n, num_warps = tiles
     state = _state_for(bound)
     dkey = ("descriptor", block_m, block_n, device)
@@ -161,12 +162,14 @@ def _prepared(bound, head_dim: int, dtype: str, tiles: tuple[int, int, int], dev
         if (desc.block_m, desc.block_n) != (block_m, block_n):
             raise RuntimeError(f"bound.descriptor({block_m}, {block_n}) returned tiles {desc.block_m}x{desc.block_n}")
         ddesc = state[dkey] = _upload(desc)
+    # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
+    mask_state = _state_for(bound.mask)
     kkey = ("kernel", head_dim, dtype, block_m, block_n, num_warps, device)
-    kernel = state.get(kkey)
+    kernel = mask_state.get(kkey)
     if kernel is None:
-        spec = bound.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=block_m, block_n=block_n,
-                                 num_warps=num_warps)
-        kernel = state[kkey] = load_kernel(emit_kernel(spec))
+        spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=block_m, block_n=block_n,
+                                      num_warps=num_warps)
+        kernel = mask_state[kkey] = load_kernel(emit_kernel(spec))
     return ddesc, kernel
 
 
