@@ -79,7 +79,7 @@ def rel(a, b):
 
 
 import maskc  # noqa: E402
-from conftest import EXAMPLE_NAMES, example_params  # noqa: E402
+from conftest import EXAMPLES, EXAMPLE_NAMES, example_params  # noqa: E402
 
 EX = Path(__file__).resolve().parent.parent / "examples"
 _masks = {}
@@ -265,6 +265,23 @@ def test_descriptor_uploaded_once_and_o_only():
     o1 = attention(q, k, v, bound)
     o2 = attention(q, k, v, bound)
     assert torch.equal(o1, o2)   # deterministic
+
+
+def test_a_new_bind_reuses_the_compiled_kernel(monkeypatch):
+    """Lengths and parameters change at run time; the kernel must not be rebuilt or reloaded."""
+    mask = maskc.load(EXAMPLES / "document.mask")
+    first = mask.bind(seq_len=300, docs=[100, 200])
+    q, k, v = (randn(1, 2, 300, 64, dtype="bf16") for _ in range(3))
+    attention(q, k, v, first)
+    loads = []
+    real = runtime.load_kernel
+    monkeypatch.setattr(runtime, "load_kernel", lambda src: loads.append(src) or real(src))
+    second = mask.bind(seq_len=500, docs=[250, 250])
+    q, k, v = (randn(1, 2, 500, 64, dtype="bf16") for _ in range(3))
+    out = attention(q, k, v, second)
+    assert loads == []
+    ref = maskc.reference_attention(q, k, v, second)
+    assert np.linalg.norm(out.double().cpu().numpy() - ref) / np.linalg.norm(ref) < 1e-2
 
 
 def test_bad_inputs_raise():
