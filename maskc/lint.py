@@ -61,6 +61,9 @@ def lint_file(path: str | Path) -> list[Diagnostic]:
     except MaskError as err:               # unreadable, or a parse error here or in an import
         return [_from_error(err, path)]
     out: list[Diagnostic] = []
+    if not program.main.masks:
+        out.append(Diagnostic(path, 1, 1, "warning", "this file defines no mask",
+                              "a mask starts with a line like 'mask causal()'"))
     first = {}
     for m in program.main.masks:
         if m.name in first:

@@ -84,3 +84,11 @@ def test_diagnostic_text_and_dict():
     assert str(d) == "f.mask:3:5: warning: msg\n  hint: try this"
     assert d.as_dict() == {"file": "f.mask", "line": 3, "col": 5, "severity": "warning", "message": "msg",
                            "hint": "try this"}
+
+
+def test_a_file_without_masks_is_flagged(tmp_path):
+    path = tmp_path / "empty.mask"
+    path.write_text("# nothing yet\n")
+    diags = lint_file(path)
+    assert [(d.line, d.col, d.severity) for d in diags] == [(1, 1, "warning")]
+    assert "no mask" in diags[0].message
