@@ -4,7 +4,8 @@ Invariant: every parameter of the mask has a value for every batch element; int 
 integers; segments are non-negative lengths that exactly partition their range [origin, seq_len)
 with 0 <= origin <= seq_len; per-segment arrays have one entry per segment; every divisor is
 positive; every ``require`` check holds at every query position. Memory is O(seq_len + kv_len):
-nothing of size seq_len x kv_len is built. Values that break this raise one
+nothing of size seq_len x kv_len is built; a ``const`` int has one value across the batch. Values that
+break this raise one
 :class:`~maskc.errors.BindError` that names the parameter.
 """
 from __future__ import annotations
@@ -88,6 +89,10 @@ def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], uses_head: bool, s
             v = values.get(p.name)
             return v[b] if v is not None and _is_batched(p, v) else v
         elements.append(_bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b, batch))
+    for p in mask.params:
+        if p.const and len({e.int(p.name) for e in elements}) > 1:
+            raise BindError(f"parameter '{p.name}' is const (compiled into the kernel): every batch element "
+                            "must give it the same value", p.span)
     return BoundParams(seq_len, kv_len, num_heads, tuple(elements))
 
 

@@ -150,11 +150,20 @@ kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key l
 @click.option("--block-m", type=int, help="query rows per CTA (default: the schedule's)")
 @click.option("--block-n", type=int, help="keys per inner step (default: the schedule's)")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
-def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check):
+@click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
+              help="the value of a const parameter (compiled into the kernel); repeatable")
+def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, raw_params):
     """Write the specialized CUDA forward kernel of a mask."""
     mask = _load(file, name)
+    given = parse_params(mask, raw_params)
+    stray = sorted(set(given) - set(mask.const_params))
+    if stray:
+        raise CliError(f"only const parameters are compiled in; {', '.join(stray)} "
+                       f"{'is' if len(stray) == 1 else 'are'} bound at run time")
+    constants = tuple((n, given[n]) for n in mask.const_params if n in given)
     try:
-        src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n)
+        src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
+                                 constants=constants)
     except ValueError as err:                        # the template's limits on tile shapes
         raise CliError(str(err)) from None
     spec = src.spec

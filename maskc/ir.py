@@ -127,7 +127,7 @@ Syntax = Union[Num, Name, BoolLit, BinOp, UnaryMinus, Call, MethodCall, Compare,
 @dataclass(frozen=True)
 class ParamDecl:
     name: str
-    kind: str                   # "int", "segments" or "per"
+    kind: str                   # "int", "const" (an int fixed when the kernel is built), "segments", "per"
     default: Syntax | None      # int parameters only
     origin: Syntax | None       # segments: where the partitioned range starts (default 0)
     of: str | None              # per: the segments parameter it is indexed by
@@ -299,6 +299,7 @@ class Param:
     name: str
     kind: str                   # "int", "segments", "per"
     default: int | None = None  # int: the default value; per: the value of every entry
+    const: bool = False         # int: its value is compiled into the kernel (one kernel per value)
     origin: IntExpr | None = None   # segments: start of the partitioned range (k- and q-free)
     of: str | None = None       # per: the segments parameter
     span: Span = _span()

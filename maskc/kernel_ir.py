@@ -51,6 +51,10 @@ class BoundParams:
     num_heads: int | None       # only for masks that use h
     batch: tuple[BatchParams, ...]
 
+    def constants(self, names) -> tuple[tuple[str, int], ...]:
+        """The values of the named (const) int parameters, the same in every batch element."""
+        return tuple((n, self.batch[0].int(n)) for n in names)
+
 
 @dataclass(frozen=True, eq=False)
 class TileMap:

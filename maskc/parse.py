@@ -159,6 +159,9 @@ class _ToSyntax(Transformer):
     def int_type(self, items):
         return ("int", None, None)
 
+    def const_int_type(self, items):
+        return ("const", None, None)
+
     def segments_type(self, items):
         return ("segments", items[0], None)
 

@@ -99,17 +99,29 @@ class CompiledMask:
         return BoundMask(self, bind_params(self.resolved, self.ranges.divisors, self.ranges.uses_head,
                                            seq_len, kv_len, num_heads, **params))
 
+    @property
+    def const_params(self) -> tuple[str, ...]:
+        """Int parameters declared ``const``: their values are compiled into the kernel."""
+        return tuple(p.name for p in self.params if p.const)
+
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
-                    block_n: int | None = None, num_warps: int | None = None) -> KernelSpec:
+                    block_n: int | None = None, num_warps: int | None = None,
+                    constants: tuple[tuple[str, int], ...] = ()) -> KernelSpec:
+        """The kernel's spec; a mask with const parameters needs their ``constants`` (a bound mask's)."""
         from .schedule import choose_tiles
         from .sanitize import c_identifier
 
         if block_m is None or block_n is None or num_warps is None:
             bm, bn, nw = choose_tiles(head_dim, dtype)
             block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or nw
-        summary = tuple(_summary_lines(self.resolved))
+        missing = [n for n in self.const_params if n not in dict(constants)]
+        if missing:
+            raise MaskError(f"mask '{self.name}' compiles its const parameter(s) {', '.join(missing)} into the "
+                            "kernel: give their values", self.resolved.span,
+                            "bind the mask first, or on the command line: --param NAME=VALUE")
+        summary = tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants)
         return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
-                          emit_predicate(self.ranges), summary)
+                          emit_predicate(self.ranges, tuple(constants)), summary)
 
     def kernel_source(self, **kwargs):
         from .emit import emit_kernel
@@ -191,8 +203,13 @@ class BoundMask:
         from .audit import count_visible_pairs
         return count_visible_pairs(self)
 
+    @property
+    def constants(self) -> tuple[tuple[str, int], ...]:
+        """The values this bind gives the mask's const parameters (part of the kernel's identity)."""
+        return self.params.constants(self.mask.const_params)
+
     def kernel_spec(self, **kwargs) -> KernelSpec:
-        return self.mask.kernel_spec(**kwargs)
+        return self.mask.kernel_spec(constants=self.constants, **kwargs)
 
 
 def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:

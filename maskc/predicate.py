@@ -125,8 +125,9 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams) -> tuple[np.ndarray, 
 class _CWriter:
     """C expressions for linear forms; k-free sub-forms of per-element code are hoisted per row."""
 
-    def __init__(self, layout: _Layout):
+    def __init__(self, layout: _Layout, constants: dict[str, int]):
         self.layout = layout
+        self.constants = constants
         self.row_values: list[tuple[str, str, str]] = []     # (field, C type, C expression)
         self._hoisted: dict = {}
         self.row_segments: dict[str, str] = {}               # seg name -> local variable at q
@@ -150,6 +151,8 @@ class _CWriter:
         if isinstance(t, ir.Builtin):
             return {"seq_len": "mask[0]", "kv_len": "mask[1]", "h": "h", "b": "b"}[t.name]
         if isinstance(t, ir.ParamRef):
+            if t.name in self.constants:          # compiled in: division by it becomes a multiply-shift
+                return f"({self.constants[t.name]})"
             return f"mask[{self.layout.int_slot(t.name)}]"
         if isinstance(t, ir.SegAttr):
             var = self.segment_var(t.seg, t.pos)
@@ -225,10 +228,11 @@ def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
     return lines
 
 
-def emit_predicate(mask: ir.RangeMask) -> str:
-    """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring)."""
+def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()) -> str:
+    """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring).
+    ``constants`` are values of const int parameters, written into the code as literals."""
     layout = _Layout.of(mask.params)
-    w = _CWriter(layout)
+    w = _CWriter(layout, dict(constants))
     row_fields: list[str] = []
     row_body: list[str] = []
     visible_terms = {"allow": [], "deny": []}

@@ -154,11 +154,11 @@ class _Resolver:
             if any(o.name == p.name for o in out):
                 raise MaskNameError(f"parameter '{p.name}' is declared twice", p.span)
             scope = _Scope(tuple((o.name, o) for o in out), decl)
-            if p.kind == "int":
+            if p.kind in ("int", "const"):
                 default = None
                 if p.default is not None:
                     default = self._constant(p.default, scope)
-                out.append(ir.Param(p.name, "int", default, span=p.span))
+                out.append(ir.Param(p.name, "int", default, const=p.kind == "const", span=p.span))
             elif p.kind == "segments":
                 if p.default is not None:
                     raise MaskTypeError("segments take no default", p.default.span)

@@ -163,12 +163,13 @@ def _prepared(bound, head_dim: int, dtype: str, tiles: tuple[int, int, int], dev
             raise RuntimeError(f"bound.descriptor({block_m}, {block_n}) returned tiles {desc.block_m}x{desc.block_n}")
         ddesc = state[dkey] = _upload(desc)
     # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
+    # (Values of const parameters are compiled in: they are part of the key.)
     mask_state = _state_for(bound.mask)
-    kkey = ("kernel", head_dim, dtype, block_m, block_n, num_warps, device)
+    kkey = ("kernel", head_dim, dtype, block_m, block_n, num_warps, device, bound.constants)
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=block_m, block_n=block_n,
-                                      num_warps=num_warps)
+                                      num_warps=num_warps, constants=bound.constants)
         kernel = mask_state[kkey] = load_kernel(emit_kernel(spec))
     return ddesc, kernel
 

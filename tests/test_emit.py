@@ -15,7 +15,7 @@ from conftest import EXAMPLES, EXAMPLE_NAMES
 
 # Predicates from the real compiler: document (exact: interval path) and clear (per-key atoms).
 PRED_DOCUMENT = maskc.load(EXAMPLES / "document.mask").kernel_spec().predicate
-PRED_FULL = maskc.load(EXAMPLES / "clear.mask").kernel_spec().predicate
+PRED_FULL = maskc.load(EXAMPLES / "clear.mask").kernel_spec(constants=(("text", 64), ("width", 32))).predicate
 
 pytest.importorskip("cupy")
 
@@ -79,7 +79,9 @@ def test_emit_is_pure():
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_interval_path_for_exact_masks(name):
     """Every example but clear (per-key atoms) gets the per-CTA interval table; flags restore v3's paths."""
-    sp = maskc.load(EXAMPLES / f"{name}.mask").kernel_spec(head_dim=128, dtype="bf16")
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    constants = tuple((n, 16) for n in mask.const_params)      # clear compiles text and width in
+    sp = mask.kernel_spec(head_dim=128, dtype="bf16", constants=constants)
     iv = interval_regions(sp)
     assert (iv is None) == (name == "clear")
     src = emit_kernel(sp).source
@@ -91,7 +93,8 @@ def test_interval_path_for_exact_masks(name):
 
 def test_interval_path_rejected_for_opaque_masks():
     with pytest.raises(ValueError, match="no interval path"):
-        emit_kernel(maskc.load(EXAMPLES / "clear.mask").kernel_spec(), interval_path=True)
+        emit_kernel(maskc.load(EXAMPLES / "clear.mask").kernel_spec(constants=(("text", 64), ("width", 32))),
+                    interval_path=True)
 
 
 def test_interval_path_compiles():

@@ -107,5 +107,22 @@ def test_hstu_targets_see_history_and_themselves_only():
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_kernel_compiles_through_nvrtc(name):
     pytest.importorskip("cupy")
-    source = maskc.load(EXAMPLES / f"{name}.mask").kernel_source(head_dim=128, dtype="bf16")
+    from maskc.emit import emit_kernel
+    bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=300, **example_params(
+        name, 300, np.random.default_rng(0)))
+    source = emit_kernel(bound.kernel_spec(head_dim=128, dtype="bf16"))
     assert len(compile_to_cubin(source)) > 10_000
+    for name_, value in bound.constants:          # const parameters are literals, not table reads
+        assert f"const {name_} = {value}" in source.source
+
+
+def test_const_parameters_are_compiled_in_and_checked():
+    mask = maskc.load(EXAMPLES / "clear.mask")
+    assert mask.const_params == ("text", "width")
+    with pytest.raises(maskc.MaskError, match="const"):
+        mask.kernel_spec()                         # values unknown before binding
+    a = mask.bind(seq_len=100, text=10, width=8, radius=3).kernel_spec().predicate
+    b = mask.bind(seq_len=100, text=10, width=9, radius=3).kernel_spec().predicate
+    assert a != b and "(8)" in a and "(9)" in b
+    with pytest.raises(maskc.BindError, match="const"):
+        mask.bind(seq_len=100, text=10, width=[8, 9], radius=3)
