@@ -97,6 +97,8 @@ def bind(name, S, seed=0, batch=None, **kw):
     if batch is None:
         return load(name).bind(seq_len=S, **example_params(name, S, rng), **kw)
     per = [example_params(name, S, rng) for _ in range(batch)]
+    for p in per[1:]:       # const parameters are compiled in: one value for the whole batch
+        p.update({key: per[0][key] for key in load(name).const_params})
     keys = per[0].keys()
     return load(name).bind(seq_len=S, **{key: [p[key] for p in per] for key in keys}, **kw)
 
