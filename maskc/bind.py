@@ -101,7 +101,6 @@ def _bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b
     ints: dict[str, int] = {}
     segments: dict[str, SegmentTable] = {}
     arrays: dict[str, dict[str, np.ndarray]] = {}
-    partial = BatchParams((), ())
     for p in mask.params:
         v = value_of(p)
         if p.kind == "int":
@@ -111,54 +110,62 @@ def _bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b
                 v = p.default
             ints[p.name] = _checked_int(v, f"parameter '{p.name}'{at}", p.span)
         elif p.kind == "segments":
-            if v is None:
-                raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
-            lengths = _int_list(v, f"segments '{p.name}'{at}", p.span)
-            if any(n < 0 for n in lengths):
-                raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
             origin = 0
-            if p.origin is not None:
-                partial = BatchParams(tuple(ints.items()), ())
-                origin = int(Evaluator(mask, partial, seq_len, kv_len, 0, b).int(p.origin, None, None))
-                if not 0 <= origin <= seq_len:
-                    raise BindError(f"segments '{p.name}' start at {origin}, outside [0, seq_len = {seq_len}]{at}",
-                                    p.span)
-            total = sum(lengths)
-            if total != seq_len - origin:
-                raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {seq_len}): "
-                                f"{seq_len - origin} tokens{at}", p.span)
-            bounds = np.zeros(len(lengths) + 1, np.int64)
-            bounds[0] = origin
-            np.cumsum(lengths, out=bounds[1:])
-            bounds[1:] += origin
-            segments[p.name] = SegmentTable(bounds)
+            if p.origin is not None:     # `segments from E`: E reads the int parameters declared before
+                known = BatchParams(tuple(ints.items()), ())
+                origin = int(Evaluator(mask, known, seq_len, kv_len, 0, b).int(p.origin, None, None))
+            segments[p.name] = _segments(mask, p, v, origin, seq_len, at)
         else:
-            seg = segments[p.of]
-            if v is None:
-                if p.default is None:
-                    raise BindError(f"mask '{mask.name}' needs '{p.name}' (one integer per segment of '{p.of}')",
-                                    p.span)
-                v = [p.default] * seg.count
-            vals = _int_list(v, f"'{p.name}'{at}", p.span)
-            if len(vals) != seg.count:
-                raise BindError(f"'{p.name}' has {len(vals)} entries but '{p.of}' has {seg.count} segments{at}",
-                                p.span)
-            arrays.setdefault(p.of, {})[p.name] = np.asarray(vals, np.int64)
-    for name, table in list(segments.items()):
-        segments[name] = SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))
-    params = BatchParams(tuple(ints.items()), tuple(segments.items()))
+            arrays.setdefault(p.of, {})[p.name] = _per_segment(mask, p, v, segments[p.of].count, at)
+    params = BatchParams(tuple(ints.items()), tuple(
+        (name, SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))) for name, table in segments.items()))
     if uses_head and num_heads is None:
         raise BindError(f"mask '{mask.name}' depends on the head h: bind it with num_heads=", mask.span)
-    heads = range(num_heads) if uses_head else (0,)
-    q = np.arange(seq_len, dtype=np.int64)
-    for h in heads:
-        ev = Evaluator(mask, params, seq_len, kv_len, h, b)
-        for lin in divisors:
-            if lin_value(lin, params, seq_len, kv_len, h, b) <= 0:
-                raise BindError(f"divisor '{render(lin)}' of mask '{mask.name}' is not positive{at}", mask.span)
-        for r in mask.requires:
-            ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
-            if not ok.all():
-                first = int(np.argmin(ok))
-                raise BindError(f"requirement not met at q = {first}{at}", r.span)
+    for h in range(num_heads) if uses_head else (0,):
+        _check(mask, divisors, params, seq_len, kv_len, h, b, at)
     return params
+
+
+def _segments(mask, p, value, origin: int, seq_len: int, at: str) -> SegmentTable:
+    """Lengths that partition [origin, seq_len) exactly, as segment bounds."""
+    if value is None:
+        raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
+    lengths = _int_list(value, f"segments '{p.name}'{at}", p.span)
+    if any(n < 0 for n in lengths):
+        raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
+    if not 0 <= origin <= seq_len:
+        raise BindError(f"segments '{p.name}' start at {origin}, outside [0, seq_len = {seq_len}]{at}", p.span)
+    total = sum(lengths)
+    if total != seq_len - origin:
+        raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {seq_len}): "
+                        f"{seq_len - origin} tokens{at}", p.span)
+    bounds = np.zeros(len(lengths) + 1, np.int64)
+    bounds[0] = origin
+    np.cumsum(lengths, out=bounds[1:])
+    bounds[1:] += origin
+    return SegmentTable(bounds)
+
+
+def _per_segment(mask, p, value, count: int, at: str) -> np.ndarray:
+    """One integer per segment of ``p.of`` (its default for every one when no value is given)."""
+    if value is None:
+        if p.default is None:
+            raise BindError(f"mask '{mask.name}' needs '{p.name}' (one integer per segment of '{p.of}')", p.span)
+        value = [p.default] * count
+    values = _int_list(value, f"'{p.name}'{at}", p.span)
+    if len(values) != count:
+        raise BindError(f"'{p.name}' has {len(values)} entries but '{p.of}' has {count} segments{at}", p.span)
+    return np.asarray(values, np.int64)
+
+
+def _check(mask, divisors, params, seq_len, kv_len, h, b, at):
+    """Divisors positive; every `require` true at every query position."""
+    for lin in divisors:
+        if lin_value(lin, params, seq_len, kv_len, h, b) <= 0:
+            raise BindError(f"divisor '{render(lin)}' of mask '{mask.name}' is not positive{at}", mask.span)
+    q = np.arange(seq_len, dtype=np.int64)
+    ev = Evaluator(mask, params, seq_len, kv_len, h, b)
+    for r in mask.requires:
+        ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
+        if not ok.all():
+            raise BindError(f"requirement not met at q = {int(np.argmin(ok))}{at}", r.span)
