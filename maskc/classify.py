@@ -15,6 +15,7 @@ import numpy as np
 from . import ir
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
+from .pieces import piece_hulls, piecewise_region
 from .rows import RowValues, TileIntervals
 from .tiles import dense_of, merge_runs, runs_of
 
@@ -150,6 +151,30 @@ def _exact_runs(allow, deny, params, b: int, head: int, seq_len: int, kv_len: in
     for tiles, hulls in per_chunk:
         for j, h in enumerate(hulls):
             hull[j, :, tiles] = h
+    return _runs_from_hulls(hull, fallback, parts, qt)
+
+
+def _single_slot_runs(h0, h1, f0, f1):
+    """CSR runs of one slot's hulls: each q_block's PARTIAL, FULL, PARTIAL in order (no sort needed:
+    the three never overlap, and two PARTIALs are adjacent only when the FULL range is empty)."""
+    f0c, f1c = np.maximum(f0, h0), np.minimum(f1, h1)
+    has_full = f0c < f1c
+    cut0, cut1 = np.where(has_full, f0c, h1), np.where(has_full, f1c, h1)
+    begin = np.stack([h0, cut0, cut1], axis=1)
+    end = np.stack([cut0, cut1, h1], axis=1)
+    kind = np.broadcast_to(np.array([PARTIAL, FULL, PARTIAL]), begin.shape)
+    keep = begin < end
+    offsets = np.zeros(len(h0) + 1, np.int32)
+    np.cumsum(keep.sum(axis=1), out=offsets[1:])
+    runs = np.stack([begin[keep], end[keep], kind[keep]], axis=1).astype(np.int32)
+    return offsets, np.ascontiguousarray(runs)
+
+
+def _runs_from_hulls(hull: np.ndarray, fallback: np.ndarray, parts, qt: int):
+    """CSR runs: per q_block and slot, PARTIAL from the hull's start to the FULL range, FULL, then
+    PARTIAL to the hull's end; q_blocks marked ``fallback`` contribute only the runs already in ``parts``."""
+    if len(hull) == 1 and not fallback.any() and not any(len(p) > 1 for p in parts):
+        return _single_slot_runs(*hull[0])
     tile_ids = np.arange(qt)
     for h0, h1, f0, f1 in hull:
         f0c, f1c = np.maximum(f0, h0), np.minimum(f1, h1)
@@ -187,6 +212,11 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     opaque_allow = [r for r in mask.allow if not r.exact]
     opaque_deny = [r for r in mask.deny if not r.exact]
     if not (opaque_allow or opaque_deny):
+        region = piecewise_region(mask)
+        hull = None if region is None else piece_hulls(region, params, b, head, S, K, block_m, block_n)
+        if hull is not None:
+            qt = -(-S // block_m)
+            return _runs_from_hulls(hull[None], np.zeros(qt, bool), tuple([np.zeros(0, np.int64)] for _ in range(4)), qt)
         return _exact_runs(exact_allow, exact_deny, params, b, head, S, K, block_m, block_n)
     qt, kt = -(-S // block_m), -(-K // block_n)
     classes = np.zeros((qt, kt), np.int8)

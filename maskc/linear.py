@@ -181,6 +181,7 @@ def depends_on_head(lin: ir.Lin) -> bool:
 
 
 K = ir.Pos("k")
+Q = ir.Pos("q")
 
 
 def split_k(lin: ir.Lin) -> tuple[int, ir.Lin] | None:

@@ -142,3 +142,34 @@ def test_sound_when_rows_are_classified_in_small_chunks(text, bind_args, shape, 
         got = _classes_in_chunks(mask, bound, shape, chunk_blocks)
         _check(bound, *shape, expect_exact=False)
         np.testing.assert_array_equal(got, bound.tiles(*shape))     # chunking changes nothing
+
+
+# Masks of one region, affine in q between segment boundaries: the piecewise path's territory.
+_Q_PART = st.sampled_from(["q", "-q", "", "docs.start(q)", "docs.end(q)", "sub.start(q)", "a", "c", "t(q)",
+                           "docs.length(q)", "seq_len"])
+_ATOM = st.builds(lambda side, op, shift, extra: f"k {op} {side} {'+' if shift >= 0 else '-'} {abs(shift)}"
+                  + (f" + {extra}" if extra else ""),
+                  _Q_PART.filter(bool), st.sampled_from(["<", "<=", ">", ">=", "=="]), st.integers(-9, 9),
+                  st.sampled_from(["", "docs.start(q)", "a", "t(q)"]))
+_GUARD = st.sampled_from(["same(docs)", "docs.index(q) >= 1", "a > 3", "t(q) < 5", "true", "same(sub)"])
+
+
+@st.composite
+def piecewise_mask(draw):
+    atoms = draw(st.lists(_ATOM, min_size=1, max_size=3)) + draw(st.lists(_GUARD, max_size=2))
+    return "mask m(a: int, c: int, docs: segments, t: per docs, sub: segments from a)\n  allow " + \
+        ", ".join(atoms) + "\n"
+
+
+@given(piecewise_mask(), binding(max_len=300), tile_shape)
+def test_piecewise_path_is_exact(text, bind_args, shape):
+    from maskc.pieces import piece_hulls, piecewise_region
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    region = piecewise_region(mask.ranges)
+    taken = region is not None and piece_hulls(region, bound.params.batch[0], 0, 0, bound.seq_len,
+                                               bound.kv_len, *shape) is not None
+    event(f"piecewise path taken: {taken}")
+    _check(bound, *shape, expect_exact=True)
