@@ -15,7 +15,7 @@ import numpy as np
 from . import ir
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
-from .pieces import piece_hulls, piecewise_region
+from .pieces import piece_hulls, piecewise_regions
 from .rows import RowValues, TileIntervals
 from .tiles import dense_of, merge_runs, runs_of
 
@@ -111,12 +111,16 @@ def _chunk_hulls(slots, kv_len: int, block_m: int, block_n: int):
     return hulls, fallback
 
 
-def _counted_runs(slots, tiles: np.ndarray, kv_len: int, block_m: int, block_n: int):
-    """Exact runs of the given q_blocks of a chunk by difference arrays (row ids, begin, end, kind)."""
-    n_rows = len(slots[0][0])
-    rows_per_tile = np.minimum(block_m, n_rows - tiles * block_m)
-    rows = np.concatenate([np.arange(t * block_m, t * block_m + n) for t, n in zip(tiles, rows_per_tile)])
-    sub = [(lo[rows], hi[rows]) for lo, hi in slots]
+def _counted_runs(slots, tiles: np.ndarray, kv_len: int, block_m: int, block_n: int, rows_per_tile=None):
+    """Exact runs of the given q_blocks of a chunk by difference arrays (row ids, begin, end, kind).
+    With ``rows_per_tile`` the slots hold exactly those q_blocks' rows, one after the other."""
+    if rows_per_tile is None:
+        n_rows = len(slots[0][0])
+        rows_per_tile = np.minimum(block_m, n_rows - tiles * block_m)
+        rows = np.concatenate([np.arange(t * block_m, t * block_m + n) for t, n in zip(tiles, rows_per_tile)])
+        sub = [(lo[rows], hi[rows]) for lo, hi in slots]
+    else:
+        sub = slots
     touch, cover = _tile_counts(sub, np.repeat(np.arange(len(tiles)), rows_per_tile), rows_per_tile,
                                 kv_len, block_n)
     offsets, runs = runs_of(np.where(cover, FULL, np.where(touch, PARTIAL, EMPTY)).astype(np.int8))
@@ -212,11 +216,9 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     opaque_allow = [r for r in mask.allow if not r.exact]
     opaque_deny = [r for r in mask.deny if not r.exact]
     if not (opaque_allow or opaque_deny):
-        region = piecewise_region(mask)
-        hull = None if region is None else piece_hulls(region, params, b, head, S, K, block_m, block_n)
-        if hull is not None:
-            qt = -(-S // block_m)
-            return _runs_from_hulls(hull[None], np.zeros(qt, bool), tuple([np.zeros(0, np.int64)] for _ in range(4)), qt)
+        regions = piecewise_regions(mask)
+        if regions is not None:
+            return _piecewise_runs(regions, params, b, head, S, K, block_m, block_n)
         return _exact_runs(exact_allow, exact_deny, params, b, head, S, K, block_m, block_n)
     qt, kt = -(-S // block_m), -(-K // block_n)
     classes = np.zeros((qt, kt), np.int8)
@@ -228,6 +230,35 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
         classes[row0 // block_m: -(-row1 // block_m)] = _opaque_chunk(
             exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, row1 - row0, K, block_m, block_n)
     return runs_of(classes)
+
+
+def _piecewise_runs(regions, params, b, head, S, K, block_m, block_n):
+    """Runs from the pieces' hulls, region by region; q_blocks they cannot settle (a piece unsure of
+    its rows, a hole, or two regions' hulls overlapping) are counted row by row."""
+    qt = -(-S // block_m)
+    if not regions:                                              # nothing is ever visible
+        return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
+    hulls, bad = [], np.zeros(qt, bool)
+    for region in regions:
+        hull, region_bad = piece_hulls(region, params, b, head, S, K, block_m, block_n)
+        hulls.append(hull)
+        bad |= region_bad
+    for i in range(len(hulls)):                                  # a key block touched by two regions
+        for j in range(i + 1, len(hulls)):
+            (a0, a1, _, _), (b0, b1, _, _) = hulls[i], hulls[j]
+            bad |= (a0 < a1) & (b0 < b1) & (a0 < b1) & (b0 < a1)
+    parts = tuple([np.zeros(0, np.int64)] for _ in range(4))
+    if bad.any():
+        blocks = np.nonzero(bad)[0]
+        counts = np.minimum(block_m, S - blocks * block_m)
+        positions = np.concatenate([np.arange(t * block_m, t * block_m + c) for t, c in zip(blocks, counts)])
+        rows = RowValues(params, S, K, head, b, positions)
+        slots = visible_slots(regions, (), rows, K)
+        if slots:
+            for part, values in zip(parts, _counted_runs(slots, np.arange(len(blocks)), K, block_m, block_n,
+                                                         rows_per_tile=counts)):
+                part.append(blocks[values] if part is parts[0] else values)
+    return _runs_from_hulls(np.stack(hulls), bad, parts, qt)
 
 
 def _opaque_chunk(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, n_rows, K, block_m, block_n):

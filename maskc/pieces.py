@@ -1,4 +1,4 @@
-"""Tile runs from q-pieces: for a mask of one region that is affine in q between segment boundaries.
+"""Tile runs from q-pieces: for masks whose regions are affine in q between segment boundaries.
 
 A *piece* is a run of rows inside one q_block with no segment boundary inside it: there every bound of
 the region is ``q * a + c`` with ``a`` in {-1, 0, 1} and ``c`` constant, so each row's interval is known
@@ -11,8 +11,9 @@ from the piece's first and last rows. With lower bounds all of one slope sign (l
   blocks are the hull of its end rows', its covered ones the intersection.
 
 q_blocks then combine their pieces as classify combines rows (hull of touched, intersection of covered),
-with the same check that the hulls chain without a hole. The work is O(pieces), not O(rows); masks or
-q_blocks outside these conditions go back to the row-by-row classification (None is returned).
+with the same check that the hulls chain without a hole; several regions combine as classify's slots do,
+exact where their hulls in a q_block are disjoint. The work is O(pieces), not O(rows); q_blocks outside
+these conditions are flagged and go back to the row-by-row classification.
 """
 from __future__ import annotations
 
@@ -37,22 +38,24 @@ def _affine_between_segments(lin: ir.Lin) -> bool:
     return True
 
 
-def piecewise_region(mask: ir.RangeMask) -> ir.RegionBounds | None:
-    """The mask's one region when it qualifies for piecewise classification, else None."""
-    if len(mask.allow) != 1 or mask.deny or mask.uses_head:
-        return None
-    region = mask.allow[0]
+def _qualifies(region: ir.RegionBounds) -> bool:
     if not region.exact or any(b.den != 1 for b in region.lower + region.upper):
-        return None
+        return False
     if any(g.lin.coef(L.Q) != 0 or not _affine_between_segments(g.lin) for g in region.guards):
-        return None
+        return False
     for bounds in (region.lower, region.upper):
         if not all(_affine_between_segments(b.lin) for b in bounds):
-            return None
-        slopes = {b.lin.coef(L.Q) for b in bounds} - {0}
-        if len(slopes) > 1:                      # mixed signs: not monotone
-            return None
-    return region
+            return False
+        if len({b.lin.coef(L.Q) for b in bounds} - {0}) > 1:     # mixed slope signs: not monotone
+            return False
+    return True
+
+
+def piecewise_regions(mask: ir.RangeMask) -> tuple[ir.RegionBounds, ...] | None:
+    """The mask's allow regions when every one qualifies for piecewise classification, else None."""
+    if mask.deny or mask.uses_head or not all(_qualifies(r) for r in mask.allow):
+        return None
+    return mask.allow
 
 
 def _segments_read(region: ir.RegionBounds) -> set[str]:
@@ -62,7 +65,8 @@ def _segments_read(region: ir.RegionBounds) -> set[str]:
 
 def piece_hulls(region: ir.RegionBounds, params: BatchParams, b: int, head: int, seq_len: int, kv_len: int,
                 block_m: int, block_n: int):
-    """Per q_block (h0, h1, f0, f1) hulls as classify's slots give them, or None to fall back."""
+    """Per q_block (h0, h1, f0, f1) hulls as classify's slots give them, and which q_blocks this cannot
+    classify exactly (``bad``: they go back to the rows)."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = np.arange(0, seq_len, block_m, dtype=np.int64)
     segments = sorted(_segments_read(region))
@@ -73,7 +77,7 @@ def piece_hulls(region: ir.RegionBounds, params: BatchParams, b: int, head: int,
     n = len(starts)
     rows = RowValues(params, seq_len, kv_len, head, b, np.concatenate([starts, ends]))
     if any(rows.lin(g.lin) > 0 for g in region.static_guards):
-        return np.zeros((4, qt), np.int64)                     # the region does not exist here
+        return np.zeros((4, qt), np.int64), np.zeros(qt, bool)    # the region does not exist here
     at_ends = lambda lin: np.broadcast_to(rows.lin(lin), (2 * n,))   # a constant form gives a scalar
     lowers = [np.zeros(2 * n, np.int64)] + [at_ends(bound.lin) for bound in region.lower]
     uppers = [np.full(2 * n, kv_len - 1, np.int64)] + [at_ends(bound.lin) for bound in region.upper]
@@ -82,8 +86,8 @@ def piece_hulls(region: ir.RegionBounds, params: BatchParams, b: int, head: int,
     for g in region.guards:                                    # constant within a piece
         ok &= rows.lin(g.lin) <= 0
     seen = ok & (lo < hi)
-    if np.any(seen[:n] != seen[n:]):                           # some piece sees keys at one end only
-        return None
+    block = starts // block_m
+    unsure = seen[:n] != seen[n:]                              # a piece sees keys at one end only
     # A piece blind at both ends may still see keys in between (concave hi - lo can peak inside). It is
     # surely blind if its guard fails, or if one upper bound is below one lower bound at both ends
     # (their difference is affine, so then it is negative throughout).
@@ -91,21 +95,21 @@ def piece_hulls(region: ir.RegionBounds, params: BatchParams, b: int, head: int,
     for u in uppers:
         for l in lowers:
             blind |= (u[:n] < l[:n]) & (u[n:] < l[n:])
-    if np.any(~seen[:n] & ~blind):
-        return None
-    live = seen[:n]
+    unsure |= ~seen[:n] & ~blind
+    bad = np.zeros(qt, bool)
+    bad[block[unsure]] = True
+    live = seen[:n] & ~unsure
     lo_a, lo_b, hi_a, hi_b = lo[:n], lo[n:], hi[:n], hi[n:]
     t0 = np.minimum(lo_a, lo_b) // block_n
     t1 = -(-np.maximum(hi_a, hi_b) // block_n)
     c0 = -(-np.maximum(lo_a, lo_b) // block_n)
     top = np.minimum(hi_a, hi_b)
     c1 = np.where(top >= kv_len, kt, top // block_n)
-    block = starts // block_m
     if n > qt:   # some q_block has several pieces: they must chain (overlap or abut), else a hole
         idx = np.nonzero(live)[0]
         a, c = idx[:-1], idx[1:]
-        if np.any((block[a] == block[c]) & ((t0[c] > t1[a]) | (t0[a] > t1[c]))):
-            return None
+        hole = (block[a] == block[c]) & ((t0[c] > t1[a]) | (t0[a] > t1[c]))
+        bad[block[a[hole]]] = True
     big = np.int64(1) << 40
     first = np.flatnonzero(np.diff(block, prepend=-1))        # every q_block starts a piece: qt groups
     h0 = np.minimum.reduceat(np.where(live, t0, big), first)
@@ -115,4 +119,4 @@ def piece_hulls(region: ir.RegionBounds, params: BatchParams, b: int, head: int,
     all_live = np.logical_and.reduceat(live, first)
     some = h1 >= 0
     return np.stack([np.where(some, h0, 0), np.where(some, h1, 0),
-                     np.where(all_live & some, f0, 0), np.where(all_live & some, f1, 0)])
+                     np.where(all_live & some, f0, 0), np.where(all_live & some, f1, 0)]), bad
