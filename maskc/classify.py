@@ -281,13 +281,17 @@ def _opaque_chunk(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tile
     return classes
 
 
-def classify(mask: ir.RangeMask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
-    """Tile runs of every batch element (for masks that use h: sound for every head at once)."""
+def classify(mask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
+    """Tile runs of every batch element (for masks that use h: sound for every head at once).
+
+    ``mask`` is a RangeMask, or one per batch element (each specialized to that element's values).
+    """
+    masks = [mask] * len(bound.batch) if isinstance(mask, ir.RangeMask) else list(mask)
     kt = -(-bound.kv_len // block_n)
-    uses_head = mask.uses_head
     heads = (0, (bound.num_heads or 1) - 1)
     offsets, runs = [np.zeros(1, np.int32)], []
-    for b in range(len(bound.batch)):
+    for b, mask in enumerate(masks):
+        uses_head = mask.uses_head
         per_head = [classify_batch_element(mask, bound, b, block_m, block_n, h, heads)
                     for h in range(bound.num_heads if uses_head else 1)]
         o, r = per_head[0]
@@ -301,7 +305,7 @@ def classify(mask: ir.RangeMask, bound: BoundParams, block_m: int, block_n: int)
     all_runs = np.concatenate(runs) if runs else np.zeros((0, 3), np.int32)
     return TileMap(block_m, block_n, bound.seq_len, bound.kv_len, len(bound.batch),
                    np.concatenate(offsets).astype(np.int32), np.ascontiguousarray(all_runs, np.int32),
-                   exact=mask.exact and not uses_head)
+                   exact=all(m.exact and not m.uses_head for m in masks))
 
 
 def visible_pairs(mask: ir.RangeMask, bound: BoundParams, block: int = 128) -> int:

@@ -223,3 +223,24 @@ def intersect(a: ir.Region, b: ir.Region) -> ir.Region | None:
     directions with empty bounds). None proves emptiness; a region back does not prove the opposite."""
     tight = _tighten(list(a.atoms) + list(b.atoms))
     return None if tight is None else ir.Region(tuple(tight), a.span)
+
+
+def specialize(mask: ir.NormalMask, values: dict[str, int]) -> ir.NormalMask:
+    """The same mask with int parameters fixed to ``values``: each atom folded and re-tightened, so
+    regions that contradict themselves once the values are known (say ``d <= max_attn_len`` and
+    ``d > 0`` at ``max_attn_len = 0``) drop out. Denotes the same pairs for those values."""
+    def fix(term):
+        if isinstance(term, ir.ParamRef) and term.name in values:
+            return L.const(values[term.name])
+        return None
+
+    def regions(group):
+        out = []
+        for region in group:
+            tight = _tighten([ir.Atom(L.substitute(a.lin, fix), a.span) for a in region.atoms])
+            if tight is not None:
+                out.append(ir.Region(tuple(tight), region.span))
+        return _dedupe(out)
+
+    allow, deny = regions(mask.allow), regions(mask.deny)
+    return ir.NormalMask(mask.name, mask.params, allow, deny, _divisors(allow + deny), mask.span)

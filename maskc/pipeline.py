@@ -19,7 +19,7 @@ from .descriptor import pack, to_flex_block_mask_arrays
 from .errors import MaskError, MaskSyntaxError
 from .evaluate import dense_mask
 from .kernel_ir import BoundParams, Descriptor, KernelSpec, TileMap
-from .normalize import normalize
+from .normalize import normalize, specialize
 from .parse import parse, parse_file
 from .predicate import emit_predicate, pack_mask_data
 from .ranges import analyze_ranges
@@ -93,6 +93,17 @@ class CompiledMask:
     def exact(self) -> bool:
         """Whether tile classes are exact for this mask (else only sound)."""
         return self.ranges.exact
+
+    def specialized(self, ints: tuple[tuple[str, int], ...]) -> ir.RangeMask:
+        """The range analysis with int parameters fixed (regions that cannot hold for these values
+        gone), cached per values: a new bind with the same ints pays nothing."""
+        cache = self.__dict__.setdefault("_specialized", {})
+        hit = cache.get(ints)
+        if hit is None:
+            if len(cache) >= 256:
+                cache.clear()
+            hit = cache[ints] = analyze_ranges(specialize(self.normal, dict(ints))) if ints else self.ranges
+        return hit
 
     def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
              **params) -> "BoundMask":
@@ -215,7 +226,8 @@ class BoundMask:
 def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:
     cache = bound.__dict__.setdefault("_tile_maps", {})      # lives and dies with the bound mask
     if (block_m, block_n) not in cache:
-        cache[block_m, block_n] = classify(bound.mask.ranges, bound.params, block_m, block_n)
+        per_element = [bound.mask.specialized(e.ints) for e in bound.params.batch]
+        cache[block_m, block_n] = classify(per_element, bound.params, block_m, block_n)
     return cache[block_m, block_n]
 
 
