@@ -119,7 +119,8 @@ def _classes_in_chunks(mask, bound, shape, chunk_blocks):
     saved = classify_module._CHUNK_ROWS
     classify_module._CHUNK_ROWS = chunk_blocks * shape[0]
     try:
-        return classify_module.classify(mask.ranges, bound.params, *shape).classes[0]
+        per_element = [mask.specialized(e.ints) for e in bound.params.batch]   # as the pipeline does
+        return classify_module.classify(per_element, bound.params, *shape).classes[0]
     finally:
         classify_module._CHUNK_ROWS = saved
 

@@ -31,13 +31,7 @@ def normal_dense(normal: ir.NormalMask, bound) -> np.ndarray:
         for a in r.atoms:
             out &= _grid(rows.lin(a.lin) <= 0, shape)
         return out
-    allow = np.zeros(shape, bool)
-    for r in normal.allow:
-        allow |= region(r)
-    deny = np.zeros(shape, bool)
-    for r in normal.deny:
-        deny |= region(r)
-    return allow & ~deny
+    return _union_minus(normal.allow, normal.deny, region, shape)
 
 
 def range_dense(ranges: ir.RangeMask, bound) -> np.ndarray:
@@ -59,11 +53,16 @@ def range_dense(ranges: ir.RangeMask, bound) -> np.ndarray:
             assert L.split_k(a.lin) is None
             out &= _grid(rows.lin(a.lin) <= 0, shape)
         return out
+    return _union_minus(ranges.allow, ranges.deny, region, shape)
+
+
+def _union_minus(allow_regions, deny_regions, region, shape) -> np.ndarray:
+    """any(allow) and not any(deny), each region drawn densely by ``region``."""
     allow = np.zeros(shape, bool)
-    for r in ranges.allow:
+    for r in allow_regions:
         allow |= region(r)
     deny = np.zeros(shape, bool)
-    for r in ranges.deny:
+    for r in deny_regions:
         deny |= region(r)
     return allow & ~deny
 
