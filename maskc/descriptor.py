@@ -10,19 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel_ir import FULL, PARTIAL, Descriptor, TileMap
-
-PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
+from .tiles import PARTIAL_COST, heaviest_first  # noqa: F401  (PARTIAL_COST: the cost model, re-exported)
 
 
 def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray) -> Descriptor:
     """Pack tile runs and the predicate's parameter tables (see the module docstring)."""
-    rows = tile_map.batch * tile_map.n_q_blocks
-    runs = tile_map.runs
-    row_of_run = np.repeat(np.arange(rows), np.diff(tile_map.run_offsets))
-    weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
-    cost = np.bincount(row_of_run, weight, minlength=rows)
-    # Heaviest first; ties in row-block order so the launch order is deterministic.
-    work_order = np.lexsort((np.arange(rows), -cost)).astype(np.int32)
+    work_order = heaviest_first(tile_map.run_offsets, tile_map.runs)
     return Descriptor(tile_map, work_order, np.ascontiguousarray(mask_data, np.int32),
                       np.ascontiguousarray(mask_offsets, np.int32))
 
@@ -50,9 +43,10 @@ def check_descriptor(desc: Descriptor) -> None:
         assert not np.any(adjacent & (runs[1:, 2] == runs[:-1, 2])), "adjacent runs of one kind"
     assert sorted(desc.work_order.tolist()) == list(range(desc.batch * qt))
     for arr in (desc.run_offsets, desc.runs, desc.work_order, desc.mask_data, desc.mask_offsets,
-                desc.col_offsets, desc.col_runs):
+                desc.col_offsets, desc.col_runs, desc.col_work_order):
         assert arr.dtype == np.int32 and arr.flags.c_contiguous
     assert desc.col_offsets.shape == (desc.batch * kt + 1,)
+    assert sorted(desc.col_work_order.tolist()) == list(range(desc.batch * kt))
 
 
 def to_flex_block_mask_arrays(tile_map: TileMap) -> dict[str, np.ndarray]:

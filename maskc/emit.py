@@ -1,7 +1,9 @@
-"""Kernel emission: a :class:`KernelSpec` to CUDA source (``KernelSource``) and, without a GPU, to a cubin.
+"""Kernel emission: a :class:`KernelSpec` (forward) or :class:`BackwardSpec` to CUDA source
+(``KernelSource``) and, without a GPU, to a cubin.
 
-``emit_kernel`` is pure: it renders ``templates/attention_fwd.cu.j2`` with the spec as its one context object
-and attaches the NVRTC options the source is meant for. ``compile_to_cubin`` runs NVRTC through CuPy's
+``emit_kernel`` and ``emit_backward_kernel`` are pure: they render ``templates/attention_fwd.cu.j2`` /
+``attention_bwd.cu.j2`` with the spec (and, for the backward, its shared-memory layout, computed here)
+and attach the NVRTC options the source is meant for. ``compile_to_cubin`` runs NVRTC through CuPy's
 bindings (imported lazily; NVRTC needs no GPU) and raises :class:`KernelCompileError` with NVRTC's log.
 """
 from __future__ import annotations
@@ -13,9 +15,11 @@ from pathlib import Path
 
 import jinja2
 
-from .kernel_ir import KernelSource, KernelSpec
+from .kernel_ir import BackwardSpec, KernelSource, KernelSpec
 
 TEMPLATE_NAME = "attention_fwd.cu.j2"
+BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
+BACKWARD_HEAD_DIMS = (64, 128)
 GPU_ARCH = "sm_90a"
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = ("bf16", "fp16")
@@ -111,7 +115,7 @@ _VISIBLE_BODY = re.compile(
     r"(?:    const bool denied = (?P<deny>[^;]*);\n    return allowed && !denied;\n|    return allowed;\n)\}")
 
 
-def interval_regions(spec: KernelSpec) -> dict | None:
+def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
     """{'allow': A, 'deny': D} when the predicate's mask_visible is nothing but interval tests on the row's
     (lo_i, hi_i) (an exact mask: no per-key atoms), allow regions 0..A-1 and deny regions A..A+D-1; else None.
     Such a predicate lets the kernel compute the intervals once per CTA and test 64 keys with a bit word."""
@@ -158,6 +162,55 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
         single_body = os.environ.get("MASKC_SINGLE_BODY", "1") != "0"
     source = template.render(spec=spec, iv=iv if interval_path else None, single_body=single_body)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
+
+
+def _placed(sizes: dict[str, int], align: int = 128) -> dict[str, int]:
+    """Byte offsets of consecutive buffers, each aligned to ``align``; ``total`` is the bytes used."""
+    out, at = {}, 0
+    for name, size in sizes.items():
+        out[name] = at
+        at += -(-size // align) * align
+    out["total"] = at
+    return out
+
+
+def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
+    """Shared-memory layout of the two main backward kernels (byte offsets and ``total``), the one
+    source of truth for the template's constants and the runtime's launch size.
+
+    dK/dV: this CTA's K and V tiles, two stages of Q and dO, the dS^T tile (block_n x block_m, for dQ),
+    two stages of LSE and delta, and one PARTIAL tile's visibility bits. dQ: Q and dO, two stages of K
+    and V, visibility bits."""
+    d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
+    tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
+    dkdv = _placed({"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": bn * bm * 2,
+                    "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4})
+    dq = _placed({"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn),
+                  "bits": bm * (dbn // 32) * 4})
+    return {"dkdv": dkdv, "dq": dq}
+
+
+def check_backward_spec(spec: BackwardSpec) -> None:
+    """The backward template's assumptions (it re-checks them with static_assert)."""
+    if not _C_IDENTIFIER.match(spec.mask_name):
+        raise ValueError(f"mask_name {spec.mask_name!r} is not a C identifier")
+    if spec.head_dim not in BACKWARD_HEAD_DIMS:
+        raise ValueError(f"backward: head_dim {spec.head_dim} unsupported (supported: {BACKWARD_HEAD_DIMS})")
+    if spec.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {spec.dtype!r} unsupported (supported: {SUPPORTED_DTYPES})")
+    if spec.block_m % 16 or spec.block_m < 64 or spec.block_n % 32 or spec.dq_block_n % 32:
+        raise ValueError(f"backward tiles {spec.block_m}x{spec.block_n} / {spec.dq_block_n}: block_m a multiple "
+                         "of 16 (>= 64), block_n and dq_block_n multiples of 32")
+
+
+def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
+    """Render the backward kernels for ``spec`` (prep, dK/dV with and without atomic dQ, deterministic dQ,
+    dQ conversion) into one source. PARTIAL tiles build visibility bits from interval bounds where the
+    predicate is made of intervals (exact masks), else by calling ``mask_visible`` per pair."""
+    check_backward_spec(spec)
+    template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
+    source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec))
+    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(), entries=spec.entries)
 
 
 def compile_to_cubin(src: KernelSource) -> bytes:

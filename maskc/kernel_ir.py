@@ -112,9 +112,10 @@ class Descriptor:
         The parameter tables the generated predicate reads for PARTIAL blocks; batch element ``b``'s
         table is ``mask_data[mask_offsets[b]:mask_offsets[b+1]]`` and its layout is documented in the
         generated ``mask_row`` function.
-    ``col_offsets`` int32[B*KT + 1], ``col_runs`` int32[n_col_runs, 3]
-        The transposed view for a backward pass: for column block ``b * KT + j``, runs of
-        ``(q_begin, q_end, kind)`` over query blocks (built on first use).
+    ``col_offsets`` int32[B*KT + 1], ``col_runs`` int32[n_col_runs, 3], ``col_work_order`` int32[B*KT]
+        The transposed view for the backward pass: for column block ``b * KT + j``, runs of
+        ``(q_begin, q_end, kind)`` over query blocks, and the column blocks heaviest first (built on
+        first use).
 
     The loop that rebuilds the tile classes (and so, with the predicate, the mask)::
 
@@ -142,9 +143,10 @@ class Descriptor:
 
     @functools.cached_property
     def _transposed(self):
-        from .tiles import runs_of
+        from .tiles import heaviest_first, runs_of
         classes = self.tile_map.classes.transpose(0, 2, 1)
-        return runs_of(np.ascontiguousarray(classes).reshape(self.batch * self.n_kv_blocks, self.n_q_blocks))
+        offsets, runs = runs_of(np.ascontiguousarray(classes).reshape(self.batch * self.n_kv_blocks, self.n_q_blocks))
+        return offsets, runs, heaviest_first(offsets, runs)
 
     @property
     def col_offsets(self) -> np.ndarray:
@@ -154,6 +156,10 @@ class Descriptor:
     @property
     def col_runs(self) -> np.ndarray:
         return self._transposed[1]
+
+    @property
+    def col_work_order(self) -> np.ndarray:
+        return self._transposed[2]
 
 
 @dataclass(frozen=True)
@@ -184,10 +190,50 @@ class KernelSpec:
 
 
 @dataclass(frozen=True)
-class KernelSource:
-    """Rendered CUDA: ``source`` defines ``extern "C" __global__`` function ``entry``."""
+class BackwardSpec:
+    """Every decision the backward-kernel template needs (see ``templates/attention_bwd.cu.j2``).
 
-    spec: KernelSpec
+    The dK/dV kernel walks the transposed view of the descriptor for tiles ``block_m x block_n`` (one
+    CTA per key block of ``block_n`` keys, ``block_m`` queries per step); the deterministic dQ kernel
+    walks the row runs of the descriptor for tiles ``block_m x dq_block_n``. ``predicate`` is the same
+    generated device code as the forward kernel's.
+    """
+
+    mask_name: str
+    head_dim: int
+    dtype: str
+    block_m: int
+    block_n: int
+    dq_block_n: int
+    predicate: str
+    mask_summary: tuple[str, ...] = field(default=())
+
+    entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
+    entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")
+    entry_dkdv_det = property(lambda self: f"maskc_bwd_dkdv_det_{self.mask_name}")
+    entry_dq = property(lambda self: f"maskc_bwd_dq_{self.mask_name}")
+    entry_dq_convert = property(lambda self: f"maskc_bwd_dq_convert_{self.mask_name}")
+
+    @property
+    def entry(self) -> str:
+        return self.entry_dkdv
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        return (self.entry_prep, self.entry_dkdv, self.entry_dkdv_det, self.entry_dq, self.entry_dq_convert)
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Rendered CUDA: ``source`` defines the ``extern "C" __global__`` functions ``entries`` (``entry``
+    first; the forward source has only that one)."""
+
+    spec: KernelSpec | BackwardSpec
     source: str
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with
+    entries: tuple[str, ...] = ()
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        return self.entries or (self.entry,)

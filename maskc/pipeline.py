@@ -18,7 +18,7 @@ from .classify import classify
 from .descriptor import pack, to_flex_block_mask_arrays
 from .errors import MaskError, MaskSyntaxError
 from .evaluate import dense_mask
-from .kernel_ir import BoundParams, Descriptor, KernelSpec, TileMap
+from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
 from .normalize import normalize, specialize
 from .parse import parse, parse_file
 from .predicate import emit_predicate, pack_mask_data
@@ -125,14 +125,30 @@ class CompiledMask:
         if block_m is None or block_n is None or num_warps is None:
             bm, bn, nw = choose_tiles(head_dim, dtype)
             block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or nw
+        self._check_constants(constants)
+        return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
+                          emit_predicate(self.ranges, tuple(constants)), self._summary(constants))
+
+    def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
+                      constants: tuple[tuple[str, int], ...] = ()) -> BackwardSpec:
+        """The backward kernels' spec (tiles from the schedule); const parameters as for kernel_spec."""
+        from .schedule import choose_backward_tiles
+        from .sanitize import c_identifier
+
+        self._check_constants(constants)
+        block_m, block_n, dq_block_n = choose_backward_tiles(head_dim, dtype)
+        return BackwardSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, dq_block_n,
+                            emit_predicate(self.ranges, tuple(constants)), self._summary(constants))
+
+    def _check_constants(self, constants) -> None:
         missing = [n for n in self.const_params if n not in dict(constants)]
         if missing:
             raise MaskError(f"mask '{self.name}' compiles its const parameter(s) {', '.join(missing)} into the "
                             "kernel: give their values", self.resolved.span,
                             "bind the mask first, or on the command line: --param NAME=VALUE")
-        summary = tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants)
-        return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
-                          emit_predicate(self.ranges, tuple(constants)), summary)
+
+    def _summary(self, constants) -> tuple[str, ...]:
+        return tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants)
 
     def kernel_source(self, **kwargs):
         from .emit import emit_kernel
@@ -221,6 +237,9 @@ class BoundMask:
 
     def kernel_spec(self, **kwargs) -> KernelSpec:
         return self.mask.kernel_spec(constants=self.constants, **kwargs)
+
+    def backward_spec(self, **kwargs) -> BackwardSpec:
+        return self.mask.backward_spec(constants=self.constants, **kwargs)
 
 
 def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:

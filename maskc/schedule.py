@@ -1,4 +1,5 @@
-"""Tile schedule of the forward kernel: (block_m, block_n, num_warps) per head dim and dtype.
+"""Tile schedules: the forward kernel's (block_m, block_n, num_warps) and the backward kernels' tiles, per head
+dim and dtype.
 
 Pure functions of the problem's static shape; the runtime calls :func:`choose_tiles` and passes the result
 to ``bound.kernel_spec(...)`` and ``bound.descriptor(...)``. The choices are bounded by the register file
@@ -30,3 +31,23 @@ def choose_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
     except KeyError:
         raise ValueError(f"head dim {head_dim} unsupported (supported: {', '.join(map(str, _TILES))})") from None
 
+
+
+# Backward: (block_m, block_n, dq_block_n). The dK/dV kernel runs block_n / 16 warps (8), each owning 16 keys,
+# with dK and dV in registers (64 fp32 each at D=128); block_m queries per step. The deterministic dQ
+# kernel runs block_m / 16 warps (4) over keys dq_block_n at a time. Head dims 64 and 128.
+_BACKWARD_TILES = {
+    64: (64, 128, 64),
+    128: (64, 128, 64),
+}
+
+
+def choose_backward_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
+    """(block_m, block_n, dq_block_n) for the backward kernels; ValueError where there is none."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {dtype!r} unsupported (supported: {', '.join(SUPPORTED_DTYPES)})")
+    try:
+        return _BACKWARD_TILES[head_dim]
+    except KeyError:
+        raise ValueError(f"backward: head dim {head_dim} unsupported (supported: "
+                         f"{', '.join(map(str, _BACKWARD_TILES))})") from None

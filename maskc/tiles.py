@@ -3,7 +3,18 @@ from __future__ import annotations
 
 import numpy as np
 
-EMPTY = 0
+EMPTY, PARTIAL = 0, 1
+PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
+
+
+def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """int32 permutation of the CSR rows by non-increasing cost (FULL + PARTIAL_COST * PARTIAL tiles),
+    ties in row order: the launch order that finishes the longest rows first (LPT)."""
+    rows = len(offsets) - 1
+    row_of_run = np.repeat(np.arange(rows), np.diff(offsets))
+    weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
+    cost = np.bincount(row_of_run, weight, minlength=rows)
+    return np.lexsort((np.arange(rows), -cost)).astype(np.int32)
 
 
 def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -48,6 +48,11 @@ def check_all(desc, classes):
     for a, b in zip(desc.work_order[:-1], desc.work_order[1:]):
         if cost[a] == cost[b]:
             assert a < b
+    # the backward's column order: a permutation of the column blocks, heaviest first
+    cols = classes.transpose(0, 2, 1).reshape(-1, classes.shape[1])
+    col_cost = (cols == FULL).sum(1) + PARTIAL_COST * (cols == PARTIAL).sum(1)
+    assert sorted(desc.col_work_order.tolist()) == list(range(len(cols)))
+    assert np.all(np.diff(col_cost[desc.col_work_order]) <= 0)
 
 
 def check_flex(tile_map):
