@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel_ir import FULL, PARTIAL, Descriptor, TileMap
-from .tiles import PARTIAL_COST, heaviest_first  # noqa: F401  (PARTIAL_COST: the cost model, re-exported)
+from .tiles import heaviest_first
 
 
 def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray) -> Descriptor:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import ir
+from . import handles, ir
 from .bind import bind as bind_params
 from .classify import classify
 from .descriptor import pack, to_flex_block_mask_arrays
@@ -170,6 +170,10 @@ class BoundMask:
 
     mask: CompiledMask
     params: BoundParams
+
+    def __post_init__(self):
+        # An int that names this object where only numbers may pass (torch custom ops: maskc.torch_ops).
+        object.__setattr__(self, "handle", handles.register(self))
 
     @property
     def seq_len(self) -> int:

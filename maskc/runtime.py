@@ -1,4 +1,5 @@
-"""The GPU boundary: compile (cached), upload descriptors (cached), validate inputs, launch the forward kernel.
+"""The GPU boundary: compile (cached), upload descriptors (cached), validate inputs, launch the forward and
+backward kernels.
 
 This is the only maskc module that touches CuPy or torch, and it imports them lazily, so ``import maskc``
 works on a machine without either. What it asks of a bound mask (``maskc`` binds a mask to sizes)::
@@ -7,7 +8,8 @@ works on a machine without either. What it asks of a bound mask (``maskc`` binds
     bound.batch                       B, or 1 when the mask is the same for every batch element
     bound.num_heads                   None when the mask does not depend on the head, else Hq
     bound.descriptor(block_m, block_n) -> kernel_ir.Descriptor
-    bound.mask.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
+    bound.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
+    bound.backward_spec(head_dim=, dtype=) -> kernel_ir.BackwardSpec
 
 Compiled kernels are cached in memory and as cubins on disk (``$MASKC_CACHE_DIR``, else
 ``~/.cache/maskc``), keyed by a hash of source, options, NVRTC version and maskc version, so a second
@@ -25,11 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .emit import compile_to_cubin, emit_kernel, nvrtc_version, shared_memory_bytes
-from .kernel_ir import Descriptor, KernelSource
-from .schedule import choose_tiles
+from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_kernel, nvrtc_version,
+                   shared_memory_bytes)
+from .kernel_ir import BackwardSpec, Descriptor, KernelSource
+from .schedule import choose_backward_tiles, choose_tiles
 
-__all__ = ["attention", "cache_dir", "load_kernel", "AttentionInputError"]
+__all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
 
 
 class AttentionInputError(ValueError):
@@ -63,10 +66,27 @@ def cache_dir() -> Path:
 class LoadedKernel:
     source: KernelSource
     module: object          # cupy.RawModule (kept alive)
-    function: object        # cupy.RawKernel
-    shared_bytes: int
+    functions: dict         # entry name -> cupy.RawKernel, for every entry of the source
+    shared: dict            # entry name -> dynamic shared memory bytes of one CTA
     cubin_path: Path
     compiled: bool          # False when the cubin came from the disk cache
+
+    @property
+    def function(self):     # the main entry (the forward source has only that one)
+        return self.functions[self.source.entry]
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.shared[self.source.entry]
+
+
+def _shared_by_entry(src: KernelSource) -> dict[str, int]:
+    if isinstance(src.spec, BackwardSpec):
+        layout, spec = backward_layout(src.spec), src.spec
+        return {spec.entry_prep: 0, spec.entry_dkdv: layout["dkdv"]["total"],
+                spec.entry_dkdv_det: layout["dkdv"]["total"], spec.entry_dq: layout["dq"]["total"],
+                spec.entry_dq_convert: 0}
+    return {src.entry: shared_memory_bytes(src.spec, src.source)}
 
 
 _kernels: dict[str, LoadedKernel] = {}
@@ -99,11 +119,13 @@ def load_kernel(src: KernelSource) -> LoadedKernel:
         os.replace(tmp, path)   # atomic: a concurrent process sees the old state or the whole file
         compiled = True
     module = cupy.RawModule(path=str(path))
-    function = module.get_function(src.entry)
-    smem = shared_memory_bytes(src.spec, src.source)
-    if smem > 48 * 1024:
-        function.max_dynamic_shared_size_bytes = smem
-    loaded = LoadedKernel(src, module, function, smem, path, compiled)
+    shared = _shared_by_entry(src)
+    functions = {}
+    for entry in src.functions:
+        functions[entry] = module.get_function(entry)
+        if shared[entry] > 48 * 1024:
+            functions[entry].max_dynamic_shared_size_bytes = shared[entry]
+    loaded = LoadedKernel(src, module, functions, shared, path, compiled)
     _kernels[key] = loaded
     return loaded
 
@@ -137,31 +159,31 @@ class DeviceDescriptor:
     mask_offsets: object
 
 
-def _upload(desc: Descriptor) -> DeviceDescriptor:
+def _device_int32(a, min_len: int = 1):
     import cupy
 
-    def up(a, min_len=1):
-        a = np.ascontiguousarray(a, dtype=np.int32).reshape(-1)
-        if a.size < min_len:   # a zero-size allocation has a null pointer; give the kernel something valid
-            a = np.zeros(min_len, np.int32)
-        return cupy.asarray(a)
+    a = np.ascontiguousarray(a, dtype=np.int32).reshape(-1)
+    if a.size < min_len:   # a zero-size allocation has a null pointer; give the kernel something valid
+        a = np.zeros(min_len, np.int32)
+    return cupy.asarray(a)
 
-    return DeviceDescriptor(desc, up(desc.run_offsets), up(desc.runs), up(desc.work_order),
-                            up(desc.mask_data), up(desc.mask_offsets))
+
+def _upload(desc: Descriptor, transposed: bool = False) -> DeviceDescriptor:
+    """The descriptor's row view (forward, deterministic dQ) or, with ``transposed``, its column view
+    (the backward's dK/dV kernel) in the same fields: offsets, runs, heaviest-first order."""
+    if transposed:
+        views = (desc.col_offsets, desc.col_runs, desc.col_work_order)
+    else:
+        views = (desc.run_offsets, desc.runs, desc.work_order)
+    return DeviceDescriptor(desc, *(_device_int32(a) for a in views), _device_int32(desc.mask_data),
+                            _device_int32(desc.mask_offsets))
 
 
 def _prepared(bound, head_dim: int, dtype: str, tiles: tuple[int, int, int], device: int):
     """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
     its compiled mask."""
     block_m, block_n, num_warps = tiles
-    state = _state_for(bound)
-    dkey = ("descriptor", block_m, block_n, device)
-    ddesc = state.get(dkey)
-    if ddesc is None:
-        desc = bound.descriptor(block_m, block_n)
-        if (desc.block_m, desc.block_n) != (block_m, block_n):
-            raise RuntimeError(f"bound.descriptor({block_m}, {block_n}) returned tiles {desc.block_m}x{desc.block_n}")
-        ddesc = state[dkey] = _upload(desc)
+    ddesc = _device_descriptor(bound, block_m, block_n, device)
     # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
     # (Values of const parameters are compiled in: they are part of the key.)
     mask_state = _state_for(bound.mask)
@@ -172,6 +194,28 @@ def _prepared(bound, head_dim: int, dtype: str, tiles: tuple[int, int, int], dev
                                       num_warps=num_warps, constants=bound.constants)
         kernel = mask_state[kkey] = load_kernel(emit_kernel(spec))
     return ddesc, kernel
+
+
+def _device_descriptor(bound, block_m: int, block_n: int, device: int, transposed: bool = False) -> DeviceDescriptor:
+    """The bound mask's descriptor for these tiles on ``device``, uploaded once per bound mask."""
+    state = _state_for(bound)
+    dkey = ("descriptor", block_m, block_n, device, transposed)
+    ddesc = state.get(dkey)
+    if ddesc is None:
+        desc = bound.descriptor(block_m, block_n)
+        if (desc.block_m, desc.block_n) != (block_m, block_n):
+            raise RuntimeError(f"bound.descriptor({block_m}, {block_n}) returned tiles {desc.block_m}x{desc.block_n}")
+        ddesc = state[dkey] = _upload(desc, transposed)
+    return ddesc
+
+
+def _backward_kernel(bound, head_dim: int, dtype: str, device: int) -> LoadedKernel:
+    mask_state = _state_for(bound.mask)
+    kkey = ("backward", head_dim, dtype, device, bound.constants)
+    kernel = mask_state.get(kkey)
+    if kernel is None:
+        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(bound.backward_spec(head_dim=head_dim, dtype=dtype)))
+    return kernel
 
 
 # ---- inputs --------------------------------------------------------------------------------------------
@@ -260,7 +304,43 @@ def _validate(q: _Operand, k: _Operand, v: _Operand, bound) -> None:
         raise AttentionInputError(f"empty inputs: q {q.shape}, k {k.shape}")
 
 
-# ---- the entry point -----------------------------------------------------------------------------------
+# ---- the entry points -----------------------------------------------------------------------------------
+
+def _check_scale(scale, head_dim: int) -> float:
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise AttentionInputError(f"scale must be a finite positive number, got {scale}")
+    return scale
+
+
+class _Outputs:
+    """Allocates outputs in the inputs' framework and names the stream the launches go to."""
+
+    def __init__(self, like: _Operand):
+        import cupy
+
+        self.framework, self.like = like.framework, like
+        if self.framework == "torch":
+            import torch
+
+            self.torch = torch
+            self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(like.obj.device).cuda_stream)
+        else:
+            self.stream = cupy.cuda.get_current_stream()
+
+    def empty(self, shape, fp32: bool = False, zero: bool = False):
+        """A new contiguous array: the inputs' 16-bit dtype, or float32; and its data pointer."""
+        if self.framework == "torch":
+            torch = self.torch
+            make = torch.zeros if zero else torch.empty
+            x = make(shape, dtype=torch.float32 if fp32 else self.like.obj.dtype, device=self.like.obj.device)
+            return x, x.data_ptr()
+        import cupy
+
+        make = cupy.zeros if zero else cupy.empty
+        x = make(shape, dtype=cupy.float32 if fp32 else self.like.obj.dtype)
+        return x, x.data.ptr
+
 
 def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *, tiles=None):
     """Masked attention forward: softmax(scale * Q K^T + mask) V for the mask ``bound``.
@@ -274,11 +354,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     _validate(qo, ko, vo, bound)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    scale = float(scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise AttentionInputError(f"scale must be a finite positive number, got {scale}")
+    scale = _check_scale(scale, D)
     try:
         tiles = tuple(tiles) if tiles is not None else choose_tiles(D, qo.dtype)
     except ValueError as exc:
@@ -291,20 +367,10 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         desc = ddesc.descriptor
         if (desc.seq_len, desc.kv_len) != (S, Skv) or desc.batch not in (1, B):
             raise RuntimeError(f"descriptor sizes {desc.batch}x{desc.seq_len}x{desc.kv_len} do not match inputs")
-        if qo.framework == "torch":
-            import torch
-
-            o = torch.empty((B, Hq, S, D), dtype=q.dtype, device=q.device)
-            lse = torch.empty((B, Hq, S), dtype=torch.float32, device=q.device) if return_lse else None
-            o_ptr, o_strides = o.data_ptr(), o.stride()
-            lse_ptr = lse.data_ptr() if lse is not None else 0
-            stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(q.device).cuda_stream)
-        else:
-            o = cupy.empty((B, Hq, S, D), dtype=q.dtype)
-            lse = cupy.empty((B, Hq, S), dtype=cupy.float32) if return_lse else None
-            o_ptr, o_strides = o.data.ptr, tuple(s // o.itemsize for s in o.strides)
-            lse_ptr = lse.data.ptr if lse is not None else 0
-            stream = cupy.cuda.get_current_stream()
+        outs = _Outputs(qo)
+        o, o_ptr = outs.empty((B, Hq, S, D))
+        lse, lse_ptr = outs.empty((B, Hq, S), fp32=True) if return_lse else (None, 0)
+        o_strides = (Hq * S * D, S * D, D)
 
         n_work = int(desc.work_order.size)
         grid = (n_work * Hq, B if desc.batch == 1 else 1, 1)
@@ -313,13 +379,110 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         args = (
             np.uint64(qo.ptr), np.uint64(ko.ptr), np.uint64(vo.ptr), np.uint64(o_ptr), np.uint64(lse_ptr),
             *(i64(s) for s in qo.strides[:3]), *(i64(s) for s in ko.strides[:3]),
-            *(i64(s) for s in vo.strides[:3]), *(i64(s) for s in o_strides[:3]),
+            *(i64(s) for s in vo.strides[:3]), *(i64(s) for s in o_strides),
             i32(Hq), i32(Hkv), i32(S), i32(Skv), i32(desc.batch),
             ddesc.run_offsets, ddesc.runs, ddesc.work_order, ddesc.mask_data, ddesc.mask_offsets,
             np.float32(scale * math.log2(math.e)),
         )
-        with stream:
+        with outs.stream:
             kernel.function(grid, block, args, shared_mem=kernel.shared_bytes)
         if os.environ.get("MASKC_SYNC"):
-            stream.synchronize()   # surfaces asynchronous faults at the launch that caused them
+            outs.stream.synchronize()   # surfaces asynchronous faults at the launch that caused them
     return (o, lse) if return_lse else o
+
+
+def _float32_rows(x, name: str, like: _Operand, shape: tuple[int, ...]) -> int:
+    """Data pointer of a contiguous float32 array of ``shape`` in like's framework and device (LSE, dLSE)."""
+    if like.framework == "torch":
+        import torch
+
+        ok = isinstance(x, torch.Tensor) and x.dtype == torch.float32 and x.is_cuda and x.is_contiguous()
+        ok = ok and x.device.index == like.device
+        ptr = x.data_ptr() if ok else 0
+    else:
+        import cupy
+
+        ok = isinstance(x, cupy.ndarray) and x.dtype == cupy.float32 and x.flags.c_contiguous
+        ok = ok and x.device.id == like.device
+        ptr = x.data.ptr if ok else 0
+    if not ok:
+        raise AttentionInputError(f"{name} must be a contiguous float32 array on the inputs' device")
+    if tuple(x.shape) != shape:
+        raise AttentionInputError(f"{name} has shape {tuple(x.shape)}; expected {shape}")
+    return ptr
+
+
+def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = None, dlse=None,
+                       deterministic: bool = False):
+    """Gradients of :func:`attention`: (dQ, dK, dV) for the output gradient ``dout``.
+
+    ``out`` and ``lse`` are the forward's O and LSE (``return_lse=True``); ``dlse`` is an optional gradient
+    of LSE (B, Hq, S) float32. dK and dV are summed over each GQA group. ``deterministic`` computes dQ with
+    its own query-major kernel instead of fp32 atomics: bitwise repeatable, somewhat slower. Head dims 64
+    and 128. Returns arrays of the inputs' type and dtype, contiguous.
+    """
+    qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
+    _validate(qo, ko, vo, bound)
+    oo, do = _operand(out, "out"), _operand(dout, "dout")
+    for op in (oo, do):
+        _check_layout(op)
+        if op.shape != qo.shape or op.dtype != qo.dtype or op.framework != qo.framework or op.device != qo.device:
+            raise AttentionInputError(f"{op.name} must match q: shape {qo.shape}, dtype {qo.dtype}, same device "
+                                      f"and framework; got {op.shape}, {op.dtype}")
+    B, Hq, S, D = qo.shape
+    Hkv, Skv = ko.shape[1], ko.shape[2]
+    scale = _check_scale(scale, D)
+    try:
+        block_m, block_n, dq_block_n = choose_backward_tiles(D, qo.dtype)
+    except ValueError as exc:
+        raise AttentionInputError(str(exc)) from None
+    lse_ptr = _float32_rows(lse, "lse", qo, (B, Hq, S))
+    dlse_ptr = _float32_rows(dlse, "dlse", qo, (B, Hq, S)) if dlse is not None else 0
+
+    import cupy
+
+    with cupy.cuda.Device(qo.device):
+        kernel = _backward_kernel(bound, D, qo.dtype, qo.device)
+        spec = kernel.source.spec
+        cols = _device_descriptor(bound, block_m, block_n, qo.device, transposed=True)
+        mask_batch = cols.descriptor.batch
+        outs = _Outputs(qo)
+        dq, dq_ptr = outs.empty((B, Hq, S, D))
+        dk, dk_ptr = outs.empty((B, Hkv, Skv, D))
+        dv, dv_ptr = outs.empty((B, Hkv, Skv, D))
+        lse_log2, lse_log2_ptr = outs.empty((B, Hq, S), fp32=True)
+        delta, delta_ptr = outs.empty((B, Hq, S), fp32=True)
+        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, S, D), fp32=True, zero=True)
+
+        i64, i32, u64, f32 = np.int64, np.int32, np.uint64, np.float32
+        strides = lambda op: tuple(i64(s) for s in op.strides[:3])   # noqa: E731
+        batch_grid = B if mask_batch == 1 else 1
+        rows = B * Hq * S
+        fns = kernel.functions
+        with outs.stream:
+            fns[spec.entry_prep](((rows + 7) // 8, 1, 1), (256, 1, 1), (
+                u64(oo.ptr), u64(do.ptr), u64(lse_ptr), u64(dlse_ptr), *strides(oo), *strides(do),
+                u64(lse_log2_ptr), u64(delta_ptr), i32(Hq), i32(S), i64(rows)))
+            common = (*strides(qo), *strides(ko), *strides(vo), *strides(do), i32(Hq), i32(Hkv), i32(S), i32(Skv),
+                      i32(mask_batch))
+            entry = spec.entry_dkdv_det if deterministic else spec.entry_dkdv
+            fns[entry]((int(cols.work_order.size) * Hkv, batch_grid, 1), (block_n // 16 * 32, 1, 1), (
+                u64(qo.ptr), u64(ko.ptr), u64(vo.ptr), u64(do.ptr), u64(lse_log2_ptr), u64(delta_ptr),
+                u64(dk_ptr), u64(dv_ptr), u64(dq_accum_ptr), *common,
+                cols.run_offsets, cols.runs, cols.work_order, cols.mask_data, cols.mask_offsets,
+                f32(scale), f32(scale * math.log2(math.e))), shared_mem=kernel.shared[entry])
+            if deterministic:
+                rows_view = _device_descriptor(bound, block_m, dq_block_n, qo.device)
+                fns[spec.entry_dq]((int(rows_view.work_order.size) * Hq, batch_grid, 1), (block_m // 16 * 32, 1, 1), (
+                    u64(qo.ptr), u64(ko.ptr), u64(vo.ptr), u64(do.ptr), u64(lse_log2_ptr), u64(delta_ptr),
+                    u64(dq_ptr), *common, rows_view.run_offsets, rows_view.runs, rows_view.work_order,
+                    rows_view.mask_data, rows_view.mask_offsets, f32(scale), f32(scale * math.log2(math.e))),
+                    shared_mem=kernel.shared[spec.entry_dq])
+            else:
+                n = B * Hq * S * D
+                fns[spec.entry_dq_convert](((n // 2 + 255) // 256, 1, 1), (256, 1, 1),
+                                           (u64(dq_accum_ptr), u64(dq_ptr), f32(scale), i64(n)))
+        if os.environ.get("MASKC_SYNC"):
+            outs.stream.synchronize()
+        del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
+    return dq, dk, dv

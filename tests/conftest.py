@@ -17,16 +17,22 @@ settings.register_profile("thorough", max_examples=600, deadline=None,
 settings.load_profile(os.environ.get("MASKC_HYPOTHESIS", "ci"))
 
 
-def _gpu_available() -> bool:
+def gpu_available(with_torch: bool = False) -> bool:
+    """Whether CuPy sees a CUDA device (and, ``with_torch``, torch does too)."""
     try:
         import cupy
-        return cupy.cuda.runtime.getDeviceCount() > 0
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            return False
+        if with_torch:
+            import torch
+            return torch.cuda.is_available()
+        return True
     except Exception:
         return False
 
 
 def pytest_collection_modifyitems(config, items):
-    if _gpu_available():
+    if gpu_available():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU here")
     for item in items:

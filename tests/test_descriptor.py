@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import maskc
-from maskc.descriptor import PARTIAL_COST, check_descriptor, pack, to_flex_block_mask_arrays, unpack
+from maskc.descriptor import check_descriptor, pack, to_flex_block_mask_arrays, unpack
+from maskc.tiles import PARTIAL_COST
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL, TileMap
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params, tile_truth

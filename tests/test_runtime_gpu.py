@@ -18,35 +18,19 @@ import numpy as np
 import pytest
 
 
+from conftest import EXAMPLES, EXAMPLE_NAMES, example_params, gpu_available
+
 pytestmark = pytest.mark.gpu
 
-
-def _gpu_available() -> bool:
-    try:
-        import cupy
-        import torch
-
-        return cupy.cuda.runtime.getDeviceCount() > 0 and torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-if not _gpu_available():
+if not gpu_available(with_torch=True):
     pytest.skip("needs an NVIDIA GPU with CuPy and torch", allow_module_level=True)
 
 import torch  # noqa: E402
 
+import maskc  # noqa: E402
 from maskc import runtime  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
-
-TOL = {"bf16": 1e-2, "fp16": 5e-3}
-TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
-_gen = torch.Generator(device="cuda")
-_gen.manual_seed(1234)
-
-
-def randn(*shape, dtype):
-    return torch.randn(*shape, generator=_gen, device="cuda", dtype=torch.float32).to(TORCH_DTYPE[dtype])
+from gpu_support import EX, TOL, bind, load, poison, randn, rel  # noqa: E402
 
 
 def reference(q, k, v, bound, scale, rows):
@@ -72,41 +56,6 @@ def reference(q, k, v, bound, scale, rows):
             out[b, h] = p @ v[b, h // rep].double()
             lse[b, h] = l
     return out, lse
-
-
-def rel(a, b):
-    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b).clamp_min(1e-30)).item()
-
-
-import maskc  # noqa: E402
-from conftest import EXAMPLES, EXAMPLE_NAMES, example_params  # noqa: E402
-
-EX = Path(__file__).resolve().parent.parent / "examples"
-_masks = {}
-
-
-def load(name):
-    if name not in _masks:
-        _masks[name] = maskc.load(EX / f"{name}.mask")
-    return _masks[name]
-
-
-def bind(name, S, seed=0, batch=None, **kw):
-    """A real bound mask with example_params; batch=n: n elements with different parameters (lists)."""
-    rng = np.random.default_rng(seed)
-    if batch is None:
-        return load(name).bind(seq_len=S, **example_params(name, S, rng), **kw)
-    per = [example_params(name, S, rng) for _ in range(batch)]
-    for p in per[1:]:       # const parameters are compiled in: one value for the whole batch
-        p.update({key: per[0][key] for key in load(name).const_params})
-    keys = per[0].keys()
-    return load(name).bind(seq_len=S, **{key: [p[key] for p in per] for key in keys}, **kw)
-
-
-def poison(shape, dtype):
-    """Fill a block of O's size with NaN and free it: the runtime's torch.empty gets the same memory."""
-    x = torch.full(shape, float("nan"), dtype=TORCH_DTYPE[dtype], device="cuda")
-    del x
 
 
 def check(bound, B, Hq, Hkv, D, dtype, rows=None, make=None, scale=None, against_numpy=None, flex=False):

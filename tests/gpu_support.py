@@ -1,0 +1,62 @@
+"""Helpers shared by the GPU test modules: seeded random inputs, real bound masks of the examples, output
+poisoning, relative error. Import it only after ``conftest.gpu_available(with_torch=True)``: it needs CUDA."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import maskc
+from conftest import example_params
+
+TOL = {"bf16": 1e-2, "fp16": 5e-3}
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+EX = Path(__file__).resolve().parent.parent / "examples"
+_gen = torch.Generator(device="cuda")
+_gen.manual_seed(1234)
+_masks = {}
+
+
+def randn(*shape, dtype):
+    return torch.randn(*shape, generator=_gen, device="cuda", dtype=torch.float32).to(TORCH_DTYPE[dtype])
+
+
+def rel(a, b):
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b).clamp_min(1e-30)).item()
+
+
+def load(name):
+    if name not in _masks:
+        _masks[name] = maskc.load(EX / f"{name}.mask")
+    return _masks[name]
+
+
+def bind(name, S, seed=0, batch=None, **kw):
+    """A real bound mask with example_params; batch=n: n elements with different parameters (lists)."""
+    rng = np.random.default_rng(seed)
+    if batch is None:
+        return load(name).bind(seq_len=S, **example_params(name, S, rng), **kw)
+    per = [example_params(name, S, rng) for _ in range(batch)]
+    for p in per[1:]:       # const parameters are compiled in: one value for the whole batch
+        p.update({key: per[0][key] for key in load(name).const_params})
+    keys = per[0].keys()
+    return load(name).bind(seq_len=S, **{key: [p[key] for p in per] for key in keys}, **kw)
+
+
+def poison(shape, dtype):
+    """Fill a block of this size with NaN and free it: the runtime's next torch.empty of it gets the memory."""
+    x = torch.full(shape, float("nan"), dtype=TORCH_DTYPE[dtype], device="cuda")
+    del x
+
+
+def visibility(bound, B, Hq) -> torch.Tensor:
+    """bool (B, Hq, S, Skv) on the GPU, from the bound mask's dense form (brute force)."""
+    out = torch.empty(B, Hq, bound.seq_len, bound.kv_len, dtype=torch.bool, device="cuda")
+    for b in range(B):
+        mb = b if bound.batch > 1 else 0
+        for h in range(Hq):
+            if h == 0 or bound.num_heads:
+                plane = torch.as_tensor(bound.dense(mb, h if bound.num_heads else 0), device="cuda")
+            out[b, h] = plane
+    return out

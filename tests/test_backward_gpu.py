@@ -1,0 +1,168 @@
+"""The backward kernels on the GPU, through autograd (maskc.attention on torch tensors), against float64
+autograd of a dense masked softmax attention on the same inputs, for every example mask.
+
+Every case: fresh random inputs and output gradient, gradient buffers poisoned with NaN first, GQA (dK/dV
+summed over the group), ‖grad − ref‖ / ‖ref‖ per gradient; both backward modes, and the deterministic one
+bitwise repeatable. Also against FlexAttention's backward, under torch.compile, and at 32K.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import EXAMPLE_NAMES, gpu_available
+
+pytestmark = pytest.mark.gpu
+
+if not gpu_available(with_torch=True):
+    pytest.skip("needs an NVIDIA GPU with CuPy and torch", allow_module_level=True)
+
+import torch  # noqa: E402
+
+import maskc  # noqa: E402
+from gpu_support import EX, bind, load, poison, randn, rel, visibility  # noqa: E402
+
+# bf16/fp16 operands of P and dS: gradients land a little above the forward's error
+GRAD_TOL = {"bf16": 2e-2, "fp16": 1e-2}
+
+
+def reference_grads(q, k, v, dout, bound, scale, dlse=None):
+    """float64 (dq, dk, dv) by autograd of softmax attention with the dense mask. Hidden scores are set to
+    -1e30 and P multiplied by the mask, so rows without a visible key give O = 0 and zero gradients."""
+    qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
+    B, Hq = q.shape[:2]
+    group = Hq // k.shape[1]
+    vis = visibility(bound, B, Hq)
+    kx, vx = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+    s = (qd @ kx.transpose(-1, -2) * scale).masked_fill(~vis, -1e30)
+    p = torch.softmax(s, -1) * vis
+    out = p @ vx
+    loss = (out * dout.double()).sum()
+    if dlse is not None:
+        seen = vis.any(-1)
+        lse = torch.logsumexp(s, -1)
+        loss = loss + torch.where(seen, lse * dlse.double(), 0).sum()
+    return torch.autograd.grad(loss, (qd, kd, vd))
+
+
+def run(bound, B, Hq, Hkv, D, dtype, deterministic=False, with_lse=False):
+    S, Skv = bound.seq_len, bound.kv_len
+    q = randn(B, Hq, S, D, dtype=dtype).requires_grad_()
+    k = randn(B, Hkv, Skv, D, dtype=dtype).requires_grad_()
+    v = randn(B, Hkv, Skv, D, dtype=dtype).requires_grad_()
+    dout = randn(B, Hq, S, D, dtype=dtype)
+    dlse = torch.randn(B, Hq, S, device="cuda") if with_lse else None
+    out, lse = maskc.attention(q, k, v, bound, return_lse=True, deterministic=deterministic)
+    poison((B, Hq, S, D), dtype)
+    poison((B, Hkv, Skv, D), dtype)
+    loss = (out * dout).sum() + ((torch.where(torch.isinf(lse), 0, lse) * dlse).sum() if with_lse else 0)
+    grads = torch.autograd.grad(loss, (q, k, v))
+    torch.cuda.synchronize()
+    return (q, k, v, dout, dlse), grads
+
+
+def check(bound, B, Hq, Hkv, D, dtype, deterministic=False, with_lse=False):
+    (q, k, v, dout, dlse), grads = run(bound, B, Hq, Hkv, D, dtype, deterministic, with_lse)
+    refs = reference_grads(q, k, v, dout, bound, 1 / math.sqrt(D), dlse)
+    for name, got, ref in zip(("dq", "dk", "dv"), grads, refs):
+        assert got.shape == ref.shape and got.dtype == q.dtype
+        assert not torch.isnan(got).any(), f"NaN in {name} (unwritten or -inf arithmetic)"
+        err = rel(got.double(), ref)
+        if ref.abs().max() == 0:
+            assert (got == 0).all(), f"{name} must be 0 where no query sees a key"
+        else:
+            assert err <= GRAD_TOL[dtype], f"{name} rel err {err:.2e}"
+    return grads
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("S", [1, 127, 1000])
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_example_gradients(name, S, D, dtype):
+    """Every example: GQA 4/2, batch 2 with different parameters per element, both modes."""
+    bound = bind(name, S, seed=S + D + 1, batch=2 if load(name).params else None)
+    check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype, deterministic=(S + D) % 2 == 0)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_example_gradients_4097(name):
+    check(bind(name, 4097, seed=5), B=1, Hq=2, Hkv=1, D=128, dtype="bf16")
+
+
+@pytest.mark.parametrize("name", ["document", "hstu", "clear", "shared_prompt"])
+def test_lse_gradient_flows(name):
+    check(bind(name, 700, seed=11), B=1, Hq=2, Hkv=2, D=64, dtype="bf16", with_lse=True)
+
+
+@pytest.mark.parametrize("name", ["causal", "document", "clear"])
+def test_deterministic_is_bitwise_repeatable(name):
+    bound = bind(name, 2000, seed=3)
+    q, k, v, dout = (randn(1, 4, 2000, 128, dtype="bf16") for _ in range(4))
+    first = maskc.attention_backward(dout, q, k, v, *maskc.attention(q, k, v, bound, return_lse=True), bound,
+                                     deterministic=True)
+    for _ in range(2):
+        again = maskc.attention_backward(dout, q, k, v, *maskc.attention(q, k, v, bound, return_lse=True), bound,
+                                         deterministic=True)
+        for a, b in zip(first, again):
+            assert torch.equal(a, b)
+    fast = maskc.attention_backward(dout, q, k, v, *maskc.attention(q, k, v, bound, return_lse=True), bound)
+    for a, b in zip(first, fast):
+        assert rel(a.double(), b.double()) <= 1e-2
+
+
+@pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear"])
+def test_against_flex_backward(name):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    bound = bind(name, 1000, seed=2)
+    q, k, v = (randn(1, 2, 1000, 128, dtype="bf16").requires_grad_() for _ in range(3))
+    dout = randn(1, 2, 1000, 128, dtype="bf16")
+    ours = torch.autograd.grad(maskc.attention(q, k, v, bound), (q, k, v), dout)
+    flex_out = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask())
+    theirs = torch.autograd.grad(flex_out, (q, k, v), dout)
+    for a, b in zip(ours, theirs):
+        assert rel(a.double(), b.double()) <= 3e-2
+
+
+def test_torch_compile_fullgraph_backward():
+    """A model calling maskc.attention compiles without graph breaks; a new bound mask (new document
+    lengths) through the same compiled function still gives its own, right gradients."""
+    mask = maskc.load(EX / "document.mask")
+
+    def step(q, k, v, bound):
+        return (maskc.attention(q, k, v, bound) ** 2).sum()
+
+    compiled = torch.compile(step, fullgraph=True)
+    for docs in ([300, 700], [100, 200, 700], [1000]):
+        bound = mask.bind(seq_len=1000, docs=docs)
+        q, k, v = (randn(1, 2, 1000, 64, dtype="bf16").requires_grad_() for _ in range(3))
+        got = torch.autograd.grad(compiled(q, k, v, bound), (q, k, v))
+        want = torch.autograd.grad(step(q, k, v, bound), (q, k, v))
+        for a, b in zip(got, want):
+            assert rel(a.double(), b.double()) <= 1e-2
+
+
+@pytest.mark.parametrize("name,params", [("causal", {}), ("document", {"docs": [2731] * 11 + [32768 - 2731 * 11]})])
+def test_32k_against_flex_backward(name, params):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.config.cache_size_limit = 1000
+    bound = load(name).bind(seq_len=32768, **params)
+    q, k, v = (randn(1, 2, 32768, 128, dtype="bf16").requires_grad_() for _ in range(3))
+    dout = randn(1, 2, 32768, 128, dtype="bf16")
+    ours = torch.autograd.grad(maskc.attention(q, k, v, bound), (q, k, v), dout)
+    flex = torch.compile(flex_attention)
+    theirs = torch.autograd.grad(flex(q, k, v, block_mask=bound.to_flex_block_mask()), (q, k, v), dout)
+    for a, b in zip(ours, theirs):
+        assert not torch.isnan(a).any()
+        assert rel(a.double(), b.double()) <= 3e-2
+
+
+def test_unsupported_head_dim_is_a_clear_error():
+    bound = bind("causal", 128)
+    q = randn(1, 1, 128, 256, dtype="bf16").requires_grad_()
+    out = maskc.attention(q, q, q, bound)
+    with pytest.raises(ValueError, match="head dim 256"):
+        out.sum().backward()

@@ -1,0 +1,138 @@
+"""maskc in PyTorch on the CPU reference path: the custom ops' autograd (gradcheck in float64 checks the
+backward formulas the kernels implement), against autograd of an independent dense attention, the fake
+implementations (opcheck), and torch.compile without graph breaks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import maskc  # noqa: E402
+from maskc import torch_ops  # noqa: E402
+
+from conftest import EXAMPLE_NAMES, EXAMPLES, example_params  # noqa: E402
+
+
+def bound_of(name, S, seed=0, batch=None, kv_len=None):
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    rng = np.random.default_rng(seed)
+    if batch is None:
+        return mask.bind(seq_len=S, kv_len=kv_len, **example_params(name, S, rng))
+    per = [example_params(name, S, rng) for _ in range(batch)]
+    for p in per[1:]:
+        p.update({key: per[0][key] for key in mask.const_params})
+    return mask.bind(seq_len=S, kv_len=kv_len, **{key: [p[key] for p in per] for key in per[0]})
+
+
+def inputs(B, Hq, Hkv, S, Skv, D, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    make = lambda *shape: torch.randn(*shape, generator=g, dtype=dtype).requires_grad_()  # noqa: E731
+    return make(B, Hq, S, D), make(B, Hkv, Skv, D), make(B, Hkv, Skv, D)
+
+
+def dense_attention(q, k, v, bound, scale):
+    """Independent of maskc's ops: softmax attention written directly, mask from bound.dense, autograd
+    differentiates it. Rows without a visible key give 0."""
+    B, Hq = q.shape[:2]
+    group = Hq // k.shape[1]
+    vis = torch.stack([torch.stack([torch.from_numpy(bound.dense(b if bound.batch > 1 else 0,
+                                                                 h if bound.num_heads else 0))
+                                    for h in range(Hq)]) for b in range(B)])
+    s = q @ k.repeat_interleave(group, 1).transpose(-1, -2) * scale
+    p = torch.softmax(s.masked_fill(~vis, -1e30), -1) * vis
+    return p @ v.repeat_interleave(group, 1)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_gradcheck(name):
+    """Finite differences against the backward op (LSE's gradient included), GQA, jagged batch."""
+    bound = bound_of(name, 23, seed=1, batch=2 if maskc.load(EXAMPLES / f"{name}.mask").params else None)
+    q, k, v = inputs(2, 4, 2, 23, 23, 8, seed=2)
+
+    def f(q, k, v):
+        out, lse = maskc.attention(q, k, v, bound, return_lse=True)
+        return out, torch.where(torch.isinf(lse), 0, lse)
+
+    assert torch.autograd.gradcheck(f, (q, k, v), atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_gradients_match_dense_autograd(name):
+    """Non-multiple lengths, cross attention where the mask allows it, an explicit scale."""
+    try:
+        bound = bound_of(name, 45, seed=4, kv_len=61)
+    except maskc.MaskError:
+        bound = bound_of(name, 45, seed=4)
+    q, k, v = inputs(1, 2, 1, 45, bound.kv_len, 16, seed=5)
+    dout = torch.randn(1, 2, 45, 16, dtype=torch.float64)
+    ours = torch.autograd.grad(maskc.attention(q, k, v, bound, scale=0.3), (q, k, v), dout)
+    ref = torch.autograd.grad(dense_attention(q, k, v, bound, 0.3), (q, k, v), dout)
+    for a, b in zip(ours, ref):
+        assert torch.allclose(a, b, atol=1e-10, rtol=1e-8)
+
+
+def test_forward_matches_numpy_reference_in_float32():
+    bound = bound_of("hstu", 70, seed=6)
+    q, k, v = inputs(1, 2, 2, 70, 70, 16, seed=7, dtype=torch.float32)
+    out, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    ref_out, ref_lse = maskc.reference_attention(q, k, v, bound, return_lse=True)
+    assert out.dtype == torch.float32 and lse.dtype == torch.float32
+    assert np.allclose(out.detach().numpy(), ref_out, atol=1e-5)
+    assert np.array_equal(np.isneginf(lse.detach().numpy()), np.isneginf(ref_lse))
+
+
+def test_rows_without_keys_have_zero_gradients():
+    # sliding window 5 over 20 keys: queries 24.. see nothing
+    bound = maskc.load(EXAMPLES / "sliding_window.mask").bind(seq_len=40, kv_len=20, window=5)
+    q, k, v = inputs(1, 1, 1, 40, 20, 8, seed=8)
+    out = maskc.attention(q, k, v, bound)
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert (out[:, :, 24:] == 0).all() and (dq[:, :, 24:] == 0).all()
+    assert not any(torch.isnan(g).any() for g in (dq, dk, dv))
+
+
+def test_opcheck_fake_implementations():
+    """torch.library.opcheck: schema, fake (meta) implementation and autograd registration agree."""
+    bound = bound_of("document", 30, seed=9)
+    q, k, v = inputs(1, 2, 1, 30, 30, 8, seed=10)
+    torch.library.opcheck(torch_ops.attention_forward, (q, k, v, bound.handle, 0.25, False))
+    out, lse = torch_ops.attention_forward(q, k, v, bound.handle, 0.25, False)
+    dout = torch.randn_like(out)
+    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None, bound.handle, 0.25, False)
+    torch.library.opcheck(torch_ops.attention_backward, args)
+
+
+def test_torch_compile_fullgraph_and_new_masks():
+    """No graph break (fullgraph=True), the same values as eager, and a new bound mask (new document
+    lengths, same shapes) gives its own result through the compiled function, with at most one
+    recompile for the handle becoming symbolic."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    mask = maskc.load(EXAMPLES / "document.mask")
+
+    def step(q, k, v, bound):
+        return (maskc.attention(q, k, v, bound) ** 2).sum()
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    q, k, v = inputs(1, 2, 2, 37, 37, 8, seed=11)
+    frames = []
+    for docs in ([10, 27], [37], [5, 5, 27], [20, 17]):
+        bound = mask.bind(seq_len=37, docs=docs)
+        got = torch.autograd.grad(compiled(q, k, v, bound), (q, k, v))
+        want = torch.autograd.grad(step(q, k, v, bound), (q, k, v))
+        for a, b in zip(got, want):
+            assert torch.allclose(a, b)
+        frames.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    assert frames[-1] <= 2, f"compiled graphs: {frames}"
+
+
+def test_input_errors_are_clear():
+    bound = bound_of("causal", 16)
+    q, k, v = inputs(1, 2, 1, 16, 16, 8, seed=12)
+    with pytest.raises(ValueError, match="seq_len"):
+        maskc.attention(q[:, :, :8], k, v, bound)
+    with pytest.raises(ValueError, match="multiple"):
+        maskc.attention(torch.randn(1, 3, 16, 8, dtype=torch.float64), torch.randn(1, 2, 16, 8, dtype=torch.float64),
+                        torch.randn(1, 2, 16, 8, dtype=torch.float64), bound)
