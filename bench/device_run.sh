@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one script a device call runs (from the repo root, with `.whl` carried):
-#   GPU tests, compute-sanitizer memcheck + racecheck on a small case, then the benchmark.
-# Logs go to $OUT (pytest.log, sanitize.log, bench.log, latest.json); the benchmark's table is printed last.
-# Knobs: BENCH_ARGS (passed to bench/bench_fwd.py), PYTEST_ARGS, SKIP_TESTS=1, SKIP_SANITIZER=1, SKIP_BENCH=1.
+#   GPU tests, compute-sanitizer memcheck + racecheck on a small case, then the forward and backward benchmarks.
+# Logs go to $OUT (pytest.log, sanitize_*.log, bench.log, latest.json, bench_bwd.log, latest_bwd.json); the
+# benchmarks' tables are printed last.
+# Knobs: BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
+# SKIP_SANITIZER=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, and *_TIMEOUT for each step.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl \
@@ -19,19 +21,22 @@ def job(a):
     os.environ.update(env)
     import maskc
     from maskc import runtime
-    from maskc.emit import emit_kernel, compile_to_cubin
+    from maskc.emit import emit_backward_kernel, emit_kernel, compile_to_cubin
     kw = dict(zip(("block_m", "block_n", "num_warps"), tiles)) if tiles else {}
     mask = maskc.load(path)
     if mask.const_params:   # compiled per value: the tests and the bench build their own
         return 0
-    src = emit_kernel(mask.kernel_spec(head_dim=d, dtype=dt, **kw))
+    if tiles == "bwd":
+        src = emit_backward_kernel(mask.backward_spec(head_dim=d, dtype=dt))
+    else:
+        src = emit_kernel(mask.kernel_spec(head_dim=d, dtype=dt, **kw))
     out = runtime.cache_dir() / f"{src.entry}-{runtime.kernel_key(src)[:32]}.cubin"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp%d" % os.getpid()); tmp.write_bytes(compile_to_cubin(src)); os.replace(tmp, out)
     return 1
 ex = sorted(glob.glob("examples/*.mask"))
-jobs = [(p, d, dt, {}, None) for p in ex for d in (64, 128) for dt in ("bf16", "fp16")]
+jobs = [(p, d, dt, {}, t) for p in ex for d in (64, 128) for dt in ("bf16", "fp16") for t in (None, "bwd")]
 jobs += [(p, 128, "bf16", {"MASKC_INTERVAL_PATH": "0", "MASKC_SINGLE_BODY": "0"}, None) for p in ex]
 jobs += [("examples/hstu.mask", 256, "bf16", {}, None), ("examples/causal.mask", 128, "bf16", {}, (128, 64, 8))]
 with ProcessPoolExecutor(min(32, os.cpu_count())) as pool:
@@ -40,7 +45,7 @@ PY
 
 summary=()
 if [ -z "${SKIP_TESTS:-}" ]; then
-  timeout ${PYTEST_TIMEOUT:-150} python3 -m pytest -m gpu -q -p no:cacheprovider ${PYTEST_ARGS:-tests/test_runtime_gpu.py} 2>&1 | tee "$OUT/pytest.log"
+  timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider ${PYTEST_ARGS:-tests/test_runtime_gpu.py tests/test_backward_gpu.py} > "$OUT/pytest.log" 2>&1
   summary+=("pytest: $(tail -n 1 "$OUT/pytest.log")")
 fi
 if [ -z "${SKIP_SANITIZER:-}" ]; then
@@ -49,12 +54,17 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
     summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Hazard' "$OUT/sanitize_$tool.log" | tail -n 2 | tr '\n' ' ')")
   done
 fi
-rc=skipped
+rc=skipped; rc_bwd=skipped
 if [ -z "${SKIP_BENCH:-}" ]; then
   timeout ${BENCH_TIMEOUT:-170} python3 bench/bench_fwd.py --out "$OUT/latest.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
   rc=$?
 fi
-grep -v '^| ' "$OUT/bench.log" | tail -n 25
+if [ -z "${SKIP_BWD_BENCH:-}" ]; then
+  timeout ${BWD_BENCH_TIMEOUT:-240} python3 bench/bench_bwd.py --out "$OUT/latest_bwd.json" ${BWD_BENCH_ARGS:-} > "$OUT/bench_bwd.log" 2>&1
+  rc_bwd=$?
+fi
+[ -f "$OUT/pytest.log" ] && grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -n 30
+for f in bench.log bench_bwd.log; do [ -f "$OUT/$f" ] && grep -v '^| ' "$OUT/$f" | grep -v '^{' | tail -n 8; done
 for s in "${summary[@]}"; do echo "$s"; done
-echo "bench rc=$rc"
-grep '^| ' "$OUT/bench.log"
+echo "bench rc=$rc bwd bench rc=$rc_bwd"
+for f in bench.log bench_bwd.log; do [ -f "$OUT/$f" ] && grep '^| ' "$OUT/$f"; done

@@ -1,7 +1,7 @@
 """A small case for compute-sanitizer (memcheck, racecheck) with the default kernel (interval path, one
 tile body): real example masks, ragged lengths, PARTIAL + FULL + ragged tiles, empty row blocks, GQA,
-batch 2 with different parameters. Exits non-zero if the output is wrong."""
-import math
+batch 2 with different parameters; then the backward kernels (both modes) on the same cases. Exits non-zero
+if an output is wrong."""
 import sys
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 import maskc  # noqa: E402
-from maskc.runtime import attention  # noqa: E402
+from maskc.runtime import attention, attention_backward  # noqa: E402
 
 torch.manual_seed(0)
 ex = lambda n: maskc.load(ROOT / "examples" / f"{n}.mask")  # noqa: E731
@@ -34,4 +34,11 @@ for bound, D in cases:
     err = ((o.double() - ref).norm() / ref.norm()).item()
     print(f"{bound.mask.name}: rel err {err:.2e}, nan {torch.isnan(o).any().item()}")
     ok &= err < 1e-2 and not torch.isnan(o).any().item()
+    dout = torch.randn_like(q)
+    fast = attention_backward(dout, q, k, v, o, lse, bound)
+    det = attention_backward(dout, q, k, v, o, lse, bound, deterministic=True)
+    torch.cuda.synchronize()
+    gerr = max(((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item() for a, b in zip(fast, det))
+    print(f"{bound.mask.name}: backward fast vs deterministic rel err {gerr:.2e}")
+    ok &= gerr < 1e-2 and not any(torch.isnan(g).any().item() for g in fast + det)
 sys.exit(0 if ok else 1)

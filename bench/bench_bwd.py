@@ -1,0 +1,138 @@
+"""Backward attention benchmark on the GPU: maskc vs FlexAttention's compiled backward vs SDPA cuDNN (causal).
+
+B=1, H=16, D=128, bf16, the masks of bench_fwd.py. Median of triton.testing.do_bench of
+- `bwd`: the backward alone. maskc: ``runtime.attention_backward`` from a stored O and LSE (the fast mode,
+  impl `maskc`, and the deterministic one, `maskc_det`); Flex and cuDNN: ``torch.autograd.grad`` of a stored
+  forward output with ``retain_graph``;
+- `fwd_bwd`: forward and backward through autograd (``maskc.attention`` on torch tensors).
+Effective TF/s counts visible pairs only: 2.5 × the forward's 4·D per pair for `bwd`, 3.5 × for `fwd_bwd`.
+maskc's gradients are checked against Flex's in the same run (`correct`: every gradient within 3e-2).
+Writes its records (same keys as bench_fwd.py) to --out and prints a markdown table last.
+
+    python bench/bench_bwd.py [--lengths 4096,32768] [--masks causal,...]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from pathlib import Path
+
+import torch
+
+from bench_fwd import ALL_MASKS, B, D, H, ROOT, bench_ms, count_pairs, make_params, real_bound, _short
+
+import maskc  # noqa: E402
+from maskc import runtime  # noqa: E402
+
+WORK = {"bwd": 2.5, "fwd_bwd": 3.5}   # work relative to the forward's 4·D FLOPs per visible pair
+
+
+def rel(a, b) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", default="4096,32768")
+    ap.add_argument("--masks", default=",".join(ALL_MASKS))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest_bwd.json"))
+    args = ap.parse_args()
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch._dynamo.config.cache_size_limit = 1000
+    torch._dynamo.config.accumulated_cache_size_limit = 1000
+    flex = torch.compile(flex_attention, dynamic=False)
+    gpu = torch.cuda.get_device_name()
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    records = []
+
+    def record(mask, S, impl, pass_, ms, pairs, correct=None, **extra):
+        tf = WORK[pass_] * 4 * D * pairs * B * H / (ms * 1e-3) / 1e12
+        rec = {"mask": mask, "seq_len": S, "impl": impl, "pass": pass_, "ms": ms, "tflops": tf,
+               "correct": correct, "gpu": gpu, "date": date, **extra}
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for S in (int(x) for x in args.lengths.split(",") if x):
+        q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                         for _ in range(4))
+        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+        reps = dict(warmup=10, rep=30) if S <= 4096 else dict(warmup=10, rep=100)
+        for name in (m for m in args.masks.split(",") if m):
+            bound = real_bound(name, S)
+            pairs = count_pairs(bound)
+
+            o, lse = runtime.attention(q, k, v, bound, return_lse=True)
+            grads = runtime.attention_backward(dout, q, k, v, o, lse, bound)
+            grads_det = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True)
+            torch.cuda.synchronize()
+            ms = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound), **reps)
+            ms_det = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True),
+                              **reps)
+            ms_fb = bench_ms(lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound), (qg, kg, vg), dout),
+                             **reps)
+
+            bm = create_block_mask(bound.flex_mask_mod("cuda"), None, None, S, S, device="cuda")
+            o_flex = flex(qg, kg, vg, block_mask=bm)
+            flex_grads = torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True)
+            errs = [rel(a, b) for a, b in zip(grads, flex_grads)]
+            errs_det = [rel(a, b) for a, b in zip(grads_det, flex_grads)]
+            ok = all(e <= 3e-2 for e in errs) and not any(torch.isnan(g).any().item() for g in grads)
+            ok_det = all(e <= 3e-2 for e in errs_det)
+            ms_flex = bench_ms(lambda: torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True), **reps)
+            ms_flex_fb = bench_ms(lambda: torch.autograd.grad(flex(qg, kg, vg, block_mask=bm), (qg, kg, vg), dout),
+                                  **reps)
+            extra = {"params": _short(make_params(name, S))}
+            record(name, S, "maskc", "bwd", ms, pairs, ok, rel_err_vs_flex=errs, **extra)
+            record(name, S, "maskc_det", "bwd", ms_det, pairs, ok_det, rel_err_vs_flex=errs_det)
+            record(name, S, "flex", "bwd", ms_flex, pairs)
+            record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok)
+            record(name, S, "flex", "fwd_bwd", ms_flex_fb, pairs)
+            del o_flex, flex_grads
+
+            if name == "causal":
+                sdpa = torch.nn.functional.scaled_dot_product_attention
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    try:
+                        o_c = sdpa(qg, kg, vg, is_causal=True)
+                        ms_c = bench_ms(lambda: torch.autograd.grad(o_c, (qg, kg, vg), dout, retain_graph=True),
+                                        **reps)
+                        ms_cfb = bench_ms(lambda: torch.autograd.grad(sdpa(qg, kg, vg, is_causal=True), (qg, kg, vg),
+                                                                      dout), **reps)
+                        record(name, S, "cudnn", "bwd", ms_c, pairs)
+                        record(name, S, "cudnn", "fwd_bwd", ms_cfb, pairs)
+                        del o_c
+                    except RuntimeError as exc:
+                        print(f"# cuDNN failed: {exc}", flush=True)
+            del bound, o, lse, grads, grads_det
+        del q, k, v, dout, qg, kg, vg
+        torch.cuda.empty_cache()
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1))
+    print_table(records)
+
+
+def print_table(records):
+    by = {(r["mask"], r["seq_len"], r["impl"], r["pass"]): r for r in records}
+    fmt = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
+    print("\n| mask | S | pass | maskc ms | TF/s | det ms | flex ms | TF/s | maskc/flex | cuDNN causal TF/s | correct |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (mask, S, impl, pass_), r in by.items():
+        if impl != "maskc":
+            continue
+        f = by.get((mask, S, "flex", pass_))
+        d = by.get((mask, S, "maskc_det", pass_))
+        c = by.get(("causal", S, "cudnn", pass_))
+        print(f"| {mask} | {S} | {pass_} | {fmt(r['ms'])} | {fmt(r['tflops'], 0)} | {fmt(d and d['ms'])} | "
+              f"{fmt(f and f['ms'])} | {fmt(f and f['tflops'], 0)} | {fmt(f and r['tflops'] / f['tflops'], 2)} | "
+              f"{fmt(c and c['tflops'], 0)} | {r['correct']} |")
+
+
+if __name__ == "__main__":
+    main()
