@@ -2,15 +2,19 @@
 
 A torch custom op (``maskc.torch_ops``) accepts tensors and scalars, not a BoundMask; the mask travels as
 its handle and is looked up again inside the op. Handles are never reused, and the table holds its
-objects weakly: a handle outlives its object only as a clear error.
+objects weakly: a handle outlives its object only as a clear error. An autograd graph holds only the handle,
+so whatever runs a forward also calls :func:`keep_alive`, which holds the most recently used objects
+strongly: a training step's mask survives until its backward even if the caller drops it.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import weakref
 
 _live: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
 _counter = itertools.count(1)
+_recent: collections.deque = collections.deque(maxlen=64)
 
 
 def register(obj) -> int:
@@ -26,3 +30,9 @@ def lookup(handle: int):
     if obj is None:
         raise LookupError(f"no live bound mask has handle {handle} (was it garbage-collected?)")
     return obj
+
+
+def keep_alive(obj) -> None:
+    """Hold ``obj`` strongly until 64 more objects have been kept alive after it."""
+    if not any(x is obj for x in _recent):
+        _recent.append(obj)

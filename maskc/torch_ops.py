@@ -115,6 +115,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: i
                       deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) for the bound mask with handle ``mask``; ``deterministic`` is for the backward."""
     bound = handles.lookup(mask)
+    handles.keep_alive(bound)   # the autograd graph holds only the handle; its backward needs the mask
     if q.is_cuda:
         from .runtime import attention
         return attention(q, k, v, bound, scale=scale, return_lse=True)
@@ -150,6 +151,8 @@ def _setup_context(ctx, inputs, output):
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.mask, ctx.scale, ctx.deterministic = mask, scale, deterministic
+    if isinstance(mask, int):     # eager autograd: the graph keeps the mask alive for its backward
+        ctx.bound = handles.lookup(mask)
 
 
 def _backward(ctx, dout, dlse):

@@ -68,8 +68,11 @@ def check(bound, B, Hq, Hkv, D, dtype, deterministic=False, with_lse=False):
     for name, got, ref in zip(("dq", "dk", "dv"), grads, refs):
         assert got.shape == ref.shape and got.dtype == q.dtype
         assert not torch.isnan(got).any(), f"NaN in {name} (unwritten or -inf arithmetic)"
-        err = rel(got.double(), ref)
-        if ref.abs().max() == 0:
+        # A gradient can vanish by cancellation (one query seeing one key: dS = dO.v - dO.o = 0), where its
+        # computed value is rounding noise: measure it against dV's size, the natural scale, then.
+        scale = torch.linalg.vector_norm(ref) if ref.abs().max() > 0 else torch.linalg.vector_norm(refs[2])
+        err = (torch.linalg.vector_norm(got.double() - ref) / scale.clamp_min(1e-30)).item()
+        if scale == 0:
             assert (got == 0).all(), f"{name} must be 0 where no query sees a key"
         else:
             assert err <= GRAD_TOL[dtype], f"{name} rel err {err:.2e}"
