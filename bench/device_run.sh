@@ -4,7 +4,7 @@
 # Logs go to $OUT (pytest.log, sanitize_*.log, bench.log, latest.json, bench_bwd.log, latest_bwd.json); the
 # benchmarks' tables are printed last.
 # Knobs: BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
-# SKIP_SANITIZER=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, and *_TIMEOUT for each step.
+# SKIP_SANITIZER=1, SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, and *_TIMEOUT for each step.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl \
@@ -53,6 +53,10 @@ if [ -z "${SKIP_SANITIZER:-}" ]; then
     timeout ${SAN_TIMEOUT:-45} compute-sanitizer --tool $tool --target-processes all python3 bench/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
     summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Hazard' "$OUT/sanitize_$tool.log" | tail -n 2 | tr '\n' ' ')")
   done
+fi
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  timeout ${TRAIN_TIMEOUT:-120} python3 examples/train_packed.py > "$OUT/train.log" 2>&1
+  summary+=("train_packed.py (GPU): rc=$? $(tail -n 1 "$OUT/train.log")")
 fi
 rc=skipped; rc_bwd=skipped
 if [ -z "${SKIP_BENCH:-}" ]; then
