@@ -151,12 +151,15 @@ def _setup_context(ctx, inputs, output):
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.mask, ctx.scale, ctx.deterministic = mask, scale, deterministic
+    ctx.set_materialize_grads(False)   # an unused LSE stays None: no zero tensor to build and read
     if isinstance(mask, int):     # eager autograd: the graph keeps the mask alive for its backward
         ctx.bound = handles.lookup(mask)
 
 
 def _backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
+    if dout is None:                   # only LSE was used
+        dout = torch.zeros_like(out)
     dq, dk, dv = attention_backward(dout, q, k, v, out, lse, dlse, ctx.mask, ctx.scale, ctx.deterministic)
     return dq, dk, dv, None, None, None
 

@@ -116,6 +116,28 @@ def test_kernel_compiles_through_nvrtc(name):
         assert f"const {name_} = {value}" in source.source
 
 
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_backward_kernels_compile_through_nvrtc(name):
+    """Every entry of the backward source is in the cubin; fp16 and D=64 for half of the examples."""
+    pytest.importorskip("cupy")
+    from maskc.emit import emit_backward_kernel
+    bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=300, **example_params(
+        name, 300, np.random.default_rng(0)))
+    odd = EXAMPLE_NAMES.index(name) % 2
+    spec = bound.backward_spec(head_dim=64 if odd else 128, dtype="fp16" if odd else "bf16")
+    source = emit_backward_kernel(spec)
+    cubin = compile_to_cubin(source)
+    for entry in source.functions:
+        assert entry.encode() in cubin
+    assert set(source.functions) == {spec.entry_prep, spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dq,
+                                     spec.entry_dq_convert}
+
+
+def test_backward_rejects_head_dim_256():
+    with pytest.raises(ValueError, match="head dim 256"):
+        maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=256)
+
+
 def test_const_parameters_are_compiled_in_and_checked():
     mask = maskc.load(EXAMPLES / "clear.mask")
     assert mask.const_params == ("text", "width")

@@ -57,6 +57,18 @@ def test_gradcheck(name):
     assert torch.autograd.gradcheck(f, (q, k, v), atol=1e-7, rtol=1e-5)
 
 
+def test_gradient_of_lse_alone():
+    """A loss that reads only LSE: the output's gradient is absent (None), not a zero tensor."""
+    bound = bound_of("shared_prompt", 19, seed=3)
+    q, k, v = inputs(1, 2, 2, 19, 19, 8, seed=4)
+
+    def f(q, k, v):
+        _, lse = maskc.attention(q, k, v, bound, return_lse=True)
+        return torch.where(torch.isinf(lse), 0, lse)
+
+    assert torch.autograd.gradcheck(f, (q, k, v), atol=1e-7, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_gradients_match_dense_autograd(name):
     """Non-multiple lengths, cross attention where the mask allows it, an explicit scale."""
