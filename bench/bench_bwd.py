@@ -14,15 +14,14 @@ Writes its records (same keys as bench_fwd.py) to --out and prints a markdown ta
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-from pathlib import Path
 
 import torch
 
-from bench_fwd import ALL_MASKS, B, D, H, ROOT, bench_ms, count_pairs, make_params, real_bound, _short
+from bench_fwd import (ALL_MASKS, B, D, H, ROOT, _short, bench_ms, compiled_flex, count_pairs, make_params,
+                       real_bound, write_records)
 
-import maskc  # noqa: E402
+import maskc  # noqa: E402  (bench_fwd put the checkout first on sys.path)
 from maskc import runtime  # noqa: E402
 
 WORK = {"bwd": 2.5, "fwd_bwd": 3.5}   # work relative to the forward's 4·D FLOPs per visible pair
@@ -40,13 +39,9 @@ def main():
     args = ap.parse_args()
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
 
-    torch._dynamo.config.cache_size_limit = 1000
-    torch._dynamo.config.accumulated_cache_size_limit = 1000
-    flex = torch.compile(flex_attention, dynamic=False)
-    gpu = torch.cuda.get_device_name()
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    flex, gpu, date = compiled_flex()
     records = []
 
     def record(mask, S, impl, pass_, ms, pairs, correct=None, **extra):
@@ -112,9 +107,7 @@ def main():
         del q, k, v, dout, qg, kg, vg
         torch.cuda.empty_cache()
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=1))
+    write_records(args.out, records)
     print_table(records)
 
 

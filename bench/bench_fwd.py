@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import statistics
 import sys
 import time
@@ -118,6 +117,17 @@ def host_ms(fn, n=5):
     return statistics.median(times)
 
 
+def compiled_flex():
+    """(torch.compile(flex_attention), GPU name, UTC date) with dynamo's caches raised: a sweep over shapes
+    and mask_mods otherwise falls back to Flex's unfused path after a few recompiles."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.config.cache_size_limit = 1000
+    torch._dynamo.config.accumulated_cache_size_limit = 1000
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return torch.compile(flex_attention, dynamic=False), torch.cuda.get_device_name(), date
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="1024,4096,16384,32768")
@@ -127,13 +137,9 @@ def main():
     args = ap.parse_args()
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
 
-    torch._dynamo.config.cache_size_limit = 1000
-    torch._dynamo.config.accumulated_cache_size_limit = 1000
-    flex = torch.compile(flex_attention, dynamic=False)
-    gpu = torch.cuda.get_device_name()
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    flex, gpu, date = compiled_flex()
     records = []
 
     def record(mask, S, impl, ms, pairs=None, correct=None, **extra):
@@ -198,10 +204,14 @@ def main():
         del q, k, v
         torch.cuda.empty_cache()
 
-    out = Path(args.out)
+    write_records(args.out, records)
+    print_table(records)
+
+
+def write_records(path, records) -> None:
+    out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1))
-    print_table(records)
 
 
 def print_table(records):

@@ -80,14 +80,18 @@ def nvrtc_options() -> tuple[str, ...]:
     return tuple(opts)
 
 
-def check_spec(spec: KernelSpec) -> None:
-    """The spec's invariants the template relies on (the template re-checks them with static_assert)."""
+def _check_name_dim_dtype(spec: KernelSpec | BackwardSpec, head_dims: tuple[int, ...], what: str) -> None:
     if not _C_IDENTIFIER.match(spec.mask_name):
         raise ValueError(f"mask_name {spec.mask_name!r} is not a C identifier (the predicate generator sanitizes it)")
-    if spec.head_dim not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head_dim {spec.head_dim} unsupported (supported: {SUPPORTED_HEAD_DIMS})")
+    if spec.head_dim not in head_dims:
+        raise ValueError(f"{what}head_dim {spec.head_dim} unsupported (supported: {head_dims})")
     if spec.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"dtype {spec.dtype!r} unsupported (supported: {SUPPORTED_DTYPES})")
+
+
+def check_spec(spec: KernelSpec) -> None:
+    """The spec's invariants the template relies on (the template re-checks them with static_assert)."""
+    _check_name_dim_dtype(spec, SUPPORTED_HEAD_DIMS, "")
     if spec.block_m % (16 * spec.num_warps) or spec.block_m // (16 * spec.num_warps) > 2:
         raise ValueError(f"block_m {spec.block_m} must be 16 or 32 rows per warp ({spec.num_warps} warps)")
     if spec.block_n % 16 or not 16 <= spec.block_n <= 128:
@@ -192,12 +196,7 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
 
 def check_backward_spec(spec: BackwardSpec) -> None:
     """The backward template's assumptions (it re-checks them with static_assert)."""
-    if not _C_IDENTIFIER.match(spec.mask_name):
-        raise ValueError(f"mask_name {spec.mask_name!r} is not a C identifier")
-    if spec.head_dim not in BACKWARD_HEAD_DIMS:
-        raise ValueError(f"backward: head_dim {spec.head_dim} unsupported (supported: {BACKWARD_HEAD_DIMS})")
-    if spec.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"dtype {spec.dtype!r} unsupported (supported: {SUPPORTED_DTYPES})")
+    _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
     if spec.block_m % 16 or spec.block_m < 64 or spec.block_n % 32 or spec.dq_block_n % 32:
         raise ValueError(f"backward tiles {spec.block_m}x{spec.block_n} / {spec.dq_block_n}: block_m a multiple "
                          "of 16 (>= 64), block_n and dq_block_n multiples of 32")
