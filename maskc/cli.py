@@ -150,10 +150,11 @@ kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key l
 @click.option("--block-m", type=int, help="query rows per CTA (default: the schedule's)")
 @click.option("--block-n", type=int, help="keys per inner step (default: the schedule's)")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
+@click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel); repeatable")
-def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, raw_params):
-    """Write the specialized CUDA forward kernel of a mask."""
+def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, backward, raw_params):
+    """Write the specialized CUDA forward kernel of a mask (or, with --backward, its backward kernels)."""
     mask = _load(file, name)
     given = parse_params(mask, raw_params)
     stray = sorted(set(given) - set(mask.const_params))
@@ -161,10 +162,16 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, ra
         raise CliError(f"only const parameters are compiled in; {', '.join(stray)} "
                        f"{'is' if len(stray) == 1 else 'are'} bound at run time")
     constants = tuple((n, given[n]) for n in mask.const_params if n in given)
+    if backward and (block_m or block_n):
+        raise CliError("--block-m/--block-n shape the forward kernel; the backward's tiles come from its schedule")
     try:
-        src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
-                                 constants=constants)
-    except ValueError as err:                        # the template's limits on tile shapes
+        if backward:
+            from .emit import emit_backward_kernel
+            src = emit_backward_kernel(mask.backward_spec(head_dim=int(head_dim), dtype=dtype, constants=constants))
+        else:
+            src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
+                                     constants=constants)
+    except ValueError as err:                        # the templates' limits on tile shapes and head dims
         raise CliError(str(err)) from None
     spec = src.spec
     if output == "-":
@@ -172,8 +179,13 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, ra
     else:
         with open(output, "w", encoding="utf-8") as f:
             f.write(src.source)
-    click.echo(f"{output if output != '-' else 'stdout'}: {src.entry} (head_dim {spec.head_dim}, {spec.dtype}, "
-               f"BLOCK_M {spec.block_m}, BLOCK_N {spec.block_n}, {spec.num_warps} warps)", err=True)
+    where = output if output != "-" else "stdout"
+    if backward:
+        click.echo(f"{where}: {', '.join(src.functions)} (head_dim {spec.head_dim}, {spec.dtype}, "
+                   f"{spec.block_m} queries x {spec.block_n} keys per dK/dV tile)", err=True)
+    else:
+        click.echo(f"{where}: {src.entry} (head_dim {spec.head_dim}, {spec.dtype}, "
+                   f"BLOCK_M {spec.block_m}, BLOCK_N {spec.block_n}, {spec.num_warps} warps)", err=True)
     if check:
         from .emit import KernelCompileError, compile_to_cubin
         try:
@@ -182,9 +194,10 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, ra
             raise CliError("--check needs CuPy's NVRTC: pip install 'maskc[cuda]'") from None
         except KernelCompileError as err:
             raise CliError(str(err)) from None
-        from .cpu_check import cubin_registers
-        regs = cubin_registers(cubin)
-        click.echo(f"NVRTC: ok, {len(cubin)} byte cubin" + (f", {regs} registers per thread" if regs else ""),
+        from .cpu_check import cubin_registers_by_kernel
+        regs = cubin_registers_by_kernel(cubin)
+        per_kernel = ", ".join(f"{regs[e]} ({e})" for e in src.functions if e in regs)
+        click.echo(f"NVRTC: ok, {len(cubin)} byte cubin" + (f"; registers per thread: {per_kernel}" if regs else ""),
                    err=True)
 
 

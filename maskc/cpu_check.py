@@ -64,15 +64,31 @@ def relative_error(out, ref) -> float:
 
 
 def cubin_registers(cubin: bytes) -> int | None:
-    """Registers per thread, from the cubin's ``.nv.info`` EIATTR_REGCOUNT (no GPU needed)."""
+    """Registers per thread of the cubin's first kernel (see :func:`cubin_registers_by_kernel`)."""
+    regs = cubin_registers_by_kernel(cubin)
+    return next(iter(regs.values())) if regs else None
+
+
+def cubin_registers_by_kernel(cubin: bytes) -> dict[str, int]:
+    """{kernel name: registers per thread}, from the cubin's ``.nv.info`` EIATTR_REGCOUNT records, each
+    naming its function by symbol index into ``.symtab`` (no GPU needed). Empty if unreadable."""
+    out = {}
     try:
         shoff, = struct.unpack_from("<Q", cubin, 0x28)
         entsize, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
         header = lambda i: struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize)  # noqa: E731
-        strtab = header(names)[4]
-        for i in range(count):
-            name_at, _, _, _, offset, size, *_ = header(i)
-            if not cubin[strtab + name_at:].startswith(b".nv.info"):
+        section_names = header(names)[4]
+        sections = [header(i) for i in range(count)]
+        symtab = next(h for h in sections if h[1] == 2)          # SHT_SYMTAB; h[6] links its string table
+        sym_strings = sections[symtab[6]][4]
+
+        def symbol(index: int) -> str:
+            name_at, = struct.unpack_from("<I", cubin, symtab[4] + index * 24)
+            end = cubin.index(b"\0", sym_strings + name_at)
+            return cubin[sym_strings + name_at:end].decode()
+
+        for name_at, _, _, _, offset, size, *_ in sections:
+            if not cubin[section_names + name_at:].startswith(b".nv.info"):
                 continue
             p = offset
             while p + 4 <= offset + size:
@@ -80,8 +96,9 @@ def cubin_registers(cubin: bytes) -> int | None:
                 p += 4
                 if fmt == 0x04:                        # EIFMT_SVAL: `value` bytes of payload follow
                     if attr == 0x2F:                   # EIATTR_REGCOUNT: (function symbol, registers)
-                        return struct.unpack_from("<II", cubin, p)[1]
+                        function, regs = struct.unpack_from("<II", cubin, p)
+                        out[symbol(function)] = regs
                     p += value
-    except struct.error:
-        pass
-    return None
+    except (struct.error, StopIteration, ValueError, UnicodeDecodeError):
+        return {}
+    return out

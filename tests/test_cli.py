@@ -96,8 +96,21 @@ def test_compile_check_runs_nvrtc_and_reports_registers(tmp_path):
     pytest.importorskip("cupy")
     result = invoke("compile", EXAMPLES / "causal.mask", "-o", tmp_path / "k.cu", "--check")
     assert result.exit_code == 0, result.output
-    match = re.search(r"NVRTC: ok, (\d+) byte cubin, (\d+) registers per thread", result.stderr)
+    match = re.search(r"NVRTC: ok, (\d+) byte cubin; registers per thread: (\d+) \(maskc_fwd_causal\)", result.stderr)
     assert match and 32 <= int(match.group(2)) <= 255
+
+
+def test_compile_backward_writes_every_kernel(tmp_path):
+    pytest.importorskip("cupy")
+    out = tmp_path / "bwd.cu"
+    result = invoke("compile", EXAMPLES / "document.mask", "-o", out, "--backward", "--head-dim", "64", "--check")
+    assert result.exit_code == 0, result.output
+    source = out.read_text()
+    for entry in ("prep", "dkdv", "dkdv_det", "dq", "dq_convert"):
+        assert f"maskc_bwd_{entry}_document(" in source
+        assert re.search(rf"\d+ \(maskc_bwd_{entry}_document\)", result.stderr), result.stderr
+    bad = invoke("compile", EXAMPLES / "document.mask", "-o", out, "--backward", "--head-dim", "256")
+    assert bad.exit_code == 1 and "head dim 256" in bad.stderr and "Traceback" not in bad.output
 
 
 def test_cubin_registers_reads_the_elf():
@@ -106,6 +119,24 @@ def test_cubin_registers_reads_the_elf():
     cubin = compile_to_cubin(maskc.load(EXAMPLES / "causal.mask").kernel_source(head_dim=64, dtype="bf16"))
     assert 32 <= cubin_registers(cubin) <= 255
     assert cubin_registers(b"not an elf") is None
+
+
+def test_registers_by_kernel_agree_with_ptxas():
+    """The ELF reader against ptxas's own report (NVRTC with -v) for a source of five kernels."""
+    pytest.importorskip("cupy")
+    from cupy.cuda import nvrtc
+    from maskc.cpu_check import cubin_registers_by_kernel
+    from maskc.emit import emit_backward_kernel
+    src = emit_backward_kernel(maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=64))
+    prog = nvrtc.createProgram(src.source, "k.cu", [], [])
+    try:
+        nvrtc.compileProgram(prog, list(src.options) + ["--ptxas-options=-v"])
+        log, cubin = nvrtc.getProgramLog(prog), nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    reported = dict(re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, re.S))
+    assert set(reported) == set(src.functions)
+    assert cubin_registers_by_kernel(cubin) == {k: int(v) for k, v in reported.items()}
 
 
 def test_compile_rejects_impossible_tiles_cleanly(tmp_path):
