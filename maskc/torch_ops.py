@@ -3,9 +3,11 @@
     out = maskc.attention(q, k, v, bound)          # torch tensors: differentiable
     out.backward(grad)                              # dQ, dK, dV from the generated backward kernels
 
-Two ops carry the work: ``maskc::attention_forward`` (O and LSE) and ``maskc::attention_backward``
-(dQ, dK, dV), each with a fake (meta) implementation so that torch.compile traces shapes without running
-them, and tied together by ``register_autograd``. The bound mask travels as its integer handle
+Under torch.compile two ops carry the work: ``maskc::attention_forward`` (O and LSE) and
+``maskc::attention_backward`` (dQ, dK, dV), each with a fake (meta) implementation so that torch.compile
+traces shapes without running them, and tied together by ``register_autograd``. In eager mode the same
+implementation runs as a ``torch.autograd.Function``: the custom ops' Python dispatch cost about 1 ms per
+forward and backward (bench/bench_overhead.py, run 14), several times the kernels at a few thousand tokens. The bound mask travels as its integer handle
 (:mod:`maskc.handles`); a new bound mask of the same shapes gives a new handle, which torch.compile turns
 into a symbolic int after one recompile rather than specializing on every mask.
 
@@ -110,16 +112,50 @@ def _kernel_layout(x: torch.Tensor) -> torch.Tensor:
     return x if aligned else x.contiguous()
 
 
+def _forward(q, k, v, bound, scale):
+    if q.is_cuda:
+        from .runtime import attention
+        return attention(q, k, v, bound, scale=scale, return_lse=True)
+    return _reference_forward(q, k, v, bound, scale)
+
+
+def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic):
+    if dout is None:                   # only LSE was used
+        dout = torch.zeros_like(out)
+    if q.is_cuda:
+        from .runtime import attention_backward as kernels
+        return kernels(_kernel_layout(dout), q, k, v, out, lse, bound, scale=scale,
+                       dlse=dlse.contiguous() if dlse is not None else None, deterministic=deterministic)
+    return _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale)
+
+
+# ---- eager autograd: an autograd.Function (the custom ops' Python dispatch costs ~1 ms a training step) ----
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, bound, scale, deterministic):
+        out, lse = _forward(q, k, v, bound, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.bound, ctx.scale, ctx.deterministic = bound, scale, deterministic   # ctx keeps the mask alive
+        ctx.set_materialize_grads(False)   # an unused LSE stays None: no zero tensor to build and read
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_of(dout, q, k, v, out, lse, dlse, ctx.bound, ctx.scale, ctx.deterministic)
+        return dq, dk, dv, None, None, None
+
+
+# ---- torch.compile: custom ops with fake implementations, tied together by register_autograd ----------
+
 @torch.library.custom_op("maskc::attention_forward", mutates_args=())
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: int, scale: float,
                       deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) for the bound mask with handle ``mask``; ``deterministic`` is for the backward."""
     bound = handles.lookup(mask)
     handles.keep_alive(bound)   # the autograd graph holds only the handle; its backward needs the mask
-    if q.is_cuda:
-        from .runtime import attention
-        return attention(q, k, v, bound, scale=scale, return_lse=True)
-    return _reference_forward(q, k, v, bound, scale)
+    return _forward(q, k, v, bound, scale)
 
 
 @attention_forward.register_fake
@@ -133,12 +169,7 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                        lse: torch.Tensor, dlse: Optional[torch.Tensor], mask: int, scale: float,
                        deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV) of attention_forward for the output gradient ``dout`` (and ``dlse``, may be None)."""
-    bound = handles.lookup(mask)
-    if q.is_cuda:
-        from .runtime import attention_backward as kernels
-        return kernels(_kernel_layout(dout), q, k, v, out, lse, bound, scale=scale,
-                       dlse=dlse.contiguous() if dlse is not None else None, deterministic=deterministic)
-    return _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale)
+    return _backward_of(dout, q, k, v, out, lse, dlse, handles.lookup(mask), scale, deterministic)
 
 
 @attention_backward.register_fake
@@ -175,5 +206,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: f
     any, flows back too). ``deterministic``: a backward without atomics, bitwise repeatable."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    out, lse = attention_forward(q, k, v, bound.handle, float(scale), bool(deterministic))
+    if torch.compiler.is_compiling():
+        out, lse = attention_forward(q, k, v, bound.handle, float(scale), bool(deterministic))
+    else:
+        out, lse = _Attention.apply(q, k, v, bound, float(scale), bool(deterministic))
     return (out, lse) if return_lse else out
