@@ -1,0 +1,27 @@
+"""cProfile of maskc.attention forward + backward through autograd at S=256 (host-bound): where the host time goes."""
+import cProfile
+import pstats
+import sys
+
+import torch
+
+sys.path.insert(0, "bench")
+from bench_fwd import B, D, H, real_bound  # noqa: E402
+
+import maskc  # noqa: E402
+
+S = 256
+bound = real_bound("document", S)
+q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+qg, kg, vg = (x.requires_grad_() for x in (q, k, v))
+step = lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound), (qg, kg, vg), dout)  # noqa: E731
+for _ in range(5):
+    step()
+torch.cuda.synchronize()
+prof = cProfile.Profile()
+prof.enable()
+for _ in range(100):
+    step()
+torch.cuda.synchronize()
+prof.disable()
+pstats.Stats(prof).sort_stats("tottime").print_stats(18)
