@@ -1,4 +1,4 @@
-"""The numerical oracle: masked attention in numpy float64, from a bound mask's dense form."""
+"""The numerical oracle: masked attention and its gradients in numpy float64, from a bound mask's dense form."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,3 +41,30 @@ def reference_attention(q, k, v, bound_mask, scale=None, return_lse=False):
             out[b, h] = np.where(seen[:, None], (p / np.where(total > 0, total, 1.0)) @ v[b, kv], 0.0)
             lse[b, h] = np.where(seen, np.log(np.where(seen, total[:, 0], 1.0)) + np.where(seen, peak[:, 0], 0), -np.inf)
     return (out, lse) if return_lse else out
+
+
+def reference_attention_backward(q, k, v, dout, bound_mask, scale=None):
+    """(dq, dk, dv) of :func:`reference_attention` for the output gradient ``dout``, in float64, by the
+    textbook softmax backward dS = P * (dP - rowsum(P * dP)) (the kernels use rowsum(dO * O) instead: equal
+    in exact arithmetic, computed differently). dk and dv are summed over each GQA group."""
+    q, k, v, dout = _as_numpy(q), _as_numpy(k), _as_numpy(v), _as_numpy(dout)
+    batch, hq, s, d = q.shape
+    group = hq // k.shape[1]
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for b in range(batch):
+        mb = b if bound_mask.batch > 1 else 0
+        for h in range(hq):
+            mask = bound_mask.dense(mb, h if bound_mask.num_heads is not None else 0)
+            kv = h // group
+            scores = np.where(mask, q[b, h] @ k[b, kv].T * scale, -np.inf)
+            peak = scores.max(axis=1, keepdims=True)
+            p = np.where(mask, np.exp(scores - np.where(np.isfinite(peak), peak, 0.0)), 0.0)
+            total = p.sum(axis=1, keepdims=True)
+            p = p / np.where(total > 0, total, 1.0)
+            dp = dout[b, h] @ v[b, kv].T
+            ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+            dq[b, h] = ds @ k[b, kv] * scale
+            dk[b, kv] += ds.T @ q[b, h] * scale
+            dv[b, kv] += p.T @ dout[b, h]
+    return dq, dk, dv

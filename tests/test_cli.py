@@ -166,6 +166,15 @@ def test_run_on_cpu_says_so_and_compares_two_computations(no_gpu):
     assert 0 < err < 1e-5          # not zero: two different computations; small: they agree
 
 
+def test_run_backward_on_cpu(no_gpu):
+    pytest.importorskip("torch")
+    result = invoke("run", EXAMPLES / "hstu.mask", "--seq-len", 300, "--param", "users=100,200",
+                    "--param", "targets=10,20", "--heads", 2, "--backward")
+    assert result.exit_code == 0, result.output
+    errors = {m.group(1): float(m.group(2)) for m in re.finditer(r"‖(d[qkv]) − ref‖ / ‖ref‖ = ([0-9.e+-]+)", result.stdout)}
+    assert set(errors) == {"dq", "dk", "dv"} and all(0 < e < 1e-5 for e in errors.values()), result.stdout
+
+
 def test_run_jagged_batch_on_cpu(no_gpu):
     result = invoke("run", EXAMPLES / "document.mask", "--seq-len", 256, "--param", "docs=100,156;256",
                     "--heads", 1)

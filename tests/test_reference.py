@@ -52,3 +52,27 @@ def test_batch_elements_use_their_own_parameters():
     single = maskc.load(EXAMPLES / "document.mask").bind(seq_len=8, docs=[4, 4])
     np.testing.assert_allclose(out[:1], maskc.reference_attention(q[:1], k[:1], v[:1], single), rtol=1e-12)
     assert not np.allclose(out[1, :, 5], out[0, :, 5])   # row 5 sees keys 0..5 only in element 1
+
+
+def test_backward_oracle_against_finite_differences():
+    """reference_attention_backward is the gradient of reference_attention: central differences of
+    <dout, O> in every input coordinate, on a masked GQA case with an empty row."""
+    from maskc.reference import reference_attention_backward
+    rng = np.random.default_rng(5)
+    q, k, v = _inputs(rng, hq=2, hkv=1, s=6, k=4, d=3)
+    bound = maskc.load(EXAMPLES / "sliding_window.mask").bind(seq_len=6, kv_len=4, window=2)
+    dout = rng.standard_normal(q.shape)
+    grads = reference_attention_backward(q, k, v, dout, bound, scale=0.7)
+    loss = lambda q, k, v: float((maskc.reference_attention(q, k, v, bound, scale=0.7) * dout).sum())  # noqa: E731
+    eps = 1e-6
+    for which, grad in enumerate(grads):
+        args = [q, k, v]
+        numeric = np.zeros_like(args[which])
+        for idx in np.ndindex(numeric.shape):
+            plus = [a.copy() for a in args]
+            minus = [a.copy() for a in args]
+            plus[which][idx] += eps
+            minus[which][idx] -= eps
+            numeric[idx] = (loss(*plus) - loss(*minus)) / (2 * eps)
+        np.testing.assert_allclose(grad, numeric, atol=1e-7)
+    assert not bound.dense()[5].any() and np.all(grads[0][:, :, 5] == 0)   # query 5 sees no key: dq = 0
