@@ -237,7 +237,7 @@ def _run_gpu(bound, q, k, v, dtype):
 @click.option("--dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--backward", is_flag=True, help="also run the backward (dQ, dK, dV; needs torch)")
+@click.option("--backward", is_flag=True, help="also check the backward (dQ, dK, dV; on the GPU through torch)")
 def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, seed, backward):
     """Run masked attention on random inputs and compare it with the float64 reference."""
     from .cpu_check import blocked_attention, relative_error, round_to
@@ -292,23 +292,25 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
 
 
 def _run_backward(bound, q, k, v, dtype, rng, device):
-    """Gradients through maskc.attention's autograd (the kernels on CUDA, the reference path in float32 on
-    the CPU) against the float64 textbook backward."""
-    try:
-        import torch
-    except ImportError:
-        raise CliError("--backward needs torch (pip install torch)") from None
-    import maskc
-    from .cpu_check import relative_error, round_to
+    """Gradients against the float64 textbook backward: on CUDA through maskc.attention's autograd (the
+    backward kernels; needs torch), on the CPU by the float32 pass that walks the descriptor's transposed
+    runs like the dK/dV kernel."""
+    from .cpu_check import blocked_attention_backward, relative_error, round_to
     from .reference import reference_attention_backward
+    from .schedule import choose_backward_tiles
 
     dout = round_to(rng.standard_normal(q.shape, np.float32), dtype)
-    kind = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype] if device == "cuda" else torch.float32
-    tq, tk, tv = (torch.from_numpy(x).to(device, kind).requires_grad_() for x in (q, k, v))
-    tdo = torch.from_numpy(dout).to(device, kind)
-    step = lambda: torch.autograd.grad(maskc.attention(tq, tk, tv, bound), (tq, tk, tv), tdo)  # noqa: E731
-    grads = step()                                   # the first call compiles (or loads) the kernels
     if device == "cuda":
+        try:
+            import torch
+        except ImportError:
+            raise CliError("--backward on the GPU needs torch (pip install torch)") from None
+        import maskc
+        kind = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        tq, tk, tv = (torch.from_numpy(x).to(device, kind).requires_grad_() for x in (q, k, v))
+        tdo = torch.from_numpy(dout).to(device, kind)
+        step = lambda: torch.autograd.grad(maskc.attention(tq, tk, tv, bound), (tq, tk, tv), tdo)  # noqa: E731
+        grads = [g.float().cpu().numpy() for g in step()]     # the first call compiles (or loads) the kernels
         torch.cuda.synchronize()
         start, iters = time.perf_counter(), 10
         for _ in range(iters):
@@ -316,11 +318,19 @@ def _run_backward(bound, q, k, v, dtype, rng, device):
         torch.cuda.synchronize()
         click.echo(f"GPU: forward + backward {(time.perf_counter() - start) / iters * 1e3:.3f} ms per step "
                    "(autograd, wall clock, mean of 10)")
+        what = f"maskc backward kernels, {dtype}"
+    else:
+        try:
+            block_m, block_n, _ = choose_backward_tiles(q.shape[-1], dtype)
+        except ValueError as err:
+            raise CliError(str(err)) from None
+        start = time.perf_counter()
+        grads = blocked_attention_backward(q, k, v, dout, bound, block_m, block_n)
+        click.echo(f"float32 backward walking the transposed tiles: {time.perf_counter() - start:.3f} s")
+        what = "float32 tile-walking backward"
     refs = reference_attention_backward(q, k, v, dout, bound)
-    what = f"maskc backward kernels, {dtype}" if device == "cuda" else "maskc's CPU reference path, float32"
     for name, got, ref in zip(("dq", "dk", "dv"), grads, refs):
-        click.echo(f"‖{name} − ref‖ / ‖ref‖ = {relative_error(got.float().cpu().numpy(), ref):.3e}  "
-                   f"({what}, vs float64)")
+        click.echo(f"‖{name} − ref‖ / ‖ref‖ = {relative_error(got, ref):.3e}  ({what}, vs float64)")
 
 
 # -- lint -------------------------------------------------------------------------------------

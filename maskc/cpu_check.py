@@ -7,6 +7,8 @@ register count out of NVRTC's cubin.
 ``blocked_attention`` walks the descriptor the way the CUDA kernel does (EMPTY tiles skipped, FULL
 tiles unmasked, PARTIAL tiles masked pair by pair) in float32; a wrong tile class or run shows up
 as a large error against the dense float64 reference, which never looks at tiles.
+``blocked_attention_backward`` does the same for the backward's dK/dV kernel: column block by column block
+through the descriptor's transposed view, every query head of the GQA group in turn.
 """
 from __future__ import annotations
 
@@ -55,6 +57,44 @@ def blocked_attention(q, k, v, bound, block_m: int, block_n: int) -> np.ndarray:
                 total = p.sum(axis=1, keepdims=True)
                 out[b, h, rows] = np.where(seen, (p / np.where(total > 0, total, 1)) @ v[b, h, c], 0)
     return out
+
+
+def blocked_attention_backward(q, k, v, dout, bound, block_m: int, block_n: int):
+    """(dq, dk, dv) in float32 by the backward kernels' walk: for each key block, each query head of its GQA
+    group, each transposed run's query blocks: P recomputed from the rows' LSE, masked on PARTIAL tiles only,
+    delta = rowsum(dO * O). Blocks in no run are never visited."""
+    from .reference import reference_attention
+
+    desc = bound.descriptor(block_m, block_n)
+    batch, hq, seq_len, dim = q.shape
+    group = hq // k.shape[1]
+    kt, scale = desc.n_kv_blocks, np.float32(1.0 / np.sqrt(dim))
+    q, k, v, dout = (np.asarray(x, np.float32) for x in (q, k, v, dout))
+    out, lse = reference_attention(q, k, v, bound, return_lse=True)
+    out, lse = out.astype(np.float32), lse.astype(np.float32)
+    delta = (dout * out).sum(-1)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for b in range(batch):
+        mb = b if desc.batch > 1 else 0
+        for column in range(mb * kt, (mb + 1) * kt):
+            keys = slice((column % kt) * block_n, min(bound.kv_len, (column % kt + 1) * block_n))
+            for h in range(hq):
+                kv = h // group
+                dense = bound.dense(mb, h if bound.num_heads else 0)
+                for begin, end, kind in desc.col_runs[desc.col_offsets[column]:desc.col_offsets[column + 1]]:
+                    rows = slice(begin * block_m, min(seq_len, end * block_m))
+                    s = q[b, h, rows] @ k[b, kv, keys].T
+                    lse_rows = lse[b, h, rows, None]
+                    seen = np.isfinite(lse_rows)
+                    p = np.where(seen, np.exp(s * scale - np.where(seen, lse_rows, 0)), 0).astype(np.float32)
+                    if kind == 1:                                   # PARTIAL: the predicate decides
+                        p = np.where(dense[rows, keys], p, 0)
+                    dp = dout[b, h, rows] @ v[b, kv, keys].T
+                    ds = p * (dp - delta[b, h, rows, None])
+                    dv[b, kv, keys] += p.T @ dout[b, h, rows]
+                    dk[b, kv, keys] += ds.T @ q[b, h, rows] * scale
+                    dq[b, h, rows] += ds @ k[b, kv, keys] * scale
+    return dq, dk, dv
 
 
 def relative_error(out, ref) -> float:

@@ -167,7 +167,6 @@ def test_run_on_cpu_says_so_and_compares_two_computations(no_gpu):
 
 
 def test_run_backward_on_cpu(no_gpu):
-    pytest.importorskip("torch")
     result = invoke("run", EXAMPLES / "hstu.mask", "--seq-len", 300, "--param", "users=100,200",
                     "--param", "targets=10,20", "--heads", 2, "--backward")
     assert result.exit_code == 0, result.output

@@ -186,3 +186,25 @@ def test_causal_descriptor_by_hand():
     assert desc.run_offsets.tolist() == [0, 1, 3]
     assert desc.col_runs.tolist() == [[0, 1, PARTIAL], [1, 2, FULL], [1, 2, PARTIAL]]
     assert desc.work_order.tolist() == [1, 0]
+
+
+@given(mask_text(exact=False), binding(max_len=40), st.sampled_from([(16, 32), (8, 16), (32, 32)]),
+       st.integers(0, 2**32 - 1))
+def test_backward_walk_of_the_transposed_view_gives_the_gradients(text, bind_args, shape, seed):
+    """The dK/dV kernel's walk (column blocks, GQA group, transposed runs, the predicate on PARTIAL tiles
+    only) in float32 against the float64 textbook gradients: a wrong run or a FULL tile that is not full
+    shows up as a large error."""
+    from maskc.cpu_check import blocked_attention_backward, relative_error
+    from maskc.reference import reference_attention_backward
+    try:
+        bound = maskc.compile_mask(text).bind(seq_len=bind_args[0], kv_len=bind_args[1], **bind_args[2])
+    except maskc.MaskError:
+        return
+    rng = np.random.default_rng(seed)
+    b = bound.batch
+    q = rng.standard_normal((b, 2, bound.seq_len, 8))
+    k, v = (rng.standard_normal((b, 1, bound.kv_len, 8)) for _ in range(2))
+    dout = rng.standard_normal(q.shape)
+    got = blocked_attention_backward(q, k, v, dout, bound, *shape)
+    for g, ref in zip(got, reference_attention_backward(q, k, v, dout, bound)):
+        assert relative_error(g, ref) < 1e-4 or np.abs(ref).max() < 1e-6
