@@ -4,7 +4,7 @@
 # Logs go to $OUT (pytest.log, sanitize_*.log, bench.log, latest.json, bench_bwd.log, latest_bwd.json); the
 # benchmarks' tables are printed last.
 # Knobs: BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
-# SKIP_SANITIZER=1, SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, and *_TIMEOUT for each step.
+# SKIP_SANITIZER=1, SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, SKIP_OVERHEAD=1, and *_TIMEOUT for each step.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl \
@@ -69,6 +69,10 @@ if [ -z "${SKIP_BWD_BENCH:-}" ]; then
 fi
 [ -f "$OUT/pytest.log" ] && grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -n 30
 for f in bench.log bench_bwd.log; do [ -f "$OUT/$f" ] && grep -v '^| ' "$OUT/$f" | grep -v '^{' | tail -n 8; done
+if [ -z "${SKIP_OVERHEAD:-}" ]; then
+  timeout ${OVERHEAD_TIMEOUT:-60} python3 bench/bench_overhead.py --out "$OUT/overhead.json" > "$OUT/overhead.log" 2>&1
+  summary+=("host overhead: rc=$?"); grep '^| ' "$OUT/overhead.log"
+fi
 for s in "${summary[@]}"; do echo "$s"; done
 echo "bench rc=$rc bwd bench rc=$rc_bwd"
 for f in bench.log bench_bwd.log; do [ -f "$OUT/$f" ] && grep '^| ' "$OUT/$f"; done
