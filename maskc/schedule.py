@@ -22,15 +22,18 @@ _TILES = {
 SUPPORTED_DTYPES = ("bf16", "fp16")
 
 
-def choose_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
-    """(block_m, block_n, num_warps) for the forward kernel; ValueError for an unsupported head dim or dtype."""
+def _lookup(table: dict, head_dim: int, dtype: str, what: str) -> tuple[int, int, int]:
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"dtype {dtype!r} unsupported (supported: {', '.join(SUPPORTED_DTYPES)})")
     try:
-        return _TILES[head_dim]
+        return table[head_dim]
     except KeyError:
-        raise ValueError(f"head dim {head_dim} unsupported (supported: {', '.join(map(str, _TILES))})") from None
+        raise ValueError(f"{what}head dim {head_dim} unsupported (supported: {', '.join(map(str, table))})") from None
 
+
+def choose_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
+    """(block_m, block_n, num_warps) for the forward kernel; ValueError for an unsupported head dim or dtype."""
+    return _lookup(_TILES, head_dim, dtype, "")
 
 
 # Backward: (block_m, block_n, dq_block_n). The dK/dV kernel runs block_n / 16 warps (8), each owning 16 keys,
@@ -44,10 +47,4 @@ _BACKWARD_TILES = {
 
 def choose_backward_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
     """(block_m, block_n, dq_block_n) for the backward kernels; ValueError where there is none."""
-    if dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"dtype {dtype!r} unsupported (supported: {', '.join(SUPPORTED_DTYPES)})")
-    try:
-        return _BACKWARD_TILES[head_dim]
-    except KeyError:
-        raise ValueError(f"backward: head dim {head_dim} unsupported (supported: "
-                         f"{', '.join(map(str, _BACKWARD_TILES))})") from None
+    return _lookup(_BACKWARD_TILES, head_dim, dtype, "backward: ")

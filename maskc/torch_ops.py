@@ -183,13 +183,12 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.mask, ctx.scale, ctx.deterministic = mask, scale, deterministic
     ctx.set_materialize_grads(False)   # an unused LSE stays None: no zero tensor to build and read
-    if isinstance(mask, int):     # eager autograd: the graph keeps the mask alive for its backward
-        ctx.bound = handles.lookup(mask)
+    # The graph holds only the handle; the forward op's keep_alive holds the mask until its backward.
 
 
 def _backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    if dout is None:                   # only LSE was used
+    if dout is None:                   # only LSE was used; the op's schema wants a tensor
         dout = torch.zeros_like(out)
     dq, dk, dv = attention_backward(dout, q, k, v, out, lse, dlse, ctx.mask, ctx.scale, ctx.deterministic)
     return dq, dk, dv, None, None, None
