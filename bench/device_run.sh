@@ -3,7 +3,7 @@
 #   GPU tests, compute-sanitizer memcheck + racecheck on a small case, then the forward and backward benchmarks.
 # Logs go to $OUT (pytest.log, sanitize_*.log, bench.log, latest.json, bench_bwd.log, latest_bwd.json); the
 # benchmarks' tables are printed last.
-# Knobs: BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
+# Knobs: SKIP_PROBE=1 (bench/wgmma_probe.py, first), BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
 # SKIP_SANITIZER=1, SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, SKIP_OVERHEAD=1, and *_TIMEOUT for each step.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
@@ -22,7 +22,7 @@ def job(a):
     import maskc
     from maskc import runtime
     from maskc.emit import emit_backward_kernel, emit_kernel, compile_to_cubin
-    kw = dict(zip(("block_m", "block_n", "num_warps"), tiles)) if tiles else {}
+    kw = dict(zip(("block_m", "block_n", "num_warps", "engine"), tiles)) if tiles else {}
     mask = maskc.load(path)
     if mask.const_params:   # compiled per value: the tests and the bench build their own
         return 0
@@ -37,13 +37,19 @@ def job(a):
     return 1
 ex = sorted(glob.glob("examples/*.mask"))
 jobs = [(p, d, dt, {}, t) for p in ex for d in (64, 128) for dt in ("bf16", "fp16") for t in (None, "bwd")]
-jobs += [(p, 128, "bf16", {"MASKC_INTERVAL_PATH": "0", "MASKC_SINGLE_BODY": "0"}, None) for p in ex]
-jobs += [("examples/hstu.mask", 256, "bf16", {}, None), ("examples/causal.mask", 128, "bf16", {}, (128, 64, 8))]
+jobs += [(p, 128, "bf16", {"MASKC_INTERVAL_PATH": "0", "MASKC_SINGLE_BODY": "0", "MASKC_ENGINE": e}, None)
+         for p in ex for e in ("mma", "wgmma")]
+jobs += [(p, d, dt, {"MASKC_ENGINE": "mma"}, None) for p in ex for d, dt in ((64, "fp16"), (128, "bf16"))]
+jobs += [("examples/hstu.mask", 256, "bf16", {}, None), ("examples/causal.mask", 128, "bf16", {}, (128, 64, 8, "mma"))]
 with ProcessPoolExecutor(min(32, os.cpu_count())) as pool:
     print("precompiled", sum(pool.map(job, jobs)), "kernels")
 PY
 
 summary=()
+if [ -z "${SKIP_PROBE:-}" ]; then
+  timeout ${PROBE_TIMEOUT:-60} python3 bench/wgmma_probe.py 2>&1 | tee "$OUT/probe.log"
+  summary+=("wgmma probe: rc=${PIPESTATUS[0]}")
+fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider ${PYTEST_ARGS:-tests/test_runtime_gpu.py tests/test_backward_gpu.py} > "$OUT/pytest.log" 2>&1
   summary+=("pytest: $(tail -n 1 "$OUT/pytest.log")")

@@ -149,11 +149,14 @@ kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key l
 @click.option("--dtype", type=click.Choice(["bf16", "fp16"]), default="bf16")
 @click.option("--block-m", type=int, help="query rows per CTA (default: the schedule's)")
 @click.option("--block-n", type=int, help="keys per inner step (default: the schedule's)")
+@click.option("--engine", type=click.Choice(["wgmma", "mma"]),
+              help="forward kernel: wgmma (Hopper tensor cores, head dims 64/128) or mma (mma.sync, any head "
+                   "dim); default: the schedule's (wgmma where it applies)")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel); repeatable")
-def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, backward, raw_params):
+def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, engine, check, backward, raw_params):
     """Write the specialized CUDA forward kernel of a mask (or, with --backward, its backward kernels)."""
     mask = _load(file, name)
     given = parse_params(mask, raw_params)
@@ -162,15 +165,16 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, ba
         raise CliError(f"only const parameters are compiled in; {', '.join(stray)} "
                        f"{'is' if len(stray) == 1 else 'are'} bound at run time")
     constants = tuple((n, given[n]) for n in mask.const_params if n in given)
-    if backward and (block_m or block_n):
-        raise CliError("--block-m/--block-n shape the forward kernel; the backward's tiles come from its schedule")
+    if backward and (block_m or block_n or engine):
+        raise CliError("--block-m/--block-n/--engine shape the forward kernel; the backward's tiles come from its "
+                       "schedule")
     try:
         if backward:
             from .emit import emit_backward_kernel
             src = emit_backward_kernel(mask.backward_spec(head_dim=int(head_dim), dtype=dtype, constants=constants))
         else:
             src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
-                                     constants=constants)
+                                     constants=constants, engine=engine)
     except ValueError as err:                        # the templates' limits on tile shapes and head dims
         raise CliError(str(err)) from None
     spec = src.spec
@@ -185,7 +189,7 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, check, ba
                    f"{spec.block_m} queries x {spec.block_n} keys per dK/dV tile)", err=True)
     else:
         click.echo(f"{where}: {src.entry} (head_dim {spec.head_dim}, {spec.dtype}, "
-                   f"BLOCK_M {spec.block_m}, BLOCK_N {spec.block_n}, {spec.num_warps} warps)", err=True)
+                   f"BLOCK_M {spec.block_m}, BLOCK_N {spec.block_n}, {spec.num_warps} warps, {spec.engine})", err=True)
     if check:
         from .emit import KernelCompileError, compile_to_cubin
         try:
@@ -250,7 +254,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
         raise CliError(f"the parameters describe {bound.batch} batch elements, but --batch is {batch}")
     batch = max(batch, bound.batch)
     dim = int(head_dim)
-    block_m, block_n, _ = choose_tiles(dim, dtype)
+    block_m, block_n = choose_tiles(dim, dtype)[:2]
     on_gpu = gpu_available()
     if not on_gpu and max(bound.seq_len, bound.kv_len) > CPU_MAX_LEN:
         raise CliError(f"no GPU found, and seq_len/kv_len {bound.seq_len}/{bound.kv_len} is too large for "

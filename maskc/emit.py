@@ -18,6 +18,9 @@ import jinja2
 from .kernel_ir import BackwardSpec, KernelSource, KernelSpec
 
 TEMPLATE_NAME = "attention_fwd.cu.j2"
+WGMMA_TEMPLATE_NAME = "attention_fwd_wgmma.cu.j2"
+WGMMA_HEAD_DIMS = (64, 128)
+ENGINES = ("mma", "wgmma")
 BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
 BACKWARD_HEAD_DIMS = (64, 128)
 GPU_ARCH = "sm_90a"
@@ -91,11 +94,20 @@ def _check_name_dim_dtype(spec: KernelSpec | BackwardSpec, head_dims: tuple[int,
 
 def check_spec(spec: KernelSpec) -> None:
     """The spec's invariants the template relies on (the template re-checks them with static_assert)."""
-    _check_name_dim_dtype(spec, SUPPORTED_HEAD_DIMS, "")
-    if spec.block_m % (16 * spec.num_warps) or spec.block_m // (16 * spec.num_warps) > 2:
-        raise ValueError(f"block_m {spec.block_m} must be 16 or 32 rows per warp ({spec.num_warps} warps)")
-    if spec.block_n % 16 or not 16 <= spec.block_n <= 128:
-        raise ValueError(f"block_n {spec.block_n} must be a multiple of 16 in [16, 128]")
+    if spec.engine not in ENGINES:
+        raise ValueError(f"engine {spec.engine!r} unknown (engines: {', '.join(ENGINES)})")
+    if spec.engine == "wgmma":
+        _check_name_dim_dtype(spec, WGMMA_HEAD_DIMS, "wgmma: ")
+        if spec.num_warps % 4 or spec.block_m != 16 * spec.num_warps:
+            raise ValueError(f"wgmma: block_m {spec.block_m} must be 64 rows per warpgroup ({spec.num_warps} warps)")
+        if spec.block_n not in (64, 128):
+            raise ValueError(f"wgmma: block_n {spec.block_n} must be 64 or 128")
+    else:
+        _check_name_dim_dtype(spec, SUPPORTED_HEAD_DIMS, "")
+        if spec.block_m % (16 * spec.num_warps) or spec.block_m // (16 * spec.num_warps) > 2:
+            raise ValueError(f"block_m {spec.block_m} must be 16 or 32 rows per warp ({spec.num_warps} warps)")
+        if spec.block_n % 16 or not 16 <= spec.block_n <= 128:
+            raise ValueError(f"block_n {spec.block_n} must be a multiple of 16 in [16, 128]")
     for line in spec.mask_summary:
         if "\n" in line:
             raise ValueError("mask_summary lines must not contain newlines")
@@ -103,8 +115,9 @@ def check_spec(spec: KernelSpec) -> None:
 
 def shared_memory_bytes(spec: KernelSpec, source: str | None = None) -> int:
     """Dynamic shared memory of one CTA: the Q tile and two K and two V buffers (16-bit elements), plus the
-    interval table (8 bytes per region and row) when the rendered ``source`` uses the interval path."""
-    base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n)
+    interval table (8 bytes per region and row) when the rendered ``source`` uses the interval path, plus
+    (wgmma) the slack that lets the kernel align its tiles to the 1024-byte swizzle atom."""
+    base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
     if source is not None:
         m = re.search(r"constexpr int IV_REGIONS = (\d+);", source)
         if m:
@@ -148,23 +161,32 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
 
 
 def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body: bool | None = None) -> KernelSource:
-    """Render the forward kernel for ``spec``; the predicate text is placed verbatim.
+    """Render the forward kernel for ``spec`` (the template of its ``engine``); the predicate text is placed
+    verbatim.
 
     ``interval_path``: None (default) uses the per-CTA interval table with bit-word masking whenever the
-    predicate allows it (exact masks, block_n <= 64); False forces the per-tile mask_row/mask_visible path
+    predicate allows it (exact masks); False forces the per-tile mask_row/mask_visible path
     (the v3 kernel's masking), True requires the interval path (ValueError if the mask has none).
     ``single_body``: None (default: True unless MASKC_SINGLE_BODY=0) instantiates the tile body once, with
-    run-time masking flags; False keeps v3's four instantiations (FULL/PARTIAL x ragged or not)."""
+    run-time masking flags; False keeps v3's four instantiations (FULL/PARTIAL x ragged or not). The wgmma
+    engine always has a single body."""
     check_spec(spec)
-    iv = interval_regions(spec) if spec.block_n <= 64 else None
+    iv = interval_regions(spec)
     if interval_path is None:
         interval_path = os.environ.get("MASKC_INTERVAL_PATH", "1") != "0"
     elif interval_path and iv is None:
-        raise ValueError(f"mask {spec.mask_name}: no interval path (per-key atoms, or block_n > 64)")
-    template = _environment(str(template_dir())).get_template(TEMPLATE_NAME)
+        raise ValueError(f"mask {spec.mask_name}: no interval path (per-key atoms)")
+    iv = iv if interval_path else None
+    env = _environment(str(template_dir()))
+    if spec.engine == "wgmma":
+        # one body for every tile kind (the masking flags are uniform branches)
+        widths = sorted({spec.block_n, spec.head_dim})
+        source = env.get_template(WGMMA_TEMPLATE_NAME).render(
+            spec=spec, iv=iv, wgmma_widths=widths, wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
+        return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
     if single_body is None:
         single_body = os.environ.get("MASKC_SINGLE_BODY", "1") != "0"
-    source = template.render(spec=spec, iv=iv if interval_path else None, single_body=single_body)
+    source = env.get_template(TEMPLATE_NAME).render(spec=spec, iv=iv, single_body=single_body)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
 
 

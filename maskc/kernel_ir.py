@@ -183,6 +183,7 @@ class KernelSpec:
     num_warps: int
     predicate: str
     mask_summary: tuple[str, ...] = field(default=())   # comment lines for the kernel's header
+    engine: str = "mma"     # "mma": mma.sync (attention_fwd.cu.j2); "wgmma": Hopper (attention_fwd_wgmma.cu.j2)
 
     @property
     def entry(self) -> str:

@@ -117,17 +117,19 @@ class CompiledMask:
 
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None,
-                    constants: tuple[tuple[str, int], ...] = ()) -> KernelSpec:
-        """The kernel's spec; a mask with const parameters needs their ``constants`` (a bound mask's)."""
+                    constants: tuple[tuple[str, int], ...] = (), engine: str | None = None) -> KernelSpec:
+        """The kernel's spec; a mask with const parameters needs their ``constants`` (a bound mask's).
+        Tiles and engine not given come from the schedule (for an H100/H200)."""
         from .schedule import choose_tiles
         from .sanitize import c_identifier
 
-        if block_m is None or block_n is None or num_warps is None:
-            bm, bn, nw = choose_tiles(head_dim, dtype)
-            block_m, block_n, num_warps = block_m or bm, block_n or bn, num_warps or nw
+        if block_m is None or block_n is None or num_warps is None or engine is None:
+            chosen = choose_tiles(head_dim, dtype, engine=engine)
+            block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
+            num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         self._check_constants(constants)
         return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
-                          emit_predicate(self.ranges, tuple(constants)), self._summary(constants))
+                          emit_predicate(self.ranges, tuple(constants)), self._summary(constants), engine)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = ()) -> BackwardSpec:

@@ -17,6 +17,7 @@ process loads the cubin instead of compiling.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -30,7 +31,7 @@ import numpy as np
 from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_kernel, nvrtc_version,
                    shared_memory_bytes)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
-from .schedule import choose_backward_tiles, choose_tiles
+from .schedule import Tiles, choose_backward_tiles, choose_tiles
 
 __all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
 
@@ -179,21 +180,28 @@ def _upload(desc: Descriptor, transposed: bool = False) -> DeviceDescriptor:
                             _device_int32(desc.mask_offsets))
 
 
-def _prepared(bound, head_dim: int, dtype: str, tiles: tuple[int, int, int], device: int):
+def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int):
     """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
     its compiled mask."""
-    block_m, block_n, num_warps = tiles
-    ddesc = _device_descriptor(bound, block_m, block_n, device)
+    ddesc = _device_descriptor(bound, tiles.block_m, tiles.block_n, device)
     # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
     # (Values of const parameters are compiled in: they are part of the key.)
     mask_state = _state_for(bound.mask)
-    kkey = ("kernel", head_dim, dtype, block_m, block_n, num_warps, device, bound.constants)
+    kkey = ("kernel", head_dim, dtype, *tiles, device, bound.constants)
     kernel = mask_state.get(kkey)
     if kernel is None:
-        spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=block_m, block_n=block_n,
-                                      num_warps=num_warps, constants=bound.constants)
+        spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,
+                                      num_warps=tiles.num_warps, constants=bound.constants, engine=tiles.engine)
         kernel = mask_state[kkey] = load_kernel(emit_kernel(spec))
     return ddesc, kernel
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device: int) -> tuple[int, int]:
+    import cupy
+
+    major, minor = divmod(int(cupy.cuda.Device(device).compute_capability), 10)
+    return major, minor
 
 
 def _device_descriptor(bound, block_m: int, block_n: int, device: int, transposed: bool = False) -> DeviceDescriptor:
@@ -348,7 +356,8 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     q: (B, Hq, S, D), k and v: (B, Hkv, Skv, D), torch CUDA tensors or CuPy arrays, bf16 or fp16, any
     strides with the last dim contiguous. Returns O (B, Hq, S, D) in the input's type and dtype, and with
     ``return_lse`` also LSE float32 (B, Hq, S) (natural log; -inf for a row that sees no key, whose O is 0).
-    ``tiles`` overrides the schedule's (block_m, block_n, num_warps) (benchmarks).
+    ``tiles`` overrides the schedule's (block_m, block_n, num_warps[, engine]) (benchmarks; engine "mma"
+    when not given).
     """
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     _validate(qo, ko, vo, bound)
@@ -356,7 +365,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
     try:
-        tiles = tuple(tiles) if tiles is not None else choose_tiles(D, qo.dtype)
+        tiles = Tiles(*tiles) if tiles is not None else choose_tiles(D, qo.dtype, _capability(qo.device))
     except ValueError as exc:
         raise AttentionInputError(str(exc)) from None
 
@@ -374,7 +383,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
 
         n_work = int(desc.work_order.size)
         grid = (n_work * Hq, B if desc.batch == 1 else 1, 1)
-        block = (tiles[2] * 32, 1, 1)
+        block = (tiles.num_warps * 32, 1, 1)
         i64, i32 = np.int64, np.int32
         args = (
             np.uint64(qo.ptr), np.uint64(ko.ptr), np.uint64(vo.ptr), np.uint64(o_ptr), np.uint64(lse_ptr),

@@ -1,12 +1,29 @@
-"""Tile schedules: the forward kernel's (block_m, block_n, num_warps) and the backward kernels' tiles, per head
-dim and dtype.
+"""Tile schedules: the forward kernel's (block_m, block_n, num_warps, engine) and the backward kernels' tiles,
+per head dim, dtype and GPU generation.
 
 Pure functions of the problem's static shape; the runtime calls :func:`choose_tiles` and passes the result
 to ``bound.kernel_spec(...)`` and ``bound.descriptor(...)``. The choices are bounded by the register file
 (255 registers per thread, no spills: see bench/NOTES.md for ptxas's report of each) and by shared memory
 (Q tile + two K and two V buffers per CTA).
+
+Two forward engines: ``wgmma`` (Hopper's warpgroup products, sm_90a: attention_fwd_wgmma.cu.j2) for head
+dims 64 and 128 on compute capability 9.0, and ``mma`` (mma.sync, attention_fwd.cu.j2) for everything else.
+``MASKC_ENGINE=mma`` forces the fallback (benchmarks, bisecting a suspected kernel fault).
 """
 from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+
+class Tiles(NamedTuple):
+    """The forward kernel's shape: query rows per CTA, keys per step, warps, and the engine."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    engine: str = "mma"
+
 
 # (head_dim) -> (block_m, block_n, num_warps). Each warp owns block_m / num_warps query rows (16 or 32).
 #   D=64:  16 rows per warp, Q fragments in registers; 154 registers (causal), 48 KB smem.
@@ -19,6 +36,13 @@ _TILES = {
     128: (128, 64, 4),
     256: (64, 32, 4),
 }
+# wgmma: two consumer warpgroups of 64 query rows each, 128 keys per step, all tiles in shared memory
+# (D=128: 160 KB, 1 CTA/SM; ptxas: 210 registers, no spills, for causal).
+_WGMMA_TILES = {
+    64: (128, 128, 8),
+    128: (128, 128, 8),
+}
+HOPPER = (9, 0)
 SUPPORTED_DTYPES = ("bf16", "fp16")
 
 
@@ -31,9 +55,20 @@ def _lookup(table: dict, head_dim: int, dtype: str, what: str) -> tuple[int, int
         raise ValueError(f"{what}head dim {head_dim} unsupported (supported: {', '.join(map(str, table))})") from None
 
 
-def choose_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
-    """(block_m, block_n, num_warps) for the forward kernel; ValueError for an unsupported head dim or dtype."""
-    return _lookup(_TILES, head_dim, dtype, "")
+def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER,
+                 engine: str | None = None) -> Tiles:
+    """The forward kernel's tiles for a GPU of compute ``capability``; ``engine`` (or MASKC_ENGINE) picks
+    one instead of the fastest that applies. ValueError for an unsupported head dim, dtype or engine."""
+    engine = engine or os.environ.get("MASKC_ENGINE") or None
+    if engine not in (None, "mma", "wgmma"):
+        raise ValueError(f"engine {engine!r} unknown (engines: mma, wgmma)")
+    wgmma_fits = tuple(capability) == HOPPER and head_dim in _WGMMA_TILES
+    if engine == "wgmma" and not wgmma_fits:
+        raise ValueError(f"the wgmma engine needs compute capability 9.0 and head dim 64 or 128 "
+                         f"(got {capability[0]}.{capability[1]}, head dim {head_dim})")
+    if engine != "mma" and wgmma_fits:
+        return Tiles(*_lookup(_WGMMA_TILES, head_dim, dtype, ""), "wgmma")
+    return Tiles(*_lookup(_TILES, head_dim, dtype, ""), "mma")
 
 
 # Backward: (block_m, block_n, dq_block_n). The dK/dV kernel runs block_n / 16 warps (8), each owning 16 keys,

@@ -20,10 +20,11 @@ PRED_FULL = maskc.load(EXAMPLES / "clear.mask").kernel_spec(constants=(("text", 
 pytest.importorskip("cupy")
 
 
-def spec(head_dim=128, dtype="bf16", predicate=PRED_DOCUMENT, name="document", tiles=None):
-    block_m, block_n, num_warps = tiles or choose_tiles(head_dim, dtype)
+def spec(head_dim=128, dtype="bf16", predicate=PRED_DOCUMENT, name="document", tiles=None, engine="mma"):
+    block_m, block_n, num_warps = tiles or choose_tiles(head_dim, dtype, engine=engine)[:3]
     return KernelSpec(mask_name=name, head_dim=head_dim, dtype=dtype, block_m=block_m, block_n=block_n,
-                      num_warps=num_warps, predicate=predicate, mask_summary=("a test mask", "second line"))
+                      num_warps=num_warps, predicate=predicate, mask_summary=("a test mask", "second line"),
+                      engine=engine)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -34,6 +35,44 @@ def test_compiles_for_sm90a(head_dim, dtype, predicate):
     cubin = compile_to_cubin(src)
     assert cubin[:4] == b"\x7fELF"
     assert f'extern "C" __global__' in src.source and src.entry == "maskc_fwd_document"
+
+
+@pytest.mark.parametrize("head_dim,dtype,predicate", [(128, "bf16", PRED_DOCUMENT), (128, "fp16", PRED_FULL),
+                                                     (64, "bf16", PRED_FULL), (64, "fp16", PRED_DOCUMENT)])
+def test_wgmma_kernel_compiles_without_spills(head_dim, dtype, predicate):
+    """The Hopper kernel assembles for sm_90a with wgmma of the right shapes, and fits the register file."""
+    from maskc.cpu_check import cubin_registers_by_kernel
+
+    src = emit_kernel(spec(head_dim, dtype, predicate, engine="wgmma"))
+    kind = "bf16" if dtype == "bf16" else "f16"
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{kind}.{kind}" in src.source        # S = Q K^T
+    assert f"wgmma.mma_async.sync.aligned.m64n{head_dim}k16.f32.{kind}.{kind}" in src.source  # O += P V
+    assert ("IV_REGIONS" in src.source) == (predicate is PRED_DOCUMENT)
+    registers = cubin_registers_by_kernel(compile_to_cubin(src))[src.entry]
+    assert registers <= 255
+
+
+@pytest.mark.parametrize("tiles", [(128, 128, 4), (64, 128, 8), (128, 96, 8)])
+def test_wgmma_rejects_shapes_it_cannot_run(tiles):
+    with pytest.raises(ValueError, match="wgmma"):
+        emit_kernel(spec(tiles=tiles, engine="wgmma"))
+    with pytest.raises(ValueError, match="wgmma"):
+        emit_kernel(spec(head_dim=256, engine="wgmma", tiles=(128, 128, 8)))
+
+
+def test_schedule_picks_the_engine_by_generation(monkeypatch):
+    monkeypatch.delenv("MASKC_ENGINE", raising=False)
+    assert choose_tiles(128, "bf16").engine == "wgmma"
+    assert choose_tiles(256, "bf16").engine == "mma"                      # no wgmma kernel for D=256
+    assert choose_tiles(128, "bf16", capability=(8, 0)).engine == "mma"   # A100: mma.sync
+    assert choose_tiles(128, "bf16", engine="mma").engine == "mma"
+    with pytest.raises(ValueError, match="compute capability 9.0"):
+        choose_tiles(128, "bf16", capability=(8, 9), engine="wgmma")
+    monkeypatch.setenv("MASKC_ENGINE", "mma")
+    assert choose_tiles(64, "fp16").engine == "mma"
+    monkeypatch.setenv("MASKC_ENGINE", "tensor-cores")
+    with pytest.raises(ValueError, match="unknown"):
+        choose_tiles(64, "fp16")
 
 
 def test_source_reads_as_cuda():
@@ -81,7 +120,7 @@ def test_interval_path_for_exact_masks(name):
     """Every example but clear (per-key atoms) gets the per-CTA interval table; flags restore v3's paths."""
     mask = maskc.load(EXAMPLES / f"{name}.mask")
     constants = tuple((n, 16) for n in mask.const_params)      # clear compiles text and width in
-    sp = mask.kernel_spec(head_dim=128, dtype="bf16", constants=constants)
+    sp = mask.kernel_spec(head_dim=128, dtype="bf16", constants=constants, engine="mma")
     iv = interval_regions(sp)
     assert (iv is None) == (name == "clear")
     src = emit_kernel(sp).source

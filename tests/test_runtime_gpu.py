@@ -112,12 +112,26 @@ def test_example(name, S, D, dtype):
     check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype, flex=flex)
 
 
+@pytest.mark.parametrize("engine", ["mma", "wgmma"])
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_example_legacy_masking_path(name, monkeypatch):
-    """The v3 per-tile masking and four-body dispatch, kept behind emit flags, still agree."""
+def test_example_legacy_masking_path(name, engine, monkeypatch):
+    """The v3 per-tile masking (mask_row/mask_visible per pair, also for exact masks) and, for mma, the
+    four-body dispatch, kept behind emit flags, still agree."""
     monkeypatch.setenv("MASKC_INTERVAL_PATH", "0")
     monkeypatch.setenv("MASKC_SINGLE_BODY", "0")
+    monkeypatch.setenv("MASKC_ENGINE", engine)
     check(bind(name, 1000, seed=7), B=1, Hq=2, Hkv=1, D=128, dtype="bf16", against_numpy=False)
+
+
+@pytest.mark.parametrize("D,dtype", [(64, "fp16"), (128, "bf16")])
+@pytest.mark.parametrize("S", [127, 4097])
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_example_mma_fallback(name, S, D, dtype, monkeypatch):
+    """The mma.sync kernel, the fallback where wgmma does not apply (other GPUs, head dim 256), on the
+    Hopper machine too: every example, GQA, jagged batch."""
+    monkeypatch.setenv("MASKC_ENGINE", "mma")
+    bound = bind(name, S, seed=S + D, batch=2 if load(name).params else None)
+    check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype)
 
 
 @pytest.mark.parametrize("name,params", [("causal", {}), ("document", {"docs": [2731] * 11 + [32768 - 2731 * 11]})])
