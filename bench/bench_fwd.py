@@ -8,8 +8,8 @@ Masks come from the real mask compiler (``maskc.load(examples/<name>.mask).bind(
 ``create_block_mask(bound.flex_mask_mod())`` (Flex's own block mask); `flex_create_block_mask` times that call,
 `maskc_bind` times ``mask.bind(...)`` + ``bound.descriptor(128, 64)`` on a fresh mask object (host ms).
 
-The default kernel on the H200 is the wgmma engine; `maskc_mma` records time the mma.sync fallback on the same
-inputs (``--no-fallback`` skips them).
+`maskc` records time the schedule's engine; `maskc_<engine>` records the other engines (maskc.kernel_ir.ENGINES)
+on the same inputs (``--no-fallback`` skips them).
 
     python bench/bench_fwd.py [--lengths 1024,4096,16384,32768] [--masks causal,...] [--variants 128x64x4:mma,...]
 """
@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import maskc  # noqa: E402
 from maskc.runtime import attention  # noqa: E402
+from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.schedule import Tiles, choose_tiles  # noqa: E402
 
 B, H, D = 1, 16, 128
@@ -138,7 +139,7 @@ def main():
     ap.add_argument("--masks", default=",".join(ALL_MASKS))
     ap.add_argument("--variants", default="",
                     help="tile variants at the largest length, BMxBNxWARPS[:engine], e.g. 128x64x8:mma,128x64x8:wgmma")
-    ap.add_argument("--no-fallback", action="store_true", help="skip timing the mma.sync fallback kernel")
+    ap.add_argument("--no-fallback", action="store_true", help="time the schedule's engine only")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest.json"))
     args = ap.parse_args()
 
@@ -185,13 +186,13 @@ def main():
             record(name, S, "maskc", ms, pairs, correct, rel_err_vs_flex=err, params=_short(make_params(name, S)),
                    engine=engine)
             record(name, S, "flex", ms_flex, pairs, None)
-            if not args.no_fallback and engine != "mma":
-                mma = choose_tiles(D, "bf16", engine="mma")
-                om = attention(q, k, v, bound, tiles=mma)
+            for other in ([] if args.no_fallback else [e for e in ENGINES if e != engine]):
+                tiles = choose_tiles(D, "bf16", engine=other)
+                oe = attention(q, k, v, bound, tiles=tiles)
                 torch.cuda.synchronize()
-                e = ((om.double() - o_flex.double()).norm() / o_flex.double().norm()).item()
-                record(name, S, "maskc_mma", bench_ms(lambda: attention(q, k, v, bound, tiles=mma), **reps), pairs,
-                       bool(e <= 2e-2), rel_err_vs_flex=e, engine="mma")
+                e = ((oe.double() - o_flex.double()).norm() / o_flex.double().norm()).item()
+                record(name, S, f"maskc_{other}", bench_ms(lambda: attention(q, k, v, bound, tiles=tiles), **reps),
+                       pairs, bool(e <= 2e-2 and not torch.isnan(oe).any().item()), rel_err_vs_flex=e, engine=other)
             record(name, S, "maskc_bind", bind_ms(name, S), host=True)
             record(name, S, "flex_create_block_mask",
                    host_ms(lambda: create_block_mask(mod, None, None, S, S, device="cuda"), n=3 if small else 1),
@@ -235,7 +236,7 @@ def print_table(records):
     for r in records:
         by[(r["mask"], r["seq_len"], r["impl"])] = r
     print("\n| mask | S | maskc ms | maskc TF/s | flex ms | flex TF/s | maskc/flex | vs cuDNN causal TF/s | correct "
-          "| bind ms (maskc / flex) | mma kernel TF/s |")
+          "| bind ms (maskc / flex) | other engines TF/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (mask, S, impl), r in by.items():
         if impl != "maskc":
@@ -244,12 +245,14 @@ def print_table(records):
         c = by.get(("causal", S, "cudnn"))
         bnd = by.get((mask, S, "maskc_bind"))
         fb = by.get((mask, S, "flex_create_block_mask"))
-        mm = by.get((mask, S, "maskc_mma"))
+        others = " / ".join(f"{o['impl'][6:]} {o['tflops']:.0f}{'' if o['correct'] else ' (WRONG)'}"
+                            for (m2, s2, i2), o in by.items() if (m2, s2) == (mask, S) and i2.startswith("maskc_")
+                            and o.get("engine"))
         fmt = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
         print(f"| {mask} | {S} | {fmt(r['ms'])} | {fmt(r['tflops'], 0)} | {fmt(f and f['ms'])} | "
               f"{fmt(f and f['tflops'], 0)} | {fmt(f and r['tflops'] / f['tflops'], 2)} | "
               f"{fmt(c and r['tflops'] / c['tflops'], 2)} ({fmt(c and c['tflops'], 0)}) | {r['correct']} | "
-              f"{fmt(bnd and bnd['ms'], 1)} / {fmt(fb and fb['ms'], 1)} | {fmt(mm and mm['tflops'], 0)} |")
+              f"{fmt(bnd and bnd['ms'], 1)} / {fmt(fb and fb['ms'], 1)} | {others} |")
     for (mask, S, impl), r in by.items():
         if impl.startswith("maskc["):
             print(f"| {mask} {impl} | {S} | {r['ms']:.3f} | {r['tflops']:.0f} | | | | | {r['correct']} | | |")

@@ -38,8 +38,9 @@ def job(a):
 ex = sorted(glob.glob("examples/*.mask"))
 jobs = [(p, d, dt, {}, t) for p in ex for d in (64, 128) for dt in ("bf16", "fp16") for t in (None, "bwd")]
 jobs += [(p, 128, "bf16", {"MASKC_INTERVAL_PATH": "0", "MASKC_SINGLE_BODY": "0", "MASKC_ENGINE": e}, None)
-         for p in ex for e in ("mma", "wgmma")]
-jobs += [(p, d, dt, {"MASKC_ENGINE": "mma"}, None) for p in ex for d, dt in ((64, "fp16"), (128, "bf16"))]
+         for p in ex for e in ("mma", "wgmma", "wgmma_tma")]
+jobs += [(p, d, dt, {"MASKC_ENGINE": e}, None) for p in ex for d, dt in ((64, "fp16"), (128, "bf16"))
+         for e in ("mma", "wgmma", "wgmma_tma")]
 jobs += [("examples/hstu.mask", 256, "bf16", {}, None), ("examples/causal.mask", 128, "bf16", {}, (128, 64, 8, "mma"))]
 with ProcessPoolExecutor(min(32, os.cpu_count())) as pool:
     print("precompiled", sum(pool.map(job, jobs)), "kernels")

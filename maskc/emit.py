@@ -15,12 +15,13 @@ from pathlib import Path
 
 import jinja2
 
-from .kernel_ir import BackwardSpec, KernelSource, KernelSpec
+from .kernel_ir import ENGINES, BackwardSpec, KernelSource, KernelSpec
 
 TEMPLATE_NAME = "attention_fwd.cu.j2"
 WGMMA_TEMPLATE_NAME = "attention_fwd_wgmma.cu.j2"
+TMA_TEMPLATE_NAME = "attention_fwd_tma.cu.j2"
 WGMMA_HEAD_DIMS = (64, 128)
-ENGINES = ("mma", "wgmma")
+KV_STAGES = 2       # wgmma_tma: shared-memory stages of K and V (D=128: 32 KB Q + 2 x 64 KB)
 BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
 BACKWARD_HEAD_DIMS = (64, 128)
 GPU_ARCH = "sm_90a"
@@ -96,7 +97,10 @@ def check_spec(spec: KernelSpec) -> None:
     """The spec's invariants the template relies on (the template re-checks them with static_assert)."""
     if spec.engine not in ENGINES:
         raise ValueError(f"engine {spec.engine!r} unknown (engines: {', '.join(ENGINES)})")
-    if spec.engine == "wgmma":
+    if spec.engine == "wgmma_tma" and (spec.num_warps, spec.block_m) != (8, 128):
+        raise ValueError(f"wgmma: the warp-specialized kernel runs 8 consumer warps over 128 rows, not "
+                         f"{spec.num_warps} over {spec.block_m}")
+    if spec.engine in ("wgmma", "wgmma_tma"):
         _check_name_dim_dtype(spec, WGMMA_HEAD_DIMS, "wgmma: ")
         if spec.num_warps % 4 or spec.block_m != 16 * spec.num_warps:
             raise ValueError(f"wgmma: block_m {spec.block_m} must be 64 rows per warpgroup ({spec.num_warps} warps)")
@@ -117,7 +121,11 @@ def shared_memory_bytes(spec: KernelSpec, source: str | None = None) -> int:
     """Dynamic shared memory of one CTA: the Q tile and two K and two V buffers (16-bit elements), plus the
     interval table (8 bytes per region and row) when the rendered ``source`` uses the interval path, plus
     (wgmma) the slack that lets the kernel align its tiles to the 1024-byte swizzle atom."""
-    base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
+    if spec.engine == "wgmma_tma":
+        tiles = 2 * spec.head_dim * (spec.block_m + 2 * KV_STAGES * spec.block_n)
+        base = tiles + 8 * (1 + 3 * KV_STAGES) + 1024
+    else:
+        base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
     if source is not None:
         m = re.search(r"constexpr int IV_REGIONS = (\d+);", source)
         if m:
@@ -178,11 +186,12 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
         raise ValueError(f"mask {spec.mask_name}: no interval path (per-key atoms)")
     iv = iv if interval_path else None
     env = _environment(str(template_dir()))
-    if spec.engine == "wgmma":
+    if spec.engine in ("wgmma", "wgmma_tma"):
         # one body for every tile kind (the masking flags are uniform branches)
         widths = sorted({spec.block_n, spec.head_dim})
-        source = env.get_template(WGMMA_TEMPLATE_NAME).render(
-            spec=spec, iv=iv, wgmma_widths=widths, wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
+        name = WGMMA_TEMPLATE_NAME if spec.engine == "wgmma" else TMA_TEMPLATE_NAME
+        source = env.get_template(name).render(spec=spec, iv=iv, wgmma_widths=widths, kv_stages=KV_STAGES,
+                                               wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
         return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
     if single_body is None:
         single_body = os.environ.get("MASKC_SINGLE_BODY", "1") != "0"

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
+# Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma with cp.async loads, or
+# wgmma fed by the copy engine (TMA) from a producer warpgroup.
+ENGINES = ("mma", "wgmma", "wgmma_tma")
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,11 +186,23 @@ class KernelSpec:
     num_warps: int
     predicate: str
     mask_summary: tuple[str, ...] = field(default=())   # comment lines for the kernel's header
-    engine: str = "mma"     # "mma": mma.sync (attention_fwd.cu.j2); "wgmma": Hopper (attention_fwd_wgmma.cu.j2)
+    # "mma": mma.sync (attention_fwd.cu.j2); Hopper: "wgmma" (cp.async loads, attention_fwd_wgmma.cu.j2),
+    # "wgmma_tma" (copy engine + a producer warp, attention_fwd_tma.cu.j2)
+    engine: str = "mma"
 
     @property
     def entry(self) -> str:
         return f"maskc_fwd_{self.mask_name}"
+
+    @property
+    def threads(self) -> int:
+        """Threads per CTA: num_warps compute warps, plus the producer warp of the wgmma_tma kernel."""
+        return 32 * (self.num_warps + (self.engine == "wgmma_tma"))
+
+    @property
+    def uses_tensor_maps(self) -> bool:
+        """Whether the kernel takes q, k, v tensor maps (maskc.tma) after its other parameters."""
+        return self.engine == "wgmma_tma"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit
                    shared_memory_bytes)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
 from .schedule import Tiles, choose_backward_tiles, choose_tiles
+from .tma import tile_map
 
 __all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
 
@@ -383,7 +384,8 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
 
         n_work = int(desc.work_order.size)
         grid = (n_work * Hq, B if desc.batch == 1 else 1, 1)
-        block = (tiles.num_warps * 32, 1, 1)
+        spec = kernel.src.spec
+        block = (spec.threads, 1, 1)
         i64, i32 = np.int64, np.int32
         args = (
             np.uint64(qo.ptr), np.uint64(ko.ptr), np.uint64(vo.ptr), np.uint64(o_ptr), np.uint64(lse_ptr),
@@ -393,6 +395,10 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
             ddesc.run_offsets, ddesc.runs, ddesc.work_order, ddesc.mask_data, ddesc.mask_offsets,
             np.float32(scale * math.log2(math.e)),
         )
+        if spec.uses_tensor_maps:
+            args += (tile_map(qo.ptr, qo.shape, qo.strides, spec.block_m),
+                     tile_map(ko.ptr, ko.shape, ko.strides, spec.block_n),
+                     tile_map(vo.ptr, vo.shape, vo.strides, spec.block_n))
         with outs.stream:
             kernel.function(grid, block, args, shared_mem=kernel.shared_bytes)
         if os.environ.get("MASKC_SYNC"):

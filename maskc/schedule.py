@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from .kernel_ir import ENGINES
+
 
 class Tiles(NamedTuple):
     """The forward kernel's shape: query rows per CTA, keys per step, warps, and the engine."""
@@ -43,6 +45,7 @@ _WGMMA_TILES = {
     128: (128, 128, 8),
 }
 HOPPER = (9, 0)
+DEFAULT_HOPPER_ENGINE = "wgmma"
 SUPPORTED_DTYPES = ("bf16", "fp16")
 
 
@@ -60,14 +63,14 @@ def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER
     """The forward kernel's tiles for a GPU of compute ``capability``; ``engine`` (or MASKC_ENGINE) picks
     one instead of the fastest that applies. ValueError for an unsupported head dim, dtype or engine."""
     engine = engine or os.environ.get("MASKC_ENGINE") or None
-    if engine not in (None, "mma", "wgmma"):
-        raise ValueError(f"engine {engine!r} unknown (engines: mma, wgmma)")
+    if engine not in (None, *ENGINES):
+        raise ValueError(f"engine {engine!r} unknown (engines: {', '.join(ENGINES)})")
     wgmma_fits = tuple(capability) == HOPPER and head_dim in _WGMMA_TILES
-    if engine == "wgmma" and not wgmma_fits:
-        raise ValueError(f"the wgmma engine needs compute capability 9.0 and head dim 64 or 128 "
+    if engine not in (None, "mma") and not wgmma_fits:
+        raise ValueError(f"the {engine} engine needs compute capability 9.0 and head dim 64 or 128 "
                          f"(got {capability[0]}.{capability[1]}, head dim {head_dim})")
     if engine != "mma" and wgmma_fits:
-        return Tiles(*_lookup(_WGMMA_TILES, head_dim, dtype, ""), "wgmma")
+        return Tiles(*_lookup(_WGMMA_TILES, head_dim, dtype, ""), engine or DEFAULT_HOPPER_ENGINE)
     return Tiles(*_lookup(_TILES, head_dim, dtype, ""), "mma")
 
 

@@ -29,7 +29,9 @@ import torch  # noqa: E402
 
 import maskc  # noqa: E402
 from maskc import runtime  # noqa: E402
+from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
+from maskc.schedule import choose_tiles  # noqa: E402
 from gpu_support import EX, TOL, bind, load, poison, randn, rel  # noqa: E402
 
 
@@ -112,7 +114,7 @@ def test_example(name, S, D, dtype):
     check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype, flex=flex)
 
 
-@pytest.mark.parametrize("engine", ["mma", "wgmma"])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_example_legacy_masking_path(name, engine, monkeypatch):
     """The v3 per-tile masking (mask_row/mask_visible per pair, also for exact masks) and, for mma, the
@@ -123,13 +125,14 @@ def test_example_legacy_masking_path(name, engine, monkeypatch):
     check(bind(name, 1000, seed=7), B=1, Hq=2, Hkv=1, D=128, dtype="bf16", against_numpy=False)
 
 
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e != choose_tiles(128, "bf16").engine])
 @pytest.mark.parametrize("D,dtype", [(64, "fp16"), (128, "bf16")])
 @pytest.mark.parametrize("S", [127, 4097])
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_example_mma_fallback(name, S, D, dtype, monkeypatch):
-    """The mma.sync kernel, the fallback where wgmma does not apply (other GPUs, head dim 256), on the
-    Hopper machine too: every example, GQA, jagged batch."""
-    monkeypatch.setenv("MASKC_ENGINE", "mma")
+def test_example_other_engines(name, S, D, dtype, engine, monkeypatch):
+    """The engines the schedule does not pick on this machine, among them the mma.sync kernel (the fallback
+    where wgmma does not apply: other GPUs, head dim 256): every example, GQA, jagged batch."""
+    monkeypatch.setenv("MASKC_ENGINE", engine)
     bound = bind(name, S, seed=S + D, batch=2 if load(name).params else None)
     check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype)
 
