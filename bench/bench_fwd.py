@@ -140,6 +140,7 @@ def main():
     ap.add_argument("--variants", default="",
                     help="tile variants at the largest length, BMxBNxWARPS[:engine], e.g. 128x64x8:mma,128x64x8:wgmma")
     ap.add_argument("--no-fallback", action="store_true", help="time the schedule's engine only")
+    ap.add_argument("--engines", default=",".join(ENGINES), help="the other engines to time beside the schedule's")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest.json"))
     args = ap.parse_args()
 
@@ -186,7 +187,8 @@ def main():
             record(name, S, "maskc", ms, pairs, correct, rel_err_vs_flex=err, params=_short(make_params(name, S)),
                    engine=engine)
             record(name, S, "flex", ms_flex, pairs, None)
-            for other in ([] if args.no_fallback else [e for e in ENGINES if e != engine]):
+            others = [] if args.no_fallback else [e for e in args.engines.split(",") if e and e != engine]
+            for other in others:
                 tiles = choose_tiles(D, "bf16", engine=other)
                 oe = attention(q, k, v, bound, tiles=tiles)
                 torch.cuda.synchronize()
