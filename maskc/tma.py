@@ -62,7 +62,8 @@ def map_geometry(shape: tuple[int, int, int, int], strides: tuple[int, int, int,
 
 @functools.lru_cache(maxsize=512)
 def tile_map(ptr: int, shape: tuple[int, int, int, int], strides: tuple[int, int, int, int], box_rows: int):
-    """The tensor map (a 128-byte ``numpy.void``, passed by value to the kernel) of the (B, H, S, D) tensor at
+    """The tensor map (a one-element array of a 128-byte void type: CuPy passes a numpy array of size one by
+    value, and this one stays alive in the cache while kernels use it) of the (B, H, S, D) tensor at
     device address ``ptr``: boxes of 64 columns x ``box_rows`` rows, 128-byte swizzle, rows past S read as 0."""
     if ptr % 16:
         raise TensorMapError(f"device address {ptr:#x} is not 16-byte aligned")
@@ -77,4 +78,4 @@ def tile_map(ptr: int, shape: tuple[int, int, int, int], strides: tuple[int, int
     if status != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for dims {dims}, byte strides "
                              f"{step}, box {box}")
-    return out.view(np.dtype((np.void, TENSOR_MAP_BYTES)))[0]
+    return out.view(np.dtype((np.void, TENSOR_MAP_BYTES)))   # shape (1,): CuPy passes it by value
