@@ -168,6 +168,18 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
     return {"allow": len(allow), "deny": len(deny)}
 
 
+# Environment switches of the forward templates (experiments and bisection; the defaults are the product):
+# MASKC_INTERVAL_PATH=0 per-pair predicate calls also for exact masks; MASKC_SINGLE_BODY=0 the mma kernel's
+# four tile bodies; MASKC_WGMMA_OVERLAP=0 the wgmma_tma kernel without overlapping S of the next tile with
+# P V of this one.
+_FLAG_DEFAULTS = {"MASKC_INTERVAL_PATH": "1", "MASKC_SINGLE_BODY": "1", "MASKC_WGMMA_OVERLAP": "1"}
+
+
+def emit_flags() -> tuple[tuple[str, bool], ...]:
+    """The forward templates' switches as the environment sets them now (part of every kernel cache key)."""
+    return tuple((name, os.environ.get(name, default) != "0") for name, default in _FLAG_DEFAULTS.items())
+
+
 def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body: bool | None = None) -> KernelSource:
     """Render the forward kernel for ``spec`` (the template of its ``engine``); the predicate text is placed
     verbatim.
@@ -179,9 +191,10 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
     run-time masking flags; False keeps v3's four instantiations (FULL/PARTIAL x ragged or not). The wgmma
     engine always has a single body."""
     check_spec(spec)
+    flags = dict(emit_flags())
     iv = interval_regions(spec)
     if interval_path is None:
-        interval_path = os.environ.get("MASKC_INTERVAL_PATH", "1") != "0"
+        interval_path = flags["MASKC_INTERVAL_PATH"]
     elif interval_path and iv is None:
         raise ValueError(f"mask {spec.mask_name}: no interval path (per-key atoms)")
     iv = iv if interval_path else None
@@ -191,10 +204,11 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
         widths = sorted({spec.block_n, spec.head_dim})
         name = WGMMA_TEMPLATE_NAME if spec.engine == "wgmma" else TMA_TEMPLATE_NAME
         source = env.get_template(name).render(spec=spec, iv=iv, wgmma_widths=widths, kv_stages=KV_STAGES,
-                                               wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
+                                               wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
+                                               overlap=flags["MASKC_WGMMA_OVERLAP"])
         return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
     if single_body is None:
-        single_body = os.environ.get("MASKC_SINGLE_BODY", "1") != "0"
+        single_body = flags["MASKC_SINGLE_BODY"]
     source = env.get_template(TEMPLATE_NAME).render(spec=spec, iv=iv, single_body=single_body)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
 
@@ -245,16 +259,22 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
 
 def compile_to_cubin(src: KernelSource) -> bytes:
     """Compile with NVRTC (no GPU needed) and return the cubin; raise KernelCompileError with the log."""
+    return compile_with_log(src)[0]
+
+
+def compile_with_log(src: KernelSource, extra_options: tuple[str, ...] = ()) -> tuple[bytes, str]:
+    """(cubin, NVRTC's log) of ``src`` compiled with its options and ``extra_options`` (for instance
+    ``--ptxas-options=-v`` for ptxas's register report and its performance advisories)."""
     from cupy.cuda import nvrtc
 
     prog = nvrtc.createProgram(src.source, f"{src.entry}.cu", [], [])
     try:
         try:
-            nvrtc.compileProgram(prog, list(src.options))
+            nvrtc.compileProgram(prog, list(src.options) + list(extra_options))
         except nvrtc.NVRTCError as exc:
             log = nvrtc.getProgramLog(prog)
             raise KernelCompileError(f"NVRTC failed to compile {src.entry} ({exc}):\n{log}") from None
-        return nvrtc.getCUBIN(prog)
+        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
 

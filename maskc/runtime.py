@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_kernel, nvrtc_version,
+from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, nvrtc_version,
                    shared_memory_bytes)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
 from .schedule import Tiles, choose_backward_tiles, choose_tiles
@@ -188,7 +188,7 @@ def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int):
     # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
     # (Values of const parameters are compiled in: they are part of the key.)
     mask_state = _state_for(bound.mask)
-    kkey = ("kernel", head_dim, dtype, *tiles, device, bound.constants)
+    kkey = ("kernel", head_dim, dtype, *tiles, device, bound.constants, emit_flags())
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,

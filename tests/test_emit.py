@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from maskc.emit import compile_to_cubin, emit_kernel, nvrtc_options, template_dir
+from maskc.emit import compile_to_cubin, compile_with_log, emit_kernel, nvrtc_options, template_dir
 from maskc.kernel_ir import KernelSpec
 from maskc.schedule import choose_tiles
 
@@ -39,7 +39,8 @@ def test_compiles_for_sm90a(head_dim, dtype, predicate):
 
 @pytest.mark.parametrize("engine", ["wgmma", "wgmma_tma"])
 @pytest.mark.parametrize("head_dim,dtype,predicate", [(128, "bf16", PRED_DOCUMENT), (128, "fp16", PRED_FULL),
-                                                     (64, "bf16", PRED_FULL), (64, "fp16", PRED_DOCUMENT)])
+                                                     (64, "bf16", PRED_FULL), (64, "fp16", PRED_DOCUMENT)],
+                         ids=["128-bf16-exact", "128-fp16-opaque", "64-bf16-opaque", "64-fp16-exact"])
 def test_wgmma_kernel_compiles(head_dim, dtype, predicate, engine):
     """The Hopper kernels assemble for sm_90a with wgmma of the right shapes, within the register file."""
     from maskc.cpu_check import cubin_registers_by_kernel
@@ -49,8 +50,12 @@ def test_wgmma_kernel_compiles(head_dim, dtype, predicate, engine):
     assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{kind}.{kind}" in src.source        # S = Q K^T
     assert f"wgmma.mma_async.sync.aligned.m64n{head_dim}k16.f32.{kind}.{kind}" in src.source  # O += P V
     assert ("IV_REGIONS" in src.source) == (predicate is PRED_DOCUMENT)
-    registers = cubin_registers_by_kernel(compile_to_cubin(src))[src.entry]
+    cubin, log = compile_with_log(src, ("--ptxas-options=-v",))
+    registers = cubin_registers_by_kernel(cubin)[src.entry]
     assert registers <= (168 if engine == "wgmma_tma" else 255)   # 384 threads: 168 at entry, then setmaxnreg
+    spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+    assert spilled <= 16, f"{spilled} bytes of spills"   # clear's 64-bit predicate costs wgmma_tma 8 B
+    assert "C7514" not in log and "serialized" not in log, "ptxas serialized the wgmma pipeline"
     if engine == "wgmma_tma":
         assert "cp.async.bulk.tensor.4d" in src.source and "setmaxnreg.inc" in src.source
 
