@@ -15,6 +15,7 @@ import click
 import numpy as np
 
 from .errors import MaskError
+from .kernel_ir import ENGINES
 
 CPU_MAX_LEN = 8192          # the float64 reference is O(S*K*D) per head: beyond this it takes minutes
 
@@ -149,9 +150,9 @@ kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key l
 @click.option("--dtype", type=click.Choice(["bf16", "fp16"]), default="bf16")
 @click.option("--block-m", type=int, help="query rows per CTA (default: the schedule's)")
 @click.option("--block-n", type=int, help="keys per inner step (default: the schedule's)")
-@click.option("--engine", type=click.Choice(["wgmma", "mma"]),
-              help="forward kernel: wgmma (Hopper tensor cores, head dims 64/128) or mma (mma.sync, any head "
-                   "dim); default: the schedule's (wgmma where it applies)")
+@click.option("--engine", type=click.Choice(list(ENGINES)),
+              help="forward kernel: mma (mma.sync, any head dim), or for Hopper and head dims 64/128 wgmma "
+                   "(cp.async loads) or wgmma_tma (copy engine, warp-specialized); default: the schedule's")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
