@@ -6,6 +6,7 @@ right LSE with a wrong O at the V operand. Prints one line per case; exits non-z
     python bench/wgmma_probe.py
 """
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -37,17 +38,19 @@ for name, params, S in [("causal", {}, 1000), ("document", {"docs": [300, 400, 3
     for D in (64, 128):
         q, k, v = (torch.randn(1, 1, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         ref_o, ref_lse = reference(q, k, v, bound, D ** -0.5)
-        for engine in ("mma", "wgmma", "wgmma_tma"):
+        for engine, persistent in (("mma", "1"), ("wgmma", "1"), ("wgmma_tma", "0"), ("wgmma_tma", "1")):
+            os.environ["MASKC_PERSISTENT"] = persistent   # one CTA per work item, or one per SM
+            label = engine + ("/persistent" if engine == "wgmma_tma" and persistent == "1" else "")
             try:
                 o, lse = attention(q, k, v, bound, return_lse=True, tiles=choose_tiles(D, "bf16", engine=engine))
                 torch.cuda.synchronize()
             except Exception as exc:   # a launch failure: report it and go on to the next engine
                 ok = False
-                print(f"{name:9s} S={S:5d} D={D:3d} {engine:9s}: FAILED {exc!r}"[:400], flush=True)
+                print(f"{name:9s} S={S:5d} D={D:3d} {label:20s}: FAILED {exc!r}"[:400], flush=True)
                 continue
             e_lse, e_o = rel(lse[0, 0].double(), ref_lse), rel(o[0, 0].double(), ref_o)
             good = e_lse < 1e-2 and e_o < 1e-2
             ok &= good
-            print(f"{name:9s} S={S:5d} D={D:3d} {engine:9s}: LSE rel err {e_lse:.2e}, O rel err {e_o:.2e} "
+            print(f"{name:9s} S={S:5d} D={D:3d} {label:20s}: LSE rel err {e_lse:.2e}, O rel err {e_o:.2e} "
                   f"{'ok' if good else 'WRONG'}", flush=True)
 sys.exit(0 if ok else 1)

@@ -122,8 +122,8 @@ def shared_memory_bytes(spec: KernelSpec, source: str | None = None) -> int:
     interval table (8 bytes per region and row) when the rendered ``source`` uses the interval path, plus
     (wgmma) the slack that lets the kernel align its tiles to the 1024-byte swizzle atom."""
     if spec.engine == "wgmma_tma":
-        tiles = 2 * spec.head_dim * (spec.block_m + 2 * KV_STAGES * spec.block_n)
-        base = tiles + 8 * (1 + 3 * KV_STAGES) + 1024
+        tiles = 2 * spec.head_dim * (2 * spec.block_m + 2 * KV_STAGES * spec.block_n)   # Q, O staging, K, V
+        base = tiles + 8 * (2 + 3 * KV_STAGES) + 1024
     else:
         base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
     if source is not None:
@@ -203,9 +203,12 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
         # one body for every tile kind (the masking flags are uniform branches)
         widths = sorted({spec.block_n, spec.head_dim})
         name = WGMMA_TEMPLATE_NAME if spec.engine == "wgmma" else TMA_TEMPLATE_NAME
+        # The overlapped pipeline keeps S, P and O live at once; a predicate evaluated per pair (no interval
+        # path) then spills at D=128 (84 B for clear), so such masks get the plain loop there.
+        overlap = flags["MASKC_WGMMA_OVERLAP"] and (iv is not None or spec.head_dim <= 64)
         source = env.get_template(name).render(spec=spec, iv=iv, wgmma_widths=widths, kv_stages=KV_STAGES,
                                                wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
-                                               overlap=flags["MASKC_WGMMA_OVERLAP"])
+                                               overlap=overlap)
         return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
     if single_body is None:
         single_body = flags["MASKC_SINGLE_BODY"]

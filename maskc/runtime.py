@@ -205,6 +205,13 @@ def _capability(device: int) -> tuple[int, int]:
     return major, minor
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
+
+
 def _device_descriptor(bound, block_m: int, block_n: int, device: int, transposed: bool = False) -> DeviceDescriptor:
     """The bound mask's descriptor for these tiles on ``device``, uploaded once per bound mask."""
     state = _state_for(bound)
@@ -383,7 +390,8 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         o_strides = (Hq * S * D, S * D, D)
 
         n_work = int(desc.work_order.size)
-        grid = (n_work * Hq, B if desc.batch == 1 else 1, 1)
+        batch_grid = B if desc.batch == 1 else 1
+        grid = (n_work * Hq, batch_grid, 1)
         spec = kernel.src.spec
         block = (spec.threads, 1, 1)
         i64, i32 = np.int64, np.int32
@@ -396,9 +404,14 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
             np.float32(scale * math.log2(math.e)),
         )
         if spec.uses_tensor_maps:
+            # the warp-specialized kernel: tensor maps, and work items that a persistent grid (one CTA
+            # per SM, MASKC_PERSISTENT=0 for one CTA per item) walks heaviest first
+            num_items = n_work * Hq * batch_grid
             args += (tile_map(qo.ptr, qo.shape, qo.strides, spec.block_m),
                      tile_map(ko.ptr, ko.shape, ko.strides, spec.block_n),
-                     tile_map(vo.ptr, vo.shape, vo.strides, spec.block_n))
+                     tile_map(vo.ptr, vo.shape, vo.strides, spec.block_n), i32(batch_grid), i32(num_items))
+            persistent = os.environ.get("MASKC_PERSISTENT", "1") != "0"
+            grid = (min(num_items, _sm_count(qo.device)) if persistent else num_items, 1, 1)
         with outs.stream:
             kernel.function(grid, block, args, shared_mem=kernel.shared_bytes)
         if os.environ.get("MASKC_SYNC"):
