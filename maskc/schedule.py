@@ -6,9 +6,10 @@ to ``bound.kernel_spec(...)`` and ``bound.descriptor(...)``. The choices are bou
 (255 registers per thread, no spills: see bench/NOTES.md for ptxas's report of each) and by shared memory
 (Q tile + two K and two V buffers per CTA).
 
-Two forward engines: ``wgmma`` (Hopper's warpgroup products, sm_90a: attention_fwd_wgmma.cu.j2) for head
-dims 64 and 128 on compute capability 9.0, and ``mma`` (mma.sync, attention_fwd.cu.j2) for everything else.
-``MASKC_ENGINE=mma`` forces the fallback (benchmarks, bisecting a suspected kernel fault).
+Forward engines (kernel_ir.ENGINES): ``mma`` (mma.sync, attention_fwd.cu.j2) everywhere, and for head dims 64
+and 128 on compute capability 9.0 the Hopper kernels ``wgmma`` (warpgroup products, cp.async loads:
+attention_fwd_wgmma.cu.j2) and ``wgmma_tma`` (warp-specialized, copy engine, persistent:
+attention_fwd_tma.cu.j2). ``MASKC_ENGINE=<engine>`` overrides the choice (benchmarks, bisecting a fault).
 """
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ _WGMMA_TILES = {
     128: (128, 128, 8),
 }
 HOPPER = (9, 0)
-DEFAULT_HOPPER_ENGINE = "wgmma"
+# The engine the schedule picks on Hopper: the one measured fastest on the H200 among those whose GPU tests
+# passed there (bench/NOTES.md). A kernel that has not run on the GPU is never the default.
+DEFAULT_HOPPER_ENGINE = "mma"
 SUPPORTED_DTYPES = ("bf16", "fp16")
 
 

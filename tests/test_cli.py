@@ -150,7 +150,7 @@ def test_registers_by_kernel_agree_with_ptxas():
 
 def test_compile_rejects_impossible_tiles_cleanly(tmp_path):
     result = invoke("compile", EXAMPLES / "causal.mask", "-o", tmp_path / "k.cu", "--block-m", 96)
-    assert result.exit_code == 1 and result.stderr.startswith("maskc: error: wgmma: block_m 96")
+    assert result.exit_code == 1 and result.stderr.startswith("maskc: error: ") and "block_m 96" in result.stderr
 
 
 # -- run --------------------------------------------------------------------------------------

@@ -69,8 +69,11 @@ def test_wgmma_rejects_shapes_it_cannot_run(tiles):
 
 
 def test_schedule_picks_the_engine_by_generation(monkeypatch):
+    from maskc.schedule import DEFAULT_HOPPER_ENGINE
+
     monkeypatch.delenv("MASKC_ENGINE", raising=False)
-    assert choose_tiles(128, "bf16").engine == "wgmma"
+    assert choose_tiles(128, "bf16").engine == DEFAULT_HOPPER_ENGINE
+    assert choose_tiles(64, "bf16", engine="wgmma_tma") == (128, 128, 8, "wgmma_tma")
     assert choose_tiles(256, "bf16").engine == "mma"                      # no wgmma kernel for D=256
     assert choose_tiles(128, "bf16", capability=(8, 0)).engine == "mma"   # A100: mma.sync
     assert choose_tiles(128, "bf16", engine="mma").engine == "mma"
