@@ -49,8 +49,10 @@ PY
 summary=()
 ENGINES=mma,wgmma,wgmma_tma
 if [ -z "${SKIP_PROBE:-}" ]; then
-  timeout ${PROBE_TIMEOUT:-90} python3 bench/wgmma_probe.py 2>&1 | tee "$OUT/probe.log"
-  summary+=("wgmma probe: rc=${PIPESTATUS[0]}")
+  for e in mma wgmma wgmma_tma; do   # one process per engine: a hang costs only its own cases
+    timeout ${PROBE_TIMEOUT:-45} python3 bench/wgmma_probe.py $e 2>&1 | tee -a "$OUT/probe.log"
+    summary+=("probe $e: rc=${PIPESTATUS[0]}")
+  done
   # An engine the probe found wrong, or never reached (a hang), is left out of the tests and benchmarks.
   left_out=()
   for e in wgmma wgmma_tma; do
