@@ -33,7 +33,9 @@ def rel(a, b):
 
 
 ENGINES = sys.argv[1:] or ["mma", "wgmma", "wgmma_tma"]
-RUNS = [(e, p) for e in ENGINES for p in (("0", "1") if e == "wgmma_tma" else ("1",))]
+# (engine, MASKC_PERSISTENT, MASKC_WGMMA_PINGPONG)
+RUNS = [(e, p, pp) for e in ENGINES
+        for p, pp in ((("0", "0"), ("1", "0"), ("1", "1")) if e == "wgmma_tma" else (("1", "0"),))]
 ok = True
 torch.manual_seed(0)
 for name, params, S in [("causal", {}, 1000), ("document", {"docs": [300, 400, 300]}, 1000), ("causal", {}, 4096)]:
@@ -41,9 +43,11 @@ for name, params, S in [("causal", {}, 1000), ("document", {"docs": [300, 400, 3
     for D in (64, 128):
         q, k, v = (torch.randn(1, 1, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         ref_o, ref_lse = reference(q, k, v, bound, D ** -0.5)
-        for engine, persistent in RUNS:
+        for engine, persistent, pingpong in RUNS:
             os.environ["MASKC_PERSISTENT"] = persistent   # one CTA per work item, or one per SM
+            os.environ["MASKC_WGMMA_PINGPONG"] = pingpong
             label = engine + ("/persistent" if engine == "wgmma_tma" and persistent == "1" else "")
+            label += "/pingpong" if pingpong == "1" else ""
             try:
                 o, lse = attention(q, k, v, bound, return_lse=True, tiles=choose_tiles(D, "bf16", engine=engine))
                 torch.cuda.synchronize()

@@ -171,8 +171,9 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
 # Environment switches of the forward templates (experiments and bisection; the defaults are the product):
 # MASKC_INTERVAL_PATH=0 per-pair predicate calls also for exact masks; MASKC_SINGLE_BODY=0 the mma kernel's
 # four tile bodies; MASKC_WGMMA_OVERLAP=0 the wgmma_tma kernel without overlapping S of the next tile with
-# P V of this one.
-_FLAG_DEFAULTS = {"MASKC_INTERVAL_PATH": "1", "MASKC_SINGLE_BODY": "1", "MASKC_WGMMA_OVERLAP": "1"}
+# P V of this one; MASKC_WGMMA_PINGPONG=1 its two consumer warpgroups taking turns to issue products.
+_FLAG_DEFAULTS = {"MASKC_INTERVAL_PATH": "1", "MASKC_SINGLE_BODY": "1", "MASKC_WGMMA_OVERLAP": "1",
+                  "MASKC_WGMMA_PINGPONG": "0"}
 
 
 def emit_flags() -> tuple[tuple[str, bool], ...]:
@@ -208,7 +209,7 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
         overlap = flags["MASKC_WGMMA_OVERLAP"] and (iv is not None or spec.head_dim <= 64)
         source = env.get_template(name).render(spec=spec, iv=iv, wgmma_widths=widths, kv_stages=KV_STAGES,
                                                wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
-                                               overlap=overlap)
+                                               overlap=overlap, pingpong=flags["MASKC_WGMMA_PINGPONG"])
         return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
     if single_body is None:
         single_body = flags["MASKC_SINGLE_BODY"]
