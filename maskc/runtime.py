@@ -22,16 +22,18 @@ import hashlib
 import math
 import os
 import tempfile
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import autotune
 from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, nvrtc_version,
                    shared_memory_bytes)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
-from .schedule import Tiles, choose_backward_tiles, choose_tiles
+from .schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
 from .tma import tile_map
 
 __all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
@@ -365,17 +367,20 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     strides with the last dim contiguous. Returns O (B, Hq, S, D) in the input's type and dtype, and with
     ``return_lse`` also LSE float32 (B, Hq, S) (natural log; -inf for a row that sees no key, whose O is 0).
     ``tiles`` overrides the schedule's (block_m, block_n, num_warps[, engine]) (benchmarks; engine "mma"
-    when not given).
+    when not given); ``"auto"`` (or MASKC_AUTOTUNE=1 with ``tiles`` None) times the candidates on these
+    inputs the first time and reuses the fastest (maskc.autotune).
     """
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     _validate(qo, ko, vo, bound)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
+    if tiles == "auto" or (tiles is None and os.environ.get("MASKC_AUTOTUNE") == "1"):
+        tiles = _tuned_tiles(q, k, v, qo, bound, scale)
     try:
         tiles = Tiles(*tiles) if tiles is not None else choose_tiles(D, qo.dtype, _capability(qo.device))
-    except ValueError as exc:
-        raise AttentionInputError(str(exc)) from None
+    except (TypeError, ValueError) as exc:
+        raise AttentionInputError(f"tiles {tiles!r}: {exc}") from None
 
     import cupy
 
@@ -417,6 +422,44 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         if os.environ.get("MASKC_SYNC"):
             outs.stream.synchronize()   # surfaces asynchronous faults at the launch that caused them
     return (o, lse) if return_lse else o
+
+
+def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
+    """The autotuner's choice for these inputs' key: from its cache, else measured now on these inputs."""
+    import cupy
+
+    D = qo.shape[3]
+    gpu = cupy.cuda.runtime.getDeviceProperties(qo.device)["name"]
+    gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
+    key = autotune.tuning_key(bound, D, qo.dtype, gpu)
+    cache = autotune.cache_for(cache_dir())
+    chosen = cache.get(key)
+    if chosen is not None:
+        return chosen
+    device = cupy.cuda.Device(qo.device)
+
+    def run(tiles):
+        return attention(q, k, v, bound, scale, tiles=tiles)
+
+    def agrees(out, ref) -> bool:
+        if qo.framework == "torch":
+            a, b = out.float(), ref.float()
+            return bool((a - b).norm() <= autotune.AGREEMENT * b.norm())
+        a, b = out.astype(cupy.float32), ref.astype(cupy.float32)
+        return bool(cupy.linalg.norm(a - b) <= autotune.AGREEMENT * cupy.linalg.norm(b))
+
+    def measure(tiles, reps: int = 10) -> float:
+        run(tiles)
+        device.synchronize()
+        start = time.perf_counter()
+        for _ in range(reps):
+            run(tiles)
+        device.synchronize()
+        return (time.perf_counter() - start) * 1e3 / reps
+
+    chosen, report = autotune.pick(forward_candidates(D, qo.dtype, _capability(qo.device)), run, agrees, measure)
+    cache.put(key, chosen, report)
+    return chosen
 
 
 def _float32_rows(x, name: str, like: _Operand, shape: tuple[int, ...]) -> int:

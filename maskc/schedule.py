@@ -61,6 +61,15 @@ def _lookup(table: dict, head_dim: int, dtype: str, what: str) -> tuple[int, int
         raise ValueError(f"{what}head dim {head_dim} unsupported (supported: {', '.join(map(str, table))})") from None
 
 
+def forward_candidates(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER) -> tuple[Tiles, ...]:
+    """Every forward configuration worth timing on a GPU of compute ``capability`` (maskc.autotune), the
+    mma.sync kernel first: the others are checked against it."""
+    candidates = [choose_tiles(head_dim, dtype, capability, engine="mma")]
+    if tuple(capability) == HOPPER and head_dim in _WGMMA_TILES:
+        candidates += [Tiles(128, block_n, 8, engine) for engine in ("wgmma_tma", "wgmma") for block_n in (128, 64)]
+    return tuple(candidates)
+
+
 def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER,
                  engine: str | None = None) -> Tiles:
     """The forward kernel's tiles for a GPU of compute ``capability``; ``engine`` (or MASKC_ENGINE) picks

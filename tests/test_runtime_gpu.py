@@ -31,7 +31,7 @@ import maskc  # noqa: E402
 from maskc import runtime  # noqa: E402
 from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
-from maskc.schedule import choose_tiles  # noqa: E402
+from maskc.schedule import choose_tiles, forward_candidates  # noqa: E402
 from gpu_support import EX, TOL, bind, load, poison, randn, rel  # noqa: E402
 
 
@@ -292,3 +292,18 @@ def test_second_process_loads_cached_cubin(tmp_path):
     assert list(tmp_path.glob("*.cubin"))
 
 
+
+
+def test_autotune_picks_a_correct_kernel_and_remembers_it(tmp_path, monkeypatch):
+    """MASKC_AUTOTUNE=1: the first call times every candidate (wrong ones are dropped), the output is right,
+    and the choice is in <cache_dir>/autotune.json for the next call."""
+    import json
+
+    monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MASKC_AUTOTUNE", "1")
+    check(bind("document", 1000, seed=3), B=1, Hq=2, Hkv=1, D=128, dtype="bf16")
+    entries = json.loads((tmp_path / "autotune.json").read_text())
+    (entry,) = entries.values()
+    timed = {label: r for label, r in entry["report"].items() if isinstance(r, float)}
+    assert entry["choice"] in timed and timed[entry["choice"]] == min(timed.values())
+    assert len(entry["report"]) == len(forward_candidates(128, "bf16", runtime._capability(0)))
