@@ -18,6 +18,8 @@ import glob, os, itertools
 from concurrent.futures import ProcessPoolExecutor
 def job(a):
     path, d, dt, env, tiles = a
+    for key in ("MASKC_ENGINE", "MASKC_INTERVAL_PATH", "MASKC_SINGLE_BODY"):   # a pool worker runs many jobs
+        os.environ.pop(key, None)
     os.environ.update(env)
     import maskc
     from maskc import runtime

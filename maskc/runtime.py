@@ -397,7 +397,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         n_work = int(desc.work_order.size)
         batch_grid = B if desc.batch == 1 else 1
         grid = (n_work * Hq, batch_grid, 1)
-        spec = kernel.src.spec
+        spec = kernel.source.spec
         block = (spec.threads, 1, 1)
         i64, i32 = np.int64, np.int32
         args = (
