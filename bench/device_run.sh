@@ -49,7 +49,7 @@ with ProcessPoolExecutor(min(32, os.cpu_count())) as pool:
 PY
 
 summary=()
-ENGINES=mma,wgmma,wgmma_tma
+ENGINES=${ENGINES:-mma,wgmma,wgmma_tma}
 if [ -z "${SKIP_PROBE:-}" ]; then
   for e in mma wgmma wgmma_tma; do   # one process per engine: a hang costs only its own cases
     timeout ${PROBE_TIMEOUT:-45} python3 bench/wgmma_probe.py $e 2>&1 | tee -a "$OUT/probe.log"

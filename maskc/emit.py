@@ -193,7 +193,8 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
     engine always has a single body."""
     check_spec(spec)
     flags = dict(emit_flags())
-    iv = interval_regions(spec)
+    # the mma kernel keeps one 64-bit visibility word per row and tile
+    iv = interval_regions(spec) if spec.engine != "mma" or spec.block_n <= 64 else None
     if interval_path is None:
         interval_path = flags["MASKC_INTERVAL_PATH"]
     elif interval_path and iv is None:
