@@ -171,9 +171,10 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
 # Environment switches of the forward templates (experiments and bisection; the defaults are the product):
 # MASKC_INTERVAL_PATH=0 per-pair predicate calls also for exact masks; MASKC_SINGLE_BODY=0 the mma kernel's
 # four tile bodies; MASKC_WGMMA_OVERLAP=0 the wgmma_tma kernel without overlapping S of the next tile with
-# P V of this one; MASKC_WGMMA_PINGPONG=1 its two consumer warpgroups taking turns to issue products.
+# P V of this one; MASKC_WGMMA_PINGPONG=1 its two consumer warpgroups taking turns to issue products;
+# MASKC_DEBUG_WAITS=1 its mbarrier waits give up after ~2 s with a printed report (finding a hang).
 _FLAG_DEFAULTS = {"MASKC_INTERVAL_PATH": "1", "MASKC_SINGLE_BODY": "1", "MASKC_WGMMA_OVERLAP": "1",
-                  "MASKC_WGMMA_PINGPONG": "0"}
+                  "MASKC_WGMMA_PINGPONG": "0", "MASKC_DEBUG_WAITS": "0"}
 
 
 def emit_flags() -> tuple[tuple[str, bool], ...]:
@@ -210,12 +211,24 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
         overlap = flags["MASKC_WGMMA_OVERLAP"] and (iv is not None or spec.head_dim <= 64)
         source = env.get_template(name).render(spec=spec, iv=iv, wgmma_widths=widths, kv_stages=KV_STAGES,
                                                wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
-                                               overlap=overlap, pingpong=flags["MASKC_WGMMA_PINGPONG"])
+                                               overlap=overlap, pingpong=flags["MASKC_WGMMA_PINGPONG"],
+                                               debug_waits=flags["MASKC_DEBUG_WAITS"])
         return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
     if single_body is None:
         single_body = flags["MASKC_SINGLE_BODY"]
     source = env.get_template(TEMPLATE_NAME).render(spec=spec, iv=iv, single_body=single_body)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
+
+
+TMA_CHECK_TEMPLATE_NAME = "tma_check.cu.j2"
+TMA_CHECK_ENTRY = "maskc_tma_check"
+
+
+def emit_tma_check() -> KernelSource:
+    """The copy-engine check kernel (maskc.tma.check_copy_engine): one box of a tensor map into shared
+    memory and back out, through the same helpers as the wgmma_tma kernel, with reporting waits."""
+    source = _environment(str(template_dir())).get_template(TMA_CHECK_TEMPLATE_NAME).render(debug_waits=True)
+    return KernelSource(spec=None, source=source, entry=TMA_CHECK_ENTRY, options=nvrtc_options())
 
 
 def _placed(sizes: dict[str, int], align: int = 128) -> dict[str, int]:

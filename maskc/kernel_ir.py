@@ -244,7 +244,7 @@ class KernelSource:
     """Rendered CUDA: ``source`` defines the ``extern "C" __global__`` functions ``entries`` (``entry``
     first; the forward source has only that one)."""
 
-    spec: KernelSpec | BackwardSpec
+    spec: KernelSpec | BackwardSpec | None   # None: a check kernel of no mask (emit_tma_check)
     source: str
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with
