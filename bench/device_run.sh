@@ -3,7 +3,7 @@
 #   GPU tests, compute-sanitizer memcheck + racecheck on a small case, then the forward and backward benchmarks.
 # Logs go to $OUT (pytest.log, sanitize_*.log, bench.log, latest.json, bench_bwd.log, latest_bwd.json); the
 # benchmarks' tables are printed last.
-# Knobs: SKIP_PROBE=1 (bench/wgmma_probe.py, first), BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
+# Knobs: SKIP_PROBE=1 (bench/wgmma_probe.py, first; PROBE_ENGINES to probe fewer), BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
 # SKIP_SANITIZER=1, SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, SKIP_OVERHEAD=1, and *_TIMEOUT for each step.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
@@ -51,7 +51,7 @@ PY
 summary=()
 ENGINES=${ENGINES:-mma,wgmma,wgmma_tma}
 if [ -z "${SKIP_PROBE:-}" ]; then
-  for e in mma wgmma wgmma_tma; do   # one process per engine: a hang costs only its own cases
+  for e in ${PROBE_ENGINES:-mma wgmma wgmma_tma}; do   # one process per engine: a hang costs only its own cases
     timeout ${PROBE_TIMEOUT:-45} python3 bench/wgmma_probe.py $e 2>&1 | tee -a "$OUT/probe.log"
     summary+=("probe $e: rc=${PIPESTATUS[0]}")
   done

@@ -196,8 +196,9 @@ class KernelSpec:
 
     @property
     def threads(self) -> int:
-        """Threads per CTA: num_warps compute warps, plus the producer warp of the wgmma_tma kernel."""
-        return 32 * (self.num_warps + (self.engine == "wgmma_tma"))
+        """Threads per CTA: num_warps compute warps, plus the wgmma_tma kernel's producer warpgroup (a whole
+        warpgroup: setmaxnreg hands registers over per warpgroup; one lane of it does the work)."""
+        return 32 * self.num_warps + (128 if self.engine == "wgmma_tma" else 0)
 
     @property
     def uses_tensor_maps(self) -> bool:
