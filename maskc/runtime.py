@@ -33,6 +33,7 @@ from . import autotune
 from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, nvrtc_version,
                    shared_memory_bytes)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
+from .launch import PackedLaunch
 from .schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
 from .tma import tile_map
 
@@ -334,19 +335,19 @@ def _check_scale(scale, head_dim: int) -> float:
 
 
 class _Outputs:
-    """Allocates outputs in the inputs' framework and names the stream the launches go to."""
+    """Allocates outputs in the inputs' framework and names the stream (a CUDA handle) the launches go to."""
 
     def __init__(self, like: _Operand):
-        import cupy
-
         self.framework, self.like = like.framework, like
         if self.framework == "torch":
             import torch
 
             self.torch = torch
-            self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(like.obj.device).cuda_stream)
+            self.stream = torch.cuda.current_stream(like.obj.device).cuda_stream
         else:
-            self.stream = cupy.cuda.get_current_stream()
+            import cupy
+
+            self.stream = cupy.cuda.get_current_stream().ptr
 
     def empty(self, shape, fp32: bool = False, zero: bool = False):
         """A new contiguous array: the inputs' 16-bit dtype, or float32; and its data pointer."""
@@ -361,6 +362,43 @@ class _Outputs:
         x = make(shape, dtype=cupy.float32 if fp32 else self.like.obj.dtype)
         return x, x.data.ptr
 
+    def synchronize_if_asked(self) -> None:
+        """MASKC_SYNC=1: wait for the launches, so that an asynchronous fault surfaces at its call."""
+        if os.environ.get("MASKC_SYNC"):
+            import cupy
+
+            cupy.cuda.runtime.streamSynchronize(self.stream)
+
+
+def _on_device(device: int):
+    """A context that makes ``device`` current, or none when it already is (the usual case: cheaper)."""
+    import contextlib
+
+    import cupy
+
+    return contextlib.nullcontext() if cupy.cuda.runtime.getDevice() == device else cupy.cuda.Device(device)
+
+
+def _check_pointers(*ops: _Operand) -> None:
+    """The per-call part of the layout check (a plan was made for these shapes and strides)."""
+    for op in ops:
+        if op.ptr % 16:
+            raise AttentionInputError(f"{op.name}: data pointer {op.ptr:#x} is not 16-byte aligned; pass a "
+                                      ".contiguous() copy")
+
+
+def _operand_key(*ops: _Operand) -> tuple:
+    return tuple((op.framework, op.dtype, op.shape, op.strides, op.device) for op in ops)
+
+
+@dataclass
+class _ForwardPlan:
+    """Everything about a forward call but its data: made once per bound mask and input layout."""
+    launch: object          # launch.PackedLaunch, pointers rewritten per call
+    out_shape: tuple
+    lse_shape: tuple
+    tensor_maps: tuple | None   # (rows per box) of q, k, v when the kernel takes tensor maps, else None
+
 
 def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *, tiles=None):
     """Masked attention forward: softmax(scale * Q K^T + mask) V for the mask ``bound``.
@@ -373,57 +411,86 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     inputs the first time and reuses the fastest (maskc.autotune).
     """
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
+    auto = tiles == "auto" or (tiles is None and os.environ.get("MASKC_AUTOTUNE") == "1")
+    if tiles is not None and not auto:
+        tiles = tuple(tiles) if isinstance(tiles, (list, tuple)) else tiles
+    # Everything the plan depends on besides the bound mask (whose state holds the plans).
+    key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), "auto" if auto else tiles, emit_flags(),
+           os.environ.get("MASKC_ENGINE"), os.environ.get("MASKC_PERSISTENT"))
+    state = _state_for(bound)
+    plan = state.get(key)
+    if plan is None:
+        plan = state[key] = _forward_plan(q, k, v, qo, ko, vo, bound, scale, return_lse, "auto" if auto else tiles)
+    _check_pointers(qo, ko, vo)
+    with _on_device(qo.device):
+        outs = _Outputs(qo)
+        o, o_ptr = outs.empty(plan.out_shape)
+        lse, lse_ptr = outs.empty(plan.lse_shape, fp32=True) if return_lse else (None, 0)
+        launch = plan.launch
+        for index, ptr in enumerate((qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr)):
+            launch.set_pointer(index, ptr)
+        if plan.tensor_maps is not None:
+            first = _TENSOR_MAP_ARGUMENT
+            for index, (op, rows) in enumerate(zip((qo, ko, vo), plan.tensor_maps)):
+                launch.set_value(first + index, tile_map(op.ptr, op.shape, op.strides, rows))
+        launch(outs.stream)
+        outs.synchronize_if_asked()
+    return (o, lse) if return_lse else o
+
+
+# Argument positions in the forward kernel's signature (templates/attention_fwd*.cu.j2): q, k, v, o, lse are
+# 0-4; the wgmma_tma kernel's tensor maps follow the 28 arguments the kernels share.
+_TENSOR_MAP_ARGUMENT = 28
+
+
+def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, return_lse: bool,
+                  tiles) -> _ForwardPlan:
+    """Validate the inputs' layout against the bound mask, choose (or tune) the tiles, compile or fetch the
+    kernel, upload the descriptor, and pack the launch's arguments (data pointers left 0)."""
     _validate(qo, ko, vo, bound)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
-    if tiles == "auto" or (tiles is None and os.environ.get("MASKC_AUTOTUNE") == "1"):
+    if tiles == "auto":
         tiles = _tuned_tiles(q, k, v, qo, bound, scale)
     try:
         tiles = Tiles(*tiles) if tiles is not None else choose_tiles(D, qo.dtype, _capability(qo.device))
     except (TypeError, ValueError) as exc:
         raise AttentionInputError(f"tiles {tiles!r}: {exc}") from None
 
-    import cupy
-
-    with cupy.cuda.Device(qo.device):
+    with _on_device(qo.device):
         ddesc, kernel = _prepared(bound, D, qo.dtype, tiles, qo.device)
         desc = ddesc.descriptor
         if (desc.seq_len, desc.kv_len) != (S, Skv) or desc.batch not in (1, B):
             raise RuntimeError(f"descriptor sizes {desc.batch}x{desc.seq_len}x{desc.kv_len} do not match inputs")
-        outs = _Outputs(qo)
-        o, o_ptr = outs.empty((B, Hq, S, D))
-        lse, lse_ptr = outs.empty((B, Hq, S), fp32=True) if return_lse else (None, 0)
         o_strides = (Hq * S * D, S * D, D)
-
         n_work = int(desc.work_order.size)
         batch_grid = B if desc.batch == 1 else 1
         grid = (n_work * Hq, batch_grid, 1)
         spec = kernel.source.spec
-        block = (spec.threads, 1, 1)
-        i64, i32 = np.int64, np.int32
+        i64, i32, u64 = np.int64, np.int32, np.uint64
         args = (
-            np.uint64(qo.ptr), np.uint64(ko.ptr), np.uint64(vo.ptr), np.uint64(o_ptr), np.uint64(lse_ptr),
+            u64(0), u64(0), u64(0), u64(0), u64(0),      # q, k, v, o, lse: set per call
             *(i64(s) for s in qo.strides[:3]), *(i64(s) for s in ko.strides[:3]),
             *(i64(s) for s in vo.strides[:3]), *(i64(s) for s in o_strides),
             i32(Hq), i32(Hkv), i32(S), i32(Skv), i32(desc.batch),
             ddesc.run_offsets, ddesc.runs, ddesc.work_order, ddesc.mask_data, ddesc.mask_offsets,
             np.float32(scale * math.log2(math.e)),
         )
+        assert len(args) == _TENSOR_MAP_ARGUMENT
+        tensor_maps = None
         if spec.uses_tensor_maps:
-            # the warp-specialized kernel: tensor maps, and work items that a persistent grid (one CTA
-            # per SM, MASKC_PERSISTENT=0 for one CTA per item) walks heaviest first
+            # the warp-specialized kernel: tensor maps (set per call: they hold the data pointers), and work
+            # items that a persistent grid (one CTA per SM; MASKC_PERSISTENT=0 for one CTA per item) walks
+            # heaviest first
             num_items = n_work * Hq * batch_grid
-            args += (tile_map(qo.ptr, qo.shape, qo.strides, spec.block_m),
-                     tile_map(ko.ptr, ko.shape, ko.strides, spec.block_n),
-                     tile_map(vo.ptr, vo.shape, vo.strides, spec.block_n), i32(batch_grid), i32(num_items))
+            tensor_maps = (spec.block_m, spec.block_n, spec.block_n)
+            args += tuple(tile_map(op.ptr, op.shape, op.strides, rows) for op, rows in zip((qo, ko, vo), tensor_maps))
+            args += (i32(batch_grid), i32(num_items))
             persistent = os.environ.get("MASKC_PERSISTENT", "1") != "0"
             grid = (min(num_items, _sm_count(qo.device)) if persistent else num_items, 1, 1)
-        with outs.stream:
-            kernel.function(grid, block, args, shared_mem=kernel.shared_bytes)
-        if os.environ.get("MASKC_SYNC"):
-            outs.stream.synchronize()   # surfaces asynchronous faults at the launch that caused them
-    return (o, lse) if return_lse else o
+        packed = PackedLaunch(kernel.function, args, grid, (spec.threads, 1, 1), kernel.shared_bytes)
+    return _ForwardPlan(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps)
 
 
 def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
@@ -502,8 +569,43 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     and 128. Returns arrays of the inputs' type and dtype, contiguous.
     """
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
-    _validate(qo, ko, vo, bound)
     oo, do = _operand(out, "out"), _operand(dout, "dout")
+    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic))
+    state = _state_for(bound)
+    plan = state.get(key)
+    if plan is None:
+        plan = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic)
+    _check_pointers(qo, ko, vo, oo, do)
+    B, Hq, S, D = qo.shape
+    Hkv, Skv = ko.shape[1], ko.shape[2]
+    lse_ptr = _float32_rows(lse, "lse", qo, (B, Hq, S))
+    dlse_ptr = _float32_rows(dlse, "dlse", qo, (B, Hq, S)) if dlse is not None else 0
+
+    with _on_device(qo.device):
+        outs = _Outputs(qo)
+        dq, dq_ptr = outs.empty((B, Hq, S, D))
+        dk, dk_ptr = outs.empty((B, Hkv, Skv, D))
+        dv, dv_ptr = outs.empty((B, Hkv, Skv, D))
+        lse_log2, lse_log2_ptr = outs.empty((B, Hq, S), fp32=True)
+        delta, delta_ptr = outs.empty((B, Hq, S), fp32=True)
+        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, S, D), fp32=True, zero=True)
+        pointers = {"q": qo.ptr, "k": ko.ptr, "v": vo.ptr, "out": oo.ptr, "dout": do.ptr, "lse": lse_ptr,
+                    "dlse": dlse_ptr, "lse_log2": lse_log2_ptr, "delta": delta_ptr, "dq": dq_ptr, "dk": dk_ptr,
+                    "dv": dv_ptr, "dq_accum": dq_accum_ptr}
+        for launch, slots in plan:
+            for index, name in slots:
+                launch.set_pointer(index, pointers[name])
+            launch(outs.stream)
+        outs.synchronize_if_asked()
+        del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
+    return dq, dk, dv
+
+
+def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _Operand, bound, scale,
+                   deterministic: bool) -> list:
+    """Validate, compile or fetch the backward kernels, upload the descriptor's views, and pack the three
+    launches: [(PackedLaunch, ((argument index, pointer name), ...) set per call), ...] in launch order."""
+    _validate(qo, ko, vo, bound)
     for op in (oo, do):
         _check_layout(op)
         if op.shape != qo.shape or op.dtype != qo.dtype or op.framework != qo.framework or op.device != qo.device:
@@ -516,53 +618,42 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
         block_m, block_n, dq_block_n = choose_backward_tiles(D, qo.dtype)
     except ValueError as exc:
         raise AttentionInputError(str(exc)) from None
-    lse_ptr = _float32_rows(lse, "lse", qo, (B, Hq, S))
-    dlse_ptr = _float32_rows(dlse, "dlse", qo, (B, Hq, S)) if dlse is not None else 0
 
-    import cupy
-
-    with cupy.cuda.Device(qo.device):
+    with _on_device(qo.device):
         kernel = _backward_kernel(bound, D, qo.dtype, qo.device)
         spec = kernel.source.spec
         cols = _device_descriptor(bound, block_m, block_n, qo.device, transposed=True)
         mask_batch = cols.descriptor.batch
-        outs = _Outputs(qo)
-        dq, dq_ptr = outs.empty((B, Hq, S, D))
-        dk, dk_ptr = outs.empty((B, Hkv, Skv, D))
-        dv, dv_ptr = outs.empty((B, Hkv, Skv, D))
-        lse_log2, lse_log2_ptr = outs.empty((B, Hq, S), fp32=True)
-        delta, delta_ptr = outs.empty((B, Hq, S), fp32=True)
-        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, S, D), fp32=True, zero=True)
-
         i64, i32, u64, f32 = np.int64, np.int32, np.uint64, np.float32
         strides = lambda op: tuple(i64(s) for s in op.strides[:3])   # noqa: E731
         batch_grid = B if mask_batch == 1 else 1
         rows = B * Hq * S
         fns = kernel.functions
-        with outs.stream:
-            fns[spec.entry_prep](((rows + 7) // 8, 1, 1), (256, 1, 1), (
-                u64(oo.ptr), u64(do.ptr), u64(lse_ptr), u64(dlse_ptr), *strides(oo), *strides(do),
-                u64(lse_log2_ptr), u64(delta_ptr), i32(Hq), i32(S), i64(rows)))
-            common = (*strides(qo), *strides(ko), *strides(vo), *strides(do), i32(Hq), i32(Hkv), i32(S), i32(Skv),
-                      i32(mask_batch))
-            entry = spec.entry_dkdv_det if deterministic else spec.entry_dkdv
-            fns[entry]((int(cols.work_order.size) * Hkv, batch_grid, 1), (block_n // 16 * 32, 1, 1), (
-                u64(qo.ptr), u64(ko.ptr), u64(vo.ptr), u64(do.ptr), u64(lse_log2_ptr), u64(delta_ptr),
-                u64(dk_ptr), u64(dv_ptr), u64(dq_accum_ptr), *common,
-                cols.run_offsets, cols.runs, cols.work_order, cols.mask_data, cols.mask_offsets,
-                f32(scale), f32(scale * math.log2(math.e))), shared_mem=kernel.shared[entry])
-            if deterministic:
-                rows_view = _device_descriptor(bound, block_m, dq_block_n, qo.device)
-                fns[spec.entry_dq]((int(rows_view.work_order.size) * Hq, batch_grid, 1), (block_m // 16 * 32, 1, 1), (
-                    u64(qo.ptr), u64(ko.ptr), u64(vo.ptr), u64(do.ptr), u64(lse_log2_ptr), u64(delta_ptr),
-                    u64(dq_ptr), *common, rows_view.run_offsets, rows_view.runs, rows_view.work_order,
-                    rows_view.mask_data, rows_view.mask_offsets, f32(scale), f32(scale * math.log2(math.e))),
-                    shared_mem=kernel.shared[spec.entry_dq])
-            else:
-                n = B * Hq * S * D
-                fns[spec.entry_dq_convert](((n // 2 + 255) // 256, 1, 1), (256, 1, 1),
-                                           (u64(dq_accum_ptr), u64(dq_ptr), f32(scale), i64(n)))
-        if os.environ.get("MASKC_SYNC"):
-            outs.stream.synchronize()
-        del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
-    return dq, dk, dv
+        scales = (f32(scale), f32(scale * math.log2(math.e)))
+        common = (*strides(qo), *strides(ko), *strides(vo), *strides(do), i32(Hq), i32(Hkv), i32(S), i32(Skv),
+                  i32(mask_batch))
+
+        def packed(entry, names, rest, grid, block):   # a kernel whose pointer arguments come first
+            args = tuple(u64(0) for _ in names) + rest
+            return PackedLaunch(fns[entry], args, grid, block, kernel.shared[entry]), tuple(enumerate(names))
+
+        # prep: out, dout, lse, dlse, the strides of out and dout, then lse_log2 and delta
+        prep = PackedLaunch(fns[spec.entry_prep], (
+            u64(0), u64(0), u64(0), u64(0), *strides(oo), *strides(do), u64(0), u64(0), i32(Hq), i32(S), i64(rows)),
+            ((rows + 7) // 8, 1, 1), (256, 1, 1), 0)
+        plan = [(prep, ((0, "out"), (1, "dout"), (2, "lse"), (3, "dlse"), (10, "lse_log2"), (11, "delta")))]
+        entry = spec.entry_dkdv_det if deterministic else spec.entry_dkdv
+        plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
+            *common, cols.run_offsets, cols.runs, cols.work_order, cols.mask_data, cols.mask_offsets, *scales),
+            (int(cols.work_order.size) * Hkv, batch_grid, 1), (block_n // 16 * 32, 1, 1)))
+        if deterministic:
+            rows_view = _device_descriptor(bound, block_m, dq_block_n, qo.device)
+            plan.append(packed(spec.entry_dq, ("q", "k", "v", "dout", "lse_log2", "delta", "dq"), (
+                *common, rows_view.run_offsets, rows_view.runs, rows_view.work_order, rows_view.mask_data,
+                rows_view.mask_offsets, *scales), (int(rows_view.work_order.size) * Hq, batch_grid, 1),
+                (block_m // 16 * 32, 1, 1)))
+        else:
+            n = B * Hq * S * D
+            plan.append(packed(spec.entry_dq_convert, ("dq_accum", "dq"), (f32(scale), i64(n)),
+                               ((n // 2 + 255) // 256, 1, 1), (256, 1, 1)))
+    return plan

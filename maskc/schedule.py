@@ -66,8 +66,7 @@ def forward_candidates(head_dim: int, dtype: str, capability: tuple[int, int] = 
     mma.sync kernel first: the others are checked against it."""
     candidates = [choose_tiles(head_dim, dtype, capability, engine="mma")]
     if tuple(capability) == HOPPER and head_dim in _WGMMA_TILES:
-        # wgmma_tma is left out while it hangs on the H200 (bench/NOTES.md, run 14)
-        candidates += [Tiles(128, block_n, 8, "wgmma") for block_n in (128, 64)]
+        candidates += [Tiles(128, block_n, 8, engine) for engine in ("wgmma", "wgmma_tma") for block_n in (128, 64)]
     return tuple(candidates)
 
 

@@ -60,13 +60,13 @@ def test_wgmma_kernel_compiles(head_dim, dtype, predicate, engine):
         assert "cp.async.bulk.tensor.4d" in src.source and "setmaxnreg.inc" in src.source
 
 
-@pytest.mark.parametrize("flags", [{"MASKC_WGMMA_PINGPONG": "1"}, {"MASKC_WGMMA_OVERLAP": "0"}])
+@pytest.mark.parametrize("flags", [{"MASKC_WGMMA_PINGPONG": "0"}, {"MASKC_WGMMA_OVERLAP": "0"}])
 def test_wgmma_tma_variants_compile(flags, monkeypatch):
     """The switches of the warp-specialized kernel (bench/NOTES.md) render kernels ptxas takes as they are."""
     for name, value in flags.items():
         monkeypatch.setenv(name, value)
     src = emit_kernel(spec(128, "bf16", PRED_DOCUMENT, engine="wgmma_tma"))
-    assert ("take_turn(wg)" in src.source) == ("MASKC_WGMMA_PINGPONG" in flags)
+    assert ("take_turn(wg)" in src.source) == ("MASKC_WGMMA_PINGPONG" not in flags)   # on by default
     assert ("wgmma_wait<1>" in src.source) == ("MASKC_WGMMA_OVERLAP" not in flags)
     _, log = compile_with_log(src, ("--ptxas-options=-v",))
     assert "C7514" not in log and " 0 bytes spill stores" in log
