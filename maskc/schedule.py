@@ -39,16 +39,19 @@ _TILES = {
     128: (128, 64, 4),
     256: (64, 32, 4),
 }
-# wgmma: two consumer warpgroups of 64 query rows each, 128 keys per step, all tiles in shared memory
-# (D=128: 160 KB, 1 CTA/SM; ptxas: 210 registers, no spills, for causal).
+# wgmma and wgmma_tma: two consumer warpgroups of 64 query rows each, 128 keys per step, all tiles in shared
+# memory (D=128: 160 KB for wgmma, 192 KB for wgmma_tma's Q, O staging and two K/V stages; 1 CTA/SM; ptxas:
+# wgmma 210 registers, wgmma_tma 168 at entry and 240 per consumer after setmaxnreg, no spills).
 _WGMMA_TILES = {
     64: (128, 128, 8),
     128: (128, 128, 8),
 }
 HOPPER = (9, 0)
 # The engine the schedule picks on Hopper: the one measured fastest on the H200 among those whose GPU tests
-# passed there (bench/NOTES.md). A kernel that has not run on the GPU is never the default.
-DEFAULT_HOPPER_ENGINE = "wgmma"
+# passed there (bench/NOTES.md). A kernel that has not run on the GPU is never the default. wgmma_tma: the
+# fastest engine in run 20 on every example mask at 1K, 4K and 32K but two (sliding_window at 1K and clear
+# at 4K, where wgmma led).
+DEFAULT_HOPPER_ENGINE = "wgmma_tma"
 SUPPORTED_DTYPES = ("bf16", "fp16")
 
 
