@@ -4,7 +4,7 @@
 # Logs go to $OUT (pytest.log, sanitize_*.log, bench.log, latest.json, bench_bwd.log, latest_bwd.json); the
 # benchmarks' tables are printed last.
 # Knobs: SKIP_PROBE=1 (bench/wgmma_probe.py, first; PROBE_ENGINES to probe fewer), BENCH_ARGS / BWD_BENCH_ARGS (passed to bench/bench_fwd.py / bench_bwd.py), PYTEST_ARGS, SKIP_TESTS=1,
-# SKIP_SANITIZER=1, SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, SKIP_OVERHEAD=1, and *_TIMEOUT for each step.
+# SKIP_SANITIZER=1 (SAN_TOOLS to run fewer), SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_BWD_BENCH=1, SKIP_OVERHEAD=1, and *_TIMEOUT for each step.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl \
@@ -75,7 +75,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   summary+=("pytest: $(tail -n 1 "$OUT/pytest.log")")
 fi
 if [ -z "${SKIP_SANITIZER:-}" ]; then
-  for tool in memcheck racecheck; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck}; do
     timeout ${SAN_TIMEOUT:-45} compute-sanitizer --tool $tool --target-processes all python3 bench/sanitize_case.py > "$OUT/sanitize_$tool.log" 2>&1
     summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Hazard' "$OUT/sanitize_$tool.log" | tail -n 2 | tr '\n' ' ')")
   done
