@@ -50,7 +50,7 @@ def main():
     calls = {
         "runtime.attention (fwd kernel)": lambda: runtime.attention(q, k, v, bound),
         "runtime.attention_backward (4 kernels)": lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound),
-        "maskc.attention, no grad (custom op)": lambda: maskc.attention(q, k, v, bound),
+        "maskc.attention, no grad": lambda: maskc.attention(q, k, v, bound),
         "maskc.attention fwd+bwd (autograd)":
             lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound), (qg, kg, vg), dout),
         "flex fwd+bwd (compiled)":

@@ -207,6 +207,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: f
         scale = 1.0 / math.sqrt(q.shape[-1])
     if torch.compiler.is_compiling():
         out, lse = attention_forward(q, k, v, bound.handle, float(scale), bool(deterministic))
+    elif not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        # Inference: no graph to record, and on CUDA no LSE to compute unless it is asked for.
+        if q.is_cuda:
+            from .runtime import attention as kernel
+            return kernel(q, k, v, bound, scale=float(scale), return_lse=return_lse)
+        out, lse = _reference_forward(q, k, v, bound, float(scale))
     else:
         out, lse = _Attention.apply(q, k, v, bound, float(scale), bool(deterministic))
     return (out, lse) if return_lse else out

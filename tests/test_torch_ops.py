@@ -94,6 +94,22 @@ def test_forward_matches_numpy_reference_in_float32():
     assert np.array_equal(np.isneginf(lse.detach().numpy()), np.isneginf(ref_lse))
 
 
+@pytest.mark.parametrize("grad_off", ["no_grad", "inputs_without_grad"])
+def test_inference_path_records_no_graph_and_matches(grad_off):
+    """Without gradients to compute, attention skips autograd: same O and LSE, no grad_fn."""
+    bound = bound_of("document", 50, seed=3)
+    q, k, v = inputs(2, 4, 2, 50, 50, 16, seed=4)
+    out, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    if grad_off == "no_grad":
+        with torch.no_grad():
+            fast, fast_lse = maskc.attention(q, k, v, bound, return_lse=True)
+    else:
+        fast, fast_lse = maskc.attention(q.detach(), k.detach(), v.detach(), bound, return_lse=True)
+    assert fast.grad_fn is None and fast_lse.grad_fn is None and out.grad_fn is not None
+    assert torch.equal(fast, out.detach()) and torch.equal(fast_lse, lse.detach())
+    assert torch.equal(maskc.attention(q.detach(), k.detach(), v.detach(), bound), out.detach())
+
+
 def test_rows_without_keys_have_zero_gradients():
     # sliding window 5 over 20 keys: queries 24.. see nothing
     bound = maskc.load(EXAMPLES / "sliding_window.mask").bind(seq_len=40, kv_len=20, window=5)
