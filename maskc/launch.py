@@ -5,14 +5,16 @@ object: about half a microsecond each, ~35 per forward launch). A :class:`Packed
 arguments once, in signature order, in a host buffer, with the array of their addresses that
 ``cuLaunchKernel`` takes; a call rewrites in place only what changes between calls (data pointers, tensor
 maps) and launches through the driver. ``cuLaunchKernel`` copies the argument values when it is called, so
-the buffer may be rewritten as soon as a launch returns.
+the buffer may be rewritten as soon as a launch returns; a lock makes rewrite-and-launch one step, so
+threads that share a launch (one bound mask used from several threads) cannot mix their arguments.
 
 Arguments are given as for ``RawKernel``: numpy scalars (by value), size-one numpy arrays (by value: a
 tensor map), CuPy arrays (their data pointer). Nothing here needs a GPU until :meth:`PackedLaunch.__call__`.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import threading
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -64,13 +66,12 @@ class PackedLaunch:
         self.grid = tuple(int(x) for x in grid)
         self.block = tuple(int(x) for x in block)
         self.shared_mem = int(shared_mem)
+        self._lock = threading.Lock()
 
-    def set_pointer(self, index: int, address: int) -> None:
-        """Argument ``index`` (a pointer) becomes ``address``."""
+    def _set_pointer(self, index: int, address: int) -> None:
         self._words[self._offsets[index] // _WORD] = address
 
-    def set_value(self, index: int, value: np.ndarray) -> None:
-        """Argument ``index`` (passed by value, a tensor map say) becomes ``value``'s bytes."""
+    def _set_value(self, index: int, value: np.ndarray) -> None:
         raw = value.view(np.uint8).reshape(-1)
         off = self._offsets[index]
         self._buffer[off:off + raw.size] = raw
@@ -80,9 +81,17 @@ class PackedLaunch:
         off = self._offsets[index]
         return self._buffer[off:off + size].tobytes()
 
-    def __call__(self, stream: int) -> None:
-        """Launch on ``stream`` (a CUDA stream handle; 0 for the legacy default stream)."""
+    def __call__(self, stream: int, pointers: Iterable[tuple[int, int]] = (),
+                 values: Iterable[tuple[int, np.ndarray]] = ()) -> None:
+        """Launch on ``stream`` (a CUDA stream handle; 0 for the legacy default stream) after setting
+        arguments: ``pointers`` (index, device address) and ``values`` (index, bytes passed by value, a
+        tensor map say). What is set stays set for later calls."""
         from cupy.cuda import driver
 
-        driver.launchKernel(self._function_ptr, *self.grid, *self.block, self.shared_mem, stream,
-                            self._addresses.ctypes.data, 0)
+        with self._lock:
+            for index, address in pointers:
+                self._set_pointer(index, address)
+            for index, value in values:
+                self._set_value(index, value)
+            driver.launchKernel(self._function_ptr, *self.grid, *self.block, self.shared_mem, stream,
+                                self._addresses.ctypes.data, 0)

@@ -426,14 +426,11 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         outs = _Outputs(qo)
         o, o_ptr = outs.empty(plan.out_shape)
         lse, lse_ptr = outs.empty(plan.lse_shape, fp32=True) if return_lse else (None, 0)
-        launch = plan.launch
-        for index, ptr in enumerate((qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr)):
-            launch.set_pointer(index, ptr)
+        maps = ()
         if plan.tensor_maps is not None:
-            first = _TENSOR_MAP_ARGUMENT
-            for index, (op, rows) in enumerate(zip((qo, ko, vo), plan.tensor_maps)):
-                launch.set_value(first + index, tile_map(op.ptr, op.shape, op.strides, rows))
-        launch(outs.stream)
+            maps = [(_TENSOR_MAP_ARGUMENT + i, tile_map(op.ptr, op.shape, op.strides, rows))
+                    for i, (op, rows) in enumerate(zip((qo, ko, vo), plan.tensor_maps))]
+        plan.launch(outs.stream, enumerate((qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr)), maps)
         outs.synchronize_if_asked()
     return (o, lse) if return_lse else o
 
@@ -593,9 +590,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
                     "dlse": dlse_ptr, "lse_log2": lse_log2_ptr, "delta": delta_ptr, "dq": dq_ptr, "dk": dk_ptr,
                     "dv": dv_ptr, "dq_accum": dq_accum_ptr}
         for launch, slots in plan:
-            for index, name in slots:
-                launch.set_pointer(index, pointers[name])
-            launch(outs.stream)
+            launch(outs.stream, [(index, pointers[name]) for index, name in slots])
         outs.synchronize_if_asked()
         del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
     return dq, dk, dv

@@ -34,11 +34,16 @@ def test_arguments_laid_out_in_order_each_on_an_8_byte_boundary():
     assert buffer[160:168].view(np.int64)[0] == -3
 
 
-def test_set_pointer_and_value_rewrite_only_their_argument():
+def test_a_call_rewrites_only_the_arguments_it_names(monkeypatch):
+    """A launch's pointers and by-value arguments are set in place before cuLaunchKernel reads them."""
+    launched = []
+    driver = pytest.importorskip("cupy").cuda.driver
+    monkeypatch.setattr(driver, "launchKernel", lambda *a: launched.append(a))
     args = (np.uint64(0), np.int32(11), np.uint64(0), np.zeros(1, np.dtype((np.void, 16))), np.int32(12))
     launch = PackedLaunch(fake_kernel(), args, (3, 1, 1), (384, 1, 1), 4096)
-    launch.set_pointer(2, 0x7F0000001230)
-    launch.set_value(3, np.frombuffer(bytes(range(16)), np.uint8).view(np.dtype((np.void, 16))))
+    launch(7, pointers=[(2, 0x7F0000001230)],
+           values=[(3, np.frombuffer(bytes(range(16)), np.uint8).view(np.dtype((np.void, 16))))])
+    assert launched == [(0xF00D, 3, 1, 1, 384, 1, 1, 4096, 7, launch._addresses.ctypes.data, 0)]
     assert launch.argument_bytes(0, 8) == bytes(8)
     assert launch.argument_bytes(1, 4) == np.int32(11).tobytes()
     assert launch.argument_bytes(2, 8) == np.uint64(0x7F0000001230).tobytes()
