@@ -98,8 +98,8 @@ def check_spec(spec: KernelSpec) -> None:
     if spec.engine not in ENGINES:
         raise ValueError(f"engine {spec.engine!r} unknown (engines: {', '.join(ENGINES)})")
     if spec.engine == "wgmma_tma" and (spec.num_warps, spec.block_m) != (8, 128):
-        raise ValueError(f"wgmma: the warp-specialized kernel runs 8 consumer warps over 128 rows, not "
-                         f"{spec.num_warps} over {spec.block_m}")
+        raise ValueError(f"wgmma_tma: block_m {spec.block_m} with {spec.num_warps} warps: the warp-specialized "
+                         "kernel runs 8 consumer warps over block_m 128")
     if spec.engine in ("wgmma", "wgmma_tma"):
         _check_name_dim_dtype(spec, WGMMA_HEAD_DIMS, "wgmma: ")
         if spec.num_warps % 4 or spec.block_m != 16 * spec.num_warps:
