@@ -173,7 +173,7 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
 # four tile bodies; MASKC_WGMMA_OVERLAP=0 the wgmma_tma kernel without overlapping S of the next tile with
 # P V of this one; MASKC_WGMMA_PINGPONG=0 its two consumer warpgroups issuing products without taking turns
 # (taking turns measured 4-11% faster at 32K on every example mask but clear, 5% slower: bench/NOTES.md, run 19);
-# MASKC_DEBUG_WAITS=1 its mbarrier waits give up after ~2 s with a printed report (finding a hang).
+# MASKC_DEBUG_WAITS=1 its mbarrier waits give up after about a second with a printed report (finding a hang).
 _FLAG_DEFAULTS = {"MASKC_INTERVAL_PATH": "1", "MASKC_SINGLE_BODY": "1", "MASKC_WGMMA_OVERLAP": "1",
                   "MASKC_WGMMA_PINGPONG": "1", "MASKC_DEBUG_WAITS": "0"}
 

@@ -17,6 +17,7 @@ process loads the cubin instead of compiling.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
@@ -372,8 +373,6 @@ class _Outputs:
 
 def _on_device(device: int):
     """A context that makes ``device`` current, or none when it already is (the usual case: cheaper)."""
-    import contextlib
-
     import cupy
 
     return contextlib.nullcontext() if cupy.cuda.runtime.getDevice() == device else cupy.cuda.Device(device)
@@ -394,7 +393,7 @@ def _operand_key(*ops: _Operand) -> tuple:
 @dataclass
 class _ForwardPlan:
     """Everything about a forward call but its data: made once per bound mask and input layout."""
-    launch: object          # launch.PackedLaunch, pointers rewritten per call
+    launch: PackedLaunch    # data pointers (and tensor maps) rewritten per call
     out_shape: tuple
     lse_shape: tuple
     tensor_maps: tuple | None   # (rows per box) of q, k, v when the kernel takes tensor maps, else None
@@ -420,7 +419,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     state = _state_for(bound)
     plan = state.get(key)
     if plan is None:
-        plan = state[key] = _forward_plan(q, k, v, qo, ko, vo, bound, scale, return_lse, "auto" if auto else tiles)
+        plan = state[key] = _forward_plan(q, k, v, qo, ko, vo, bound, scale, "auto" if auto else tiles)
     _check_pointers(qo, ko, vo)
     with _on_device(qo.device):
         outs = _Outputs(qo)
@@ -440,8 +439,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
 _TENSOR_MAP_ARGUMENT = 28
 
 
-def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, return_lse: bool,
-                  tiles) -> _ForwardPlan:
+def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, tiles) -> _ForwardPlan:
     """Validate the inputs' layout against the bound mask, choose (or tune) the tiles, compile or fetch the
     kernel, upload the descriptor, and pack the launch's arguments (data pointers left 0)."""
     _validate(qo, ko, vo, bound)
