@@ -15,7 +15,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 import maskc  # noqa: E402
-from maskc.emit import KV_STAGES, emit_kernel  # noqa: E402
+from maskc.emit import KV_STAGES  # noqa: E402
 from maskc.runtime import attention  # noqa: E402
 from maskc.schedule import choose_tiles  # noqa: E402
 from maskc.tma import check_copy_engine  # noqa: E402
