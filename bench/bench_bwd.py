@@ -7,6 +7,8 @@ B=1, H=16, D=128, bf16, the masks of bench_fwd.py. Median of triton.testing.do_b
 - `fwd_bwd`: forward and backward through autograd (``maskc.attention`` on torch tensors).
 Effective TF/s counts visible pairs only: 2.5 × the forward's 4·D per pair for `bwd`, 3.5 × for `fwd_bwd`.
 maskc's gradients are checked against Flex's in the same run (`correct`: every gradient within 3e-2).
+`maskc` records time the schedule's dK/dV engine; `maskc_<engine>` records (`bwd`, fast mode) the other
+engines of --engines (maskc.kernel_ir.BACKWARD_ENGINES), checked the same way.
 Writes its records (same keys as bench_fwd.py) to --out and prints a markdown table last.
 
     python bench/bench_bwd.py [--lengths 4096,32768] [--masks causal,...]
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import torch
 
@@ -23,6 +26,8 @@ from bench_fwd import (ALL_MASKS, B, D, H, ROOT, _short, bench_ms, compiled_flex
 
 import maskc  # noqa: E402  (bench_fwd put the checkout first on sys.path)
 from maskc import runtime  # noqa: E402
+from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
+from maskc.schedule import choose_backward_tiles  # noqa: E402
 
 WORK = {"bwd": 2.5, "fwd_bwd": 3.5}   # work relative to the forward's 4·D FLOPs per visible pair
 
@@ -36,7 +41,12 @@ def main():
     ap.add_argument("--lengths", default="4096,32768")
     ap.add_argument("--masks", default=",".join(ALL_MASKS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest_bwd.json"))
+    ap.add_argument("--engines", default=",".join(BACKWARD_ENGINES),
+                    help="the other dK/dV engines to time beside the schedule's")
     args = ap.parse_args()
+    os.environ.pop("MASKC_BWD_ENGINE", None)
+    engine = choose_backward_tiles(D, "bf16", runtime._capability(torch.cuda.current_device())).engine
+    others = [e for e in args.engines.split(",") if e and e != engine]
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask
@@ -87,6 +97,19 @@ def main():
             record(name, S, "flex", "bwd", ms_flex, pairs)
             record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok)
             record(name, S, "flex", "fwd_bwd", ms_flex_fb, pairs)
+            for other in others:
+                os.environ["MASKC_BWD_ENGINE"] = other
+                try:
+                    got = runtime.attention_backward(dout, q, k, v, o, lse, bound)
+                    errs_o = [rel(a, b) for a, b in zip(got, flex_grads)]
+                    ok_o = all(e <= 3e-2 for e in errs_o) and not any(torch.isnan(g).any().item() for g in got)
+                    ms_o = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound), **reps)
+                    record(name, S, f"maskc_{other}", "bwd", ms_o, pairs, ok_o, rel_err_vs_flex=errs_o)
+                    del got
+                except Exception as exc:   # an engine that fails is reported, the others still run
+                    print(f"# {name} S={S} engine {other}: {type(exc).__name__}: {exc}", flush=True)
+                finally:
+                    del os.environ["MASKC_BWD_ENGINE"]
             del o_flex, flex_grads
 
             if name == "causal":
@@ -114,8 +137,9 @@ def main():
 def print_table(records):
     by = {(r["mask"], r["seq_len"], r["impl"], r["pass"]): r for r in records}
     fmt = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
-    print("\n| mask | S | pass | maskc ms | TF/s | det ms | flex ms | TF/s | maskc/flex | cuDNN causal TF/s | correct |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| mask | S | pass | maskc ms | TF/s | det ms | flex ms | TF/s | maskc/flex | cuDNN causal TF/s | correct "
+          "| other engines TF/s (correct) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (mask, S, impl, pass_), r in by.items():
         if impl != "maskc":
             continue
@@ -124,7 +148,14 @@ def print_table(records):
         c = by.get(("causal", S, "cudnn", pass_))
         print(f"| {mask} | {S} | {pass_} | {fmt(r['ms'])} | {fmt(r['tflops'], 0)} | {fmt(d and d['ms'])} | "
               f"{fmt(f and f['ms'])} | {fmt(f and f['tflops'], 0)} | {fmt(f and r['tflops'] / f['tflops'], 2)} | "
-              f"{fmt(c and c['tflops'], 0)} | {r['correct']} |")
+              f"{fmt(c and c['tflops'], 0)} | {r['correct']} | {', '.join(alternatives(records, mask, S, pass_))} |")
+
+
+def alternatives(records, mask, S, pass_):
+    """'engine TF/s (correct)' for each maskc_<engine> record of this row."""
+    return [f"{r['impl'][len('maskc_'):]} {r['tflops']:.0f} ({r['correct']})" for r in records
+            if (r["mask"], r["seq_len"], r["pass"]) == (mask, S, pass_) and r["impl"].startswith("maskc_")
+            and r["impl"] != "maskc_det"]
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ def job(a):
     mask = maskc.load(path)
     if mask.const_params:   # compiled per value: the tests and the bench build their own
         return 0
-    if tiles == "bwd":
-        src = emit_backward_kernel(mask.backward_spec(head_dim=d, dtype=dt))
+    if tiles in ("bwd_mma", "bwd_wgmma"):
+        src = emit_backward_kernel(mask.backward_spec(head_dim=d, dtype=dt, engine=tiles[4:]))
     else:
         src = emit_kernel(mask.kernel_spec(head_dim=d, dtype=dt, **kw))
     out = runtime.cache_dir() / f"{src.entry}-{runtime.kernel_key(src)[:32]}.cubin"
@@ -38,7 +38,7 @@ def job(a):
         tmp = out.with_suffix(".tmp%d" % os.getpid()); tmp.write_bytes(compile_to_cubin(src)); os.replace(tmp, out)
     return 1
 ex = sorted(glob.glob("examples/*.mask"))
-jobs = [(p, d, dt, {}, t) for p in ex for d in (64, 128) for dt in ("bf16", "fp16") for t in (None, "bwd")]
+jobs = [(p, d, dt, {}, t) for p in ex for d in (64, 128) for dt in ("bf16", "fp16") for t in (None, "bwd_mma", "bwd_wgmma")]
 jobs += [(p, 128, "bf16", {"MASKC_INTERVAL_PATH": "0", "MASKC_SINGLE_BODY": "0", "MASKC_ENGINE": e}, None)
          for p in ex for e in ("mma", "wgmma", "wgmma_tma")]
 jobs += [(p, d, dt, {"MASKC_ENGINE": e}, None) for p in ex for d, dt in ((64, "fp16"), (128, "bf16"))

@@ -152,7 +152,8 @@ kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key l
 @click.option("--block-n", type=int, help="keys per inner step (default: the schedule's)")
 @click.option("--engine", type=click.Choice(list(ENGINES)),
               help="forward kernel: mma (mma.sync, any head dim), or for Hopper and head dims 64/128 wgmma "
-                   "(cp.async loads) or wgmma_tma (copy engine, warp-specialized); default: the schedule's")
+                   "(cp.async loads) or wgmma_tma (copy engine, warp-specialized); with --backward the dK/dV "
+                   "kernel's: mma or wgmma; default: the schedule's")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
@@ -166,13 +167,13 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, engine, c
         raise CliError(f"only const parameters are compiled in; {', '.join(stray)} "
                        f"{'is' if len(stray) == 1 else 'are'} bound at run time")
     constants = tuple((n, given[n]) for n in mask.const_params if n in given)
-    if backward and (block_m or block_n or engine):
-        raise CliError("--block-m/--block-n/--engine shape the forward kernel; the backward's tiles come from its "
-                       "schedule")
+    if backward and (block_m or block_n):
+        raise CliError("--block-m/--block-n shape the forward kernel; the backward's tiles come from its schedule")
     try:
         if backward:
             from .emit import emit_backward_kernel
-            src = emit_backward_kernel(mask.backward_spec(head_dim=int(head_dim), dtype=dtype, constants=constants))
+            src = emit_backward_kernel(mask.backward_spec(head_dim=int(head_dim), dtype=dtype, constants=constants,
+                                                          engine=engine))
         else:
             src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
                                      constants=constants, engine=engine)
@@ -187,7 +188,7 @@ def compile_cmd(file, name, output, head_dim, dtype, block_m, block_n, engine, c
     where = output if output != "-" else "stdout"
     if backward:
         click.echo(f"{where}: {', '.join(src.functions)} (head_dim {spec.head_dim}, {spec.dtype}, "
-                   f"{spec.block_m} queries x {spec.block_n} keys per dK/dV tile)", err=True)
+                   f"{spec.block_m} queries x {spec.block_n} keys per dK/dV tile, {spec.engine})", err=True)
     else:
         click.echo(f"{where}: {src.entry} (head_dim {spec.head_dim}, {spec.dtype}, "
                    f"BLOCK_M {spec.block_m}, BLOCK_N {spec.block_n}, {spec.num_warps} warps, {spec.engine})", err=True)
@@ -326,7 +327,8 @@ def _run_backward(bound, q, k, v, dtype, rng, device):
         what = f"maskc backward kernels, {dtype}"
     else:
         try:
-            block_m, block_n, _ = choose_backward_tiles(q.shape[-1], dtype)
+            tiles = choose_backward_tiles(q.shape[-1], dtype)
+            block_m, block_n = tiles.block_m, tiles.block_n
         except ValueError as err:
             raise CliError(str(err)) from None
         start = time.perf_counter()

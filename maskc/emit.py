@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from .kernel_ir import ENGINES, BackwardSpec, KernelSource, KernelSpec
+from .kernel_ir import BACKWARD_ENGINES, ENGINES, BackwardSpec, KernelSource, KernelSpec
 
 TEMPLATE_NAME = "attention_fwd.cu.j2"
 WGMMA_TEMPLATE_NAME = "attention_fwd_wgmma.cu.j2"
@@ -251,8 +251,12 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     and V, visibility bits."""
     d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
     tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
+    # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base
+    align = 1024 if spec.engine == "wgmma" else 128
     dkdv = _placed({"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": bn * bm * 2,
-                    "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4})
+                    "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4}, align)
+    if spec.engine == "wgmma":
+        dkdv["total"] += 1024
     dq = _placed({"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn),
                   "bits": bm * (dbn // 32) * 4})
     return {"dkdv": dkdv, "dq": dq}
@@ -261,6 +265,11 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
 def check_backward_spec(spec: BackwardSpec) -> None:
     """The backward template's assumptions (it re-checks them with static_assert)."""
     _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
+    if spec.engine not in BACKWARD_ENGINES:
+        raise ValueError(f"backward engine {spec.engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
+    if spec.engine == "wgmma" and (spec.block_m, spec.block_n) != (64, 128):
+        raise ValueError(f"wgmma backward: tiles {spec.block_m}x{spec.block_n}; its dK/dV kernel takes 64 queries "
+                         "x 128 keys (two warpgroups of 64 keys)")
     if spec.block_m % 16 or spec.block_m < 64 or spec.block_n % 32 or spec.dq_block_n % 32:
         raise ValueError(f"backward tiles {spec.block_m}x{spec.block_n} / {spec.dq_block_n}: block_m a multiple "
                          "of 16 (>= 64), block_n and dq_block_n multiples of 32")
@@ -268,11 +277,18 @@ def check_backward_spec(spec: BackwardSpec) -> None:
 
 def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     """Render the backward kernels for ``spec`` (prep, dK/dV with and without atomic dQ, deterministic dQ,
-    dQ conversion) into one source. PARTIAL tiles build visibility bits from interval bounds where the
+    dQ conversion) into one source; the dK/dV kernels on the spec's engine (mma.sync, or wgmma). PARTIAL tiles build visibility bits from interval bounds where the
     predicate is made of intervals (exact masks), else by calling ``mask_visible`` per pair."""
     check_backward_spec(spec)
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
-    source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec))
+    if spec.engine == "wgmma":
+        engine = dict(dkdv_template="bwd_dkdv_wgmma.cu.j2", engine_includes=("wgmma.cu.j2",),
+                      query_tile_loader="load_tile_sw128",
+                      wgmma_widths=sorted({spec.block_m, spec.head_dim, spec.head_dim // 2}),
+                      wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
+    else:
+        engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
+    source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec), **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(), entries=spec.entries)
 
 

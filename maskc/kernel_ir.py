@@ -14,6 +14,7 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 # Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma with cp.async loads, or
 # wgmma fed by the copy engine (TMA) from a producer warpgroup.
 ENGINES = ("mma", "wgmma", "wgmma_tma")
+BACKWARD_ENGINES = ("mma", "wgmma")   # the dK/dV kernel's
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,6 +225,7 @@ class BackwardSpec:
     dq_block_n: int
     predicate: str
     mask_summary: tuple[str, ...] = field(default=())
+    engine: str = "mma"      # the dK/dV kernel's: "mma" (mma.sync) or "wgmma" (Hopper warpgroup products)
 
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
     entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")

@@ -132,15 +132,17 @@ class CompiledMask:
                           emit_predicate(self.ranges, tuple(constants)), self._summary(constants), engine)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
-                      constants: tuple[tuple[str, int], ...] = ()) -> BackwardSpec:
-        """The backward kernels' spec (tiles from the schedule); const parameters as for kernel_spec."""
+                      constants: tuple[tuple[str, int], ...] = (), engine: str | None = None) -> BackwardSpec:
+        """The backward kernels' spec (tiles and dK/dV engine from the schedule, for Hopper; ``engine``
+        picks one); const parameters as for kernel_spec."""
         from .schedule import choose_backward_tiles
         from .sanitize import c_identifier
 
         self._check_constants(constants)
-        block_m, block_n, dq_block_n = choose_backward_tiles(head_dim, dtype)
-        return BackwardSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, dq_block_n,
-                            emit_predicate(self.ranges, tuple(constants)), self._summary(constants))
+        tiles = choose_backward_tiles(head_dim, dtype, engine=engine)
+        return BackwardSpec(c_identifier(self.name), head_dim, dtype, tiles.block_m, tiles.block_n,
+                            tiles.dq_block_n, emit_predicate(self.ranges, tuple(constants)),
+                            self._summary(constants), tiles.engine)
 
     def _check_constants(self, constants) -> None:
         missing = [n for n in self.const_params if n not in dict(constants)]

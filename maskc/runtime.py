@@ -35,7 +35,7 @@ from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit
                    shared_memory_bytes)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
 from .launch import PackedLaunch
-from .schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
+from .schedule import BackwardTiles, Tiles, choose_backward_tiles, choose_tiles, forward_candidates
 from .tma import tile_map
 
 __all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
@@ -231,12 +231,13 @@ def _device_descriptor(bound, block_m: int, block_n: int, device: int, transpose
     return ddesc
 
 
-def _backward_kernel(bound, head_dim: int, dtype: str, device: int) -> LoadedKernel:
+def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int) -> LoadedKernel:
     mask_state = _state_for(bound.mask)
-    kkey = ("backward", head_dim, dtype, device, bound.constants)
+    kkey = ("backward", head_dim, dtype, device, bound.constants, tiles.engine)
     kernel = mask_state.get(kkey)
     if kernel is None:
-        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(bound.backward_spec(head_dim=head_dim, dtype=dtype)))
+        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine)
+        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec))
     return kernel
 
 
@@ -565,7 +566,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     """
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     oo, do = _operand(out, "out"), _operand(dout, "dout")
-    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic))
+    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), os.environ.get("MASKC_BWD_ENGINE"))
     state = _state_for(bound)
     plan = state.get(key)
     if plan is None:
@@ -608,12 +609,13 @@ def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
     try:
-        block_m, block_n, dq_block_n = choose_backward_tiles(D, qo.dtype)
+        tiles = choose_backward_tiles(D, qo.dtype, _capability(qo.device))
     except ValueError as exc:
         raise AttentionInputError(str(exc)) from None
+    block_m, block_n, dq_block_n = tiles.block_m, tiles.block_n, tiles.dq_block_n
 
     with _on_device(qo.device):
-        kernel = _backward_kernel(bound, D, qo.dtype, qo.device)
+        kernel = _backward_kernel(bound, tiles, D, qo.dtype, qo.device)
         spec = kernel.source.spec
         cols = _device_descriptor(bound, block_m, block_n, qo.device, transposed=True)
         mask_batch = cols.descriptor.batch

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .kernel_ir import ENGINES
+from .kernel_ir import BACKWARD_ENGINES, ENGINES
 
 
 class Tiles(NamedTuple):
@@ -91,13 +91,37 @@ def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER
 
 # Backward: (block_m, block_n, dq_block_n). The dK/dV kernel runs block_n / 16 warps (8), each owning 16 keys,
 # with dK and dV in registers (64 fp32 each at D=128); block_m queries per step. The deterministic dQ
-# kernel runs block_m / 16 warps (4) over keys dq_block_n at a time. Head dims 64 and 128.
+# kernel runs block_m / 16 warps (4) over keys dq_block_n at a time. Head dims 64 and 128. Both dK/dV
+# engines use these tiles: `mma` (mma.sync) and, on Hopper, `wgmma` (its 8 warps are two warpgroups of 64
+# keys; block_m 64 is the N of its S^T products and the M of its dQ product).
 _BACKWARD_TILES = {
     64: (64, 128, 64),
     128: (64, 128, 64),
 }
+# The dK/dV engine the schedule picks on Hopper (bench/NOTES.md has the measurements behind it).
+DEFAULT_HOPPER_BACKWARD_ENGINE = "mma"
 
 
-def choose_backward_tiles(head_dim: int, dtype: str) -> tuple[int, int, int]:
-    """(block_m, block_n, dq_block_n) for the backward kernels; ValueError where there is none."""
-    return _lookup(_BACKWARD_TILES, head_dim, dtype, "backward: ")
+class BackwardTiles(NamedTuple):
+    """The backward kernels' shapes and the dK/dV kernel's engine."""
+
+    block_m: int
+    block_n: int
+    dq_block_n: int
+    engine: str = "mma"
+
+
+def choose_backward_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER,
+                          engine: str | None = None) -> BackwardTiles:
+    """The backward kernels' tiles and dK/dV engine for a GPU of compute ``capability``; ``engine`` (or
+    MASKC_BWD_ENGINE) picks one instead of the default. ValueError where there is none."""
+    engine = engine or os.environ.get("MASKC_BWD_ENGINE") or None
+    if engine not in (None, *BACKWARD_ENGINES):
+        raise ValueError(f"backward engine {engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
+    tiles = _lookup(_BACKWARD_TILES, head_dim, dtype, "backward: ")
+    if engine == "wgmma" and tuple(capability) != HOPPER:
+        raise ValueError(f"the wgmma backward engine needs compute capability 9.0 "
+                         f"(got {capability[0]}.{capability[1]})")
+    if engine is None:
+        engine = DEFAULT_HOPPER_BACKWARD_ENGINE if tuple(capability) == HOPPER else "mma"
+    return BackwardTiles(*tiles, engine)

@@ -1,5 +1,6 @@
 """The backward kernels on the GPU, through autograd (maskc.attention on torch tensors), against float64
-autograd of a dense masked softmax attention on the same inputs, for every example mask.
+autograd of a dense masked softmax attention on the same inputs, for every example mask, on each dK/dV
+engine.
 
 Every case: fresh random inputs and output gradient, gradient buffers poisoned with NaN first, GQA (dK/dV
 summed over the group), ‖grad − ref‖ / ‖ref‖ per gradient; both backward modes, and the deterministic one
@@ -21,10 +22,18 @@ if not gpu_available(with_torch=True):
 import torch  # noqa: E402
 
 import maskc  # noqa: E402
+from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
 from gpu_support import EX, bind, load, poison, randn, rel, visibility  # noqa: E402
 
 # bf16/fp16 operands of P and dS: gradients land a little above the forward's error
 GRAD_TOL = {"bf16": 2e-2, "fp16": 1e-2}
+
+
+@pytest.fixture(autouse=True, params=BACKWARD_ENGINES)
+def backward_engine(request, monkeypatch):
+    """Every test runs on each dK/dV engine (MASKC_BWD_ENGINE; the runtime keys its plans by it)."""
+    monkeypatch.setenv("MASKC_BWD_ENGINE", request.param)
+    return request.param
 
 
 def reference_grads(q, k, v, dout, bound, scale, dlse=None):

@@ -1,6 +1,7 @@
 """The kernel template renders and compiles through NVRTC for sm_90a (no GPU needed)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -96,6 +97,39 @@ def test_schedule_picks_the_engine_by_generation(monkeypatch):
     monkeypatch.setenv("MASKC_ENGINE", "tensor-cores")
     with pytest.raises(ValueError, match="unknown"):
         choose_tiles(64, "fp16")
+
+
+def test_backward_schedule_picks_the_engine(monkeypatch):
+    from maskc.schedule import DEFAULT_HOPPER_BACKWARD_ENGINE, choose_backward_tiles
+
+    monkeypatch.delenv("MASKC_BWD_ENGINE", raising=False)
+    assert choose_backward_tiles(128, "bf16").engine == DEFAULT_HOPPER_BACKWARD_ENGINE
+    assert choose_backward_tiles(128, "bf16", capability=(8, 0)).engine == "mma"
+    assert choose_backward_tiles(64, "fp16", engine="wgmma") == (64, 128, 64, "wgmma")
+    with pytest.raises(ValueError, match="compute capability 9.0"):
+        choose_backward_tiles(128, "bf16", capability=(8, 9), engine="wgmma")
+    monkeypatch.setenv("MASKC_BWD_ENGINE", "wgmma")
+    assert choose_backward_tiles(128, "bf16").engine == "wgmma"
+    monkeypatch.setenv("MASKC_BWD_ENGINE", "wgmma_tma")      # a forward engine only
+    with pytest.raises(ValueError, match="unknown"):
+        choose_backward_tiles(128, "bf16")
+
+
+def test_backward_wgmma_layout_and_tiles():
+    """The wgmma dK/dV kernel reads every tile at the 1024-byte swizzle atom, with slack to align the base;
+    it takes only its 64 x 128 tiles."""
+    from maskc.emit import backward_layout, check_backward_spec
+
+    spec = dataclasses.replace(maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=64), engine="wgmma")
+    layout = backward_layout(spec)["dkdv"]
+    assert all(layout[name] % 1024 == 0 for name in ("k", "v", "q", "do", "ds"))
+    assert layout["total"] - 1024 >= layout["bits"] + 64 * 4 * 4
+    mma = backward_layout(dataclasses.replace(spec, engine="mma"))["dkdv"]
+    assert mma["total"] < layout["total"]
+    with pytest.raises(ValueError, match="64 queries x 128 keys"):
+        check_backward_spec(dataclasses.replace(spec, block_n=64))
+    with pytest.raises(ValueError, match="unknown"):
+        check_backward_spec(dataclasses.replace(spec, engine="wgmma_tma"))
 
 
 def test_source_reads_as_cuda():

@@ -6,6 +6,7 @@ from hypothesis import given, strategies as st
 
 import maskc
 from maskc.emit import compile_to_cubin
+from maskc.kernel_ir import BACKWARD_ENGINES
 from conftest import EXAMPLES, EXAMPLE_NAMES, example_params
 
 CONTRACT = {
@@ -116,16 +117,20 @@ def test_kernel_compiles_through_nvrtc(name):
         assert f"const {name_} = {value}" in source.source
 
 
+@pytest.mark.parametrize("engine", BACKWARD_ENGINES)
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_backward_kernels_compile_through_nvrtc(name):
-    """Every entry of the backward source is in the cubin; fp16 and D=64 for half of the examples."""
+def test_backward_kernels_compile_through_nvrtc(name, engine):
+    """Every entry of the backward source is in the cubin, on each dK/dV engine; fp16 and D=64 for half of
+    the examples."""
     pytest.importorskip("cupy")
     from maskc.emit import emit_backward_kernel
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=300, **example_params(
         name, 300, np.random.default_rng(0)))
     odd = EXAMPLE_NAMES.index(name) % 2
-    spec = bound.backward_spec(head_dim=64 if odd else 128, dtype="fp16" if odd else "bf16")
+    spec = bound.backward_spec(head_dim=64 if odd else 128, dtype="fp16" if odd else "bf16", engine=engine)
+    assert spec.engine == engine
     source = emit_backward_kernel(spec)
+    assert ("wgmma.mma_async" in source.source) == (engine == "wgmma")
     cubin = compile_to_cubin(source)
     for entry in source.functions:
         assert entry.encode() in cubin
