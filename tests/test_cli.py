@@ -122,6 +122,15 @@ def test_compile_backward_writes_every_kernel(tmp_path):
     assert bad.exit_code == 1 and "head dim 256" in bad.stderr and "Traceback" not in bad.output
 
 
+def test_compile_backward_engine(tmp_path):
+    out = tmp_path / "bwd.cu"
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--backward", "--engine", "wgmma")
+    assert result.exit_code == 0 and ", wgmma)" in result.stderr, result.output
+    assert "wgmma.mma_async" in out.read_text()
+    bad = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--backward", "--engine", "wgmma_tma")
+    assert bad.exit_code == 1 and "backward engine 'wgmma_tma' unknown" in bad.stderr and "Traceback" not in bad.output
+
+
 def test_cubin_registers_reads_the_elf():
     pytest.importorskip("cupy")
     from maskc.emit import compile_to_cubin
