@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from .kernel_ir import BACKWARD_ENGINES, ENGINES, BackwardSpec, KernelSource, KernelSpec
+from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource, KernelSpec
 
 TEMPLATE_NAME = "attention_fwd.cu.j2"
 WGMMA_TEMPLATE_NAME = "attention_fwd_wgmma.cu.j2"
@@ -253,8 +253,12 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
     # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base
     align = 1024 if spec.engine == "wgmma" else 128
-    dkdv = _placed({"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": bn * bm * 2,
-                    "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4}, align)
+    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": bn * bm * 2,
+             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4}
+    if spec.dq_reduction == "bulk":
+        # each warp's 16 rows of its warpgroup's D / 2 dQ columns, fp32, rows padded by 32 bytes (no bank conflicts)
+        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2 + 8) * 4
+    dkdv = _placed(sizes, align)
     if spec.engine == "wgmma":
         dkdv["total"] += 1024
     dq = _placed({"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn),
@@ -267,6 +271,9 @@ def check_backward_spec(spec: BackwardSpec) -> None:
     _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
     if spec.engine not in BACKWARD_ENGINES:
         raise ValueError(f"backward engine {spec.engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
+    if spec.dq_reduction not in DQ_REDUCTIONS or (spec.engine != "wgmma" and spec.dq_reduction != "red2"):
+        raise ValueError(f"dQ reduction {spec.dq_reduction!r} on the {spec.engine} engine (the wgmma kernel takes "
+                         f"{', '.join(DQ_REDUCTIONS)}; the mma kernel red2)")
     if spec.engine == "wgmma" and (spec.block_m, spec.block_n) != (64, 128):
         raise ValueError(f"wgmma backward: tiles {spec.block_m}x{spec.block_n}; its dK/dV kernel takes 64 queries "
                          "x 128 keys (two warpgroups of 64 keys)")
@@ -283,7 +290,7 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
     if spec.engine == "wgmma":
         engine = dict(dkdv_template="bwd_dkdv_wgmma.cu.j2", engine_includes=("wgmma.cu.j2",),
-                      query_tile_loader="load_tile_sw128",
+                      query_tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction,
                       wgmma_widths=sorted({spec.block_m, spec.head_dim, spec.head_dim // 2}),
                       wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
     else:

@@ -15,6 +15,10 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 # wgmma fed by the copy engine (TMA) from a producer warpgroup.
 ENGINES = ("mma", "wgmma", "wgmma_tma")
 BACKWARD_ENGINES = ("mma", "wgmma")   # the dK/dV kernel's
+# How the wgmma dK/dV kernel adds its dQ tile to the fp32 buffer: red2 / red4 (vector reductions of 2 or 4
+# floats per thread), bulk (rows staged in shared memory, one bulk-copy reduction per row), none (left out:
+# a timing experiment only, dQ is wrong). The mma kernel always uses red2.
+DQ_REDUCTIONS = ("red2", "red4", "bulk", "none")
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,6 +230,7 @@ class BackwardSpec:
     predicate: str
     mask_summary: tuple[str, ...] = field(default=())
     engine: str = "mma"      # the dK/dV kernel's: "mma" (mma.sync) or "wgmma" (Hopper warpgroup products)
+    dq_reduction: str = "red2"   # how the wgmma dK/dV kernel adds dQ to the fp32 buffer (DQ_REDUCTIONS)
 
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
     entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")

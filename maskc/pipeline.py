@@ -135,14 +135,14 @@ class CompiledMask:
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None) -> BackwardSpec:
         """The backward kernels' spec (tiles and dK/dV engine from the schedule, for Hopper; ``engine``
         picks one); const parameters as for kernel_spec."""
-        from .schedule import choose_backward_tiles
+        from .schedule import choose_backward_tiles, choose_dq_reduction
         from .sanitize import c_identifier
 
         self._check_constants(constants)
         tiles = choose_backward_tiles(head_dim, dtype, engine=engine)
         return BackwardSpec(c_identifier(self.name), head_dim, dtype, tiles.block_m, tiles.block_n,
                             tiles.dq_block_n, emit_predicate(self.ranges, tuple(constants)),
-                            self._summary(constants), tiles.engine)
+                            self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine))
 
     def _check_constants(self, constants) -> None:
         missing = [n for n in self.const_params if n not in dict(constants)]

@@ -233,7 +233,7 @@ def _device_descriptor(bound, block_m: int, block_n: int, device: int, transpose
 
 def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int) -> LoadedKernel:
     mask_state = _state_for(bound.mask)
-    kkey = ("backward", head_dim, dtype, device, bound.constants, tiles.engine)
+    kkey = ("backward", head_dim, dtype, device, bound.constants, tiles.engine, os.environ.get("MASKC_BWD_DQ_REDUCTION"))
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine)
@@ -566,7 +566,8 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     """
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     oo, do = _operand(out, "out"), _operand(dout, "dout")
-    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), os.environ.get("MASKC_BWD_ENGINE"))
+    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), os.environ.get("MASKC_BWD_ENGINE"),
+           os.environ.get("MASKC_BWD_DQ_REDUCTION"))
     state = _state_for(bound)
     plan = state.get(key)
     if plan is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .kernel_ir import BACKWARD_ENGINES, ENGINES
+from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES
 
 
 class Tiles(NamedTuple):
@@ -126,3 +126,18 @@ def choose_backward_tiles(head_dim: int, dtype: str, capability: tuple[int, int]
     if engine is None:
         engine = DEFAULT_HOPPER_BACKWARD_ENGINE if tuple(capability) == HOPPER else "mma"
     return BackwardTiles(*tiles, engine)
+
+
+# The wgmma dK/dV kernel's way of adding dQ to the fp32 buffer (kernel_ir.DQ_REDUCTIONS).
+DEFAULT_DQ_REDUCTION = "red2"
+
+
+def choose_dq_reduction(engine: str) -> str:
+    """The dQ reduction of a dK/dV kernel on ``engine``: MASKC_BWD_DQ_REDUCTION (experiments), else the
+    default; the mma kernel has only red2."""
+    if engine != "wgmma":
+        return "red2"
+    chosen = os.environ.get("MASKC_BWD_DQ_REDUCTION") or DEFAULT_DQ_REDUCTION
+    if chosen not in DQ_REDUCTIONS:
+        raise ValueError(f"dQ reduction {chosen!r} unknown (known: {', '.join(DQ_REDUCTIONS)})")
+    return chosen

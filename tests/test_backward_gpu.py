@@ -22,7 +22,7 @@ if not gpu_available(with_torch=True):
 import torch  # noqa: E402
 
 import maskc  # noqa: E402
-from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
+from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS  # noqa: E402
 from gpu_support import EX, bind, load, poison, randn, rel, visibility  # noqa: E402
 
 # bf16/fp16 operands of P and dS: gradients land a little above the forward's error
@@ -96,6 +96,17 @@ def test_example_gradients(name, S, D, dtype):
     """Every example: GQA 4/2, batch 2 with different parameters per element, both modes."""
     bound = bind(name, S, seed=S + D + 1, batch=2 if load(name).params else None)
     check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype, deterministic=(S + D) % 2 == 0)
+
+
+@pytest.mark.parametrize("reduction", [r for r in DQ_REDUCTIONS if r != "none"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear"])
+def test_dq_reductions(name, D, reduction, backward_engine, monkeypatch):
+    """Each way the wgmma kernel adds dQ to the fp32 buffer (MASKC_BWD_DQ_REDUCTION), ragged rows included."""
+    if backward_engine != "wgmma":
+        pytest.skip("the mma kernel has one reduction")
+    monkeypatch.setenv("MASKC_BWD_DQ_REDUCTION", reduction)
+    check(bind(name, 1000, seed=D, batch=2 if load(name).params else None), B=2, Hq=4, Hkv=2, D=D, dtype="bf16")
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
