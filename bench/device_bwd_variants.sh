@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A device call for the backward's dQ reductions (run from the repo root, `.whl` carried): compile the
+# variants in parallel, their GPU tests, bench/bwd_variants.py, then ncu's view of one wgmma dK/dV kernel
+# (causal 8K). Logs to $OUT; the tables last.
+set -u
+OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl \
+  && export PYTHONPATH=$PWD:$PWD/.whl/site:${PYTHONPATH:-} || exit 1
+export PYTHONUNBUFFERED=1 MASKC_CACHE_DIR=/tmp/maskc_cache
+timeout 120 python3 - <<'PY' 2>&1 | tail -n 3
+import os
+from concurrent.futures import ProcessPoolExecutor
+def job(a):
+    name, d, red = a
+    os.environ["MASKC_BWD_DQ_REDUCTION"] = red
+    import maskc
+    from maskc import runtime
+    from maskc.emit import emit_backward_kernel, compile_to_cubin
+    src = emit_backward_kernel(maskc.load(f"examples/{name}.mask").backward_spec(head_dim=d, engine="wgmma"))
+    out = runtime.cache_dir() / f"{src.entry}-{runtime.kernel_key(src)[:32]}.cubin"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp%d" % os.getpid()); tmp.write_bytes(compile_to_cubin(src)); os.replace(tmp, out)
+jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("red2", "red4", "bulk", "none")]
+with ProcessPoolExecutor(16) as pool:
+    list(pool.map(job, jobs))
+print("precompiled", len(jobs))
+PY
+timeout ${PYTEST_TIMEOUT:-150} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward_gpu.py -k "dq_reductions" -rf \
+  > "$OUT/pytest_dq.log" 2>&1
+echo "pytest: $(tail -n 1 "$OUT/pytest_dq.log")"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_dq.log" | head
+timeout ${VARIANTS_TIMEOUT:-200} python3 bench/bwd_variants.py ${VARIANTS_ARGS:-} > "$OUT/variants.log" 2>&1; echo "variants rc=$?"
+timeout ${NCU_TIMEOUT:-100} ncu --clock-control none -k regex:dkdv -c 1 --section SpeedOfLight --section WarpStateStats \
+  --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+  python3 bench/bwd_variants.py --once --lengths 8192 --masks causal > "$OUT/ncu.log" 2>&1; echo "ncu rc=$?"
+grep -E "Throughput|Pipe|Stall|stall|Warp Cycles|Issued|Eligible|L2|Duration|Registers|Theoretical|Achieved" "$OUT/ncu.log" | head -40
+grep '^| ' "$OUT/variants.log"
