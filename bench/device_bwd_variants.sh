@@ -20,7 +20,7 @@ def job(a):
     out = runtime.cache_dir() / f"{src.entry}-{runtime.kernel_key(src)[:32]}.cubin"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp%d" % os.getpid()); tmp.write_bytes(compile_to_cubin(src)); os.replace(tmp, out)
-jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("red2", "red4", "bulk", "none")]
+jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("red2", "red4", "bulk", "bulk_tile", "none")]
 with ProcessPoolExecutor(16) as pool:
     list(pool.map(job, jobs))
 print("precompiled", len(jobs))
@@ -29,8 +29,13 @@ timeout ${PYTEST_TIMEOUT:-150} python3 -m pytest -m gpu -q -p no:cacheprovider t
   > "$OUT/pytest_dq.log" 2>&1
 echo "pytest: $(tail -n 1 "$OUT/pytest_dq.log")"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_dq.log" | head
 timeout ${VARIANTS_TIMEOUT:-200} python3 bench/bwd_variants.py ${VARIANTS_ARGS:-} > "$OUT/variants.log" 2>&1; echo "variants rc=$?"
-timeout ${NCU_TIMEOUT:-100} ncu --clock-control none -k regex:dkdv -c 1 --section SpeedOfLight --section WarpStateStats \
-  --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-  python3 bench/bwd_variants.py --once --lengths 8192 --masks causal > "$OUT/ncu.log" 2>&1; echo "ncu rc=$?"
-grep -E "Throughput|Pipe|Stall|stall|Warp Cycles|Issued|Eligible|L2|Duration|Registers|Theoretical|Achieved" "$OUT/ncu.log" | head -40
+# ncu (no clock control): the dK/dV kernel's throughputs, L2 and DRAM traffic and stall reasons, with and
+# without its dQ reductions
+for r in ${NCU_REDUCTIONS:-red2 none}; do
+  MASKC_BWD_DQ_REDUCTION=$r timeout ${NCU_TIMEOUT:-100} ncu --clock-control none -k regex:dkdv -c 1 --section SpeedOfLight \
+    --metrics lts__t_sectors_op_red.sum,lts__t_sectors.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
+    python3 bench/bwd_variants.py --once --lengths 8192 --masks causal > "$OUT/ncu_$r.log" 2>&1; echo "ncu $r rc=$?"
+  grep -E "Duration|Compute \(SM\)|L2 Cache Throughput|lts__|dram__" "$OUT/ncu_$r.log"
+  grep -E "issue_stalled" "$OUT/ncu_$r.log" | awk '$NF+0 > 0.2' | sed 's/smsp__average_warps_issue_stalled_//'
+done
 grep '^| ' "$OUT/variants.log"

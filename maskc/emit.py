@@ -258,6 +258,8 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     if spec.dq_reduction == "bulk":
         # each warp's 16 rows of its warpgroup's D / 2 dQ columns, fp32, rows padded by 32 bytes (no bank conflicts)
         sizes["dq_stage"] = (bn // 16) * 16 * (d // 2 + 8) * 4
+    elif spec.dq_reduction == "bulk_tile":
+        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's tile, as it lies in the buffer
     dkdv = _placed(sizes, align)
     if spec.engine == "wgmma":
         dkdv["total"] += 1024

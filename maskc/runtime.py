@@ -585,7 +585,9 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
         dv, dv_ptr = outs.empty((B, Hkv, Skv, D))
         lse_log2, lse_log2_ptr = outs.empty((B, Hq, S), fp32=True)
         delta, delta_ptr = outs.empty((B, Hq, S), fp32=True)
-        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, S, D), fp32=True, zero=True)
+        # rows padded to the 64-row query blocks the bulk_tile reduction lays the buffer out in
+        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, -(-S // 64) * 64, D), fp32=True,
+                                                                            zero=True)
         pointers = {"q": qo.ptr, "k": ko.ptr, "v": vo.ptr, "out": oo.ptr, "dout": do.ptr, "lse": lse_ptr,
                     "dlse": dlse_ptr, "lse_log2": lse_log2_ptr, "delta": delta_ptr, "dq": dq_ptr, "dk": dk_ptr,
                     "dv": dv_ptr, "dq_accum": dq_accum_ptr}
@@ -650,6 +652,6 @@ def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _
                 (block_m // 16 * 32, 1, 1)))
         else:
             n = B * Hq * S * D
-            plan.append(packed(spec.entry_dq_convert, ("dq_accum", "dq"), (f32(scale), i64(n)),
+            plan.append(packed(spec.entry_dq_convert, ("dq_accum", "dq"), (f32(scale), i64(n), i32(S)),
                                ((n // 2 + 255) // 256, 1, 1), (256, 1, 1)))
     return plan
