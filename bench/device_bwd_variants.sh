@@ -20,12 +20,12 @@ def job(a):
     out = runtime.cache_dir() / f"{src.entry}-{runtime.kernel_key(src)[:32]}.cubin"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp%d" % os.getpid()); tmp.write_bytes(compile_to_cubin(src)); os.replace(tmp, out)
-jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("red2", "red4", "bulk", "bulk_tile", "none")]
+jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("red2", "red4", "bulk", "bulk_tile", "red2_deferred", "none")]
 with ProcessPoolExecutor(16) as pool:
     list(pool.map(job, jobs))
 print("precompiled", len(jobs))
 PY
-timeout ${PYTEST_TIMEOUT:-150} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward_gpu.py -k "dq_reductions" -rf \
+timeout ${PYTEST_TIMEOUT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward_gpu.py -k "dq_reductions" -rf \
   > "$OUT/pytest_dq.log" 2>&1
 echo "pytest: $(tail -n 1 "$OUT/pytest_dq.log")"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_dq.log" | head
 timeout ${VARIANTS_TIMEOUT:-200} python3 bench/bwd_variants.py ${VARIANTS_ARGS:-} > "$OUT/variants.log" 2>&1; echo "variants rc=$?"

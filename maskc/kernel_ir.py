@@ -18,8 +18,9 @@ BACKWARD_ENGINES = ("mma", "wgmma")   # the dK/dV kernel's
 # How the wgmma dK/dV kernel adds its dQ tile to the fp32 buffer: red2 / red4 (vector reductions of 2 or 4
 # floats per thread), bulk (rows staged in shared memory, one bulk-copy reduction per row), bulk_tile (the
 # buffer laid out in per-warp tiles of 16 rows x D / 2 in fragment order: one bulk-copy reduction per warp
-# and step), none (left out: a timing experiment only, dQ is wrong). The mma kernel always uses red2.
-DQ_REDUCTIONS = ("red2", "red4", "bulk", "bulk_tile", "none")
+# and step), red2_deferred (red2, issued while the next step's first products run), none (left out: a
+# timing experiment only, dQ is wrong). The mma kernel always uses red2.
+DQ_REDUCTIONS = ("red2", "red4", "bulk", "bulk_tile", "red2_deferred", "none")
 
 
 @dataclass(frozen=True, eq=False)
