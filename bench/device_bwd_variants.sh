@@ -20,7 +20,7 @@ def job(a):
     out = runtime.cache_dir() / f"{src.entry}-{runtime.kernel_key(src)[:32]}.cubin"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp%d" % os.getpid()); tmp.write_bytes(compile_to_cubin(src)); os.replace(tmp, out)
-jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("red2", "red4", "bulk", "bulk_tile", "red2_deferred", "none")]
+jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("bulk_tile", "red2", "none")]
 with ProcessPoolExecutor(16) as pool:
     list(pool.map(job, jobs))
 print("precompiled", len(jobs))

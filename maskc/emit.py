@@ -253,14 +253,10 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
     # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base
     align = 1024 if spec.engine == "wgmma" else 128
-    deferred = spec.dq_reduction.endswith("_deferred")   # two dS^T buffers (the wgmma kernel)
-    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": (1 + deferred) * bn * bm * 2,
+    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": bn * bm * 2,
              "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4}
-    if spec.dq_reduction == "bulk":
-        # each warp's 16 rows of its warpgroup's D / 2 dQ columns, fp32, rows padded by 32 bytes (no bank conflicts)
-        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2 + 8) * 4
-    elif spec.dq_reduction == "bulk_tile":
-        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's tile, as it lies in the buffer
+    if spec.dq_reduction == "bulk_tile":
+        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's dQ tile, as it lies in the buffer
     dkdv = _placed(sizes, align)
     if spec.engine == "wgmma":
         dkdv["total"] += 1024
@@ -293,9 +289,7 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
     if spec.engine == "wgmma":
         engine = dict(dkdv_template="bwd_dkdv_wgmma.cu.j2", engine_includes=("wgmma.cu.j2",),
-                      query_tile_loader="load_tile_sw128",
-                      dq_reduction=spec.dq_reduction.removesuffix("_deferred"),
-                      dq_deferred=spec.dq_reduction.endswith("_deferred"),
+                      query_tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction,
                       wgmma_widths=sorted({spec.block_m, spec.head_dim, spec.head_dim // 2}),
                       wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
     else:

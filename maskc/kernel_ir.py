@@ -15,12 +15,12 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 # wgmma fed by the copy engine (TMA) from a producer warpgroup.
 ENGINES = ("mma", "wgmma", "wgmma_tma")
 BACKWARD_ENGINES = ("mma", "wgmma")   # the dK/dV kernel's
-# How the wgmma dK/dV kernel adds its dQ tile to the fp32 buffer: red2 / red4 (vector reductions of 2 or 4
-# floats per thread), bulk (rows staged in shared memory, one bulk-copy reduction per row), bulk_tile (the
-# buffer laid out in per-warp tiles of 16 rows x D / 2 in fragment order: one bulk-copy reduction per warp
-# and step), red2_deferred (red2, issued while the next step's first products run), none (left out: a
-# timing experiment only, dQ is wrong). The mma kernel always uses red2.
-DQ_REDUCTIONS = ("red2", "red4", "bulk", "bulk_tile", "red2_deferred", "none")
+# How the wgmma dK/dV kernel adds its dQ tile to the fp32 buffer: bulk_tile (the buffer laid out in per-warp
+# tiles of 16 rows x D / 2 in fragment order: each warp stages its tile in shared memory and one lane hands
+# it to the copy engine as one bulk reduction per step), red2 (a row-major buffer, vector reductions of two
+# floats per thread from the fragments: what the mma kernel always does), none (left out: a timing
+# experiment only, dQ is wrong). bench/NOTES.md, runs 25-26, has these and the variants tried and dropped.
+DQ_REDUCTIONS = ("bulk_tile", "red2", "none")
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from maskc.emit import compile_to_cubin, compile_with_log, emit_kernel, nvrtc_options, template_dir
+from maskc.emit import (compile_to_cubin, compile_with_log, emit_backward_kernel, emit_kernel, nvrtc_options,
+                        template_dir)
 from maskc.kernel_ir import KernelSpec
 from maskc.schedule import choose_tiles
 
@@ -120,16 +121,36 @@ def test_backward_wgmma_layout_and_tiles():
     it takes only its 64 x 128 tiles."""
     from maskc.emit import backward_layout, check_backward_spec
 
-    spec = dataclasses.replace(maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=64), engine="wgmma")
+    spec = dataclasses.replace(maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=64), engine="wgmma",
+                               dq_reduction="red2")
     layout = backward_layout(spec)["dkdv"]
     assert all(layout[name] % 1024 == 0 for name in ("k", "v", "q", "do", "ds"))
     assert layout["total"] - 1024 >= layout["bits"] + 64 * 4 * 4
     mma = backward_layout(dataclasses.replace(spec, engine="mma"))["dkdv"]
     assert mma["total"] < layout["total"]
+    # bulk_tile stages each warp's 16 rows x D / 2 fp32 dQ tile, after everything else
+    tiled = backward_layout(dataclasses.replace(spec, dq_reduction="bulk_tile"))["dkdv"]
+    assert tiled["dq_stage"] >= layout["bits"] and tiled["total"] - tiled["dq_stage"] >= 8 * 16 * 32 * 4
     with pytest.raises(ValueError, match="64 queries x 128 keys"):
         check_backward_spec(dataclasses.replace(spec, block_n=64))
     with pytest.raises(ValueError, match="unknown"):
         check_backward_spec(dataclasses.replace(spec, engine="wgmma_tma"))
+    with pytest.raises(ValueError, match="the mma kernel red2"):
+        check_backward_spec(dataclasses.replace(spec, engine="mma", dq_reduction="bulk_tile"))
+
+
+def test_dq_reduction_choice(monkeypatch):
+    from maskc.schedule import DEFAULT_DQ_REDUCTION, choose_dq_reduction
+
+    monkeypatch.delenv("MASKC_BWD_DQ_REDUCTION", raising=False)
+    assert choose_dq_reduction("wgmma") == DEFAULT_DQ_REDUCTION and choose_dq_reduction("mma") == "red2"
+    monkeypatch.setenv("MASKC_BWD_DQ_REDUCTION", "red2")
+    assert choose_dq_reduction("wgmma") == "red2"
+    spec = maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=128, engine="wgmma")
+    assert spec.dq_reduction == "red2" and "red_add_f32x2(dst" in emit_backward_kernel(spec).source
+    monkeypatch.setenv("MASKC_BWD_DQ_REDUCTION", "atomics")
+    with pytest.raises(ValueError, match="unknown"):
+        choose_dq_reduction("wgmma")
 
 
 def test_source_reads_as_cuda():
