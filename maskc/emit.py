@@ -283,8 +283,9 @@ def check_backward_spec(spec: BackwardSpec) -> None:
 
 def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     """Render the backward kernels for ``spec`` (prep, dK/dV with and without atomic dQ, deterministic dQ,
-    dQ conversion) into one source; the dK/dV kernels on the spec's engine (mma.sync, or wgmma). PARTIAL tiles build visibility bits from interval bounds where the
-    predicate is made of intervals (exact masks), else by calling ``mask_visible`` per pair."""
+    dQ conversion) into one source, the dK/dV kernels on the spec's engine (mma.sync, or wgmma with its dQ
+    reduction). PARTIAL tiles build visibility bits from interval bounds where the predicate is made of
+    intervals (exact masks), else by calling ``mask_visible`` per pair."""
     check_backward_spec(spec)
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
     if spec.engine == "wgmma":

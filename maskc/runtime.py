@@ -233,7 +233,8 @@ def _device_descriptor(bound, block_m: int, block_n: int, device: int, transpose
 
 def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int) -> LoadedKernel:
     mask_state = _state_for(bound.mask)
-    kkey = ("backward", head_dim, dtype, device, bound.constants, tiles.engine, os.environ.get("MASKC_BWD_DQ_REDUCTION"))
+    kkey = ("backward", head_dim, dtype, device, bound.constants, tiles.engine,
+            os.environ.get("MASKC_BWD_DQ_REDUCTION"))
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine)
