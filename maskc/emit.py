@@ -123,7 +123,7 @@ def shared_memory_bytes(spec: KernelSpec, source: str | None = None) -> int:
     (wgmma) the slack that lets the kernel align its tiles to the 1024-byte swizzle atom."""
     if spec.engine == "wgmma_tma":
         tiles = 2 * spec.head_dim * (2 * spec.block_m + 2 * KV_STAGES * spec.block_n)   # Q, O staging, K, V
-        base = tiles + 8 * (2 + 3 * KV_STAGES) + 1024
+        base = tiles + 8 * (2 + 4 * KV_STAGES + 2) + 8 + 1024   # barriers, the work-item mailbox, alignment
     else:
         base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
     if source is not None:

@@ -25,7 +25,7 @@ import os
 import tempfile
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -209,6 +209,13 @@ def _capability(device: int) -> tuple[int, int]:
 
     major, minor = divmod(int(cupy.cuda.Device(device).compute_capability), 10)
     return major, minor
+
+
+@functools.lru_cache(maxsize=None)
+def _l2_bytes(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).attributes["L2CacheSize"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -399,6 +406,29 @@ class _ForwardPlan:
     out_shape: tuple
     lse_shape: tuple
     tensor_maps: tuple | None   # (rows per box) of q, k, v when the kernel takes tensor maps, else None
+    schedules: dict = field(default_factory=dict)   # stream -> the persistent kernel's work counter (int32[2])
+
+    def schedule(self, stream: int) -> int:
+        """The device address of this stream's work counter: launches on one stream run one after the other,
+        and each resets its counter when it is done, so the next finds it at zero."""
+        counter = self.schedules.get(stream)
+        if counter is None:
+            import cupy
+
+            counter = self.schedules[stream] = cupy.zeros(2, np.int32)
+            cupy.cuda.get_current_stream().synchronize()   # zeroed before any stream's kernel reads it
+        return counter.data.ptr
+
+
+def _l2_heads(ko: _Operand, mask_batch: int, pairs: int, device: int) -> int:
+    """How many (batch, head) pairs' K and V fit in most of the L2 at once, a power of two (at least 1, at
+    most ``pairs``): the persistent kernel takes work items section by section of that many pairs."""
+    _, Hkv, Skv, D = ko.shape
+    group = max(1, pairs // max(1, Hkv))            # query heads that read one kv head
+    bytes_per_pair = 2 * Skv * D * 2 * mask_batch / group
+    budget = 0.8 * _l2_bytes(device)
+    fit = max(1, int(budget // max(1.0, bytes_per_pair)))
+    return max(1, min(pairs, 1 << (fit.bit_length() - 1)))
 
 
 def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *, tiles=None):
@@ -417,7 +447,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         tiles = tuple(tiles) if isinstance(tiles, (list, tuple)) else tiles
     # Everything the plan depends on besides the bound mask (whose state holds the plans).
     key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), "auto" if auto else tiles, emit_flags(),
-           os.environ.get("MASKC_ENGINE"), os.environ.get("MASKC_PERSISTENT"))
+           os.environ.get("MASKC_ENGINE"))
     state = _state_for(bound)
     plan = state.get(key)
     if plan is None:
@@ -427,11 +457,12 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         outs = _Outputs(qo)
         o, o_ptr = outs.empty(plan.out_shape)
         lse, lse_ptr = outs.empty(plan.lse_shape, fp32=True) if return_lse else (None, 0)
-        maps = ()
+        maps, pointers = (), [*enumerate((qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr))]
         if plan.tensor_maps is not None:
             maps = [(_TENSOR_MAP_ARGUMENT + i, tile_map(op.ptr, op.shape, op.strides, rows))
                     for i, (op, rows) in enumerate(zip((qo, ko, vo), plan.tensor_maps))]
-        plan.launch(outs.stream, enumerate((qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr)), maps)
+            pointers.append((_SCHEDULE_ARGUMENT, plan.schedule(outs.stream)))
+        plan.launch(outs.stream, pointers, maps)
         outs.synchronize_if_asked()
     return (o, lse) if return_lse else o
 
@@ -439,6 +470,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
 # Argument positions in the forward kernel's signature (templates/attention_fwd*.cu.j2): q, k, v, o, lse are
 # 0-4; the wgmma_tma kernel's tensor maps follow the 28 arguments the kernels share.
 _TENSOR_MAP_ARGUMENT = 28
+_SCHEDULE_ARGUMENT = _TENSOR_MAP_ARGUMENT + 6   # after the maps, batch_grid, n_work, l2_heads
 
 
 def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, tiles) -> _ForwardPlan:
@@ -477,15 +509,14 @@ def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scal
         assert len(args) == _TENSOR_MAP_ARGUMENT
         tensor_maps = None
         if spec.uses_tensor_maps:
-            # the warp-specialized kernel: tensor maps (set per call: they hold the data pointers), and work
-            # items that a persistent grid (one CTA per SM; MASKC_PERSISTENT=0 for one CTA per item) walks
-            # heaviest first
-            num_items = n_work * Hq * batch_grid
+            # the warp-specialized kernel: tensor maps (set per call: they hold the data pointers), a
+            # persistent grid of one CTA per SM taking work items from a counter (one per stream, set per
+            # call), and the number of heads whose K and V share L2 (the item order's sections)
+            pairs = Hq * batch_grid
             tensor_maps = (spec.block_m, spec.block_n, spec.block_n)
             args += tuple(tile_map(op.ptr, op.shape, op.strides, rows) for op, rows in zip((qo, ko, vo), tensor_maps))
-            args += (i32(batch_grid), i32(num_items))
-            persistent = os.environ.get("MASKC_PERSISTENT", "1") != "0"
-            grid = (min(num_items, _sm_count(qo.device)) if persistent else num_items, 1, 1)
+            args += (i32(batch_grid), i32(n_work), i32(_l2_heads(ko, desc.batch, pairs, qo.device)), u64(0))
+            grid = (min(n_work * pairs, _sm_count(qo.device)), 1, 1)
         packed = PackedLaunch(kernel.function, args, grid, (spec.threads, 1, 1), kernel.shared_bytes)
     return _ForwardPlan(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps)
 
