@@ -1,12 +1,12 @@
 """Forward attention on the GPU: maskc against FlexAttention (Triton and FA4 backends), FA4 and cuDNN, side by
 side in one process.
 
-B=1, H=16, bf16; D=128 unless ``--head-dims`` adds causal runs at other head dims. Median of
+B=1, H=16, bf16; D=128 unless ``--head-dims`` says otherwise. Median of
 ``triton.testing.do_bench``. Effective TF/s = 4 * D * (visible pairs) * B * H / time. The peers run what their
 users write by hand (bench/workloads.py): Flex a hand-written mask_mod with its own create_block_mask (built
 outside the timing), FA4 its built-in causal and sliding-window masks, FA4 varlen the documents' cu_seqlens.
-Every output is checked: against a float32 reference of the hand-written mask at S <= 4096, else against
-Flex-Triton's (``err``, ``correct`` = err <= 2e-2). Records (mask, seq_len, impl, pass, ms, tflops, correct,
+Every output is checked: against a float32 reference of the hand-written mask at S <= 4096, else against an
+independent peer's (Flex-Triton, else FA4; ``err``, ``err_against``, ``correct`` = err <= 2e-2). Records (mask, seq_len, impl, pass, ms, tflops, correct,
 err, gpu, date, params) go to ``--out``; a table of ratios is printed last.
 
     python bench/bench_fwd.py [--lengths 4096,32768] [--masks causal,...] [--impls maskc,flex,flex_fa4,fa4,...]
@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads as W  # noqa: E402
 
 from maskc.runtime import attention  # noqa: E402
+from maskc.schedule import Tiles  # noqa: E402
 
 IMPLS = ("maskc", "flex", "flex_fa4", "fa4", "fa4_varlen", "cudnn")
 
@@ -44,9 +45,8 @@ def run(args) -> list[dict]:
     records = []
     gen = torch.Generator(device="cuda").manual_seed(0)
     B, H = 1, 16
-    cases = [(m, S, 128) for S in map(int, args.lengths.split(",")) for m in args.masks.split(",") if m]
-    cases += [("causal", S, d) for S in map(int, args.lengths.split(",")) for d in map(int, filter(None, args.head_dims.split(",")))
-              if d != 128]
+    cases = [(m, S, d) for S in map(int, args.lengths.split(",")) for m in args.masks.split(",") if m
+             for d in map(int, args.head_dims.split(","))]
     for name, S, D in cases:
         w = W.workload(name, S)
         bound = w.bound()
@@ -57,6 +57,10 @@ def run(args) -> list[dict]:
         runners = {}
         if "maskc" in impls:
             runners["maskc"] = lambda: attention(q, k, v, bound)
+            for variant in filter(None, args.variants.split(",")):
+                shape, _, engine = variant.partition(":")
+                tiles = Tiles(*map(int, shape.split("x")), engine or "wgmma_tma")
+                runners[f"maskc[{variant}]"] = lambda tiles=tiles: attention(q, k, v, bound, tiles=tiles)
         if {"flex", "flex_fa4"} & set(impls):
             from torch.nn.attention.flex_attention import create_block_mask
 
@@ -92,8 +96,9 @@ def run(args) -> list[dict]:
                 print(f"# {impl} {name} S={S} D={D}: {exc!r}"[:400], flush=True)
         if S <= 4096:
             ref, against = W.reference(q, k, v, W.dense_mask(w)), "float32"
-        else:
-            ref, against = outputs.get("flex"), "flex"
+        else:   # an independent peer's output: Flex-Triton's, else FA4's, else Flex-FA4's
+            against = next((i for i in ("flex", "fa4", "fa4_varlen", "flex_fa4") if i in outputs), None)
+            ref = outputs.get(against)
         for impl, out in outputs.items():
             err = W.rel_err(out, ref) if ref is not None else None
             ms = bench_ms(runners[impl], long=S >= 16384)
@@ -123,14 +128,20 @@ def print_table(records: list[dict]) -> None:
         print(f"| {mask} | {S} | {D} | {r['tflops']:.0f} | {tf('flex')} | {tf('flex_fa4')} | {tf('fa4')} | "
               f"{tf('fa4_varlen')} | {tf('cudnn')} | {ratio('flex_fa4')} | {ratio(fa4_peer)} | "
               f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok'} |")
+    for (mask, S, D, impl), r in by.items():   # tile variants against the schedule's choice
+        base = by.get((mask, S, D, "maskc"))
+        if impl.startswith("maskc[") and base:
+            print(f"| {mask} {impl} | {S} | {D} | {r['tflops']:.0f} | {r['tflops'] / base['tflops']:.2f}x the default "
+                  f"| correct: {r['correct']} |")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", default="4096,32768")
     ap.add_argument("--masks", default=",".join(W.ALL_MASKS))
-    ap.add_argument("--head-dims", default="", help="extra head dims for causal, e.g. 64,256")
+    ap.add_argument("--head-dims", default="128", help="head dims to run every mask at, e.g. 64,128,256")
     ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--variants", default="", help="maskc tiles to time beside the schedule's: BMxBNxWARPS[:engine],...")
     ap.add_argument("--out", default=str(W.ROOT / "bench" / "results" / "fwd.json"))
     args = ap.parse_args()
     records = run(args)

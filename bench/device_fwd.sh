@@ -3,7 +3,7 @@
 # side-by-side benchmark against Flex (Triton and FA4 backends), FA4 and cuDNN, and optionally ncu profiles of
 # maskc's and FA4's causal kernels. Run from the repo root after the install line of ../shared/gpu/prepare.sh
 # fa4 (lark and FA4 on PYTHONPATH). Logs go to $OUT; a short summary and the benchmark's table are printed last.
-# Knobs: SKIP_PROBE, SKIP_TESTS, SKIP_BENCH, NCU=1, PYTEST_ARGS, BENCH_ARGS (for bench_fwd.py, repeated runs
+# Knobs: SKIP_PROBE, SKIP_TESTS, SKIP_BENCH, SANITIZE, NCU=1, PRECOMPILE_ARGS, PYTEST_ARGS, BENCH_ARGS (for bench_fwd.py, repeated runs
 # separated by ';'), *_TIMEOUT.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 summary=()
 
 # NVRTC compiles of the kernels the tests and benchmark use, in parallel (the GPU idles meanwhile anyway).
-timeout ${PRECOMPILE_TIMEOUT:-120} python3 bench/precompile.py > "$OUT/precompile.log" 2>&1
+timeout ${PRECOMPILE_TIMEOUT:-120} python3 bench/precompile.py ${PRECOMPILE_ARGS:-} > "$OUT/precompile.log" 2>&1
 summary+=("precompile: rc=$? $(tail -n 1 "$OUT/precompile.log")")
 
 if [ -z "${SKIP_PROBE:-}" ]; then
@@ -26,6 +26,12 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   summary+=("pytest: $(tail -n 1 "$OUT/pytest.log")")
   grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -n 10
 fi
+if [ -n "${SANITIZE:-}" ]; then   # SANITIZE="memcheck racecheck": the forward on sanitize_case.py's cases
+  for tool in $SANITIZE; do
+    timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool $tool python3 bench/sanitize_case.py --forward > "$OUT/sanitize_$tool.log" 2>&1
+    summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -n 1)")
+  done
+fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   IFS=';' read -ra runs <<< "${BENCH_ARGS:---lengths 4096,32768}"
   i=0
@@ -36,7 +42,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
 fi
 if [ -n "${NCU:-}" ]; then
   for who in maskc fa4; do
-    timeout ${NCU_TIMEOUT:-120} ncu --clock-control none --set full -k regex:${NCU_KERNEL:-"maskc|flash|FlashAttn|kernel"} \
+    timeout ${NCU_TIMEOUT:-120} ncu --clock-control none --set full -k regex:${NCU_KERNEL:-"maskc_fwd|FlashAttention|flash_fwd"} \
       -c 1 --launch-skip ${NCU_SKIP:-3} --csv --page details python3 bench/profile_case.py $who > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err"
     summary+=("ncu $who: rc=$? $(wc -l < "$OUT/ncu_$who.csv") lines")
   done

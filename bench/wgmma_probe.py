@@ -48,7 +48,7 @@ torch.manual_seed(0)
 for name, params, S, H in [("causal", {}, 1000, 1), ("document", {"docs": [300, 400, 300]}, 1000, 1),
                            ("causal", {}, 4096, 16)]:
     bound = maskc.load(ROOT / "examples" / f"{name}.mask").bind(seq_len=S, **params)
-    for D in (64, 128):
+    for D in (64, 128, 256):
         q, k, v = (torch.randn(1, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         ref_o, ref_lse = reference(q, k, v, bound, D ** -0.5)
         for engine, pingpong in RUNS:

@@ -31,7 +31,7 @@ def tuning_key(bound, head_dim: int, dtype: str, gpu: str) -> str:
     """What a tuning result is valid for: the mask (name and generated predicate, constants included),
     head dim, dtype, GPU name, and the lengths rounded up to powers of two."""
     predicate = bound.kernel_spec(head_dim=head_dim, dtype=dtype, engine="mma").predicate
-    digest = hashlib.sha256(predicate.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(predicate.source.encode()).hexdigest()[:16]
     bucket = lambda n: 1 << max(0, (n - 1).bit_length())  # noqa: E731
     return (f"{bound.mask.name}/{digest}/d{head_dim}/{dtype}/{gpu}/"
             f"s{bucket(bound.seq_len)}/k{bucket(bound.kv_len)}")

@@ -21,7 +21,23 @@ TEMPLATE_NAME = "attention_fwd.cu.j2"
 WGMMA_TEMPLATE_NAME = "attention_fwd_wgmma.cu.j2"
 TMA_TEMPLATE_NAME = "attention_fwd_tma.cu.j2"
 WGMMA_HEAD_DIMS = (64, 128)
+TMA_HEAD_DIMS = (64, 128, 256)
 KV_STAGES = 2       # wgmma_tma: shared-memory stages of K and V (D=128: 32 KB Q + 2 x 64 KB)
+
+
+def tma_registers(spec: KernelSpec) -> tuple[int, int]:
+    """wgmma_tma's (producer, consumer) registers per thread after setmaxnreg, the fewest spills ptxas
+    reported among the splits of the register file tried (NVRTC 13.0): two warpgroups 56 / 224 (no spills at
+    D <= 128; the producer spills below 56), 24 / 240 at D = 256 (the consumers spill 24-76 bytes: O alone
+    takes 128 registers); three warpgroups 32 / 160 (D = 64: 12-60 bytes)."""
+    if spec.num_warps == 12:
+        return 32, 160
+    return (24, 240) if spec.head_dim == 256 else (56, 224)
+
+
+def o_in_q_buffer(spec: KernelSpec) -> bool:
+    """Whether wgmma_tma stages O in Q's buffer: when a buffer of its own would not fit (D = 256)."""
+    return spec.head_dim == 256
 BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
 BACKWARD_HEAD_DIMS = (64, 128)
 GPU_ARCH = "sm_90a"
@@ -97,10 +113,17 @@ def check_spec(spec: KernelSpec) -> None:
     """The spec's invariants the template relies on (the template re-checks them with static_assert)."""
     if spec.engine not in ENGINES:
         raise ValueError(f"engine {spec.engine!r} unknown (engines: {', '.join(ENGINES)})")
-    if spec.engine == "wgmma_tma" and (spec.num_warps, spec.block_m) != (8, 128):
-        raise ValueError(f"wgmma_tma: block_m {spec.block_m} with {spec.num_warps} warps: the warp-specialized "
-                         "kernel runs 8 consumer warps over block_m 128")
-    if spec.engine in ("wgmma", "wgmma_tma"):
+    if spec.engine == "wgmma_tma":
+        _check_name_dim_dtype(spec, TMA_HEAD_DIMS, "wgmma_tma: ")
+        if spec.num_warps not in (8, 12) or spec.block_m != 16 * spec.num_warps:
+            raise ValueError(f"wgmma_tma: block_m {spec.block_m} with {spec.num_warps} warps: the warp-specialized "
+                             "kernel runs two or three warpgroups of 64 query rows (block_m 128 or 192)")
+        if spec.block_n % 16 or not 64 <= spec.block_n <= 128:
+            raise ValueError(f"wgmma_tma: block_n {spec.block_n} must be a multiple of 16 in [64, 128]")
+        if shared_memory_bytes(spec) > 227 * 1024:
+            raise ValueError(f"wgmma_tma: tiles {spec.block_m}x{spec.block_n} at head dim {spec.head_dim} need "
+                             f"{shared_memory_bytes(spec)} bytes of shared memory (227 KB per CTA)")
+    elif spec.engine == "wgmma":
         _check_name_dim_dtype(spec, WGMMA_HEAD_DIMS, "wgmma: ")
         if spec.num_warps % 4 or spec.block_m != 16 * spec.num_warps:
             raise ValueError(f"wgmma: block_m {spec.block_m} must be 64 rows per warpgroup ({spec.num_warps} warps)")
@@ -117,65 +140,40 @@ def check_spec(spec: KernelSpec) -> None:
             raise ValueError("mask_summary lines must not contain newlines")
 
 
-def shared_memory_bytes(spec: KernelSpec, source: str | None = None) -> int:
+def shared_memory_bytes(spec: KernelSpec) -> int:
     """Dynamic shared memory of one CTA: the Q tile and two K and two V buffers (16-bit elements), plus the
-    interval table (8 bytes per region and row) when the rendered ``source`` uses the interval path, plus
-    (wgmma) the slack that lets the kernel align its tiles to the 1024-byte swizzle atom."""
+    interval table (8 bytes per region and row) when the kernel keeps one, plus (wgmma) the slack that lets
+    the kernel align its tiles to the 1024-byte swizzle atom."""
     if spec.engine == "wgmma_tma":
-        tiles = 2 * spec.head_dim * (2 * spec.block_m + 2 * KV_STAGES * spec.block_n)   # Q, O staging, K, V
+        q_and_o = (1 if o_in_q_buffer(spec) else 2) * spec.block_m
+        tiles = 2 * spec.head_dim * (q_and_o + 2 * KV_STAGES * spec.block_n)   # Q, O staging, K, V
         base = tiles + 8 * (2 + 4 * KV_STAGES + 2) + 8 + 1024   # barriers, the work-item mailbox, alignment
     else:
         base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
-    if source is not None:
-        m = re.search(r"constexpr int IV_REGIONS = (\d+);", source)
-        if m:
-            base += int(m.group(1)) * spec.block_m * 8
+    iv = forward_interval_regions(spec)
+    if iv is not None:
+        base += (iv["allow"] + iv["deny"]) * spec.block_m * 8
     return base
 
 
-_TEST = r"\(k >= row\.lo(\d+) && k <= row\.hi\1\)"
-_VISIBLE_BODY = re.compile(
-    r"__device__ __forceinline__ bool mask_visible\(const MaskRow& row, const int\* __restrict__ mask, int k\) \{\n"
-    r"    const bool allowed = (?P<allow>[^;]*);\n"
-    r"(?:    const bool denied = (?P<deny>[^;]*);\n    return allowed && !denied;\n|    return allowed;\n)\}")
-
-
 def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
-    """{'allow': A, 'deny': D} when the predicate's mask_visible is nothing but interval tests on the row's
-    (lo_i, hi_i) (an exact mask: no per-key atoms), allow regions 0..A-1 and deny regions A..A+D-1; else None.
-    Such a predicate lets the kernel compute the intervals once per CTA and test 64 keys with a bit word."""
-    m = _VISIBLE_BODY.search(spec.predicate)
-    if m is None or "row.v" in spec.predicate.split("mask_visible(", 1)[1]:
-        return None
-    def ids(text):
-        if text is None:
-            return []
-        if text.strip() == "false":
-            return []
-        parts = [x.strip() for x in text.split("||")]
-        out = []
-        for x in parts:
-            mm = re.fullmatch(_TEST, x)
-            if mm is None:
-                return None
-            out.append(int(mm.group(1)))
-        return out
-    allow, deny = ids(m.group("allow")), ids(m.group("deny"))
-    if allow is None or deny is None or allow + deny != list(range(len(allow) + len(deny))):
-        return None
-    if not allow:
-        return None
-    return {"allow": len(allow), "deny": len(deny)}
+    """{'allow': A, 'deny': D} when the spec's predicate is nothing but interval tests (an exact mask), else
+    None: then a kernel may compute each row's intervals once per row block and test keys with bit words."""
+    return spec.predicate.interval_regions
+
+
+def forward_interval_regions(spec: KernelSpec) -> dict | None:
+    """The interval table the forward kernel for ``spec`` keeps (None: it calls the predicate per pair). The
+    mma kernel keeps one 64-bit visibility word per row and tile, so only with block_n <= 64."""
+    return None if spec.engine == "mma" and spec.block_n > 64 else interval_regions(spec)
 
 
 # Environment switches of the forward templates (experiments and bisection; the defaults are the product):
-# MASKC_INTERVAL_PATH=0 per-pair predicate calls also for exact masks; MASKC_SINGLE_BODY=0 the mma kernel's
-# four tile bodies; MASKC_WGMMA_OVERLAP=0 the wgmma_tma kernel without overlapping S of the next tile with
-# P V of this one; MASKC_WGMMA_PINGPONG=0 its two consumer warpgroups issuing products without taking turns
-# (taking turns measured 4-11% faster at 32K on every example mask but clear, 5% slower: bench/NOTES.md, run 19);
+# MASKC_WGMMA_OVERLAP=0 the wgmma_tma kernel without overlapping S of the next tile with P V of this one;
+# MASKC_WGMMA_PINGPONG=0 its consumer warpgroups issuing products without taking turns (taking turns measured
+# 4-11% faster at 32K on every example mask but clear, 5% slower: bench/NOTES.md, run 19);
 # MASKC_DEBUG_WAITS=1 its mbarrier waits give up after about a second with a printed report (finding a hang).
-_FLAG_DEFAULTS = {"MASKC_INTERVAL_PATH": "1", "MASKC_SINGLE_BODY": "1", "MASKC_WGMMA_OVERLAP": "1",
-                  "MASKC_WGMMA_PINGPONG": "1", "MASKC_DEBUG_WAITS": "0"}
+_FLAG_DEFAULTS = {"MASKC_WGMMA_OVERLAP": "1", "MASKC_WGMMA_PINGPONG": "1", "MASKC_DEBUG_WAITS": "0"}
 
 
 def emit_flags() -> tuple[tuple[str, bool], ...]:
@@ -183,25 +181,13 @@ def emit_flags() -> tuple[tuple[str, bool], ...]:
     return tuple((name, os.environ.get(name, default) != "0") for name, default in _FLAG_DEFAULTS.items())
 
 
-def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body: bool | None = None) -> KernelSource:
-    """Render the forward kernel for ``spec`` (the template of its ``engine``); the predicate text is placed
-    verbatim.
-
-    ``interval_path``: None (default) uses the per-CTA interval table with bit-word masking whenever the
-    predicate allows it (exact masks); False forces the per-tile mask_row/mask_visible path
-    (the v3 kernel's masking), True requires the interval path (ValueError if the mask has none).
-    ``single_body``: None (default: True unless MASKC_SINGLE_BODY=0) instantiates the tile body once, with
-    run-time masking flags; False keeps v3's four instantiations (FULL/PARTIAL x ragged or not). The wgmma
-    engine always has a single body."""
+def emit_kernel(spec: KernelSpec) -> KernelSource:
+    """Render the forward kernel for ``spec`` (the template of its ``engine``); the predicate's source is placed
+    verbatim. Exact masks get the interval table (:func:`forward_interval_regions`), the others call the
+    predicate per pair on PARTIAL tiles."""
     check_spec(spec)
     flags = dict(emit_flags())
-    # the mma kernel keeps one 64-bit visibility word per row and tile
-    iv = interval_regions(spec) if spec.engine != "mma" or spec.block_n <= 64 else None
-    if interval_path is None:
-        interval_path = flags["MASKC_INTERVAL_PATH"]
-    elif interval_path and iv is None:
-        raise ValueError(f"mask {spec.mask_name}: no interval path (per-key atoms)")
-    iv = iv if interval_path else None
+    iv = forward_interval_regions(spec)
     env = _environment(str(template_dir()))
     if spec.engine in ("wgmma", "wgmma_tma"):
         # one body for every tile kind (the masking flags are uniform branches)
@@ -209,15 +195,14 @@ def emit_kernel(spec: KernelSpec, interval_path: bool | None = None, single_body
         name = WGMMA_TEMPLATE_NAME if spec.engine == "wgmma" else TMA_TEMPLATE_NAME
         # The overlapped pipeline keeps S, P and O live at once; a predicate evaluated per pair (no interval
         # path) then spills at D=128 (84 B for clear), so such masks get the plain loop there.
-        overlap = flags["MASKC_WGMMA_OVERLAP"] and (iv is not None or spec.head_dim <= 64)
+        overlap = flags["MASKC_WGMMA_OVERLAP"] and (iv is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
         source = env.get_template(name).render(spec=spec, iv=iv, wgmma_widths=widths, kv_stages=KV_STAGES,
+                                               o_in_q_buffer=o_in_q_buffer(spec), registers=tma_registers(spec),
                                                wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
                                                overlap=overlap, pingpong=flags["MASKC_WGMMA_PINGPONG"],
                                                debug_waits=flags["MASKC_DEBUG_WAITS"])
         return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
-    if single_body is None:
-        single_body = flags["MASKC_SINGLE_BODY"]
-    source = env.get_template(TEMPLATE_NAME).render(spec=spec, iv=iv, single_body=single_body)
+    source = env.get_template(TEMPLATE_NAME).render(spec=spec, iv=iv)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
 
 

@@ -173,17 +173,35 @@ class Descriptor:
 
 
 @dataclass(frozen=True)
-class KernelSpec:
-    """Every decision the forward-kernel template needs, made in Python (schedule pass).
-
-    ``predicate`` is CUDA source (from :mod:`maskc.predicate`) that defines::
+class Predicate:
+    """The mask as device code (:mod:`maskc.predicate`), with what the kernels need to know of it kept as
+    data, so that nothing reads the generated C. ``source`` defines::
 
         struct MaskRow { ... };   // what one query row needs, computed once per row and tile
         __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b, int h, int q);
         __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ mask, int k);
 
-    where ``mask`` is ``mask_data + mask_offsets[b]``. The kernel calls them on PARTIAL blocks only.
+    where ``mask`` is ``mask_data + mask_offsets[b]``; ``mask_row`` sets ``row.lo{i}`` / ``row.hi{i}``, the key
+    interval of region i (allow regions 0 .. allow-1, then the deny regions). With ``intervals_only``,
+    ``mask_visible`` is nothing but those interval tests (no per-key atoms: an exact mask), so a kernel may
+    compute the intervals once per row block and test many keys at once with bit words.
     """
+
+    source: str
+    allow: int
+    deny: int
+    intervals_only: bool
+
+    @property
+    def interval_regions(self) -> dict | None:
+        """{'allow': A, 'deny': D} when a kernel may use the interval table, else None."""
+        return {"allow": self.allow, "deny": self.deny} if self.intervals_only and self.allow else None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Every decision the forward-kernel template needs, made in Python (schedule pass). ``predicate``: the
+    mask's device code; the kernel calls it on PARTIAL blocks only."""
 
     mask_name: str          # a C identifier, already sanitized
     head_dim: int
@@ -191,7 +209,7 @@ class KernelSpec:
     block_m: int
     block_n: int
     num_warps: int
-    predicate: str
+    predicate: Predicate
     mask_summary: tuple[str, ...] = field(default=())   # comment lines for the kernel's header
     # "mma": mma.sync (attention_fwd.cu.j2); Hopper: "wgmma" (cp.async loads, attention_fwd_wgmma.cu.j2),
     # "wgmma_tma" (copy engine + a producer warp, attention_fwd_tma.cu.j2)
@@ -229,7 +247,7 @@ class BackwardSpec:
     block_m: int
     block_n: int
     dq_block_n: int
-    predicate: str
+    predicate: Predicate
     mask_summary: tuple[str, ...] = field(default=())
     engine: str = "mma"      # the dK/dV kernel's: "mma" (mma.sync) or "wgmma" (Hopper warpgroup products)
     dq_reduction: str = "red2"   # how the wgmma dK/dV kernel adds dQ to the fp32 buffer (DQ_REDUCTIONS)

@@ -21,7 +21,7 @@ from .evaluate import dense_mask
 from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
 from .normalize import normalize, specialize
 from .parse import parse, parse_file
-from .predicate import emit_predicate, pack_mask_data
+from .predicate import pack_mask_data, predicate
 from .ranges import analyze_ranges
 from .resolve import Program, resolve, resolve_all
 
@@ -90,6 +90,12 @@ class CompiledMask:
         return self.resolved.params
 
     @property
+    def table_regions(self) -> int:
+        """Regions of the kernels' interval table for this mask: 0 when it has per-key atoms (no table)."""
+        regions = self.ranges.allow + self.ranges.deny
+        return 0 if any(r.opaque for r in regions) else len(regions)
+
+    @property
     def exact(self) -> bool:
         """Whether tile classes are exact for this mask (else only sound)."""
         return self.ranges.exact
@@ -124,12 +130,12 @@ class CompiledMask:
         from .sanitize import c_identifier
 
         if block_m is None or block_n is None or num_warps is None or engine is None:
-            chosen = choose_tiles(head_dim, dtype, engine=engine)
+            chosen = choose_tiles(head_dim, dtype, engine=engine, table_regions=self.table_regions)
             block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         self._check_constants(constants)
         return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
-                          emit_predicate(self.ranges, tuple(constants)), self._summary(constants), engine)
+                          predicate(self.ranges, tuple(constants)), self._summary(constants), engine)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None) -> BackwardSpec:
@@ -141,7 +147,7 @@ class CompiledMask:
         self._check_constants(constants)
         tiles = choose_backward_tiles(head_dim, dtype, engine=engine)
         return BackwardSpec(c_identifier(self.name), head_dim, dtype, tiles.block_m, tiles.block_n,
-                            tiles.dq_block_n, emit_predicate(self.ranges, tuple(constants)),
+                            tiles.dq_block_n, predicate(self.ranges, tuple(constants)),
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine))
 
     def _check_constants(self, constants) -> None:

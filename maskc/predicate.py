@@ -26,7 +26,7 @@ import numpy as np
 
 from . import ir
 from . import linear as L
-from .kernel_ir import BoundParams
+from .kernel_ir import BoundParams, Predicate
 from .sanitize import comment_text
 
 _HELPERS = """\
@@ -290,3 +290,10 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
         out.append("    return allowed;")
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()) -> Predicate:
+    """The mask's :class:`~maskc.kernel_ir.Predicate`: :func:`emit_predicate`'s source, and its regions as data."""
+    regions = mask.allow + mask.deny
+    return Predicate(emit_predicate(mask, constants), len(mask.allow), len(mask.deny),
+                     intervals_only=not any(r.opaque for r in regions))

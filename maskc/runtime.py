@@ -94,7 +94,7 @@ def _shared_by_entry(src: KernelSource) -> dict[str, int]:
         return {spec.entry_prep: 0, spec.entry_dkdv: layout["dkdv"]["total"],
                 spec.entry_dkdv_det: layout["dkdv"]["total"], spec.entry_dq: layout["dq"]["total"],
                 spec.entry_dq_convert: 0}
-    return {src.entry: shared_memory_bytes(src.spec, src.source)}
+    return {src.entry: shared_memory_bytes(src.spec)}
 
 
 _kernels: dict[str, LoadedKernel] = {}
@@ -483,7 +483,8 @@ def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scal
     if tiles == "auto":
         tiles = _tuned_tiles(q, k, v, qo, bound, scale)
     try:
-        tiles = Tiles(*tiles) if tiles is not None else choose_tiles(D, qo.dtype, _capability(qo.device))
+        tiles = Tiles(*tiles) if tiles is not None else choose_tiles(D, qo.dtype, _capability(qo.device),
+                                                                     table_regions=bound.mask.table_regions)
     except (TypeError, ValueError) as exc:
         raise AttentionInputError(f"tiles {tiles!r}: {exc}") from None
 

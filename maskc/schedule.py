@@ -39,12 +39,21 @@ _TILES = {
     128: (128, 64, 4),
     256: (64, 32, 4),
 }
-# wgmma and wgmma_tma: two consumer warpgroups of 64 query rows each, 128 keys per step, all tiles in shared
-# memory (D=128: 160 KB for wgmma, 192 KB for wgmma_tma's Q, O staging and two K/V stages; 1 CTA/SM; ptxas:
-# wgmma 210 registers, wgmma_tma 168 at entry and 240 per consumer after setmaxnreg, no spills).
+# wgmma: two consumer warpgroups of 64 query rows each, 128 keys per step, all tiles in shared memory (D=128:
+# 160 KB; ptxas: 210 registers, no spills).
 _WGMMA_TILES = {
     64: (128, 128, 8),
     128: (128, 128, 8),
+}
+# wgmma_tma, as FA4's Hopper forward sizes its tiles (flash_attn/cute/interface.py, _tile_size_fwd_sm90):
+#   D=64:  three consumer warpgroups over 192 query rows, 128 keys (more softmax in flight per product);
+#   D=128: two warpgroups, 128 x 128 (Q, O staging and two K/V stages: 192 KB);
+#   D=256: two warpgroups, 128 x 80: Q 64 KB (O staged in it) + two stages of K and V at 40 KB each = 224 KB,
+#          which leaves room for one interval-table region only; masks with more get 64 keys (_tma_block_n).
+_TMA_TILES = {
+    64: (192, 128, 12),
+    128: (128, 128, 8),
+    256: (128, 80, 8),
 }
 HOPPER = (9, 0)
 # The engine the schedule picks on Hopper: the one measured fastest on the H200 among those whose GPU tests
@@ -69,24 +78,41 @@ def forward_candidates(head_dim: int, dtype: str, capability: tuple[int, int] = 
     mma.sync kernel first: the others are checked against it."""
     candidates = [choose_tiles(head_dim, dtype, capability, engine="mma")]
     if tuple(capability) == HOPPER and head_dim in _WGMMA_TILES:
-        candidates += [Tiles(128, block_n, 8, engine) for engine in ("wgmma", "wgmma_tma") for block_n in (128, 64)]
+        candidates += [Tiles(128, block_n, 8, "wgmma") for block_n in (128, 64)]
+    if tuple(capability) == HOPPER and head_dim in _TMA_TILES:
+        block_m, block_n, warps = _TMA_TILES[head_dim]
+        candidates += [Tiles(block_m, n, warps, "wgmma_tma") for n in sorted({block_n, 64}, reverse=True)]
     return tuple(candidates)
 
 
 def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER,
-                 engine: str | None = None) -> Tiles:
+                 engine: str | None = None, table_regions: int = 0) -> Tiles:
     """The forward kernel's tiles for a GPU of compute ``capability``; ``engine`` (or MASKC_ENGINE) picks
-    one instead of the fastest that applies. ValueError for an unsupported head dim, dtype or engine."""
+    one instead of the fastest that applies; ``table_regions``: the regions of the mask's interval table
+    (shared memory it takes). ValueError for an unsupported head dim, dtype or engine."""
     engine = engine or os.environ.get("MASKC_ENGINE") or None
     if engine not in (None, *ENGINES):
         raise ValueError(f"engine {engine!r} unknown (engines: {', '.join(ENGINES)})")
-    wgmma_fits = tuple(capability) == HOPPER and head_dim in _WGMMA_TILES
-    if engine not in (None, "mma") and not wgmma_fits:
-        raise ValueError(f"the {engine} engine needs compute capability 9.0 and head dim 64 or 128 "
+    hopper = tuple(capability) == HOPPER
+    tables = {"wgmma": _WGMMA_TILES, "wgmma_tma": _TMA_TILES}
+    if engine in tables and not (hopper and head_dim in tables[engine]):
+        dims = " or ".join(map(str, tables[engine]))
+        raise ValueError(f"the {engine} engine needs compute capability 9.0 and head dim {dims} "
                          f"(got {capability[0]}.{capability[1]}, head dim {head_dim})")
-    if engine != "mma" and wgmma_fits:
-        return Tiles(*_lookup(_WGMMA_TILES, head_dim, dtype, ""), engine or DEFAULT_HOPPER_ENGINE)
+    if engine is None and hopper and head_dim in _TMA_TILES:
+        engine = DEFAULT_HOPPER_ENGINE
+    if engine == "wgmma_tma":
+        block_m, block_n, warps = _lookup(_TMA_TILES, head_dim, dtype, "")
+        return Tiles(block_m, _tma_block_n(head_dim, block_n, table_regions), warps, engine)
+    if engine == "wgmma":
+        return Tiles(*_lookup(_WGMMA_TILES, head_dim, dtype, ""), engine)
     return Tiles(*_lookup(_TILES, head_dim, dtype, ""), "mma")
+
+
+def _tma_block_n(head_dim: int, block_n: int, table_regions: int) -> int:
+    """wgmma_tma's keys per step: the table's, or 64 where the interval table (8 bytes per region and query
+    row) would not fit beside the tiles (D=256: one region fits at 80 keys)."""
+    return 64 if head_dim == 256 and table_regions > 1 else block_n
 
 
 # Backward: (block_m, block_n, dq_block_n). The dK/dV kernel runs block_n / 16 warps (8), each owning 16 keys,
