@@ -147,7 +147,7 @@ def shared_memory_bytes(spec: KernelSpec) -> int:
     if spec.engine == "wgmma_tma":
         q_and_o = (1 if o_in_q_buffer(spec) else 2) * spec.block_m
         tiles = 2 * spec.head_dim * (q_and_o + 2 * KV_STAGES * spec.block_n)   # Q, O staging, K, V
-        base = tiles + 8 * (2 + 4 * KV_STAGES + 2) + 8 + 1024   # barriers, the work-item mailbox, alignment
+        base = tiles + 8 * (2 + 4 * KV_STAGES) + 8 + 1024   # barriers, the work-item mailbox, alignment
     else:
         base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
     iv = forward_interval_regions(spec)
