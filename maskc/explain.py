@@ -1,8 +1,9 @@
 """``maskc explain``: every stage of the compiler, printed readably. Pure functions returning strings.
 
-One function per stage (``source_text``, ``resolved_text``, ``normal_text``, ``ranges_text``,
-``bound_text``); ``explain`` strings them together in pipeline order, each under the one-line why
-that :data:`maskc.pipeline.PASSES` gives it.
+One function per stage (``source_text``, ``resolved_text``, ``normal_text``, ``ranges_text``; at run time
+``bind_text``, ``classify_text``, ``pack_text``; for the kernel ``predicate_text``, ``schedule_text``,
+``emit_text``); ``explain`` strings them together in pipeline order, each under the one-line why that
+:mod:`maskc.pipeline` gives it (``PASSES``, ``RUN_TIME_STAGES``, ``KERNEL_STAGES``).
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 
 from . import ir
 from .linear import render
-from .pipeline import PASSES, BoundMask, CompiledMask
+from .errors import MaskError
+from .pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
 from .show import legend, tile_counts
 
 _OPS = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
@@ -151,14 +153,33 @@ def ranges_text(r: ir.RangeMask) -> str:
 
 # -- run time: one bound instance -------------------------------------------------------------
 
-def bound_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descriptor_lines: int = 8) -> str:
+def bind_text(bound: BoundMask) -> str:
+    """The lengths and each batch element's parameter values (segments as their bounds)."""
+    params = bound.params
+    head = f"seq_len {bound.seq_len}, kv_len {bound.kv_len}, batch {bound.batch}"
+    lines = [head + (f", num_heads {bound.num_heads}" if bound.num_heads else "")]
+    for b, element in enumerate(params.batch[:4]):
+        values = [f"{n} = {v}" for n, v in element.ints]
+        for n, table in element.segments:
+            bounds = np.asarray(table.bounds).tolist()
+            shown = bounds if len(bounds) <= 9 else bounds[:8] + ["..."]
+            values.append(f"{n}: {table.count} segment(s), bounds {shown}")
+        lines.append(f"  element {b}: " + ("; ".join(values) or "(no parameters)"))
+    if bound.batch > 4:
+        lines.append(f"  ... {bound.batch - 4} more batch elements")
+    return "\n".join(lines)
+
+
+def classify_text(bound: BoundMask, block_m: int = 128, block_n: int = 128) -> str:
     tiles = bound.tile_map(block_m, block_n)
-    counts = tile_counts(tiles.classes)
-    lines = [f"seq_len {bound.seq_len}, kv_len {bound.kv_len}, batch {bound.batch}, tiles {block_m}x{block_n}",
-             legend(counts), f"classes are {'exact' if tiles.exact else 'sound (not exact)'}"]
+    return "\n".join([f"tiles {block_m}x{block_n}: {legend(tile_counts(tiles.classes))}",
+                      f"classes are {'exact' if tiles.exact else 'sound (not exact)'}"])
+
+
+def pack_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descriptor_lines: int = 8) -> str:
     desc = bound.descriptor(block_m, block_n)
-    lines.append(f"descriptor: {desc.runs.shape[0]} runs over {desc.run_offsets.size - 1} row blocks, "
-                 f"{desc.mask_data.size} mask_data ints")
+    lines = [f"descriptor: {desc.runs.shape[0]} runs over {desc.run_offsets.size - 1} row blocks, "
+             f"{desc.mask_data.size} mask_data ints"]
     kinds = {1: "PARTIAL", 2: "FULL"}
     for r in range(min(descriptor_lines, desc.run_offsets.size - 1)):
         runs = desc.runs[desc.run_offsets[r]:desc.run_offsets[r + 1]]
@@ -170,22 +191,80 @@ def bound_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descrip
     return "\n".join(lines)
 
 
+def bound_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descriptor_lines: int = 8) -> str:
+    """The three run-time stages of one bound mask together."""
+    return "\n".join([bind_text(bound), classify_text(bound, block_m, block_n),
+                      pack_text(bound, block_m, block_n, descriptor_lines)])
+
+
+# -- the kernel: predicate, schedule, emit ----------------------------------------------------
+
+def _kernel_constants(mask: CompiledMask, bound: BoundMask | None) -> tuple[tuple[str, int], ...] | str:
+    """The const parameters' values (the bound mask's, else the file's defaults), or why there are none."""
+    try:
+        return bound.constants if bound is not None else mask.const_values()
+    except MaskError as err:
+        return f"(no kernel: {err.message}; give them with --param, or declare defaults in the file)"
+
+
+def predicate_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...]) -> str:
+    """The device code that decides visibility on PARTIAL tiles (``mask_row`` / ``mask_visible``), without
+    the helper functions every predicate shares."""
+    code = mask.kernel_spec(constants=constants, engine="mma").predicate
+    mask_code = code.find("// What mask_visible needs")
+    return code[max(mask_code, 0):].strip("\n")
+
+
+def schedule_text(head_dim: int, dtype: str) -> str:
+    """The tiles and engines the schedule picks for the forward and backward kernels."""
+    from .schedule import choose_backward_tiles, choose_tiles
+    fwd = choose_tiles(head_dim, dtype)
+    lines = [f"forward: BLOCK_M {fwd.block_m}, BLOCK_N {fwd.block_n}, {fwd.num_warps} warps, engine {fwd.engine}"
+             f" (head_dim {head_dim}, {dtype})"]
+    try:
+        bwd = choose_backward_tiles(head_dim, dtype)
+        lines.append(f"backward: {bwd.block_m} queries x {bwd.block_n} keys per dK/dV tile, dQ {bwd.block_m} x "
+                     f"{bwd.dq_block_n}, dK/dV engine {bwd.engine}")
+    except ValueError as err:
+        lines.append(f"backward: none ({err})")
+    return "\n".join(lines)
+
+
+def emit_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...], head_dim: int, dtype: str) -> str:
+    """What the forward template renders: the entry point, its size and NVRTC's options."""
+    src = mask.kernel_source(head_dim=head_dim, dtype=dtype, constants=constants)
+    return "\n".join([f"entry {src.entry}: {src.source.count(chr(10))} lines of CUDA",
+                      f"NVRTC options: {' '.join(src.options)}",
+                      "(maskc compile writes the source; --check compiles it)"])
+
+
 def _section(title: str, why: str | None, body: str) -> str:
     head = f"== {title}" + (f": {why}" if why else "")
     return f"{head}\n{body}\n"
 
 
 def explain(file: ir.SourceFile, masks: tuple[CompiledMask, ...], bounds: dict | None = None,
-            block_m: int = 128, block_n: int = 128) -> str:
-    """Every stage of each mask, in pipeline order; ``bounds`` maps a mask name to a BoundMask."""
-    why = {name: text for name, text, _ in PASSES}
+            block_m: int = 128, block_n: int = 128, head_dim: int = 128, dtype: str = "bf16") -> str:
+    """Every stage of each mask, in pipeline order; ``bounds`` maps a mask name to a BoundMask (the run-time
+    stages are printed for those)."""
+    why = {name: text for name, text, _ in PASSES} | dict(RUN_TIME_STAGES) | dict(KERNEL_STAGES)
     out = [_section("parse", "the syntax tree, names not yet looked up", source_text(file))]
     for m in masks:
         out.append(f"######## mask {m.name}\n")
-        out.append(_section("resolve", why.get("resolve"), resolved_text(m.resolved)))
-        out.append(_section("normalize", why.get("normalize"), normal_text(m.normal)))
-        out.append(_section("ranges", why.get("ranges"), ranges_text(m.ranges)))
-        if bounds and m.name in bounds:
-            out.append(_section("bind + classify + pack", "tile classes and descriptor for these sizes",
-                                bound_text(bounds[m.name], block_m, block_n)))
+        out.append(_section("resolve", why["resolve"], resolved_text(m.resolved)))
+        out.append(_section("normalize", why["normalize"], normal_text(m.normal)))
+        out.append(_section("ranges", why["ranges"], ranges_text(m.ranges)))
+        bound = (bounds or {}).get(m.name)
+        if bound is not None:
+            out.append(_section("bind", why["bind"], bind_text(bound)))
+            out.append(_section("classify", why["classify"], classify_text(bound, block_m, block_n)))
+            out.append(_section("pack", why["pack"], pack_text(bound, block_m, block_n)))
+        constants = _kernel_constants(m, bound)
+        if isinstance(constants, str):
+            out.append(_section("predicate", why["predicate"], constants))
+        else:
+            out.append(_section("predicate", why["predicate"], predicate_text(m, constants)))
+        out.append(_section("schedule", why["schedule"], schedule_text(head_dim, dtype)))
+        if not isinstance(constants, str):
+            out.append(_section("emit", why["emit"], emit_text(m, constants, head_dim, dtype)))
     return "\n".join(out)

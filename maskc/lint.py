@@ -1,29 +1,44 @@
 """Lint: every diagnostic of a .mask file at once, errors and warnings, each at the user's text.
 
-``lint_file(path)`` runs parse, resolve and normalize on every mask of the file, collecting each
-:class:`~maskc.errors.MaskError` instead of stopping at the first, then looks for masks that compile
-but probably do not mean what their author meant:
+``lint_file(path)`` collects errors instead of stopping at the first:
 
-* a mask name defined twice in one file (each repeat is an error; linting goes on with the first);
+* parse errors: when the file does not parse, each top-level block (a ``mask`` with its body, an
+  ``import``) is parsed on its own, so every broken block is reported and the others are still linted;
+* resolve and normalize errors: a mask that fails is checked again one rule at a time, so each wrong
+  rule is reported (a mask-wide error such as "no 'allow' rule" too);
+* a mask name defined twice in one file (each repeat is an error; linting goes on with the first).
+
+Then it looks for masks that compile but probably do not mean what their author meant (warnings):
+
 * a parameter that no allow/deny/require rule reads after resolution (a ``segments from p``
   origin counts as a read of ``p``; a let that is never used does not count);
 * an allow rule whose normal form has no region: it can never make a pair visible;
-* a deny rule none of whose regions meets any allow region: it removes nothing.
+* an allow rule that deny rules cancel: every pair it shows, some deny rule removes;
+* a deny rule none of whose regions meets any allow region: it removes nothing;
+* a rule in which k is not linear: its tiles are classified soundly but not exactly, so tiles that
+  are really FULL or EMPTY run the per-pair predicate (slower, never wrong).
 
-The last two are proved on the normal form's face (contradictory linear bounds, together with
-0 <= q < seq_len and 0 <= k < kv_len); a rule the analysis cannot prove empty is never reported.
+The dead-rule checks are proved on the normal form's face (contradictory linear bounds, together
+with 0 <= q < seq_len and 0 <= k < kv_len); a rule the analysis cannot prove dead is never reported.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import ir
 from . import linear as L
-from .errors import MaskError, Span
+from .errors import MaskError, MaskSyntaxError, Span
 from .normalize import intersect, normalize
-from .pipeline import load_program
+from .parse import parse
+from .pipeline import load_program, program_from_text
+from .ranges import analyze_ranges
 from .resolve import Program, mentions, resolve
+
+FORMATS = ("text", "json", "github")
+_COVER_BUDGET = 512          # regions visited when proving that deny rules cancel an allow rule
 
 
 @dataclass(frozen=True)
@@ -34,19 +49,27 @@ class Diagnostic:
     severity: str           # "error" or "warning"
     message: str
     hint: str | None = None
+    length: int = field(default=1, compare=False)          # characters the caret marks
+    source_line: str = field(default="", compare=False)    # the line's text, for the caret
 
     def __str__(self) -> str:
         text = f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
-        return text + (f"\n  hint: {self.hint}" if self.hint else "")
+        caret = Span(self.file, self.line, self.col, self.length, self.source_line).caret()
+        return text + (f"\n{caret}" if caret else "") + (f"\n  hint: {self.hint}" if self.hint else "")
+
+    @property
+    def end_col(self) -> int:
+        """The column just past the marked text (on the same line)."""
+        return self.col + self.length
 
     def as_dict(self) -> dict:
-        return {"file": self.file, "line": self.line, "col": self.col, "severity": self.severity,
-                "message": self.message, "hint": self.hint}
+        return {"file": self.file, "line": self.line, "col": self.col, "end_col": self.end_col,
+                "severity": self.severity, "message": self.message, "hint": self.hint}
 
 
 def _at(span: Span | None, path: str, severity: str, message: str, hint: str | None = None) -> Diagnostic:
     span = span or Span(path, 1, 1)      # errors about the whole file point at its start
-    return Diagnostic(span.file, span.line, span.col, severity, message, hint)
+    return Diagnostic(span.file, span.line, span.col, severity, message, hint, span.length, span.source_line)
 
 
 def _from_error(err: MaskError, path: str) -> Diagnostic:
@@ -55,16 +78,14 @@ def _from_error(err: MaskError, path: str) -> Diagnostic:
 
 def lint_file(path: str | Path) -> list[Diagnostic]:
     """All diagnostics of one file (and of the files it imports, where they are the cause), sorted."""
-    path = str(path)
-    try:
-        program = load_program(path)
-    except MaskError as err:               # unreadable, or a parse error here or in an import
-        return [_from_error(err, path)]
-    out: list[Diagnostic] = []
-    if not program.main.masks:
+    path = str(Path(path))
+    program, out, broken = _load_recovering(path)
+    if program is None:
+        return out
+    if not program.main.masks and not out:
         out.append(Diagnostic(path, 1, 1, "warning", "this file defines no mask",
                               "a mask starts with a line like 'mask causal()'"))
-    first = {}
+    first: dict[str, ir.MaskDecl] = {}
     for m in program.main.masks:
         if m.name in first:
             out.append(_at(m.span, path, "error", f"mask '{m.name}' is defined twice in this file "
@@ -75,8 +96,51 @@ def lint_file(path: str | Path) -> list[Diagnostic]:
     # Lint the first definition of each name; resolve would stop at the duplicate.
     program = Program((replace(program.main, masks=tuple(first.values())),) + program.files[1:])
     for name in first:
-        out.extend(_lint_mask(program, name, path))
+        out.extend(d for d in _lint_mask(program, name, path)
+                   if not any(f"'{b}'" in d.message for b in broken))   # not the echo of a broken mask
     return sorted(set(out), key=lambda d: (d.file, d.line, d.col, d.message))
+
+
+# -- errors: every broken block and every wrong rule ----------------------------------------------
+
+def _load_recovering(path: str) -> tuple[Program | None, list[Diagnostic], set[str]]:
+    """The program, with the top-level blocks of the main file that do not parse left out; their errors;
+    and the names of the masks left out (errors that only echo those are not reported again)."""
+    try:
+        return load_program(path), [], set()
+    except MaskError as err:
+        first = err
+    if first.span is None or first.span.file != path or not isinstance(first, MaskSyntaxError):
+        return None, [_from_error(first, path)], set()       # unreadable, or an error in an import
+    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = ["\n"] * len(lines)
+    errors: list[Diagnostic] = []
+    broken: set[str] = set()
+    for start, end in _blocks(lines):
+        block = lines[start:end]
+        try:
+            parse("\n" * start + "".join(block), path)       # blank lines keep the line numbers
+            kept[start:end] = block
+        except MaskSyntaxError as err:
+            errors.append(_from_error(err, path))
+            match = re.match(r"mask\s+([A-Za-z_]\w*)", block[0])
+            if match:
+                broken.add(match.group(1))
+    if not errors:                       # no block fails on its own: the error lies between blocks
+        return None, [_from_error(first, path)], set()
+    try:
+        return program_from_text("".join(kept), path, Path(path).parent), errors, broken
+    except MaskError as err:
+        return None, errors + [_from_error(err, path)], broken
+
+
+def _blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """[start, end) line ranges of the top-level blocks: each starts at a line that begins in column 1
+    with something other than a comment."""
+    starts = [i for i, text in enumerate(lines) if text[:1] not in ("", " ", "\t", "\n", "\r", "#")]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    return list(zip(starts, starts[1:] + [len(lines)]))
 
 
 def _lint_mask(program: Program, name: str, path: str) -> list[Diagnostic]:
@@ -84,17 +148,57 @@ def _lint_mask(program: Program, name: str, path: str) -> list[Diagnostic]:
         resolved = resolve(program, name)
         normal = normalize(resolved)
     except MaskError as err:
-        return [_from_error(err, path)]
+        return _rule_errors(program, name, path, err)
+    return _warnings(resolved, normal, path)
+
+
+def _rule_errors(program: Program, name: str, path: str, first: MaskError) -> list[Diagnostic]:
+    """The errors of each rule of mask ``name`` on its own, and ``first`` (the whole mask's) when it is
+    none of them: the mask fails as a whole, not in one rule."""
+    decl = next(m for m in program.main.masks if m.name == name)
+    out = set()
+    for rule in decl.rules:
+        # Alone, a deny or require rule would fail for want of an allow rule: give it one that shows all.
+        extra = () if rule.kind == "allow" else (ir.RuleDecl("allow", (ir.BoolLit(True, rule.span),), rule.span),)
+        alone = replace(decl, rules=(rule,) + extra)
+        main = replace(program.main, masks=tuple(alone if m is decl else m for m in program.main.masks))
+        try:
+            normalize(resolve(Program((main,) + program.files[1:]), name))
+        except MaskError as err:
+            out.add(_from_error(err, path))
+    if not any(d.message == first.message for d in out):
+        out.add(_from_error(first, path))
+    return list(out)
+
+
+# -- warnings: masks that compile but likely mean something else ----------------------------------
+
+def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, path: str) -> list[Diagnostic]:
+    name = resolved.name
     out = [_at(p.span, path, "warning", f"parameter '{p.name}' of mask '{name}' is never used",
                "remove it, or use it in a rule") for p in unused_params(resolved)]
     for rule in resolved.allow:
-        if not any(_possible(r) for r in _only(resolved, rule).allow):
+        regions = [r for r in _only(resolved, rule).allow if _possible(r)]
+        if not regions:
             out.append(_at(rule.span, path, "warning", "this allow rule can never hold, so it shows nothing",
                            "its conditions contradict each other, or 0 <= q < seq_len, 0 <= k < kv_len"))
+        elif normal.deny and all(_covered(r, normal.deny, [_COVER_BUDGET]) for r in regions):
+            lines = sorted({d.span.line for d in normal.deny if any(intersect(d, r) for r in regions)})
+            out.append(_at(rule.span, path, "warning", "deny rules cancel this allow rule: every pair it shows, "
+                                                       f"the deny rule(s) at line {', '.join(map(str, lines))} remove",
+                           "remove the allow rule, or narrow the deny rule"))
     for rule in resolved.deny:
         if not _removes_something(_only(resolved, rule).deny, normal.allow):
             out.append(_at(rule.span, path, "warning", "this deny rule removes nothing: no allow rule "
                                                        "shows any pair it matches"))
+    ranges = analyze_ranges(normal)
+    inexact = {region.span: region.opaque[0] for region in ranges.allow + ranges.deny if region.opaque}
+    for span, atom in inexact.items():
+        out.append(_at(atom.span if atom.span.line == span.line else span, path, "warning",
+                       "k is not linear here, so tile classes are sound but not exact: tiles this rule touches "
+                       "are computed as PARTIAL (the predicate runs per pair) even where they are full or empty",
+                       "when possible, write the condition as bounds on k that are linear in k (k <= q + w, "
+                       "k in [a, b)); exact masks skip more work"))
     return out
 
 
@@ -120,6 +224,26 @@ def _removes_something(deny: tuple[ir.Region, ...], allow: tuple[ir.Region, ...]
     return any((both := intersect(d, a)) is not None and _possible(both) for d in deny for a in allow)
 
 
+def _covered(region: ir.Region, denies: tuple[ir.Region, ...], budget: list[int]) -> bool:
+    """Whether the union of ``denies`` provably contains ``region``: region minus the first deny is the
+    union over its atoms ``lin <= 0`` of region and ``lin >= 1`` (integers), each piece covered by the
+    rest. False when unproved, or after ``budget`` pieces."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    if not _possible(region):
+        return True
+    if not denies:
+        return False
+    first, rest = denies[0], denies[1:]
+    for atom in first.atoms:
+        outside = ir.Atom(L.add(L.scale(atom.lin, -1), L.const(1)), atom.span)     # not (lin <= 0)
+        piece = intersect(region, ir.Region((outside,), region.span))
+        if piece is not None and not _covered(piece, rest, budget):
+            return False
+    return True
+
+
 def _reads(node, name: str) -> bool:
     """Whether a resolved expression reads the parameter ``name`` (of any kind)."""
     def hit(n) -> bool:
@@ -138,3 +262,22 @@ def unused_params(mask: ir.ResolvedMask) -> list[ir.Param]:
     # `segments from prompt` reads `prompt` when the segments are bound, whatever the rules say.
     readers = [r.cond for r in mask.rules] + [p.origin for p in mask.params if p.origin is not None]
     return [p for p in mask.params if not any(_reads(node, p.name) for node in readers)]
+
+
+# -- output formats ---------------------------------------------------------------------------------
+
+def _github_escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def render(diags: list[Diagnostic], fmt: str) -> str:
+    """The diagnostics as ``text`` (file:line:col, the line and a caret, the hint), ``json`` (a list of
+    objects) or ``github`` (workflow commands that annotate a pull request's lines)."""
+    if fmt == "json":
+        return json.dumps([d.as_dict() for d in diags], indent=2) + "\n"
+    if fmt == "github":
+        return "".join(f"::{d.severity} file={_github_escape(d.file, True)},line={d.line},col={d.col},"
+                       f"endColumn={d.end_col}::{_github_escape(d.message + (f' (hint: {d.hint})' if d.hint else ''))}\n"
+                       for d in diags)
+    return "".join(f"{d}\n" for d in diags)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -31,6 +32,19 @@ PASSES = (
     ("resolve", "names, types and arity checked; lets and mask calls inlined", None),
     ("normalize", "a canonical union of conjunctions of linear atoms; same() made linear", normalize),
     ("ranges", "per region, the k-interval of each row as max/min bounds in q", analyze_ranges),
+)
+
+# After compile, in order: what binding a mask to sizes and values does, and how its kernel is built
+# (`maskc explain` prints these too, with --seq-len for the first three).
+RUN_TIME_STAGES = (
+    ("bind", "lengths and parameter values checked; segments turned into boundary tables"),
+    ("classify", "each tile's class from the rows' visible intervals: FULL, PARTIAL or EMPTY"),
+    ("pack", "the descriptor the kernel walks: per row block, runs of visible key blocks"),
+)
+KERNEL_STAGES = (
+    ("predicate", "the mask as device code, evaluated only on PARTIAL tiles"),
+    ("schedule", "tile shapes and engines for the head dim and dtype"),
+    ("emit", "the CUDA source rendered from the templates"),
 )
 
 
@@ -124,7 +138,8 @@ class CompiledMask:
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None,
                     constants: tuple[tuple[str, int], ...] = (), engine: str | None = None) -> KernelSpec:
-        """The kernel's spec; a mask with const parameters needs their ``constants`` (a bound mask's).
+        """The kernel's spec; a mask with const parameters takes their ``constants`` (a bound mask's), else
+        the defaults its file declares (:meth:`const_values`).
         Tiles and engine not given come from the schedule (for an H100/H200)."""
         from .schedule import choose_tiles
         from .sanitize import c_identifier
@@ -133,7 +148,7 @@ class CompiledMask:
             chosen = choose_tiles(head_dim, dtype, engine=engine, table_regions=self.table_regions)
             block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
-        self._check_constants(constants)
+        constants = self.const_values(constants)
         return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
                           predicate(self.ranges, tuple(constants)), self._summary(constants), engine)
 
@@ -144,18 +159,31 @@ class CompiledMask:
         from .schedule import choose_backward_tiles, choose_dq_reduction
         from .sanitize import c_identifier
 
-        self._check_constants(constants)
+        constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, engine=engine)
         return BackwardSpec(c_identifier(self.name), head_dim, dtype, tiles.block_m, tiles.block_n,
                             tiles.dq_block_n, predicate(self.ranges, tuple(constants)),
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine))
 
-    def _check_constants(self, constants) -> None:
-        missing = [n for n in self.const_params if n not in dict(constants)]
+    def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
+        """The value of every const parameter, in declaration order: ``given``, else the default the file
+        declares (``width: const int = 128``). A const parameter with neither is a MaskError naming it."""
+        values = dict(given)
+        stray = sorted(set(values) - set(self.const_params))
+        if stray:
+            raise MaskError(f"mask '{self.name}' has no const parameter {', '.join(repr(n) for n in stray)}",
+                            self.resolved.span, f"its const parameters: {', '.join(self.const_params) or 'none'}")
+        for p in self.params:
+            if p.const and p.name not in values and p.default is not None:
+                values[p.name] = p.default
+        missing = [n for n in self.const_params if n not in values]
         if missing:
             raise MaskError(f"mask '{self.name}' compiles its const parameter(s) {', '.join(missing)} into the "
-                            "kernel: give their values", self.resolved.span,
-                            "bind the mask first, or on the command line: --param NAME=VALUE")
+                            "kernel, and the file gives no default: give their values", self.resolved.span,
+                            "on the command line: " + " ".join(f"--param {n}=VALUE" for n in missing)
+                            + "; in Python: bind the mask first, or pass constants=; or declare a default "
+                            f"in the file ('{missing[0]}: const int = ...')")
+        return tuple((n, values[n]) for n in self.const_params)
 
     def _summary(self, constants) -> tuple[str, ...]:
         return tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants)

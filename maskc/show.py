@@ -127,4 +127,4 @@ def render_png(classes: np.ndarray, path: str, block_m: int, block_n: int,
         draw.text((x + 20, y - 1), "darker: visible pair", fill="black", font=font)
     if title:
         draw.text((margin, y + 22), title, fill="black", font=font)
-    img.save(path)
+    img.save(path, format="PNG")          # whatever the name ends with: --png writes a PNG

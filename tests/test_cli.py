@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 import maskc
 from maskc import cli as cli_module
+from maskc import cli_run
 from maskc.cli import cli, parse_params
 from maskc.cpu_check import blocked_attention, cubin_registers, round_to
 
@@ -27,7 +28,7 @@ def invoke(*args):
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(cli_module, "gpu_available", lambda: False)
+    monkeypatch.setattr(cli_run, "gpu_available", lambda: False)
 
 
 @pytest.fixture
@@ -202,7 +203,7 @@ def test_run_jagged_batch_on_cpu(no_gpu):
 def test_run_refuses_huge_cpu_runs(no_gpu):
     result = invoke("run", EXAMPLES / "causal.mask", "--seq-len", 16384)
     assert result.exit_code == 1
-    assert "too large for the CPU reference (at most 8192)" in result.stderr
+    assert "too large for the CPU reference (lengths at most 8192" in result.stderr
 
 
 def test_blocked_reference_catches_a_wrong_tile(no_gpu):
@@ -257,12 +258,13 @@ def test_lint_json(tmp_path):
     result = invoke("lint", "--format", "json", _warn_file(tmp_path))
     items = json.loads(result.stdout)
     assert [(i["line"], i["col"], i["severity"]) for i in items] == [(1, 8, "warning"), (3, 3, "warning")]
-    assert set(items[0]) == {"file", "line", "col", "severity", "message", "hint"}
+    assert set(items[0]) == {"file", "line", "col", "end_col", "severity", "message", "hint"}
+    assert items[0]["end_col"] == items[0]["col"] + len("x")
 
 
 def test_lint_github(tmp_path, bad_file):
     result = invoke("lint", "--format", "github", bad_file)
-    assert result.stdout.startswith(f"::error file={bad_file},line=2,col=25::unknown name 'windw'")
+    assert result.stdout.startswith(f"::error file={bad_file},line=2,col=25,endColumn=30::unknown name 'windw'")
     assert "::warning" in invoke("lint", "--format", "github", _warn_file(tmp_path)).stdout
 
 
@@ -290,7 +292,8 @@ def test_show_dense_small_and_refuses_large():
 def test_explain_prints_every_stage_and_bound_tiles():
     result = invoke("explain", EXAMPLES / "prefix_lm.mask", "--seq-len", 512, "--param", "prefix=100")
     assert result.exit_code == 0, result.output
-    for stage in ("== parse", "== resolve", "== normalize", "== ranges", "== bind + classify + pack"):
-        assert stage in result.stdout
+    stages = ("parse", "resolve", "normalize", "ranges", "bind", "classify", "pack", "predicate", "schedule", "emit")
+    positions = [result.stdout.index(f"== {stage}:") for stage in stages]
+    assert positions == sorted(positions)
     assert "allow [0] -prefix + k + 1 <= 0" in result.stdout
     assert "row block 0:" in result.stdout

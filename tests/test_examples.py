@@ -146,8 +146,15 @@ def test_backward_rejects_head_dim_256():
 def test_const_parameters_are_compiled_in_and_checked():
     mask = maskc.load(EXAMPLES / "clear.mask")
     assert mask.const_params == ("text", "width")
-    with pytest.raises(maskc.MaskError, match="const"):
-        mask.kernel_spec()                         # values unknown before binding
+    assert mask.const_values() == (("text", 512), ("width", 128))      # the defaults clear.mask declares
+    assert mask.const_values({"width": 64}) == (("text", 512), ("width", 64))
+    assert "(128)" in mask.kernel_spec().predicate.source
+    with pytest.raises(maskc.MaskError, match="no const parameter 'radius'"):
+        mask.const_values({"radius": 3})
+    bare = maskc.compile_mask("mask m(w: const int, n: const int = 4)\n  allow k <= q, q - k < w * n\n")
+    with pytest.raises(maskc.MaskError, match="const parameter.s. w into the kernel") as err:
+        bare.kernel_spec()                         # no value, no default
+    assert "--param w=VALUE" in err.value.hint
     a = mask.bind(seq_len=100, text=10, width=8, radius=3).kernel_spec().predicate.source
     b = mask.bind(seq_len=100, text=10, width=9, radius=3).kernel_spec().predicate.source
     assert a != b and "(8)" in a and "(9)" in b

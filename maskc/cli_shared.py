@@ -1,0 +1,106 @@
+"""What the ``maskc`` subcommands share: the defaults, the options, ``--param`` parsing, and the error for
+a bad command line or machine. ``maskc.cli`` builds the commands from these."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from .pipeline import BoundMask, CompiledMask
+
+# One default per knob for every command that has it: `compile` writes the kernel that `run` runs.
+DEFAULT_HEAD_DIM = 128
+DEFAULT_DTYPE = "bf16"
+HEAD_DIMS = ("64", "128", "256")
+DTYPES = ("bf16", "fp16")
+
+
+class CliError(click.ClickException):
+    """A problem with the command line or the machine, not the mask: ``maskc: error: ...``, exit 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"maskc: error: {self.message}", err=True)
+
+
+def gpu_available() -> bool:
+    """Whether CuPy sees a CUDA device (False without CuPy, a driver or a GPU)."""
+    try:
+        import cupy
+        return bool(cupy.cuda.runtime.getDeviceCount() > 0)
+    except Exception:
+        return False
+
+
+def load_mask(path: str, name: str | None) -> "CompiledMask":
+    from .pipeline import load
+    return load(path, name)
+
+
+def bad_param(message: str) -> NoReturn:
+    raise click.BadParameter(message, param_hint="'--param'")
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        bad_param(f"{what}: expected integers separated by ',', got {text!r}")
+
+
+def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
+    """``name=value`` strings to bind's keyword arguments: an int, or a comma list for segments and
+    per arrays; ``;`` separates batch elements (jagged batches). Names the mask does not declare pass
+    through: bind reports them, with the names it does declare."""
+    kinds = {p.name: p.kind for p in mask.params}
+    values: dict[str, Any] = {}
+    for item in raw:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            bad_param(f"{item!r}: expected name=value")
+        if name in values:
+            bad_param(f"{name} is given twice")
+        elements: list[Any] = []
+        for part in text.split(";"):
+            nums = _ints(part, name)
+            if kinds.get(name) == "int" or (name not in kinds and "," not in part):
+                if len(nums) != 1:
+                    bad_param(f"{name} is an int: give one integer per batch element, got {part!r}")
+                elements.append(nums[0])
+            else:
+                elements.append(nums)
+        values[name] = elements if len(elements) > 1 else elements[0]
+    return values
+
+
+def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_params: tuple[str, ...],
+                  heads: int) -> "BoundMask":
+    # Only a mask that reads h is bound per head (else every head shares one mask).
+    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.ranges.uses_head else None,
+                     **parse_params(mask, raw_params))
+
+
+def write_output(path: str, text: str) -> None:
+    """``text`` into the file ``path`` ('-': stdout); a path that cannot be written is a CliError."""
+    if path == "-":
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise CliError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+mask_option = click.option("-m", "--mask", "name", metavar="NAME", help="which mask, when the file defines several")
+param_option = click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+                            help="a parameter: 7, or 100,200,724 for segments; ';' between batch elements")
+seq_len_option = click.option("--seq-len", type=click.IntRange(min=1), required=True, help="query length")
+kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key length (default: seq_len)")
+head_dim_option = click.option("--head-dim", type=click.Choice(HEAD_DIMS), default=str(DEFAULT_HEAD_DIM),
+                               show_default=True, help="D, the length of each query, key and value vector")
+dtype_option = click.option("--dtype", type=click.Choice(DTYPES), default=DEFAULT_DTYPE, show_default=True,
+                            help="element type of Q, K, V and O")
