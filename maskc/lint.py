@@ -117,13 +117,12 @@ def _load_recovering(path: str) -> tuple[Program | None, list[Diagnostic], set[s
     errors: list[Diagnostic] = []
     broken: set[str] = set()
     for start, end in _blocks(lines):
-        block = lines[start:end]
-        try:
-            parse("\n" * start + "".join(block), path)       # blank lines keep the line numbers
+        block, block_errors = _parse_dropping_lines(lines, start, end, path)
+        errors += block_errors
+        if block is not None:
             kept[start:end] = block
-        except MaskSyntaxError as err:
-            errors.append(_from_error(err, path))
-            match = re.match(r"mask\s+([A-Za-z_]\w*)", block[0])
+        if block_errors:
+            match = re.match(r"mask\s+([A-Za-z_]\w*)", lines[start])
             if match:
                 broken.add(match.group(1))
     if not errors:                       # no block fails on its own: the error lies between blocks
@@ -132,6 +131,25 @@ def _load_recovering(path: str) -> tuple[Program | None, list[Diagnostic], set[s
         return program_from_text("".join(kept), path, Path(path).parent), errors, broken
     except MaskError as err:
         return None, errors + [_from_error(err, path)], broken
+
+
+def _parse_dropping_lines(lines: list[str], start: int, end: int, path: str) -> tuple[list[str] | None, list[Diagnostic]]:
+    """Parse lines [start, end) alone; at each error, report it and blank its line (a rule, a let) and
+    parse again, so that one bad line does not hide the next. The block's lines as they parse, or None
+    when its first line is the one that fails."""
+    block, errors = list(lines[start:end]), []
+    while True:
+        try:
+            parse("\n" * start + "".join(block), path)       # blank lines keep the line numbers
+            return block, errors
+        except MaskSyntaxError as err:
+            at = (err.span.line - 1 - start) if err.span else 0
+            if errors and at <= 0:            # the header, once lines are gone: an echo of those lines
+                return None, errors
+            errors.append(_from_error(err, path))
+            if not 0 < at < len(block) or not block[at].strip() or len(errors) > len(block):
+                return None, errors
+            block[at] = "\n"
 
 
 def _blocks(lines: list[str]) -> list[tuple[int, int]]:
@@ -153,22 +171,27 @@ def _lint_mask(program: Program, name: str, path: str) -> list[Diagnostic]:
 
 
 def _rule_errors(program: Program, name: str, path: str, first: MaskError) -> list[Diagnostic]:
-    """The errors of each rule of mask ``name`` on its own, and ``first`` (the whole mask's) when it is
-    none of them: the mask fails as a whole, not in one rule."""
+    """The errors of each rule of mask ``name`` on its own, then the error of the mask without its failing
+    rules (mask-wide: no allow rule at all, say); ``first``, the whole mask's, if neither finds one."""
     decl = next(m for m in program.main.masks if m.name == name)
-    out = set()
-    for rule in decl.rules:
-        # Alone, a deny or require rule would fail for want of an allow rule: give it one that shows all.
-        extra = () if rule.kind == "allow" else (ir.RuleDecl("allow", (ir.BoolLit(True, rule.span),), rule.span),)
-        alone = replace(decl, rules=(rule,) + extra)
-        main = replace(program.main, masks=tuple(alone if m is decl else m for m in program.main.masks))
+
+    def error_of(rules: tuple[ir.RuleDecl, ...], lend_allow: bool) -> Diagnostic | None:
+        if lend_allow:           # a rule without an allow rule beside it would fail for that alone
+            rules += (ir.RuleDecl("allow", (ir.BoolLit(True, decl.span),), decl.span),)
+        changed = replace(decl, rules=rules)
+        main = replace(program.main, masks=tuple(changed if m is decl else m for m in program.main.masks))
         try:
             normalize(resolve(Program((main,) + program.files[1:]), name))
+            return None
         except MaskError as err:
-            out.add(_from_error(err, path))
-    if not any(d.message == first.message for d in out):
-        out.add(_from_error(first, path))
-    return list(out)
+            return _from_error(err, path)
+
+    per_rule = {i: error_of((rule,), rule.kind != "allow") for i, rule in enumerate(decl.rules)}
+    good = tuple(rule for i, rule in enumerate(decl.rules) if per_rule[i] is None)
+    had_allow = any(r.kind == "allow" for r in decl.rules)
+    whole = error_of(good, had_allow and not any(r.kind == "allow" for r in good))
+    out = {d for d in (*per_rule.values(), whole) if d is not None}
+    return list(out) or [_from_error(first, path)]
 
 
 # -- warnings: masks that compile but likely mean something else ----------------------------------

@@ -97,3 +97,58 @@ def test_a_file_without_masks_is_flagged(tmp_path):
     diags = lint_file(path)
     assert [(d.line, d.col, d.severity) for d in diags] == [(1, 1, "warning")]
     assert "no mask" in diags[0].message
+
+
+# -- every error, with carets -----------------------------------------------------------------------
+
+def test_every_broken_line_and_rule_is_reported(tmp_path):
+    text = ("mask a(w: int)\n"
+            "  allow k <= q, q - k < ww\n"        # resolve error
+            "  allow k <= qq\n"                   # resolve error
+            "  deny k > q +\n"                    # parse error
+            "mask b()\n"
+            "  allow k <= zz\n"                   # resolve error in the next mask
+            "mask c()\n"
+            "  allow a(3)\n"                      # calls the broken mask: no echo of a's errors
+            "mask d(\n")                          # a header that does not parse
+    diags = _lint(tmp_path, text)
+    assert [(d.line, d.severity) for d in diags] == [(2, "error"), (3, "error"), (4, "error"), (6, "error"),
+                                                     (9, "error")]
+    assert [d.col for d in diags[:4]] == [25, 14, 15, 14]
+    assert diags[0].hint == "did you mean 'w'?"
+
+
+def test_text_format_shows_the_line_and_a_caret_under_the_span(tmp_path):
+    (d,) = _lint(tmp_path, "mask m()\n  allow k <= q, q - k < window\n")
+    assert str(d).splitlines() == [
+        f"{d.file}:2:25: error: unknown name 'window'",
+        "    allow k <= q, q - k < window",
+        "                          ^~~~~~"]
+
+
+def test_a_mask_wide_error_is_reported_beside_rule_errors(tmp_path):
+    diags = _lint(tmp_path, "mask m()\n  deny k < qq\n")
+    messages = sorted(d.message for d in diags)
+    assert messages == ["mask 'm' has no 'allow' rule, so it shows nothing", "unknown name 'qq'"]
+
+
+# -- cancelled allows and inexact rules ---------------------------------------------------------------
+
+def test_allow_cancelled_by_one_deny(tmp_path):
+    diags = _lint(tmp_path, "mask m()\n  allow k <= q\n  allow k == q + 1\n  deny k > q\n")
+    assert [(d.line, d.col) for d in diags] == [(3, 3)]
+    assert "cancel" in diags[0].message and "line 4" in diags[0].message
+
+
+def test_allow_cancelled_only_by_the_union_of_denies(tmp_path):
+    text = "mask m()\n  allow k <= q, q - k < 8\n  deny k < q\n  deny k == q\n"
+    diags = _lint(tmp_path, text)
+    assert [(d.line, d.col) for d in diags] == [(2, 3)] and "lines" not in diags[0].message
+    assert "line 3, 4" in diags[0].message
+    assert _lint(tmp_path, "mask m()\n  allow k <= q, q - k < 8\n  deny k < q\n") == []   # the diagonal stays
+
+
+def test_inexact_rule_points_at_the_nonlinear_condition(tmp_path):
+    diags = _lint(tmp_path, "mask m(w: int)\n  allow k <= q, (q - k) * (q - k) < w\n")
+    assert [(d.line, d.col, d.severity) for d in diags] == [(2, 17, "warning")]
+    assert "not linear" in diags[0].message
