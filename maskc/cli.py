@@ -25,6 +25,7 @@ from .errors import MaskError
 from .kernel_ir import ENGINES
 from .progress import status
 
+TILE = click.IntRange(1, 2 ** 31 - 1)     # a tile side: positive, and like every length an int32
 _load = load_mask                       # the name tests replace to reach the internal-error path
 
 
@@ -77,8 +78,8 @@ cli.add_command(run_cmd)
 @click.option("-o", "--output", default="-", show_default=True, help="where to write the CUDA source ('-': stdout)")
 @head_dim_option
 @dtype_option
-@click.option("--block-m", type=click.IntRange(min=1), help="query rows per CTA (default: the schedule's)")
-@click.option("--block-n", type=click.IntRange(min=1), help="keys per inner step (default: the schedule's)")
+@click.option("--block-m", type=TILE, help="query rows per CTA (default: the schedule's)")
+@click.option("--block-n", type=TILE, help="keys per inner step (default: the schedule's)")
 @click.option("--engine", type=click.Choice(list(ENGINES)),
               help="forward kernel: mma (mma.sync, any head dim), or for Hopper and head dims 64/128 wgmma "
                    "(cp.async loads) or wgmma_tma (copy engine, warp-specialized); with --backward the dK/dV "
@@ -194,8 +195,8 @@ DENSE_PNG_MAX = 2048        # per-pair overlay in the PNG up to this many querie
 @kv_len_option
 @param_option
 @click.option("--heads", type=click.IntRange(min=1), default=1, help="for masks that read h")
-@click.option("--block-m", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--block-n", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--block-m", type=TILE, default=128, show_default=True, help="query rows per tile")
+@click.option("--block-n", type=TILE, default=128, show_default=True, help="keys per tile")
 @click.option("--png", type=click.Path(dir_okay=False), help="also write a picture")
 @click.option("--dense", is_flag=True, help=f"draw every (q, k) pair (up to {DENSE_TEXT_MAX})")
 def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, params: tuple[str, ...], heads: int,
@@ -239,8 +240,8 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
 @kv_len_option
 @param_option
 @click.option("--heads", type=click.IntRange(min=1), default=1, help="for masks that read h")
-@click.option("--block-m", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--block-n", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--block-m", type=TILE, default=128, show_default=True, help="query rows per tile")
+@click.option("--block-n", type=TILE, default=128, show_default=True, help="keys per tile")
 @head_dim_option
 @dtype_option
 def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | None, params: tuple[str, ...],

@@ -17,7 +17,8 @@ from .cli_shared import (DEFAULT_DTYPE, CliError, bind_from_cli, dtype_option, g
 from .progress import status
 
 CPU_MAX_LEN = 8192          # the float64 reference is O(S*K*D) per head: beyond this it takes minutes
-CPU_MAX_WORK = 2 ** 36      # batch * heads * seq_len * kv_len * head_dim: a few minutes of the float64 reference
+CPU_MAX_WORK = 2 ** 35      # batch * heads * seq_len * kv_len * head_dim: tens of seconds of the float64 reference
+CPU_MAX_ELEMENTS = 2 ** 27  # batch * heads * length * head_dim per input array: 512 MiB of float32
 # ‖out − ref‖ / ‖ref‖ above which `run` exits 1: the kernel's (bf16/fp16 inputs and output, fp32 sums), and
 # the CPU's float32 tile walk. The GPU test suite holds the kernels to the same bounds.
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "cpu": 1e-4}
@@ -111,10 +112,14 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     on_gpu = gpu_available()
     longest = max(bound.seq_len, bound.kv_len)
     work = batch * heads * bound.seq_len * bound.kv_len * dim
+    if batch * heads * longest * dim > CPU_MAX_ELEMENTS:
+        raise CliError(f"batch {batch} x {heads} heads x length {longest} x head_dim {dim} random inputs would take "
+                       f"more than {CPU_MAX_ELEMENTS * 4 // 2 ** 20} MiB each; use a smaller --batch, --heads or "
+                       "--seq-len")
     if not on_gpu and (longest > CPU_MAX_LEN or work > CPU_MAX_WORK):
         raise CliError(f"no GPU found, and batch {batch} x {heads} heads x seq_len {bound.seq_len} x kv_len "
                        f"{bound.kv_len} is too large for the CPU reference (lengths at most {CPU_MAX_LEN}, "
-                       f"at most 2**36 multiply-adds); use a smaller --seq-len, --heads or --batch")
+                       f"at most 2**35 multiply-adds); use a smaller --seq-len, --heads or --batch")
     rng = np.random.default_rng(seed)
     q, k, v = (round_to(rng.standard_normal((batch, heads, n, dim), np.float32), dtype)
                for n in (bound.seq_len, bound.kv_len, bound.kv_len))
@@ -130,7 +135,8 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
             f", {4.0 * pairs * (batch // bound.batch) * heads * dim / seconds / 1e12:.1f} TFLOP/s on visible pairs")
         click.echo(f"GPU: maskc kernel {seconds * 1e3:.3f} ms per call (wall clock, mean of 10){rate}")
         if longest > CPU_MAX_LEN or work > CPU_MAX_WORK:
-            click.echo(f"reference skipped: seq_len/kv_len above {CPU_MAX_LEN} take too long on the CPU")
+            click.echo(f"reference skipped: lengths above {CPU_MAX_LEN} or more than 2**35 multiply-adds take too "
+                       "long on the CPU (the result is not checked)")
             return
         ref, seconds = _timed("float64 reference on the CPU", lambda: reference_attention(q, k, v, bound))
         click.echo(f"float64 reference (CPU): {seconds:.3f} s")
