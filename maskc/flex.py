@@ -1,23 +1,88 @@
-"""A bound mask as a FlexAttention ``mask_mod``: the resolved rules written in torch operations.
+"""FlexAttention interop: a bound mask as a ``mask_mod``, and Flex's ``create_block_mask`` / ``create_mask``
+with a .mask file where Flex takes a mask_mod.
+
+    block_mask = maskc.create_block_mask("examples/document.mask", B=None, H=None, Q_LEN=4096, docs=[1000, 3096])
+    flex_attention(q, k, v, block_mask=block_mask)        # or maskc.attention(q, k, v, block_mask=block_mask)
 
 The mask_mod reads only O(seq_len + kv_len) per-position tables (segment index/start/end and
 per-segment values, one row per batch element), so it works at any length, under torch.compile,
-and agrees pair for pair with :func:`maskc.evaluate.dense_mask` (tests check it).
+and agrees pair for pair with :func:`maskc.evaluate.dense_mask` (tests check it). Its tables follow
+the positions it is called with to their device.
 """
 from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from . import ir
 from .evaluate import segment_tables
 
+if TYPE_CHECKING:
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+
+    from .pipeline import BoundMask, CompiledMask
+
+Device = Union[str, "torch.device", None]
+
+
+def _bind(mask: "CompiledMask | str | os.PathLike[str]", B: int | None, H: int | None, Q_LEN: int | None,
+          KV_LEN: int | None, params: dict[str, Any]) -> "BoundMask":
+    """Flex's arguments to a bound mask: B checked against a batch the parameters give, H the number of
+    heads for masks that read h."""
+    from .errors import BindError
+    from .pipeline import CompiledMask, load
+
+    compiled = mask if isinstance(mask, CompiledMask) else load(mask)
+    if Q_LEN is None:
+        raise TypeError("Q_LEN is required: the number of query positions")
+    bound = compiled.bind(seq_len=Q_LEN, kv_len=KV_LEN, num_heads=H if compiled.ranges.uses_head else None,
+                          **params)
+    if B is not None and bound.batch > 1 and B != bound.batch:
+        raise BindError(f"B={B}, but the parameters describe {bound.batch} batch elements", compiled.resolved.span)
+    return bound
+
+
+def create_block_mask(mask: "CompiledMask | str | os.PathLike[str]", B: int | None = None, H: int | None = None,
+                      Q_LEN: int | None = None, KV_LEN: int | None = None, device: Device = None,
+                      BLOCK_SIZE: int | tuple[int, int] = 128, **params: Any) -> "BlockMask":
+    """Flex's ``create_block_mask`` for a .mask: a compiled mask or a path where Flex takes a mask_mod, and
+    the mask's parameters as keyword arguments. Returns a Flex ``BlockMask`` on ``device`` (default: the
+    CPU), built from maskc's tile classes in O(tiles) instead of evaluating the mask_mod on every pair,
+    with :class:`FlexMaskMod` as its mask_mod. ``B``: checked against a batch that the parameters give
+    (lists per element), else the mask is the same for every batch element (Flex broadcasts it); ``H``:
+    the number of heads, needed by masks that read ``h``. ``maskc.attention`` accepts the result too."""
+    return _bind(mask, B, H, Q_LEN, KV_LEN, params).to_flex_block_mask(BLOCK_SIZE, device)
+
+
+def create_mask(mask: "CompiledMask | str | os.PathLike[str]", B: int | None = None, H: int | None = None,
+                Q_LEN: int | None = None, KV_LEN: int | None = None, device: Device = None,
+                **params: Any) -> "torch.Tensor":
+    """Flex's ``create_mask`` for a .mask: the dense bool mask (B, H, Q_LEN, KV_LEN), True where a query
+    sees a key (e.g. for ``scaled_dot_product_attention``'s ``attn_mask``). B and H default to the
+    mask's own (1 when it is the same for every batch element or head); O(Q_LEN x KV_LEN) memory."""
+    import torch
+
+    bound = _bind(mask, B, H, Q_LEN, KV_LEN, params)
+    batch = B or bound.batch
+    heads = H or bound.num_heads or 1
+    rows = [[torch.from_numpy(bound.dense(b if bound.batch > 1 else 0, h if bound.num_heads else 0))
+             for h in range(heads)] for b in range(batch)]
+    return torch.stack([torch.stack(r) for r in rows]).to(device or "cpu")
+
 
 class FlexMaskMod:
     """Callable ``(b, h, q_idx, kv_idx) -> bool tensor`` for ``flex_attention`` / ``create_block_mask``."""
 
-    def __init__(self, bound, device="cuda"):
+    def __init__(self, bound: "BoundMask", device: Device = None):
         import torch
 
+        device = torch.device(device or "cpu")
+        self.bound = bound
+        self.device = device
+        self._copies: dict[torch.device, FlexMaskMod] = {device: self}
         self.mask = bound.mask.resolved
         self.batched = bound.batch > 1
         self.extent = max(bound.seq_len, bound.kv_len)
@@ -79,7 +144,23 @@ class FlexMaskMod:
             out = (out & p) if isinstance(c, ir.All) else (out | p)
         return out
 
+    def __repr__(self) -> str:
+        return f"FlexMaskMod(mask {self.mask.name!r}, seq_len {self.builtins['seq_len']}, " \
+               f"kv_len {self.builtins['kv_len']}, device {self.device})"
+
+    def on(self, device: Device) -> "FlexMaskMod":
+        """The same mask_mod with its tables on ``device`` (made once per device)."""
+        import torch
+
+        device = torch.device(device or "cpu")
+        if device not in self._copies:
+            self._copies[device] = FlexMaskMod(self.bound, device)
+        return self._copies[device]
+
     def __call__(self, b, h, q_idx, kv_idx):
+        device = getattr(q_idx, "device", self.device)
+        if device != self.device:            # a BlockMask moved with .to(device), or called on another GPU
+            return self.on(device)(b, h, q_idx, kv_idx)
         allow = deny = None
         for r in self.mask.rules:
             if r.kind == "require":

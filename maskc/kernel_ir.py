@@ -93,6 +93,18 @@ class TileMap:
     def n_kv_blocks(self) -> int:
         return -(-self.kv_len // self.block_n)
 
+    def counts(self) -> dict[str, int]:
+        """Tiles of each class over the batch, from the runs (the dense grid is not built)."""
+        widths = (self.runs[:, 1] - self.runs[:, 0]).astype(np.int64)
+        full, partial = int(widths[self.runs[:, 2] == FULL].sum()), int(widths[self.runs[:, 2] == PARTIAL].sum())
+        total = self.batch * self.n_q_blocks * self.n_kv_blocks
+        return {"FULL": full, "PARTIAL": partial, "EMPTY": total - full - partial}
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k} {v}" for k, v in self.counts().items())
+        return (f"TileMap({self.block_m}x{self.block_n} tiles, seq_len {self.seq_len}, kv_len {self.kv_len}, "
+                f"batch {self.batch}: {counts}; {'exact' if self.exact else 'sound'})")
+
     @functools.cached_property
     def classes(self) -> np.ndarray:
         from .tiles import dense_of
@@ -151,6 +163,11 @@ class Descriptor:
     n_q_blocks = property(lambda self: self.tile_map.n_q_blocks)
     n_kv_blocks = property(lambda self: self.tile_map.n_kv_blocks)
 
+    def __repr__(self) -> str:
+        return (f"Descriptor({self.block_m}x{self.block_n} tiles, seq_len {self.seq_len}, kv_len {self.kv_len}, "
+                f"batch {self.batch}: {self.runs.shape[0]} runs over {self.run_offsets.size - 1} row blocks, "
+                f"{self.mask_data.size} mask_data ints)")
+
     @functools.cached_property
     def _transposed(self):
         from .tiles import heaviest_first, runs_of
@@ -187,7 +204,7 @@ class Predicate:
     compute the intervals once per row block and test many keys at once with bit words.
     """
 
-    source: str
+    source: str = field(repr=False)     # CUDA: long
     allow: int
     deny: int
     intervals_only: bool
@@ -273,7 +290,7 @@ class KernelSource:
     first; the forward source has only that one)."""
 
     spec: KernelSpec | BackwardSpec | None   # None: a check kernel of no mask (emit_tma_check)
-    source: str
+    source: str = field(repr=False)
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with
     entries: tuple[str, ...] = ()

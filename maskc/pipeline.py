@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, Union
 
 import numpy as np
 
@@ -25,6 +25,14 @@ from .parse import parse, parse_file
 from .predicate import pack_mask_data, predicate
 from .ranges import analyze_ranges
 from .resolve import Program, resolve, resolve_all
+
+if TYPE_CHECKING:
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+
+    from .flex import FlexMaskMod
+
+Device = Union[str, "torch.device", None]
 
 # The compile-time pipeline after resolve, in order, with why each step exists (`maskc explain` prints
 # each stage). Resolve itself needs the whole program and a mask name; every later pass takes one stage.
@@ -94,6 +102,11 @@ class CompiledMask:
     resolved: ir.ResolvedMask
     normal: ir.NormalMask
     ranges: ir.RangeMask
+
+    def __repr__(self) -> str:
+        params = ", ".join(_param_repr(p) for p in self.params)
+        return (f"CompiledMask({self.name}({params}): {len(self.normal.allow)} allow / {len(self.normal.deny)} deny "
+                f"region(s), tiles {'exact' if self.exact else 'sound'}; {self.resolved.span})")
 
     @property
     def name(self) -> str:
@@ -193,6 +206,23 @@ class CompiledMask:
         return emit_kernel(self.kernel_spec(**kwargs))
 
 
+def _param_repr(p: ir.Param) -> str:
+    kind = {"int": "const int" if p.const else "int", "segments": "segments", "per": f"per {p.of}"}[p.kind]
+    return f"{p.name}: {kind}" + (f" = {p.default}" if p.default is not None else "")
+
+
+def _values_repr(element) -> str:
+    """One batch element's values, long segment lists cut short: ``docs=[1000, 3000, 96]``."""
+    def short(values) -> str:
+        items = [int(v) for v in values]
+        return str(items) if len(items) <= 6 else f"[{', '.join(map(str, items[:5]))}, ... ({len(items)} values)]"
+    out = [f"{n}={v}" for n, v in element.ints]
+    for n, table in element.segments:
+        out.append(f"{n}={short(np.diff(table.bounds))}")
+        out += [f"{a}={short(v)}" for a, v in table.values]
+    return ", ".join(out)
+
+
 def _summary_lines(mask: ir.ResolvedMask):
     from .sanitize import comment_text
     span = mask.span
@@ -212,6 +242,14 @@ class BoundMask:
     def __post_init__(self):
         # An int that names this object where only numbers may pass (torch custom ops: maskc.torch_ops).
         object.__setattr__(self, "handle", handles.register(self))
+
+    def __repr__(self) -> str:
+        shown = [f"seq_len={self.seq_len}"] + ([f"kv_len={self.kv_len}"] if self.kv_len != self.seq_len else [])
+        shown += [f"num_heads={self.num_heads}"] if self.num_heads else []
+        values = [_values_repr(e) for e in self.params.batch[:3]]
+        batch = values[0] if self.batch == 1 else "; ".join(values) + ("; ..." if self.batch > 3 else "")
+        return (f"BoundMask({self.mask.name}: {', '.join(shown)}" + (f", batch={self.batch}" if self.batch > 1 else "")
+                + (f", {batch}" if batch else "") + ")")
 
     @property
     def seq_len(self) -> int:
@@ -245,21 +283,25 @@ class BoundMask:
     def descriptor(self, block_m: int = 128, block_n: int = 128) -> Descriptor:
         return _descriptor(self, block_m, block_n)
 
-    def to_flex_block_mask(self, block_size: int = 128, device: str = "cuda"):
-        """maskc's tile classes as a ``torch.nn.attention.flex_attention.BlockMask`` on ``device``,
-        with :meth:`flex_mask_mod` for its PARTIAL blocks: feed it straight to ``flex_attention``."""
+    def to_flex_block_mask(self, block_size: int | tuple[int, int] = 128, device: Device = None) -> "BlockMask":
+        """maskc's tile classes as a ``torch.nn.attention.flex_attention.BlockMask`` on ``device`` (default:
+        the CPU; ``.to("cuda")`` moves it), with :meth:`flex_mask_mod` for its PARTIAL blocks: feed it
+        straight to ``flex_attention``, or to ``maskc.attention``. ``block_size``: one side, or (query, key)."""
         import torch
         from torch.nn.attention.flex_attention import BlockMask
 
-        arrays = to_flex_block_mask_arrays(self.tile_map(block_size, block_size))
+        block_m, block_n = (block_size, block_size) if isinstance(block_size, int) else block_size
+        device = device or "cpu"
+        arrays = to_flex_block_mask_arrays(self.tile_map(block_m, block_n))
         t = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
         return BlockMask.from_kv_blocks(t["kv_num_blocks"], t["kv_indices"], t["full_kv_num_blocks"],
-                                        t["full_kv_indices"], BLOCK_SIZE=block_size,
+                                        t["full_kv_indices"], BLOCK_SIZE=(block_m, block_n),
                                         mask_mod=self.flex_mask_mod(device),
                                         seq_lengths=(self.seq_len, self.kv_len))
 
-    def flex_mask_mod(self, device: str = "cuda"):
-        """The mask as a FlexAttention mask_mod in torch operations (O(N) tables, any length)."""
+    def flex_mask_mod(self, device: Device = None) -> "FlexMaskMod":
+        """The mask as a FlexAttention mask_mod in torch operations (O(N) tables, any length), its tables on
+        ``device`` (default: the CPU; they follow the positions it is called with to theirs)."""
         from .flex import FlexMaskMod
         return FlexMaskMod(self, device)
 

@@ -62,7 +62,7 @@ def run(bound, B, Hq, Hkv, D, dtype, deterministic=False, with_lse=False):
     v = randn(B, Hkv, Skv, D, dtype=dtype).requires_grad_()
     dout = randn(B, Hq, S, D, dtype=dtype)
     dlse = torch.randn(B, Hq, S, device="cuda") if with_lse else None
-    out, lse = maskc.attention(q, k, v, bound, return_lse=True, deterministic=deterministic)
+    out, lse = maskc.attention(q, k, v, bound, return_lse=True, deterministic=deterministic, enable_gqa=Hq != Hkv)
     poison((B, Hq, S, D), dtype)
     poison((B, Hkv, Skv, D), dtype)
     loss = (out * dout).sum() + ((torch.where(torch.isinf(lse), 0, lse) * dlse).sum() if with_lse else 0)
@@ -143,7 +143,7 @@ def test_against_flex_backward(name):
     q, k, v = (randn(1, 2, 1000, 128, dtype="bf16").requires_grad_() for _ in range(3))
     dout = randn(1, 2, 1000, 128, dtype="bf16")
     ours = torch.autograd.grad(maskc.attention(q, k, v, bound), (q, k, v), dout)
-    flex_out = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask())
+    flex_out = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask(device="cuda"))
     theirs = torch.autograd.grad(flex_out, (q, k, v), dout)
     for a, b in zip(ours, theirs):
         assert rel(a.double(), b.double()) <= 3e-2
@@ -177,7 +177,7 @@ def test_32k_against_flex_backward(name, params):
     dout = randn(1, 2, 32768, 128, dtype="bf16")
     ours = torch.autograd.grad(maskc.attention(q, k, v, bound), (q, k, v), dout)
     flex = torch.compile(flex_attention)
-    theirs = torch.autograd.grad(flex(q, k, v, block_mask=bound.to_flex_block_mask()), (q, k, v), dout)
+    theirs = torch.autograd.grad(flex(q, k, v, block_mask=bound.to_flex_block_mask(device="cuda")), (q, k, v), dout)
     for a, b in zip(ours, theirs):
         assert not torch.isnan(a).any()
         assert rel(a.double(), b.double()) <= 3e-2

@@ -1,6 +1,6 @@
 """The forward kernel on the GPU, on the real example masks (maskc.load(...).bind(...)), against float64
 references: maskc.reference_attention (numpy, S <= 1000) and the same formula in torch float64 on the GPU
-(every case), and against flex_attention fed bound.to_flex_block_mask() on the same inputs.
+(every case), and against flex_attention fed bound.to_flex_block_mask(device="cuda") on the same inputs.
 
 Every run: fresh random inputs, the output poisoned with NaN first (a NaN-filled block of O's size is
 freed just before the call, so torch.empty in the runtime reuses it; we check that no NaN survives), ‖out − ref‖ / ‖ref‖ ≤ 1e-2 (bf16) or 5e-3 (fp16), LSE
@@ -96,7 +96,7 @@ def check(bound, B, Hq, Hkv, D, dtype, rows=None, make=None, scale=None, against
     if flex:
         from torch.nn.attention.flex_attention import flex_attention
 
-        fo = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask(), scale=scale,
+        fo = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask(device="cuda"), scale=scale,
                             enable_gqa=Hq != Hkv)
         seen = ~torch.isneginf(lse)
         assert rel(o.double()[seen], fo.double()[seen]) <= 2 * TOL[dtype], "O vs flex_attention"
@@ -137,7 +137,7 @@ def test_32k_against_flex(name, params):
     q, k, v = (randn(1, 2, 32768, 128, dtype="bf16") for _ in range(3))
     poison((1, 2, 32768, 128), "bf16")
     o, lse = attention(q, k, v, bound, return_lse=True)
-    fo, flse = torch.compile(flex_attention)(q, k, v, block_mask=bound.to_flex_block_mask(), return_lse=True)
+    fo, flse = torch.compile(flex_attention)(q, k, v, block_mask=bound.to_flex_block_mask(device="cuda"), return_lse=True)
     assert not torch.isnan(o).any()
     assert rel(o.double(), fo.double()) <= 2e-2
     assert rel(lse.double(), flse.double()) <= 1e-2

@@ -51,7 +51,7 @@ def test_gradcheck(name):
     q, k, v = inputs(2, 4, 2, 23, 23, 8, seed=2)
 
     def f(q, k, v):
-        out, lse = maskc.attention(q, k, v, bound, return_lse=True)
+        out, lse = maskc.attention(q, k, v, bound, return_lse=True, enable_gqa=True)
         return out, torch.where(torch.isinf(lse), 0, lse)
 
     assert torch.autograd.gradcheck(f, (q, k, v), atol=1e-7, rtol=1e-5)
@@ -78,7 +78,7 @@ def test_gradients_match_dense_autograd(name):
         bound = bound_of(name, 45, seed=4)
     q, k, v = inputs(1, 2, 1, 45, bound.kv_len, 16, seed=5)
     dout = torch.randn(1, 2, 45, 16, dtype=torch.float64)
-    ours = torch.autograd.grad(maskc.attention(q, k, v, bound, scale=0.3), (q, k, v), dout)
+    ours = torch.autograd.grad(maskc.attention(q, k, v, bound, scale=0.3, enable_gqa=True), (q, k, v), dout)
     ref = torch.autograd.grad(dense_attention(q, k, v, bound, 0.3), (q, k, v), dout)
     for a, b in zip(ours, ref):
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-8)
@@ -99,15 +99,15 @@ def test_inference_path_records_no_graph_and_matches(grad_off):
     """Without gradients to compute, attention skips autograd: same O and LSE, no grad_fn."""
     bound = bound_of("document", 50, seed=3)
     q, k, v = inputs(2, 4, 2, 50, 50, 16, seed=4)
-    out, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    out, lse = maskc.attention(q, k, v, bound, return_lse=True, enable_gqa=True)
     if grad_off == "no_grad":
         with torch.no_grad():
-            fast, fast_lse = maskc.attention(q, k, v, bound, return_lse=True)
+            fast, fast_lse = maskc.attention(q, k, v, bound, return_lse=True, enable_gqa=True)
     else:
-        fast, fast_lse = maskc.attention(q.detach(), k.detach(), v.detach(), bound, return_lse=True)
+        fast, fast_lse = maskc.attention(q.detach(), k.detach(), v.detach(), bound, return_lse=True, enable_gqa=True)
     assert fast.grad_fn is None and fast_lse.grad_fn is None and out.grad_fn is not None
     assert torch.equal(fast, out.detach()) and torch.equal(fast_lse, lse.detach())
-    assert torch.equal(maskc.attention(q.detach(), k.detach(), v.detach(), bound), out.detach())
+    assert torch.equal(maskc.attention(q.detach(), k.detach(), v.detach(), bound, enable_gqa=True), out.detach())
 
 
 def test_rows_without_keys_have_zero_gradients():
@@ -160,7 +160,13 @@ def test_input_errors_are_clear():
     bound = bound_of("causal", 16)
     q, k, v = inputs(1, 2, 1, 16, 16, 8, seed=12)
     with pytest.raises(ValueError, match="seq_len"):
-        maskc.attention(q[:, :, :8], k, v, bound)
+        maskc.attention(q[:, :, :8], k, v, bound, enable_gqa=True)
+    three, two = torch.randn(1, 3, 16, 8, dtype=torch.float64), torch.randn(1, 2, 16, 8, dtype=torch.float64)
     with pytest.raises(ValueError, match="multiple"):
-        maskc.attention(torch.randn(1, 3, 16, 8, dtype=torch.float64), torch.randn(1, 2, 16, 8, dtype=torch.float64),
-                        torch.randn(1, 2, 16, 8, dtype=torch.float64), bound)
+        maskc.attention(three, two, two, bound, enable_gqa=True)
+    with pytest.raises(ValueError, match="same number of heads.*enable_gqa=True"):
+        maskc.attention(q, k, v, bound)                  # GQA only when asked for, as in Flex
+    with pytest.raises(TypeError, match="once"):
+        maskc.attention(q, k, v, bound, block_mask=bound.to_flex_block_mask(), enable_gqa=True)
+    with pytest.raises(TypeError, match="bound mask"):
+        maskc.attention(q, k, v, "causal", enable_gqa=True)
