@@ -69,7 +69,8 @@ def describe(tiles: Tiles) -> str:
 
 def parse(label: str) -> Tiles:
     shape, engine = label.split(":")
-    return Tiles(*(int(x) for x in shape.split("x")), engine)
+    block_m, block_n, num_warps = (int(x) for x in shape.split("x"))
+    return Tiles(block_m, block_n, num_warps, engine)
 
 
 class TuningCache:

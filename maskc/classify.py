@@ -41,9 +41,9 @@ def _tile_counts(slots, row_tile: np.ndarray, rows_per_tile: np.ndarray, kv_len:
         good = c0 < c1
         cover += np.bincount((base + c0)[good], minlength=size)
         cover -= np.bincount((base + c1)[good], minlength=size)
-    touch = np.cumsum(touch.reshape(qt_count, width), axis=1)[:, :kt_count] > 0
-    cover = np.cumsum(cover.reshape(qt_count, width), axis=1)[:, :kt_count] == rows_per_tile[:, None]
-    return touch, cover
+    touched = np.cumsum(touch.reshape(qt_count, width), axis=1)[:, :kt_count] > 0
+    covered = np.cumsum(cover.reshape(qt_count, width), axis=1)[:, :kt_count] == rows_per_tile[:, None]
+    return touched, covered
 
 
 def _grid_counts(slots, n_rows, kv_len, block_m, block_n):
@@ -189,7 +189,8 @@ def _runs_from_hulls(hull: np.ndarray, fallback: np.ndarray, parts, qt: int):
             for part, values in zip(parts, (tile_ids[keep], begin[keep], end[keep],
                                             np.full(int(keep.sum()), kind))):
                 part.append(values)
-    return merge_runs(*(np.concatenate(p) for p in parts), qt)
+    rows, begins, ends, kinds = (np.concatenate(p) for p in parts)
+    return merge_runs(rows, begins, ends, kinds, qt)
 
 
 def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m, block_n):
@@ -293,12 +294,12 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
     for b, mask in enumerate(masks):
         uses_head = mask.uses_head
         per_head = [classify_batch_element(mask, bound, b, block_m, block_n, h, heads)
-                    for h in range(bound.num_heads if uses_head else 1)]
+                    for h in range((bound.num_heads or 1) if uses_head else 1)]
         o, r = per_head[0]
         if len(per_head) > 1:   # a tile keeps a class only if every head agrees on it
             classes = dense_of(o, r, kt)
             for other in per_head[1:]:
-                classes = np.where(classes == dense_of(*other, kt), classes, PARTIAL).astype(np.int8)
+                classes = np.where(classes == dense_of(other[0], other[1], kt), classes, PARTIAL).astype(np.int8)
             o, r = runs_of(classes)
         offsets.append(o[1:] + offsets[-1][-1])
         runs.append(r)

@@ -121,7 +121,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
                                      constants=constants, engine=engine)
     except ValueError as err:                        # the templates' limits on tile shapes and head dims
         raise CliError(str(err)) from None
-    spec = src.spec
+    spec: Any = src.spec          # the forward's KernelSpec or the backward's BackwardSpec
     write_output(output, src.source)
     where = output if output != "-" else "stdout"
     if backward:

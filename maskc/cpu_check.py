@@ -22,8 +22,8 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "fp16":
         return x.astype(np.float16).astype(np.float32)
     bits = x.astype(np.float32).view(np.uint32)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000      # round to nearest even
-    return bits.view(np.float32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000      # round to nearest even
+    return rounded.astype(np.uint32).view(np.float32)
 
 
 def blocked_attention(q, k, v, bound, block_m: int, block_n: int) -> np.ndarray:
@@ -46,6 +46,7 @@ def blocked_attention(q, k, v, bound, block_m: int, block_n: int) -> np.ndarray:
                 for begin, end, kind in desc.runs[desc.run_offsets[mb * qt + i]:desc.run_offsets[mb * qt + i + 1]]:
                     c = np.arange(begin * block_n, min(bound.kv_len, end * block_n))
                     cols.append(c)
+                    assert dense is not None                        # set per mask or per head above
                     allowed.append(dense[rows][:, c] if kind == 1 else np.ones((rows.stop - rows.start, c.size), bool))
                 if not cols:
                     continue                            # a row block that sees no key: O = 0

@@ -35,7 +35,7 @@ def _bind(mask: "CompiledMask | str | os.PathLike[str]", B: int | None, H: int |
     from .errors import BindError
     from .pipeline import CompiledMask, load
 
-    compiled = mask if isinstance(mask, CompiledMask) else load(mask)
+    compiled = mask if isinstance(mask, CompiledMask) else load(os.fspath(mask))
     if Q_LEN is None:
         raise TypeError("Q_LEN is required: the number of query positions")
     bound = compiled.bind(seq_len=Q_LEN, kv_len=KV_LEN, num_heads=H if compiled.ranges.uses_head else None,

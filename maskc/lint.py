@@ -137,7 +137,8 @@ def _parse_dropping_lines(lines: list[str], start: int, end: int, path: str) -> 
     """Parse lines [start, end) alone; at each error, report it and blank its line (a rule, a let) and
     parse again, so that one bad line does not hide the next. The block's lines as they parse, or None
     when its first line is the one that fails."""
-    block, errors = list(lines[start:end]), []
+    block = list(lines[start:end])
+    errors: list[Diagnostic] = []
     while True:
         try:
             parse("\n" * start + "".join(block), path)       # blank lines keep the line numbers

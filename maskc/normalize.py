@@ -18,6 +18,7 @@ from itertools import product
 
 from . import ir
 from . import linear as L
+from .errors import Span
 
 _FLIP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 _MAX_REGIONS = 512
@@ -56,6 +57,7 @@ def _dnf(cond: ir.Cond) -> list[tuple]:
         return [()] if cond.value else []
     if isinstance(cond, (ir.Cmp, ir.Same)):
         return [(cond,)]
+    assert isinstance(cond, (ir.All, ir.Any_)), "_nnf leaves no Negate"
     parts = [_dnf(i) for i in cond.items]
     if isinstance(cond, ir.Any_):
         return [c for p in parts for c in p]
@@ -158,7 +160,7 @@ def _regions(cond: ir.Cond, span) -> list[ir.Region]:
     for conj in _dnf(_nnf(cond)):
         segs = frozenset(lit.seg for lit in conj if isinstance(lit, ir.Same))
         rewrite = _same_rewrite(segs)
-        literal_alts: list[list[tuple[tuple[ir.Lin, ...], object]]] = []
+        literal_alts: list[list[tuple[tuple[ir.Lin, ...], Span]]] = []
         for s in sorted(segs):
             index, start, end = (L.of_term(ir.SegAttr(s, a, "q")) for a in ("index", "start", "end"))
             same_lins = (L.scale(index, -1), L.sub(start, L.of_term(L.K)), L.add(L.sub(L.of_term(L.K), end), L.const(1)))

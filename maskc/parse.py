@@ -121,7 +121,7 @@ class _ToSyntax(Transformer):
         return _span_at(self.path, self.lines, meta.line, meta.column, max(1, length))
 
     def _tok_span(self, tok: Token) -> Span:
-        return _span_at(self.path, self.lines, tok.line, tok.column, len(str(tok)))
+        return _span_at(self.path, self.lines, tok.line or 1, tok.column or 1, len(str(tok)))
 
     # -- file and declarations --------------------------------------------------------------
     def start(self, items):

@@ -57,7 +57,7 @@ KERNEL_STAGES = (
 
 
 def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
-    stages = [resolved]
+    stages: list = [resolved]
     for _, _, run in PASSES[1:]:
         stages.append(run(stages[-1]))
     return CompiledMask(*stages)

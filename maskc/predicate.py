@@ -80,9 +80,10 @@ class _Layout:
     def of(cls, params: tuple[ir.Param, ...]) -> "_Layout":
         ints = tuple(p.name for p in params if p.kind == "int")
         segs = tuple(p.name for p in params if p.kind == "segments")
-        arrays, count = [], {}
+        arrays: list[tuple[str, str, int]] = []
+        count: dict[str, int] = {}
         for p in params:
-            if p.kind == "per":
+            if p.kind == "per" and p.of is not None:
                 arrays.append((p.name, p.of, count.get(p.of, 0)))
                 count[p.of] = count.get(p.of, 0) + 1
         return cls(ints, segs, tuple(arrays))
@@ -235,7 +236,7 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
     w = _CWriter(layout, dict(constants))
     row_fields: list[str] = []
     row_body: list[str] = []
-    visible_terms = {"allow": [], "deny": []}
+    visible_terms: dict[str, list[str]] = {"allow": [], "deny": []}
     for kind, regions in (("allow", mask.allow), ("deny", mask.deny)):
         for region in regions:
             i = len(row_fields) // 2

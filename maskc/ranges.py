@@ -13,7 +13,11 @@ from . import linear as L
 
 
 def _bounds(region: ir.Region) -> ir.RegionBounds:
-    guards, lower, upper, opaque, static = [], [], [], [], []
+    guards: list[ir.Atom] = []
+    lower: list[ir.KBound] = []
+    upper: list[ir.KBound] = []
+    opaque: list[ir.Atom] = []
+    static: list[ir.Atom] = []
     for atom in region.atoms:
         split = L.split_k(atom.lin)
         if split is None:

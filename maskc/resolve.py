@@ -10,6 +10,7 @@ offending text.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from . import ir
 from .errors import MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
@@ -173,7 +174,7 @@ class _Resolver:
                 if seg is None or seg.kind != "segments":
                     known = [o.name for o in out if o.kind == "segments"]
                     raise MaskNameError(f"'per {p.of}' needs a segments parameter '{p.of}' declared before it",
-                                        p.span, did_you_mean(p.of, known))
+                                        p.span, did_you_mean(p.of or "", known))
                 default = None if p.default is None else self._constant(p.default, scope)
                 out.append(ir.Param(p.name, "per", default, of=p.of, span=p.span))
         return tuple(out)
@@ -397,7 +398,7 @@ class _Resolver:
         return ir.All((allow, ir.Negate(ir.Any_(deny, node.span), node.span)), node.span)
 
 
-def _substitute(node, mapping: dict[str, object]):
+def _substitute(node, mapping: dict[str, Any]):
     """Rename a called mask's parameters into the caller's terms (ints become expressions)."""
     if isinstance(node, ir.ParamRef):
         return mapping[node.name]

@@ -67,6 +67,7 @@ class RowValues(_Scalars):
     def _lookup(self, seg: str, pos: str):
         if (seg, pos) not in self._lookups:
             positions = self.q if pos == "q" else self.k
+            assert positions is not None, "a form that reads k needs key positions"
             self._lookups[seg, pos] = _segment_lookup(self.params.segment(seg), positions, self.extent)
         return self._lookups[seg, pos]
 

@@ -51,7 +51,8 @@ def test_wheel_installs_and_works_outside_the_checkout(tmp_path):
     (wheel,) = wheels.glob("maskc-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
-    for needed in ("maskc/grammars/mask.lark", "maskc/examples/causal.mask", "maskc/pipeline.py"):
+    for needed in ("maskc/grammars/mask.lark", "maskc/examples/causal.mask", "maskc/pipeline.py", "maskc/py.typed",
+                   "maskc-0.1.0.dist-info/licenses/LICENSE"):
         assert needed in names, needed
     assert any(n.startswith("maskc/templates/") for n in names)
     assert not any(n.startswith("tests/") for n in names)
