@@ -210,7 +210,7 @@ def _kernel_constants(mask: CompiledMask, bound: BoundMask | None) -> tuple[tupl
 def predicate_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...]) -> str:
     """The device code that decides visibility on PARTIAL tiles (``mask_row`` / ``mask_visible``), without
     the helper functions every predicate shares."""
-    code = mask.kernel_spec(constants=constants, engine="mma").predicate
+    code = mask.kernel_spec(constants=constants, engine="mma").predicate.source
     mask_code = code.find("// What mask_visible needs")
     return code[max(mask_code, 0):].strip("\n")
 
