@@ -297,3 +297,76 @@ def test_explain_prints_every_stage_and_bound_tiles():
     assert positions == sorted(positions)
     assert "allow [0] -prefix + k + 1 <= 0" in result.stdout
     assert "row block 0:" in result.stdout
+
+
+# -- issue 18: defaults, help, version, cache, status line -------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.mask")), ids=lambda p: p.name)
+def test_compile_needs_no_flags_on_any_example(path, tmp_path):
+    result = invoke("compile", path, "-o", tmp_path / "k.cu")
+    assert result.exit_code == 0, result.output
+    assert "head_dim 128, bf16" in result.stderr                  # run's defaults too
+    assert 'extern "C" __global__' in (tmp_path / "k.cu").read_text()
+
+
+def test_compile_and_run_share_their_defaults():
+    from maskc.cli_shared import DEFAULT_DTYPE, DEFAULT_HEAD_DIM
+
+    def defaults(command):
+        return {p.name: p.default for p in command.params if p.name in ("head_dim", "dtype")}
+    assert defaults(cli.commands["compile"]) == defaults(cli.commands["run"]) == {
+        "head_dim": str(DEFAULT_HEAD_DIM), "dtype": DEFAULT_DTYPE}
+
+
+def test_every_help_shows_an_example():
+    commands = [[]] + [[name] for name in cli.commands] + [["cache", sub] for sub in cli.commands["cache"].commands]
+    for command in commands:
+        result = invoke(*command, "--help")
+        assert result.exit_code == 0 and "Example" in result.stdout and "maskc " in result.stdout, command
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"maskc {maskc.__version__}"
+
+
+def test_run_exits_1_when_the_result_disagrees(no_gpu, monkeypatch):
+    args = ("run", EXAMPLES / "causal.mask", "--seq-len", 64, "--heads", 1, "--head-dim", 64)
+    assert invoke(*args).exit_code == 0
+    wrong = lambda q, k, v, bound, bm, bn: blocked_attention(q, k, v, bound, bm, bn) * 1.01  # noqa: E731
+    monkeypatch.setattr("maskc.cpu_check.blocked_attention", wrong)
+    result = invoke(*args)
+    assert result.exit_code == 1 and "MISMATCH" in result.stdout
+    assert "differs from the float64 reference" in result.stderr
+
+
+def test_cache_info_and_clear_touch_only_maskcs_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
+    (tmp_path / "maskc_fwd_causal-0123.cubin").write_bytes(b"\0" * 2048)
+    (tmp_path / "autotune.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("the user's")
+    info = invoke("cache", "info")
+    assert info.exit_code == 0 and str(tmp_path) in info.stdout
+    assert "compiled kernels: 1 cubin(s), 2.0 KiB" in info.stdout and "autotuning results: yes" in info.stdout
+    cleared = invoke("cache", "clear")
+    assert cleared.exit_code == 0 and "removed 2 file(s)" in cleared.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_status_line_only_on_a_terminal_and_only_when_slow():
+    import io
+    import time
+    from maskc.progress import status
+
+    quiet = io.StringIO()
+    with status("compiling", stream=quiet, delay=0.0, interval=0.01):     # not a terminal: nothing
+        time.sleep(0.05)
+    assert quiet.getvalue() == ""
+    shown = io.StringIO()
+    with status("compiling", stream=shown, delay=0.0, interval=0.01, enabled=True):
+        time.sleep(0.05)
+    assert "maskc: compiling (0 s)" in shown.getvalue() and shown.getvalue().endswith("\r\033[K")
+    fast = io.StringIO()
+    with status("compiling", stream=fast, delay=5.0, enabled=True):      # done before the delay
+        pass
+    assert fast.getvalue() == ""
