@@ -84,7 +84,8 @@ def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *
 
 
 def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, bound_mask: BoundMask,
-                       scale: float | None = None, dlse: Any = None, deterministic: bool = False) -> tuple[Any, Any, Any]:
+                       scale: float | None = None, dlse: Any = None,
+                       deterministic: bool = False) -> tuple[Any, Any, Any]:
     """(dQ, dK, dV) on the GPU from the forward's O and LSE, for torch tensors or CuPy arrays (no autograd:
     torch users get this through ``attention(...).backward()``)."""
     from .runtime import attention_backward as _backward

@@ -204,7 +204,8 @@ def _kernel_constants(mask: CompiledMask, bound: BoundMask | None) -> tuple[tupl
     try:
         return bound.constants if bound is not None else mask.const_values()
     except MaskError as err:
-        return f"(no kernel: {err.message}; give them with --param, or declare defaults in the file)"
+        return (f"(no kernel: {err.message}; bind it with --seq-len and --param, or declare defaults in "
+                "the file)")
 
 
 def predicate_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...]) -> str:

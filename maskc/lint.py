@@ -133,7 +133,8 @@ def _load_recovering(path: str) -> tuple[Program | None, list[Diagnostic], set[s
         return None, errors + [_from_error(err, path)], broken
 
 
-def _parse_dropping_lines(lines: list[str], start: int, end: int, path: str) -> tuple[list[str] | None, list[Diagnostic]]:
+def _parse_dropping_lines(lines: list[str], start: int, end: int,
+                          path: str) -> tuple[list[str] | None, list[Diagnostic]]:
     """Parse lines [start, end) alone; at each error, report it and blank its line (a rule, a let) and
     parse again, so that one bad line does not hide the next. The block's lines as they parse, or None
     when its first line is the one that fails."""
@@ -302,6 +303,6 @@ def render(diags: list[Diagnostic], fmt: str) -> str:
         return json.dumps([d.as_dict() for d in diags], indent=2) + "\n"
     if fmt == "github":
         return "".join(f"::{d.severity} file={_github_escape(d.file, True)},line={d.line},col={d.col},"
-                       f"endColumn={d.end_col}::{_github_escape(d.message + (f' (hint: {d.hint})' if d.hint else ''))}\n"
-                       for d in diags)
+                       f"endColumn={d.end_col}::{_github_escape(d.message + (f' (hint: {d.hint})' if d.hint else ''))}"
+                       "\n" for d in diags)
     return "".join(f"{d}\n" for d in diags)
