@@ -39,7 +39,7 @@ def rel(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
-ENGINES = sys.argv[1:] or ["mma", "wgmma", "wgmma_tma"]
+ENGINES = sys.argv[1:] or ["mma", "wgmma_tma"]
 # (engine, MASKC_WGMMA_PINGPONG)
 RUNS = [(e, pp) for e in ENGINES for pp in (("0", "1") if e == "wgmma_tma" else ("0",))]
 ok = True

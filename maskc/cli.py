@@ -22,7 +22,7 @@ from .cli_run import run_cmd
 from .cli_shared import (CliError, bind_from_cli, dtype_option, gpu_available, head_dim_option, kv_len_option,
                          load_mask, mask_option, param_option, parse_params, seq_len_option, write_output)
 from .errors import MaskError
-from .kernel_ir import ENGINES
+from .kernel_ir import BACKWARD_ENGINES, ENGINES
 from .progress import status
 
 TILE = click.IntRange(1, 2 ** 31 - 1)     # a tile side: positive, and like every length an int32
@@ -80,10 +80,10 @@ cli.add_command(run_cmd)
 @dtype_option
 @click.option("--block-m", type=TILE, help="query rows per CTA (default: the schedule's)")
 @click.option("--block-n", type=TILE, help="keys per inner step (default: the schedule's)")
-@click.option("--engine", type=click.Choice(list(ENGINES)),
-              help="forward kernel: mma (mma.sync, any head dim), or for Hopper and head dims 64/128 wgmma "
-                   "(cp.async loads) or wgmma_tma (copy engine, warp-specialized); with --backward the dK/dV "
-                   "kernel's: mma or wgmma; default: the schedule's")
+@click.option("--engine", type=click.Choice(sorted(set(ENGINES) | set(BACKWARD_ENGINES))),
+              help="forward kernel: mma (mma.sync, any GPU) or, for Hopper and head dims 64/128/256, wgmma_tma "
+                   "(copy engine, warp-specialized); with --backward the dK/dV kernel's: mma or wgmma; "
+                   "default: the schedule's")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",

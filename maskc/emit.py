@@ -16,28 +16,11 @@ from pathlib import Path
 import jinja2
 
 from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource, KernelSpec
+from .plan import plan_forward
 
 TEMPLATE_NAME = "attention_fwd.cu.j2"
-WGMMA_TEMPLATE_NAME = "attention_fwd_wgmma.cu.j2"
-TMA_TEMPLATE_NAME = "attention_fwd_tma.cu.j2"
-WGMMA_HEAD_DIMS = (64, 128)
 TMA_HEAD_DIMS = (64, 128, 256)
-KV_STAGES = 2       # wgmma_tma: shared-memory stages of K and V (D=128: 32 KB Q + 2 x 64 KB)
 
-
-def tma_registers(spec: KernelSpec) -> tuple[int, int]:
-    """wgmma_tma's (producer, consumer) registers per thread after setmaxnreg, the fewest spills ptxas
-    reported among the splits of the register file tried (NVRTC 13.0): two warpgroups 56 / 224 (no spills at
-    D <= 128; the producer spills below 56), 24 / 240 at D = 256 (the consumers spill 24-76 bytes: O alone
-    takes 128 registers); three warpgroups 32 / 160 (D = 64: 12-60 bytes)."""
-    if spec.num_warps == 12:
-        return 32, 160
-    return (24, 240) if spec.head_dim == 256 else (56, 224)
-
-
-def o_in_q_buffer(spec: KernelSpec) -> bool:
-    """Whether wgmma_tma stages O in Q's buffer: when a buffer of its own would not fit (D = 256)."""
-    return spec.head_dim == 256
 BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
 BACKWARD_HEAD_DIMS = (64, 128)
 GPU_ARCH = "sm_90a"
@@ -120,15 +103,6 @@ def check_spec(spec: KernelSpec) -> None:
                              "kernel runs two or three warpgroups of 64 query rows (block_m 128 or 192)")
         if spec.block_n % 16 or not 64 <= spec.block_n <= 128:
             raise ValueError(f"wgmma_tma: block_n {spec.block_n} must be a multiple of 16 in [64, 128]")
-        if shared_memory_bytes(spec) > 227 * 1024:
-            raise ValueError(f"wgmma_tma: tiles {spec.block_m}x{spec.block_n} at head dim {spec.head_dim} need "
-                             f"{shared_memory_bytes(spec)} bytes of shared memory (227 KB per CTA)")
-    elif spec.engine == "wgmma":
-        _check_name_dim_dtype(spec, WGMMA_HEAD_DIMS, "wgmma: ")
-        if spec.num_warps % 4 or spec.block_m != 16 * spec.num_warps:
-            raise ValueError(f"wgmma: block_m {spec.block_m} must be 64 rows per warpgroup ({spec.num_warps} warps)")
-        if spec.block_n not in (64, 128):
-            raise ValueError(f"wgmma: block_n {spec.block_n} must be 64 or 128")
     else:
         _check_name_dim_dtype(spec, SUPPORTED_HEAD_DIMS, "")
         if spec.block_m % (16 * spec.num_warps) or spec.block_m // (16 * spec.num_warps) > 2:
@@ -140,32 +114,10 @@ def check_spec(spec: KernelSpec) -> None:
             raise ValueError("mask_summary lines must not contain newlines")
 
 
-def shared_memory_bytes(spec: KernelSpec) -> int:
-    """Dynamic shared memory of one CTA: the Q tile and two K and two V buffers (16-bit elements), plus the
-    interval table (8 bytes per region and row) when the kernel keeps one, plus (wgmma) the slack that lets
-    the kernel align its tiles to the 1024-byte swizzle atom."""
-    if spec.engine == "wgmma_tma":
-        q_and_o = (1 if o_in_q_buffer(spec) else 2) * spec.block_m
-        tiles = 2 * spec.head_dim * (q_and_o + 2 * KV_STAGES * spec.block_n)   # Q, O staging, K, V
-        base = tiles + 8 * (2 + 4 * KV_STAGES) + 8 + 1024   # barriers, the work-item mailbox, alignment
-    else:
-        base = 2 * spec.head_dim * (spec.block_m + 4 * spec.block_n) + (1024 if spec.engine == "wgmma" else 0)
-    iv = forward_interval_regions(spec)
-    if iv is not None:
-        base += (iv["allow"] + iv["deny"]) * spec.block_m * 8
-    return base
-
-
 def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
     """{'allow': A, 'deny': D} when the spec's predicate is nothing but interval tests (an exact mask), else
     None: then a kernel may compute each row's intervals once per row block and test keys with bit words."""
     return spec.predicate.interval_regions
-
-
-def forward_interval_regions(spec: KernelSpec) -> dict | None:
-    """The interval table the forward kernel for ``spec`` keeps (None: it calls the predicate per pair). The
-    mma kernel keeps one 64-bit visibility word per row and tile, so only with block_n <= 64."""
-    return None if spec.engine == "mma" and spec.block_n > 64 else interval_regions(spec)
 
 
 # Environment switches of the forward templates (experiments and bisection; the defaults are the product):
@@ -182,28 +134,16 @@ def emit_flags() -> tuple[tuple[str, bool], ...]:
 
 
 def emit_kernel(spec: KernelSpec) -> KernelSource:
-    """Render the forward kernel for ``spec`` (the template of its ``engine``); the predicate's source is placed
-    verbatim. Exact masks get the interval table (:func:`forward_interval_regions`), the others call the
-    predicate per pair on PARTIAL tiles."""
+    """Render the forward kernel for ``spec`` from its plan (:func:`maskc.plan.plan_forward`, with the
+    experiments' switches as the environment sets them); the predicate's source is placed verbatim."""
     check_spec(spec)
     flags = dict(emit_flags())
-    iv = forward_interval_regions(spec)
-    env = _environment(str(template_dir()))
-    if spec.engine in ("wgmma", "wgmma_tma"):
-        # one body for every tile kind (the masking flags are uniform branches)
-        widths = sorted({spec.block_n, spec.head_dim})
-        name = WGMMA_TEMPLATE_NAME if spec.engine == "wgmma" else TMA_TEMPLATE_NAME
-        # The overlapped pipeline keeps S, P and O live at once; a predicate evaluated per pair (no interval
-        # path) then spills at D=128 (84 B for clear), so such masks get the plain loop there.
-        overlap = flags["MASKC_WGMMA_OVERLAP"] and (iv is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
-        source = env.get_template(name).render(spec=spec, iv=iv, wgmma_widths=widths, kv_stages=KV_STAGES,
-                                               o_in_q_buffer=o_in_q_buffer(spec), registers=tma_registers(spec),
-                                               wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
-                                               overlap=overlap, pingpong=flags["MASKC_WGMMA_PINGPONG"],
-                                               debug_waits=flags["MASKC_DEBUG_WAITS"])
-        return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
-    source = env.get_template(TEMPLATE_NAME).render(spec=spec, iv=iv)
-    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options())
+    plan = plan_forward(spec, overlap=flags["MASKC_WGMMA_OVERLAP"], pingpong=flags["MASKC_WGMMA_PINGPONG"],
+                        debug_waits=flags["MASKC_DEBUG_WAITS"])
+    source = _environment(str(template_dir())).get_template(plan.template).render(
+        spec=spec, plan=plan, iv=plan.iv, wgmma_widths=plan.wgmma_widths,
+        wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)
+    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(), plan=plan)
 
 
 TMA_CHECK_TEMPLATE_NAME = "tma_check.cu.j2"

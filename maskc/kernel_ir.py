@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
-# Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma with cp.async loads, or
-# wgmma fed by the copy engine (TMA) from a producer warpgroup.
-ENGINES = ("mma", "wgmma", "wgmma_tma")
+# Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma fed by the copy engine
+# (TMA) from a producer warp.
+ENGINES = ("mma", "wgmma_tma")
 BACKWARD_ENGINES = ("mma", "wgmma")   # the dK/dV kernel's
 # How the wgmma dK/dV kernel adds its dQ tile to the fp32 buffer: bulk_tile (the buffer laid out in per-warp
 # tiles of 16 rows x D / 2 in fragment order: each warp stages its tile in shared memory and one lane hands
@@ -228,8 +228,8 @@ class KernelSpec:
     num_warps: int
     predicate: Predicate
     mask_summary: tuple[str, ...] = field(default=())   # comment lines for the kernel's header
-    # "mma": mma.sync (attention_fwd.cu.j2); Hopper: "wgmma" (cp.async loads, attention_fwd_wgmma.cu.j2),
-    # "wgmma_tma" (copy engine + a producer warp, attention_fwd_tma.cu.j2)
+    # "mma": mma.sync (attention_fwd.cu.j2); Hopper: "wgmma_tma" (copy engine + a producer warp,
+    # attention_fwd_tma.cu.j2)
     engine: str = "mma"
 
     @property
@@ -294,6 +294,7 @@ class KernelSource:
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with
     entries: tuple[str, ...] = ()
+    plan: object = None        # the forward kernel's maskc.plan.ForwardPlan (shared memory, parameters)
 
     @property
     def functions(self) -> tuple[str, ...]:

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from . import autotune
-from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, nvrtc_version,
-                   shared_memory_bytes)
+from .emit import backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, nvrtc_version
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
 from .launch import PackedLaunch
+from .plan import POINTERS, TENSOR_MAPS
 from .schedule import BackwardTiles, Tiles, choose_backward_tiles, choose_tiles, forward_candidates
 from .tma import tile_map
 
@@ -94,7 +94,7 @@ def _shared_by_entry(src: KernelSource) -> dict[str, int]:
         return {spec.entry_prep: 0, spec.entry_dkdv: layout["dkdv"]["total"],
                 spec.entry_dkdv_det: layout["dkdv"]["total"], spec.entry_dq: layout["dq"]["total"],
                 spec.entry_dq_convert: 0}
-    return {src.entry: shared_memory_bytes(src.spec)}
+    return {src.entry: src.plan.shared_bytes}
 
 
 _kernels: dict[str, LoadedKernel] = {}
@@ -400,12 +400,13 @@ def _operand_key(*ops: _Operand) -> tuple:
 
 
 @dataclass
-class _ForwardPlan:
+class _ForwardCall:
     """Everything about a forward call but its data: made once per bound mask and input layout."""
     launch: PackedLaunch    # data pointers (and tensor maps) rewritten per call
     out_shape: tuple
     lse_shape: tuple
     tensor_maps: tuple | None   # (rows per box) of q, k, v when the kernel takes tensor maps, else None
+    slots: dict                 # kernel parameter name -> its position (maskc.plan), for per-call arguments
     schedules: dict = field(default_factory=dict)   # stream -> the persistent kernel's work counter (int32[2])
 
     def schedule(self, stream: int) -> int:
@@ -449,31 +450,26 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), "auto" if auto else tiles, emit_flags(),
            os.environ.get("MASKC_ENGINE"))
     state = _state_for(bound)
-    plan = state.get(key)
-    if plan is None:
-        plan = state[key] = _forward_plan(q, k, v, qo, ko, vo, bound, scale, "auto" if auto else tiles)
+    call = state.get(key)
+    if call is None:
+        call = state[key] = _forward_call(q, k, v, qo, ko, vo, bound, scale, "auto" if auto else tiles)
     _check_pointers(qo, ko, vo)
     with _on_device(qo.device):
         outs = _Outputs(qo)
-        o, o_ptr = outs.empty(plan.out_shape)
-        lse, lse_ptr = outs.empty(plan.lse_shape, fp32=True) if return_lse else (None, 0)
-        maps, pointers = (), [*enumerate((qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr))]
-        if plan.tensor_maps is not None:
-            maps = [(_TENSOR_MAP_ARGUMENT + i, tile_map(op.ptr, op.shape, op.strides, rows))
-                    for i, (op, rows) in enumerate(zip((qo, ko, vo), plan.tensor_maps))]
-            pointers.append((_SCHEDULE_ARGUMENT, plan.schedule(outs.stream)))
-        plan.launch(outs.stream, pointers, maps)
+        o, o_ptr = outs.empty(call.out_shape)
+        lse, lse_ptr = outs.empty(call.lse_shape, fp32=True) if return_lse else (None, 0)
+        index = call.slots.__getitem__
+        maps, pointers = (), [(index(n), ptr) for n, ptr in zip(POINTERS, (qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr))]
+        if call.tensor_maps is not None:
+            maps = [(index(name), tile_map(op.ptr, op.shape, op.strides, rows))
+                    for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), call.tensor_maps)]
+            pointers.append((index("schedule"), call.schedule(outs.stream)))
+        call.launch(outs.stream, pointers, maps)
         outs.synchronize_if_asked()
     return (o, lse) if return_lse else o
 
 
-# Argument positions in the forward kernel's signature (templates/attention_fwd*.cu.j2): q, k, v, o, lse are
-# 0-4; the wgmma_tma kernel's tensor maps follow the 28 arguments the kernels share.
-_TENSOR_MAP_ARGUMENT = 28
-_SCHEDULE_ARGUMENT = _TENSOR_MAP_ARGUMENT + 6   # after the maps, batch_grid, n_work, l2_heads
-
-
-def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, tiles) -> _ForwardPlan:
+def _forward_call(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, tiles) -> _ForwardCall:
     """Validate the inputs' layout against the bound mask, choose (or tune) the tiles, compile or fetch the
     kernel, upload the descriptor, and pack the launch's arguments (data pointers left 0)."""
     _validate(qo, ko, vo, bound)
@@ -490,36 +486,37 @@ def _forward_plan(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scal
 
     with _on_device(qo.device):
         ddesc, kernel = _prepared(bound, D, qo.dtype, tiles, qo.device)
-        desc = ddesc.descriptor
+        desc, plan = ddesc.descriptor, kernel.source.plan
         if (desc.seq_len, desc.kv_len) != (S, Skv) or desc.batch not in (1, B):
             raise RuntimeError(f"descriptor sizes {desc.batch}x{desc.seq_len}x{desc.kv_len} do not match inputs")
-        o_strides = (Hq * S * D, S * D, D)
         n_work = int(desc.work_order.size)
         batch_grid = B if desc.batch == 1 else 1
-        grid = (n_work * Hq, batch_grid, 1)
-        spec = kernel.source.spec
         i64, i32, u64 = np.int64, np.int32, np.uint64
-        args = (
-            u64(0), u64(0), u64(0), u64(0), u64(0),      # q, k, v, o, lse: set per call
-            *(i64(s) for s in qo.strides[:3]), *(i64(s) for s in ko.strides[:3]),
-            *(i64(s) for s in vo.strides[:3]), *(i64(s) for s in o_strides),
-            i32(Hq), i32(Hkv), i32(S), i32(Skv), i32(desc.batch),
-            ddesc.run_offsets, ddesc.runs, ddesc.work_order, ddesc.mask_data, ddesc.mask_offsets,
-            np.float32(scale * math.log2(math.e)),
-        )
-        assert len(args) == _TENSOR_MAP_ARGUMENT
+        values = {name: u64(0) for name in POINTERS}          # set per call
+        for prefix, op in (("q", qo), ("k", ko), ("v", vo)):
+            values.update({f"{prefix}_s{axis}": i64(s) for axis, s in zip("bhs", op.strides[:3])})
+        values.update({f"o_s{axis}": i64(s) for axis, s in zip("bhs", (Hq * S * D, S * D, D))})
+        values.update(num_heads=i32(Hq), num_kv_heads=i32(Hkv), seq_len=i32(S), kv_len=i32(Skv),
+                      mask_batch=i32(desc.batch), run_offsets=ddesc.run_offsets, runs=ddesc.runs,
+                      work_order=ddesc.work_order, mask_data=ddesc.mask_data, mask_offsets=ddesc.mask_offsets,
+                      scale_log2=np.float32(scale * math.log2(math.e)))
+        grid = (n_work * Hq, batch_grid, 1)
         tensor_maps = None
-        if spec.uses_tensor_maps:
+        if "q_map" in {p.name for p in plan.params}:
             # the warp-specialized kernel: tensor maps (set per call: they hold the data pointers), a
             # persistent grid of one CTA per SM taking work items from a counter (one per stream, set per
             # call), and the number of heads whose K and V share L2 (the item order's sections)
             pairs = Hq * batch_grid
-            tensor_maps = (spec.block_m, spec.block_n, spec.block_n)
-            args += tuple(tile_map(op.ptr, op.shape, op.strides, rows) for op, rows in zip((qo, ko, vo), tensor_maps))
-            args += (i32(batch_grid), i32(n_work), i32(_l2_heads(ko, desc.batch, pairs, qo.device)), u64(0))
+            tensor_maps = (plan.spec.block_m, plan.spec.block_n, plan.spec.block_n)
+            for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), tensor_maps):
+                values[name] = tile_map(op.ptr, op.shape, op.strides, rows)
+            values.update(batch_grid=i32(batch_grid), n_work=i32(n_work),
+                          l2_heads=i32(_l2_heads(ko, desc.batch, pairs, qo.device)), schedule=u64(0))
             grid = (min(n_work * pairs, _sm_count(qo.device)), 1, 1)
-        packed = PackedLaunch(kernel.function, args, grid, (spec.threads, 1, 1), kernel.shared_bytes)
-    return _ForwardPlan(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps)
+        args = tuple(values[p.name] for p in plan.params)
+        packed = PackedLaunch(kernel.function, args, grid, (plan.threads, 1, 1), kernel.shared_bytes)
+    slots = {p.name: i for i, p in enumerate(plan.params)}
+    return _ForwardCall(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps, slots)
 
 
 def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:

@@ -6,10 +6,10 @@ to ``bound.kernel_spec(...)`` and ``bound.descriptor(...)``. The choices are bou
 (255 registers per thread, no spills: see bench/NOTES.md for ptxas's report of each) and by shared memory
 (Q tile + two K and two V buffers per CTA).
 
-Forward engines (kernel_ir.ENGINES): ``mma`` (mma.sync, attention_fwd.cu.j2) everywhere, and for head dims 64
-and 128 on compute capability 9.0 the Hopper kernels ``wgmma`` (warpgroup products, cp.async loads:
-attention_fwd_wgmma.cu.j2) and ``wgmma_tma`` (warp-specialized, copy engine, persistent:
+Forward engines (kernel_ir.ENGINES): ``mma`` (mma.sync, attention_fwd.cu.j2) everywhere, and for head dims 64,
+128 and 256 on compute capability 9.0 ``wgmma_tma`` (warp-specialized, copy engine, persistent:
 attention_fwd_tma.cu.j2). ``MASKC_ENGINE=<engine>`` overrides the choice (benchmarks, bisecting a fault).
+The cp.async ``wgmma`` kernel that wgmma_tma superseded was retired on 2026-12-04 (bench/NOTES.md, runs 27-29).
 """
 from __future__ import annotations
 
@@ -38,12 +38,6 @@ _TILES = {
     64: (128, 64, 8),
     128: (128, 64, 4),
     256: (64, 32, 4),
-}
-# wgmma: two consumer warpgroups of 64 query rows each, 128 keys per step, all tiles in shared memory (D=128:
-# 160 KB; ptxas: 210 registers, no spills).
-_WGMMA_TILES = {
-    64: (128, 128, 8),
-    128: (128, 128, 8),
 }
 # wgmma_tma, as FA4's Hopper forward sizes its tiles (flash_attn/cute/interface.py, _tile_size_fwd_sm90):
 #   D=64:  three consumer warpgroups over 192 query rows, 128 keys (more softmax in flight per product);
@@ -77,8 +71,6 @@ def forward_candidates(head_dim: int, dtype: str, capability: tuple[int, int] = 
     """Every forward configuration worth timing on a GPU of compute ``capability`` (maskc.autotune), the
     mma.sync kernel first: the others are checked against it."""
     candidates = [choose_tiles(head_dim, dtype, capability, engine="mma")]
-    if tuple(capability) == HOPPER and head_dim in _WGMMA_TILES:
-        candidates += [Tiles(128, block_n, 8, "wgmma") for block_n in (128, 64)]
     if tuple(capability) == HOPPER and head_dim in _TMA_TILES:
         block_m, block_n, warps = _TMA_TILES[head_dim]
         candidates += [Tiles(block_m, n, warps, "wgmma_tma") for n in sorted({block_n, 64}, reverse=True)]
@@ -94,9 +86,8 @@ def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER
     if engine not in (None, *ENGINES):
         raise ValueError(f"engine {engine!r} unknown (engines: {', '.join(ENGINES)})")
     hopper = tuple(capability) == HOPPER
-    tables = {"wgmma": _WGMMA_TILES, "wgmma_tma": _TMA_TILES}
-    if engine in tables and not (hopper and head_dim in tables[engine]):
-        dims = " or ".join(map(str, tables[engine]))
+    if engine == "wgmma_tma" and not (hopper and head_dim in _TMA_TILES):
+        dims = ", ".join(map(str, _TMA_TILES))
         raise ValueError(f"the {engine} engine needs compute capability 9.0 and head dim {dims} "
                          f"(got {capability[0]}.{capability[1]}, head dim {head_dim})")
     if engine is None and hopper and head_dim in _TMA_TILES:
@@ -104,8 +95,6 @@ def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER
     if engine == "wgmma_tma":
         block_m, block_n, warps = _lookup(_TMA_TILES, head_dim, dtype, "")
         return Tiles(block_m, _tma_block_n(head_dim, block_n, table_regions), warps, engine)
-    if engine == "wgmma":
-        return Tiles(*_lookup(_WGMMA_TILES, head_dim, dtype, ""), engine)
     return Tiles(*_lookup(_TILES, head_dim, dtype, ""), "mma")
 
 

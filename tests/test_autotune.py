@@ -9,7 +9,7 @@ from maskc.schedule import Tiles, forward_candidates
 from conftest import EXAMPLES
 
 MMA, TMA, TMA64, WG = (Tiles(128, 64, 4, "mma"), Tiles(128, 128, 8, "wgmma_tma"), Tiles(128, 64, 8, "wgmma_tma"),
-                       Tiles(128, 128, 8, "wgmma"))
+                       Tiles(192, 128, 12, "wgmma_tma"))
 
 
 def fake(outputs, times):
@@ -68,6 +68,6 @@ def test_key_separates_masks_head_dims_and_length_buckets():
 
 def test_candidates_start_with_the_reference_kernel():
     hopper = forward_candidates(128, "bf16", (9, 0))
-    assert hopper[0].engine == "mma" and {c.engine for c in hopper} == {"mma", "wgmma", "wgmma_tma"}
+    assert hopper[0].engine == "mma" and {c.engine for c in hopper} == {"mma", "wgmma_tma"}
     assert forward_candidates(128, "bf16", (8, 0)) == (hopper[0],)        # A100: the mma kernel only
-    assert {c.engine for c in forward_candidates(256, "bf16", (9, 0))} == {"mma", "wgmma_tma"}   # no wgmma at D=256
+    assert {c.engine for c in forward_candidates(256, "bf16", (9, 0))} == {"mma", "wgmma_tma"}
