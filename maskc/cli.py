@@ -23,6 +23,7 @@ from .cli_shared import (CliError, bind_from_cli, dtype_option, gpu_available, h
                          load_mask, mask_option, param_option, parse_params, seq_len_option, write_output)
 from .errors import MaskError
 from .kernel_ir import BACKWARD_ENGINES, ENGINES
+from .schedule import ARCHES
 from .progress import status
 
 TILE = click.IntRange(1, 2 ** 31 - 1)     # a tile side: positive, and like every length an int32
@@ -84,12 +85,15 @@ cli.add_command(run_cmd)
               help="forward kernel: mma (mma.sync, any GPU) or, for Hopper and head dims 64/128/256, wgmma_tma "
                    "(copy engine, warp-specialized); with --backward the dK/dV kernel's: mma or wgmma; "
                    "default: the schedule's")
+@click.option("--arch", type=click.Choice(list(ARCHES) + ["compute_80"]), default="sm_90a", show_default=True,
+              help="the GPU to build for: sm_80 (A100), sm_86, sm_89 (L40S), sm_90a (H100/H200), sm_100a (B200), "
+                   "sm_120a; compute_80: PTX any newer GPU's driver compiles")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel; default: the file's); repeatable")
 def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: str, block_m: int | None,
-                block_n: int | None, engine: str | None, check: bool, backward: bool,
+                block_n: int | None, engine: str | None, arch: str, check: bool, backward: bool,
                 raw_params: tuple[str, ...]) -> None:
     """Write the specialized CUDA forward kernel of a mask (or, with --backward, its backward kernels).
 
@@ -115,10 +119,10 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
         if backward:
             from .emit import emit_backward_kernel
             src = emit_backward_kernel(mask.backward_spec(head_dim=int(head_dim), dtype=dtype, constants=constants,
-                                                          engine=engine))
+                                                          engine=engine, arch=arch))
         else:
             src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
-                                     constants=constants, engine=engine)
+                                     constants=constants, engine=engine, arch=arch)
     except ValueError as err:                        # the templates' limits on tile shapes and head dims
         raise CliError(str(err)) from None
     spec: Any = src.spec          # the forward's KernelSpec or the backward's BackwardSpec
@@ -136,7 +140,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
 
 def _check_with_nvrtc(src) -> None:
     from .cpu_check import cubin_registers_by_kernel
-    from .emit import KernelCompileError, compile_to_cubin
+    from .emit import KernelCompileError, compile_to_cubin, is_ptx
     try:
         with status(f"NVRTC: compiling {', '.join(src.functions)}"):
             cubin = compile_to_cubin(src)
@@ -144,6 +148,9 @@ def _check_with_nvrtc(src) -> None:
         raise CliError("--check needs CuPy's NVRTC: pip install 'maskc[cuda]'") from None
     except KernelCompileError as err:
         raise CliError(str(err)) from None
+    if is_ptx(src):            # a compute_XY target: the driver compiles the PTX on the GPU at hand
+        click.echo(f"NVRTC: ok, {len(cubin)} bytes of PTX", err=True)
+        return
     regs = cubin_registers_by_kernel(cubin)
     per_kernel = ", ".join(f"{regs[e]} ({e})" for e in src.functions if e in regs)
     click.echo(f"NVRTC: ok, {len(cubin)} byte cubin" + (f"; registers per thread: {per_kernel}" if regs else ""),

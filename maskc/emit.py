@@ -17,13 +17,13 @@ import jinja2
 
 from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource, KernelSpec
 from .plan import plan_forward
+from .schedule import capability_of
 
 TEMPLATE_NAME = "attention_fwd.cu.j2"
 TMA_HEAD_DIMS = (64, 128, 256)
 
 BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
 BACKWARD_HEAD_DIMS = (64, 128)
-GPU_ARCH = "sm_90a"
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = ("bf16", "fp16")
 
@@ -75,8 +75,9 @@ def cuda_include_dir() -> str | None:
     return None
 
 
-def nvrtc_options() -> tuple[str, ...]:
-    opts = [f"--gpu-architecture={GPU_ARCH}", "--std=c++17"]
+def nvrtc_options(arch: str = "sm_90a") -> tuple[str, ...]:
+    """NVRTC's options for a target (sm_XY[a]: a cubin; compute_XY: PTX for the driver to compile)."""
+    opts = [f"--gpu-architecture={arch}", "--std=c++17"]
     inc = cuda_include_dir()
     if inc is not None:
         opts.append(f"-I{inc}")
@@ -92,10 +93,21 @@ def _check_name_dim_dtype(spec: KernelSpec | BackwardSpec, head_dims: tuple[int,
         raise ValueError(f"dtype {spec.dtype!r} unsupported (supported: {SUPPORTED_DTYPES})")
 
 
+def _check_arch(spec: KernelSpec | BackwardSpec) -> None:
+    """The target can run the engine: Hopper's instructions (wgmma, setmaxnreg, the copy engine's tensor
+    loads) only on sm_90a; mma.sync with bf16 from sm_80 on."""
+    major, _ = capability_of(spec.arch)
+    if spec.engine in ("wgmma_tma", "wgmma") and spec.arch != "sm_90a":
+        raise ValueError(f"the {spec.engine} engine builds for sm_90a only (Hopper), not {spec.arch}")
+    if major < 8:
+        raise ValueError(f"target {spec.arch}: maskc's kernels need compute capability 8.0 or newer")
+
+
 def check_spec(spec: KernelSpec) -> None:
     """The spec's invariants the template relies on (the template re-checks them with static_assert)."""
     if spec.engine not in ENGINES:
         raise ValueError(f"engine {spec.engine!r} unknown (engines: {', '.join(ENGINES)})")
+    _check_arch(spec)
     if spec.engine == "wgmma_tma":
         _check_name_dim_dtype(spec, TMA_HEAD_DIMS, "wgmma_tma: ")
         if spec.num_warps not in (8, 12) or spec.block_m != 16 * spec.num_warps:
@@ -143,7 +155,7 @@ def emit_kernel(spec: KernelSpec) -> KernelSource:
     source = _environment(str(template_dir())).get_template(plan.template).render(
         spec=spec, plan=plan, iv=plan.iv, wgmma_widths=plan.wgmma_widths,
         wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)
-    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(), plan=plan)
+    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch), plan=plan)
 
 
 TMA_CHECK_TEMPLATE_NAME = "tma_check.cu.j2"
@@ -195,6 +207,7 @@ def check_backward_spec(spec: BackwardSpec) -> None:
     _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
     if spec.engine not in BACKWARD_ENGINES:
         raise ValueError(f"backward engine {spec.engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
+    _check_arch(spec)
     if spec.dq_reduction not in DQ_REDUCTIONS or (spec.engine != "wgmma" and spec.dq_reduction != "red2"):
         raise ValueError(f"dQ reduction {spec.dq_reduction!r} on the {spec.engine} engine (the wgmma kernel takes "
                          f"{', '.join(DQ_REDUCTIONS)}; the mma kernel red2)")
@@ -221,12 +234,19 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     else:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec), **engine)
-    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(), entries=spec.entries)
+    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
+                        entries=spec.entries)
 
 
 def compile_to_cubin(src: KernelSource) -> bytes:
-    """Compile with NVRTC (no GPU needed) and return the cubin; raise KernelCompileError with the log."""
+    """Compile with NVRTC (no GPU needed) and return the cubin (PTX for a compute_XY target); raise
+    KernelCompileError with the log."""
     return compile_with_log(src)[0]
+
+
+def is_ptx(src: KernelSource) -> bool:
+    """Whether ``src`` builds to PTX (a compute_XY target) rather than a cubin."""
+    return any(o.startswith("--gpu-architecture=compute_") for o in src.options)
 
 
 def compile_with_log(src: KernelSource, extra_options: tuple[str, ...] = ()) -> tuple[bytes, str]:
@@ -241,7 +261,10 @@ def compile_with_log(src: KernelSource, extra_options: tuple[str, ...] = ()) -> 
         except nvrtc.NVRTCError as exc:
             log = nvrtc.getProgramLog(prog)
             raise KernelCompileError(f"NVRTC failed to compile {src.entry} ({exc}):\n{log}") from None
-        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
+        binary = nvrtc.getPTX(prog) if is_ptx(src) else nvrtc.getCUBIN(prog)
+        if isinstance(binary, str):
+            binary = binary.encode()
+        return binary, nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
 

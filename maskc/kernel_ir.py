@@ -231,6 +231,7 @@ class KernelSpec:
     # "mma": mma.sync (attention_fwd.cu.j2); Hopper: "wgmma_tma" (copy engine + a producer warp,
     # attention_fwd_tma.cu.j2)
     engine: str = "mma"
+    arch: str = "sm_90a"    # NVRTC's target (maskc.schedule.ARCHES, or compute_XY for PTX)
 
     @property
     def entry(self) -> str:
@@ -268,6 +269,7 @@ class BackwardSpec:
     mask_summary: tuple[str, ...] = field(default=())
     engine: str = "mma"      # the dK/dV kernel's: "mma" (mma.sync) or "wgmma" (Hopper warpgroup products)
     dq_reduction: str = "red2"   # how the wgmma dK/dV kernel adds dQ to the fp32 buffer (DQ_REDUCTIONS)
+    arch: str = "sm_90a"         # NVRTC's target, as KernelSpec.arch
 
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
     entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")

@@ -150,33 +150,36 @@ class CompiledMask:
 
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None,
-                    constants: tuple[tuple[str, int], ...] = (), engine: str | None = None) -> KernelSpec:
-        """The kernel's spec; a mask with const parameters takes their ``constants`` (a bound mask's), else
-        the defaults its file declares (:meth:`const_values`).
-        Tiles and engine not given come from the schedule (for an H100/H200)."""
-        from .schedule import choose_tiles
+                    constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
+                    arch: str = "sm_90a") -> KernelSpec:
+        """The kernel's spec for a target ``arch`` (maskc.schedule.ARCHES; default an H100/H200); a mask with
+        const parameters takes their ``constants`` (a bound mask's), else the defaults its file declares
+        (:meth:`const_values`). Tiles and engine not given come from the schedule for that target."""
+        from .schedule import capability_of, choose_tiles
         from .sanitize import c_identifier
 
         if block_m is None or block_n is None or num_warps is None or engine is None:
-            chosen = choose_tiles(head_dim, dtype, engine=engine, table_regions=self.table_regions)
+            chosen = choose_tiles(head_dim, dtype, capability_of(arch), engine=engine,
+                                  table_regions=self.table_regions)
             block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         constants = self.const_values(constants)
         return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
-                          predicate(self.ranges, tuple(constants)), self._summary(constants), engine)
+                          predicate(self.ranges, tuple(constants)), self._summary(constants), engine, arch)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
-                      constants: tuple[tuple[str, int], ...] = (), engine: str | None = None) -> BackwardSpec:
-        """The backward kernels' spec (tiles and dK/dV engine from the schedule, for Hopper; ``engine``
-        picks one); const parameters as for kernel_spec."""
-        from .schedule import choose_backward_tiles, choose_dq_reduction
+                      constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
+                      arch: str = "sm_90a") -> BackwardSpec:
+        """The backward kernels' spec for a target ``arch`` (tiles and dK/dV engine from the schedule;
+        ``engine`` picks one); const parameters as for kernel_spec."""
+        from .schedule import capability_of, choose_backward_tiles, choose_dq_reduction
         from .sanitize import c_identifier
 
         constants = self.const_values(constants)
-        tiles = choose_backward_tiles(head_dim, dtype, engine=engine)
+        tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
         return BackwardSpec(c_identifier(self.name), head_dim, dtype, tiles.block_m, tiles.block_n,
                             tiles.dq_block_n, predicate(self.ranges, tuple(constants)),
-                            self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine))
+                            self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine), arch)
 
     def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
         """The value of every const parameter, in declaration order: ``given``, else the default the file

@@ -31,11 +31,13 @@ from pathlib import Path
 import numpy as np
 
 from . import autotune
-from .emit import backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, nvrtc_version
+from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, is_ptx,
+                   nvrtc_version)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
 from .launch import PackedLaunch
 from .plan import POINTERS, TENSOR_MAPS
-from .schedule import BackwardTiles, Tiles, choose_backward_tiles, choose_tiles, forward_candidates
+from .schedule import (BackwardTiles, Tiles, arch_for, capability_of, choose_backward_tiles, choose_tiles,
+                       forward_candidates)
 from .tma import tile_map
 
 __all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
@@ -116,7 +118,7 @@ def load_kernel(src: KernelSource) -> LoadedKernel:
         return hit
     import cupy
 
-    path = cache_dir() / f"{src.entry}-{key[:32]}.cubin"
+    path = cache_dir() / f"{src.entry}-{key[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
     compiled = False
     if not path.is_file():
         cubin = compile_to_cubin(src)
@@ -194,21 +196,33 @@ def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int):
     # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
     # (Values of const parameters are compiled in: they are part of the key.)
     mask_state = _state_for(bound.mask)
-    kkey = ("kernel", head_dim, dtype, *tiles, device, bound.constants, emit_flags())
+    kkey = ("kernel", head_dim, dtype, *tiles, device, _arch(device), bound.constants, emit_flags())
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,
-                                      num_warps=tiles.num_warps, constants=bound.constants, engine=tiles.engine)
+                                      num_warps=tiles.num_warps, constants=bound.constants, engine=tiles.engine,
+                                      arch=_arch(device))
         kernel = mask_state[kkey] = load_kernel(emit_kernel(spec))
     return ddesc, kernel
 
 
 @functools.lru_cache(maxsize=None)
-def _capability(device: int) -> tuple[int, int]:
+def _device_capability(device: int) -> tuple[int, int]:
     import cupy
 
     major, minor = divmod(int(cupy.cuda.Device(device).compute_capability), 10)
     return major, minor
+
+
+def _arch(device: int) -> str:
+    """The target kernels are built for on ``device``: its own (maskc.schedule.arch_for), or MASKC_ARCH (for
+    instance compute_80: PTX of the portable mma kernels that the driver compiles, to test them on a Hopper)."""
+    return os.environ.get("MASKC_ARCH") or arch_for(_device_capability(device))
+
+
+def _capability(device: int) -> tuple[int, int]:
+    """The compute capability the schedule plans for: the target's."""
+    return capability_of(_arch(device))
 
 
 @functools.lru_cache(maxsize=None)
@@ -240,11 +254,11 @@ def _device_descriptor(bound, block_m: int, block_n: int, device: int, transpose
 
 def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int) -> LoadedKernel:
     mask_state = _state_for(bound.mask)
-    kkey = ("backward", head_dim, dtype, device, bound.constants, tiles.engine,
+    kkey = ("backward", head_dim, dtype, device, _arch(device), bound.constants, tiles.engine,
             os.environ.get("MASKC_BWD_DQ_REDUCTION"))
     kernel = mask_state.get(kkey)
     if kernel is None:
-        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine)
+        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=_arch(device))
         kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec))
     return kernel
 
@@ -448,7 +462,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         tiles = tuple(tiles) if isinstance(tiles, (list, tuple)) else tiles
     # Everything the plan depends on besides the bound mask (whose state holds the plans).
     key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), "auto" if auto else tiles, emit_flags(),
-           os.environ.get("MASKC_ENGINE"))
+           os.environ.get("MASKC_ENGINE"), os.environ.get("MASKC_ARCH"))
     state = _state_for(bound)
     call = state.get(key)
     if call is None:
@@ -597,6 +611,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     oo, do = _operand(out, "out"), _operand(dout, "dout")
     key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), os.environ.get("MASKC_BWD_ENGINE"),
+           os.environ.get("MASKC_ARCH"),
            os.environ.get("MASKC_BWD_DQ_REDUCTION"))
     state = _state_for(bound)
     plan = state.get(key)

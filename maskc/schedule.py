@@ -14,6 +14,7 @@ The cp.async ``wgmma`` kernel that wgmma_tma superseded was retired on 2026-12-0
 from __future__ import annotations
 
 import os
+import re
 from typing import NamedTuple
 
 from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES
@@ -50,6 +51,33 @@ _TMA_TILES = {
     256: (128, 80, 8),
 }
 HOPPER = (9, 0)
+# Targets kernels are built for, by compute capability: sm_80 (A100), sm_86 (RTX 30xx, A40), sm_89 (L40S,
+# RTX 40xx), sm_90a (H100, H200: wgmma and setmaxnreg need the "a" target), sm_100a (B200), sm_120a (RTX 50xx).
+# A "compute_XX" target builds PTX that the driver compiles for the GPU at hand (a portable fallback).
+ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120a")
+
+
+def arch_for(capability: tuple[int, int]) -> str:
+    """The build target of a GPU of compute ``capability``: the newest of ARCHES it can run (a GPU runs
+    machine code of its own major version and a minor at most its own; "a" targets only on their GPU)."""
+    major, minor = capability
+    exact = {(9, 0): "sm_90a", (10, 0): "sm_100a", (12, 0): "sm_120a"}.get((major, minor))
+    if exact:
+        return exact
+    fits = [a for a in ARCHES if not a.endswith("a") and capability_of(a)[0] == major and capability_of(a)[1] <= minor]
+    if fits:
+        return fits[-1]
+    if major < 8:
+        raise ValueError(f"compute capability {major}.{minor}: maskc's kernels need 8.0 or newer (bf16 mma.sync)")
+    return f"compute_{major}{minor}"   # PTX: the driver compiles it for this GPU
+
+
+def capability_of(arch: str) -> tuple[int, int]:
+    """The compute capability a target is for: sm_86 -> (8, 6), sm_90a -> (9, 0), compute_80 -> (8, 0)."""
+    digits = re.fullmatch(r"(?:sm|compute)_(\d+?)(\d)a?", arch)
+    if digits is None:
+        raise ValueError(f"target {arch!r} is not sm_XY[a] or compute_XY")
+    return int(digits.group(1)), int(digits.group(2))
 # The engine the schedule picks on Hopper: the one measured fastest on the H200 among those whose GPU tests
 # passed there (bench/NOTES.md). A kernel that has not run on the GPU is never the default. wgmma_tma: the
 # fastest engine in run 20 on every example mask at 1K, 4K and 32K but two (sliding_window at 1K and clear
