@@ -73,13 +73,22 @@ def create_mask(mask: "CompiledMask | str | os.PathLike[str]", B: int | None = N
     return torch.stack([torch.stack(r) for r in rows]).to(device or "cpu")
 
 
+def _concrete(device):
+    """``device`` with its index: "cuda" is the current CUDA device (so that "cuda" and "cuda:0" compare equal)."""
+    import torch
+
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class FlexMaskMod:
     """Callable ``(b, h, q_idx, kv_idx) -> bool tensor`` for ``flex_attention`` / ``create_block_mask``."""
 
     def __init__(self, bound: "BoundMask", device: Device = None):
         import torch
 
-        device = torch.device(device or "cpu")
+        device = _concrete(torch.device(device or "cpu"))
         self.bound = bound
         self.device = device
         self._copies: dict[torch.device, FlexMaskMod] = {device: self}
@@ -152,14 +161,18 @@ class FlexMaskMod:
         """The same mask_mod with its tables on ``device`` (made once per device)."""
         import torch
 
-        device = torch.device(device or "cpu")
+        device = _concrete(torch.device(device or "cpu"))
+        if device == self.device:
+            return self
+        if torch.compiler.is_compiling():    # traced (flex_attention under torch.compile): no cache mutation
+            return FlexMaskMod(self.bound, device)
         if device not in self._copies:
             self._copies[device] = FlexMaskMod(self.bound, device)
         return self._copies[device]
 
     def __call__(self, b, h, q_idx, kv_idx):
         device = getattr(q_idx, "device", self.device)
-        if device != self.device:            # a BlockMask moved with .to(device), or called on another GPU
+        if _concrete(device) != self.device:   # a BlockMask moved with .to(device), or called on another GPU
             return self.on(device)(b, h, q_idx, kv_idx)
         allow = deny = None
         for r in self.mask.rules:

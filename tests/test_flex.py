@@ -38,3 +38,19 @@ def test_block_mask_rebuilds_tiles():
     tiles = bound.tiles(128, 128)
     np.testing.assert_array_equal(dense.astype(bool), tiles != maskc.EMPTY)
     assert isinstance(block_mask, flex.BlockMask)
+
+
+def test_mask_mod_on_its_own_device_is_itself_and_compiles_without_side_effects():
+    """on() of the tables' own device returns the object (nothing cached: dynamo refuses dict mutation inside
+    flex_attention's higher-order op), and the mask_mod traces under torch.compile."""
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention.flex_attention import flex_attention
+
+    bound = maskc.load(EXAMPLES / "document.mask").bind(seq_len=200, docs=[80, 120])
+    mod = bound.flex_mask_mod()
+    assert mod.on("cpu") is mod and len(mod._copies) == 1
+    q = torch.randn(1, 2, 200, 64)
+    block_mask = bound.to_flex_block_mask()
+    out = torch.compile(flex_attention)(q, q, q, block_mask=block_mask)
+    ref = flex_attention(q, q, q, block_mask=block_mask)
+    assert torch.allclose(out, ref, atol=1e-5) and len(mod._copies) == 1
