@@ -19,6 +19,7 @@ from .flex import create_block_mask, create_mask
 from .kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
 from .pipeline import BoundMask, CompiledMask, compile_all, compile_mask, load
 from .reference import reference_attention
+from .restrict import RestrictedMask
 
 __version__ = "0.1.0"
 
@@ -29,7 +30,7 @@ def _bound_of(mask: Any, block_mask: Any) -> BoundMask:
     if (mask is None) == (block_mask is None):
         raise TypeError("attention() takes the mask once: as its fourth argument or as block_mask=")
     given = mask if mask is not None else block_mask
-    if isinstance(given, BoundMask):
+    if isinstance(given, (BoundMask, RestrictedMask)):     # a sub-block (BoundMask.restrict) is a bound mask too
         return given
     bound = getattr(getattr(given, "mask_mod", None), "bound", None)
     if isinstance(bound, BoundMask):

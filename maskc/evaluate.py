@@ -111,10 +111,17 @@ class Evaluator:
         return allow & ~deny
 
 
+def _positions(p) -> np.ndarray:
+    if isinstance(p, range):
+        return np.arange(p.start, p.stop, p.step, dtype=np.int64)
+    return np.asarray(p, dtype=np.int64).reshape(-1)
+
+
 def dense_mask(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int,
-               head: int = 0, batch_index: int = 0) -> np.ndarray:
-    """bool[seq_len, kv_len]: the mask itself, pair by pair."""
+               head: int = 0, batch_index: int = 0, rows=None, cols=None) -> np.ndarray:
+    """bool[seq_len, kv_len]: the mask itself, pair by pair; or only the query positions ``rows`` and key
+    positions ``cols`` (e.g. ranges: a sub-block), bool[len(rows), len(cols)]."""
     ev = Evaluator(mask, params, seq_len, kv_len, head, batch_index)
-    q = np.arange(seq_len, dtype=np.int64)[:, None]
-    k = np.arange(kv_len, dtype=np.int64)[None, :]
-    return np.broadcast_to(ev.visible(q, k), (seq_len, kv_len)).copy()
+    q = _positions(range(seq_len) if rows is None else rows)[:, None]
+    k = _positions(range(kv_len) if cols is None else cols)[None, :]
+    return np.broadcast_to(ev.visible(q, k), (q.shape[0], k.shape[1])).copy()

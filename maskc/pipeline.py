@@ -102,6 +102,8 @@ class CompiledMask:
     resolved: ir.ResolvedMask
     normal: ir.NormalMask
     ranges: ir.RangeMask
+    # Kernels of a sub-block (BoundMask.restrict): positions local to it, its origin read from the table.
+    offsets: bool = False
 
     def __repr__(self) -> str:
         params = ", ".join(_param_repr(p) for p in self.params)
@@ -111,6 +113,17 @@ class CompiledMask:
     @property
     def name(self) -> str:
         return self.resolved.name
+
+    def with_offsets(self) -> "CompiledMask":
+        """This mask with ``offsets``: what a restricted bound mask compiles (one twin per compiled mask,
+        so that every sub-block shares its kernels)."""
+        if self.offsets:
+            return self
+        twin = self.__dict__.get("_with_offsets")
+        if twin is None:
+            twin = CompiledMask(self.resolved, self.normal, self.ranges, offsets=True)
+            self.__dict__["_with_offsets"] = twin
+        return twin
 
     @property
     def params(self) -> tuple[ir.Param, ...]:
@@ -156,7 +169,6 @@ class CompiledMask:
         const parameters takes their ``constants`` (a bound mask's), else the defaults its file declares
         (:meth:`const_values`). Tiles and engine not given come from the schedule for that target."""
         from .schedule import capability_of, choose_tiles
-        from .sanitize import c_identifier
 
         if block_m is None or block_n is None or num_warps is None or engine is None:
             chosen = choose_tiles(head_dim, dtype, capability_of(arch), engine=engine,
@@ -164,8 +176,9 @@ class CompiledMask:
             block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         constants = self.const_values(constants)
-        return KernelSpec(c_identifier(self.name), head_dim, dtype, block_m, block_n, num_warps,
-                          predicate(self.ranges, tuple(constants)), self._summary(constants), engine, arch)
+        return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps,
+                          predicate(self.ranges, tuple(constants), self.offsets), self._summary(constants), engine,
+                          arch)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
@@ -173,13 +186,16 @@ class CompiledMask:
         """The backward kernels' spec for a target ``arch`` (tiles and dK/dV engine from the schedule;
         ``engine`` picks one); const parameters as for kernel_spec."""
         from .schedule import capability_of, choose_backward_tiles, choose_dq_reduction
-        from .sanitize import c_identifier
 
         constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
-        return BackwardSpec(c_identifier(self.name), head_dim, dtype, tiles.block_m, tiles.block_n,
-                            tiles.dq_block_n, predicate(self.ranges, tuple(constants)),
+        return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n,
+                            tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets),
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine), arch)
+
+    def _c_name(self) -> str:
+        from .sanitize import c_identifier
+        return c_identifier(self.name) + ("_sub" if self.offsets else "")
 
     def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
         """The value of every const parameter, in declaration order: ``given``, else the default the file
@@ -202,7 +218,8 @@ class CompiledMask:
         return tuple((n, values[n]) for n in self.const_params)
 
     def _summary(self, constants) -> tuple[str, ...]:
-        return tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants)
+        sub = ("sub-block: positions local to it, its origin (q0, k0) heads the mask table",) if self.offsets else ()
+        return tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants) + sub
 
     def kernel_source(self, **kwargs):
         from .emit import emit_kernel
@@ -285,6 +302,13 @@ class BoundMask:
 
     def descriptor(self, block_m: int = 128, block_n: int = 128) -> Descriptor:
         return _descriptor(self, block_m, block_n)
+
+    def restrict(self, q_range, kv_range) -> "RestrictedMask":
+        """The sub-block of query rows ``q_range`` and keys ``kv_range`` (``(start, stop)`` pairs or
+        ``range``s of step 1) as a bound mask of its own: attention over a slice of q and of k/v, with
+        local positions (context parallelism: :mod:`maskc.distributed`). See :mod:`maskc.restrict`."""
+        from .restrict import RestrictedMask
+        return RestrictedMask.of(self, q_range, kv_range)
 
     def to_flex_block_mask(self, block_size: int | tuple[int, int] = 128, device: Device = None) -> "BlockMask":
         """maskc's tile classes as a ``torch.nn.attention.flex_attention.BlockMask`` on ``device`` (default:

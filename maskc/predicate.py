@@ -17,6 +17,12 @@ sanitized; C identifiers are generated (``lo0``, ``p1``, ...).
     mask[2 + i]              int parameter i (declaration order)
     mask[2 + n_ints + s]     offset (within this table) of segments table s
     table s:  [n, bound_0 .. bound_n, then each per-segment array of s: n entries]
+
+A sub-block of a bound mask (``BoundMask.restrict``: query rows from q0, keys from k0) uses the predicate of
+``emit_predicate(..., offsets=True)`` and tables packed with ``origin=(q0, k0)``: the kernel passes
+positions local to the sub-block, the table starts with ``[q0, k0]`` followed by the table above, and
+``mask_row`` adds q0 to the row and returns the key intervals ``[lo, hi]`` shifted by -k0 (local keys), so
+the kernels' interval paths work unchanged; per-key atoms see ``k + k0``.
 """
 from __future__ import annotations
 
@@ -98,8 +104,10 @@ class _Layout:
         return next(i for a, _, i in self.arrays if a == name)
 
 
-def pack_mask_data(mask: ir.RangeMask, bound: BoundParams) -> tuple[np.ndarray, np.ndarray]:
-    """(mask_data, mask_offsets): every batch element's table, concatenated (see module docstring)."""
+def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
+                   origin: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(mask_data, mask_offsets): every batch element's table, concatenated (see module docstring);
+    with ``origin`` = (q0, k0) each table is prefixed by them, for the predicate emitted with offsets."""
     layout = _Layout.of(mask.params)
     chunks, offsets = [], [0]
     for params in bound.batch:
@@ -115,7 +123,7 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams) -> tuple[np.ndarray, 
                     body += [int(x) for x in table.value(name)]
             tables += body
             at += len(body)
-        chunk = np.asarray(header + tables, np.int64)
+        chunk = np.asarray(([] if origin is None else list(origin)) + header + tables, np.int64)
         if np.any(np.abs(chunk) > np.iinfo(np.int32).max):
             raise OverflowError("a mask parameter does not fit in int32")
         chunks.append(chunk.astype(np.int32))
@@ -229,10 +237,13 @@ def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
     return lines
 
 
-def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()) -> str:
+def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> str:
     """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring).
-    ``constants`` are values of const int parameters, written into the code as literals."""
+    ``constants`` are values of const int parameters, written into the code as literals; ``offsets``: the
+    predicate of a sub-block, reading its origin (q0, k0) from the head of the table."""
     layout = _Layout.of(mask.params)
+    per_key = any(r.opaque for r in mask.allow + mask.deny)
+    key = "k_local" if offsets and per_key else "k"      # what the interval tests compare
     w = _CWriter(layout, dict(constants))
     row_fields: list[str] = []
     row_body: list[str] = []
@@ -255,7 +266,7 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
                 guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
                 row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
             row_fields += [f"lo{i}", f"hi{i}"]
-            test = f"(k >= row.lo{i} && k <= row.hi{i}"
+            test = f"({key} >= row.lo{i} && {key} <= row.hi{i}"
             for atom in region.opaque:
                 test += f" && {w.lin(atom.lin, per_element=True)} <= 0"
             visible_terms[kind].append(test + ")")
@@ -267,15 +278,33 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
     out += [f"    {ctype} {name};" for name, ctype, _ in w.row_values]
     if not row_fields and not w.row_values:
         out.append("    int unused;")
+    if offsets and per_key:
+        out.append("    int k0;")
     out.append("};")
-    out += ["", "__device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b, int h, int q) {",
-            "    MaskRow row;", "    const int extent = max(mask[0], mask[1]);", "    (void)extent; (void)b; (void)h;"]
+    if offsets:     # positions come local to the sub-block: q0 and k0 head the table
+        out += ["", "__device__ __forceinline__ MaskRow mask_row(const int* __restrict__ table, int b, int h, "
+                "int q_local) {", "    const int* __restrict__ mask = table + 2;",
+                "    const int q = q_local + table[0];"]
+    else:
+        out += ["", "__device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b, int h, int q) {"]
+    out += ["    MaskRow row;", "    const int extent = max(mask[0], mask[1]);", "    (void)extent; (void)b; (void)h;"]
     for seg, var in w.row_segments.items():
         out.append(f"    const MaskSegment {var} = maskc_segment(mask + mask[{layout.seg_slot(seg)}], q, extent);")
     out += row_body
     out += [f"    row.{name} = {expr};" for name, _, expr in w.row_values]
-    out += ["    return row;", "}", "",
-            "__device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ mask, int k) {"]
+    if offsets:
+        out.append("    // key intervals in the sub-block's key positions")
+        out += [f"    row.{f} -= table[1];" for f in row_fields]
+        if per_key:
+            out.append("    row.k0 = table[1];")
+    out += ["    return row;", "}", ""]
+    if offsets and per_key:
+        out += ["__device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ table, "
+                "int k_local) {", "    const int* __restrict__ mask = table + 2;",
+                "    const int k = k_local + row.k0;", "    (void)mask; (void)k;"]
+    else:
+        out.append("__device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ mask, "
+                   "int k) {")
     if k_segments:
         out.append("    const int extent = max(mask[0], mask[1]);")
         for seg in k_segments:
@@ -293,8 +322,9 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
     return "\n".join(out) + "\n"
 
 
-def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()) -> Predicate:
-    """The mask's :class:`~maskc.kernel_ir.Predicate`: :func:`emit_predicate`'s source, and its regions as data."""
+def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> Predicate:
+    """The mask's :class:`~maskc.kernel_ir.Predicate`: :func:`emit_predicate`'s source, and its regions as data.
+    With ``offsets`` the key intervals of a row are local to the sub-block, as the interval paths need."""
     regions = mask.allow + mask.deny
-    return Predicate(emit_predicate(mask, constants), len(mask.allow), len(mask.deny),
+    return Predicate(emit_predicate(mask, constants, offsets), len(mask.allow), len(mask.deny),
                      intervals_only=not any(r.opaque for r in regions))
