@@ -315,13 +315,17 @@ def visible_pairs(mask: ir.RangeMask, bound: BoundParams, block: int = 128) -> i
     Exact masks sum their rows' interval lengths; others count FULL tiles whole and evaluate the
     mask pair by pair inside PARTIAL tiles only, one query block at a time.
     """
-    total = 0
-    S, K = bound.seq_len, bound.kv_len
-    for b, params in enumerate(bound.batch):
-        if mask.exact and not mask.uses_head:
-            rows = RowValues(params, S, K, 0, b, np.arange(S, dtype=np.int64))
-            slots = visible_slots(mask.allow, mask.deny, rows, K)
-            total += int(sum(np.where(lo < hi, hi - lo, 0).sum() for lo, hi in slots))
-            continue
+    return sum(int(visible_keys_per_row(mask, bound, b).sum()) for b in range(len(bound.batch)))
+
+
+def visible_keys_per_row(mask: ir.RangeMask, bound: BoundParams, b: int, rows: tuple[int, int] | None = None):
+    """int64[rows]: how many keys each query row of batch element ``b`` sees (all rows, or [row0, row1)),
+    from the rows' visible intervals: exact masks that do not read h only."""
+    if not mask.exact or mask.uses_head:
         raise NotImplementedError("pairs of a non-exact mask are counted by maskc.audit")
-    return total
+    row0, row1 = rows or (0, bound.seq_len)
+    values = RowValues(bound.batch[b], bound.seq_len, bound.kv_len, 0, b, np.arange(row0, row1, dtype=np.int64))
+    counts = np.zeros(row1 - row0, np.int64)
+    for lo, hi in visible_slots(mask.allow, mask.deny, values, bound.kv_len):
+        counts += np.where(lo < hi, hi - lo, 0)
+    return counts
