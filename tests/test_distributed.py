@@ -54,7 +54,7 @@ def _worker(rank, world_size, store, cases, out_dir, compiled):
         results = []
         for case in cases:
             bound = bind_case(case)
-            plan = cp.plan(bound, world_size, block=case["block"])
+            plan = cp.plan(bound, world_size, block=case["block"], prefetch_tokens=case.get("prefetch"))
             q, k, v, dout, dlse = case_tensors(case)
             q_r, k_r, v_r = (plan.shard(x, rank).requires_grad_() for x in (q, k, v))
             attend = cp.attention
@@ -76,7 +76,7 @@ def run_ranks(world_size, cases, tmp_path, compiled=False):
     per_rank = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
     merged = []
     for i, case in enumerate(cases):
-        plan = cp.plan(bind_case(case), world_size, block=case["block"])
+        plan = cp.plan(bind_case(case), world_size, block=case["block"], prefetch_tokens=case.get("prefetch"))
         merged.append({key: plan.unshard([per_rank[r][i][key] for r in range(world_size)])
                        for key in per_rank[0][i]})
     return merged
@@ -101,10 +101,11 @@ def check_cases(cases, got):
 
 
 def example_cases(world_size):
-    """Every example: a jagged batch of 2 (a broadcast mask when it takes no parameters), GQA 4/2."""
+    """Every example: a jagged batch of 2 (a broadcast mask when it takes no parameters), GQA 4/2; every
+    other one with transfers posted as far ahead as there are steps (the plan's depth R - 1)."""
     S = 24 * world_size
-    return [dict(name=name, seed=100 * world_size + i, S=S, B=2, Hq=4, Hkv=2, D=8, block=6)
-            for i, name in enumerate(EXAMPLE_NAMES)]
+    return [dict(name=name, seed=100 * world_size + i, S=S, B=2, Hq=4, Hkv=2, D=8, block=6,
+                 prefetch=None if i % 2 else 10**9) for i, name in enumerate(EXAMPLE_NAMES)]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

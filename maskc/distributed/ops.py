@@ -14,11 +14,13 @@ keeps another's K/V between the passes), computes every call's dQ, dK, dV with t
 (which recomputes P from the global LSE, so the pieces add up exactly), and sends dK and dV back to the
 blocks' owners only, in the inputs' dtype, each owner adding them in fp32.
 
-Overlap: transfers are ``batch_isend_irecv`` point-to-point ops posted one step ahead. With NCCL they run on
-NCCL's streams and ``Work.wait()`` only makes the compute stream wait for them, so step s + 1's transfer
-overlaps step s's kernels; with gloo they run on gloo's threads. Every rank posts the same global sequence
-of exchanges (fetch 1, fetch 2, return 1, fetch 3, return 2, ...), so the messages between any two ranks
-pair up in order on both sides; a pair with nothing to exchange at a step posts nothing.
+Overlap: transfers are ``batch_isend_irecv`` point-to-point ops posted ``plan.depth`` steps ahead (as far
+as the plan's memory budget allows; 1 for causal). With NCCL they run on NCCL's streams and
+``Work.wait()`` only makes the compute stream wait for them, so later steps' transfers overlap this step's
+kernels; with gloo they run on gloo's threads. Every rank posts the same global sequence of exchanges
+(with depth 1: fetch 1, fetch 2, return 1, fetch 3, return 2, ...; ``depth`` is one number for all), so
+the messages between any two ranks pair up in order on both sides; a pair with nothing to exchange at a
+step posts nothing.
 
 torch.compile: the whole exchange runs inside two custom ops (``maskc::cp_attention_forward`` and
 ``maskc::cp_attention_backward``, with fake implementations and ``register_autograd``), so a compiled
@@ -27,6 +29,7 @@ process group travel as an integer handle (:mod:`maskc.handles`). Every rank mus
 """
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -121,6 +124,29 @@ def _fetch(rt: _Runtime, step: int, k: torch.Tensor, v: torch.Tensor) -> _Pendin
     return _post(rt, send, (r + step) % R, recv, (r - step) % R, tag=2 * step)
 
 
+class _Fetches:
+    """The K/V exchanges of steps 1 .. R-1, posted ``plan.depth`` steps ahead of the compute: the first
+    ``depth`` at once, then one more each time a step's K/V is taken."""
+
+    def __init__(self, rt: _Runtime, k, v):
+        self.rt, self.k, self.v = rt, k, v
+        self.posted: collections.deque = collections.deque()
+        self.next_step = 1
+        for _ in range(min(rt.plan.depth, rt.plan.world_size - 1)):
+            self._post()
+
+    def _post(self):
+        self.posted.append(_fetch(self.rt, self.next_step, self.k, self.v))
+        self.next_step += 1
+
+    def next(self):
+        """The next step's K/V buffer (2, B, Hkv, rows, D), or None when it receives nothing."""
+        kv = self.posted.popleft().wait()
+        if self.next_step < self.rt.plan.world_size:
+            self._post()
+        return kv
+
+
 def _give_back(rt: _Runtime, step: int, grads: Optional[torch.Tensor], like: torch.Tensor) -> _Pending:
     """Post step ``step``'s dK/dV return: to rank - step the gradients of its blocks we used, from
     rank + step those of ours it used."""
@@ -156,11 +182,10 @@ def _forward(rt: _Runtime, q, k, v, scale: float):
             o, l = _local_forward(q[:, :, qs], kb[:, :, ks], vb[:, :, ks], plan.restricted(call), scale)
             _merge_into(out[:, :, qs], lse[:, :, qs], o, l)
 
-    pending = _fetch(rt, 1, k, v) if R > 1 else None
+    fetches = _Fetches(rt, k, v)
     attend(0, k, v)
     for step in range(1, R):
-        kv = pending.wait()
-        pending = _fetch(rt, step + 1, k, v) if step + 1 < R else None
+        kv = fetches.next()
         if kv is not None:
             attend(step, kv[0], kv[1])
     return out.to(q.dtype), lse
@@ -185,12 +210,11 @@ def _backward(rt: _Runtime, dout, q, k, v, out, lse, dlse, scale: float, determi
             dk_to[:, :, ks] += g[1]
             dv_to[:, :, ks] += g[2]
 
-    pending = _fetch(rt, 1, k, v) if R > 1 else None
+    fetches = _Fetches(rt, k, v)
     grad(0, k, v, dk, dv)
     returns = []
     for step in range(1, R):
-        kv = pending.wait()
-        pending = _fetch(rt, step + 1, k, v) if step + 1 < R else None
+        kv = fetches.next()
         grads = None
         if kv is not None:
             grads = torch.zeros(kv.shape, dtype=acc, device=kv.device)

@@ -138,9 +138,26 @@ def assign(work: np.ndarray, world_size: int, seq_len: int, block: int, toleranc
         if imbalance <= tolerance:
             break
     _, units, owner = best
-    unit_blocks = np.arange(len(work)).reshape(world_size * units, -1)
+    return _from_units(owner, world_size, units, seq_len, block, work)
+
+
+def _from_units(owner: np.ndarray, world_size: int, units: int, seq_len: int, block: int, work) -> Sharding:
+    """The sharding where rank ``owner[u]`` holds unit u (``units`` per rank, in order)."""
+    unit_blocks = np.arange(len(owner) * (seq_len // block // len(owner))).reshape(len(owner), -1)
     rank_blocks = np.stack([unit_blocks[np.nonzero(owner == r)[0]].reshape(-1) for r in range(world_size)])
-    return Sharding(seq_len, block, rank_blocks, work, units)
+    return Sharding(seq_len, block, rank_blocks, np.asarray(work, np.int64), units)
+
+
+def zigzag(work: np.ndarray, world_size: int, seq_len: int, block: int) -> Sharding:
+    """The mask-blind layout of load-balanced ring attention (PyTorch's context_parallel for causal): 2R
+    equal chunks, rank r holding chunks r and 2R-1-r (contiguous slices when a rank has a single block).
+    For comparisons."""
+    _check_lengths(seq_len, world_size, block)
+    per_rank = seq_len // (world_size * block)
+    units = 2 if per_rank % 2 == 0 else 1
+    ranks = np.arange(world_size)
+    owner = np.concatenate([ranks, ranks[::-1]]) if units == 2 else ranks
+    return _from_units(owner, world_size, units, seq_len, block, work)
 
 
 def _deal(unit_work: np.ndarray, ranks: int, capacity: int) -> np.ndarray:

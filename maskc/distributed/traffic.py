@@ -45,6 +45,7 @@ class Plan:
     sharding: Sharding
     recv: tuple[tuple[np.ndarray, ...], ...]            # recv[r][s]: int64 block ids, ascending
     calls: tuple[tuple[tuple[Call, ...], ...], ...]     # calls[r][s]
+    depth: int = 1      # transfers posted this many steps ahead of the compute (the same on every rank)
 
     world_size = property(lambda self: self.sharding.world_size)
     block = property(lambda self: self.sharding.block)
@@ -92,28 +93,55 @@ class Plan:
         return np.take(np.concatenate(shards, axis=dim), inverse, axis=dim)
 
 
-def make_plan(bound, sharding: Sharding) -> Plan:
+def make_plan(bound, sharding: Sharding, fetch: str = "seen", prefetch_tokens: int | None = None) -> Plan:
     """The plan of ``bound`` over ``sharding`` (see the module docstring); O(runs of the tiles at the
-    sharding's block + calls)."""
+    sharding's block + R * blocks + calls). ``fetch="all"`` receives every block of every source instead
+    (ring attention's traffic, for comparisons); the calls are the same. ``prefetch_tokens`` (default: four
+    shards; a double-buffered ring holds two) bounds the K/V positions a rank has in flight, sent or
+    received: transfers are posted as many steps ahead as that allows on every rank (:func:`_depth`)."""
+    if fetch not in ("seen", "all"):
+        raise ValueError(f"fetch must be 'seen' or 'all', got {fetch!r}")
     R = sharding.world_size
     tm = bound.tile_map(sharding.block, sharding.block)
     recv, calls = [], []
     for r in range(R):
-        starts, ends = _touched(tm, sharding.rank_blocks[r])
+        mine = sharding.rank_blocks[r]
+        q_runs = [(q0, q1, *_touched(tm, mine[q0:q1])) for q0, q1 in _runs(mine)]
         edges = np.zeros(sharding.n_blocks + 1, np.int64)
-        np.add.at(edges, starts, 1)
-        np.add.at(edges, ends, -1)
-        needed = np.cumsum(edges)[:-1] > 0
+        for _, _, starts, ends in q_runs:
+            np.add.at(edges, starts, 1)
+            np.add.at(edges, ends, -1)
+        needed = np.nonzero(np.cumsum(edges)[:-1] > 0)[0]
         per_step_recv, per_step_calls = [], []
         for s in range(R):
             src = (r - s) % R
-            blocks = np.nonzero(needed & (sharding.owner == src))[0]
+            if fetch == "all" and s:
+                blocks = sharding.rank_blocks[src]
+            else:
+                blocks = needed[sharding.owner[needed] == src]
             per_step_recv.append(blocks)
             position = sharding.local_block[blocks] if s == 0 else np.arange(len(blocks))
-            per_step_calls.append(tuple(_calls(sharding, r, blocks, position, tm)))
+            per_step_calls.append(tuple(_calls(sharding, mine, q_runs, blocks, position)))
         recv.append(tuple(per_step_recv))
         calls.append(tuple(per_step_calls))
-    return Plan(bound, sharding, tuple(recv), tuple(calls))
+    budget = 4 * sharding.local_len if prefetch_tokens is None else prefetch_tokens
+    return Plan(bound, sharding, tuple(recv), tuple(calls), _depth(recv, sharding.block, budget))
+
+
+def _depth(recv, block: int, budget: int) -> int:
+    """The most steps d >= 1 such that no rank ever has more than ``budget`` positions of K/V in flight
+    when it posts d steps ahead: received over steps s .. s+d-1 plus sent over the same steps. Posting
+    ahead lets a rank take its K/V before a slower source reaches the same step."""
+    R = len(recv)
+    held = np.array([[len(recv[r][s]) + len(recv[(r + s) % R][s]) for s in range(1, R)] for r in range(R)],
+                    np.int64).reshape(R, R - 1) * block
+    depth = 1
+    for d in range(2, R):
+        window = np.lib.stride_tricks.sliding_window_view(held, d, axis=1).sum(axis=2)
+        if window.max(initial=0) > budget:
+            break
+        depth = d
+    return depth
 
 
 def _runs(ids: np.ndarray) -> list[tuple[int, int]]:
@@ -145,19 +173,17 @@ def _touched(tm, q_blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return begin[heads], np.maximum.reduceat(end, heads)
 
 
-def _calls(sharding: Sharding, rank: int, kv_blocks: np.ndarray, kv_position: np.ndarray, tm):
-    """The calls of ``rank`` against the buffer holding ``kv_blocks`` at ``kv_position`` (in blocks)."""
+def _calls(sharding: Sharding, mine: np.ndarray, q_runs, kv_blocks: np.ndarray, kv_position: np.ndarray):
+    """The calls of a rank holding blocks ``mine`` (runs ``q_runs``: (start, stop, touched starts, touched
+    ends)) against the buffer holding ``kv_blocks`` at ``kv_position`` (in blocks)."""
     block = sharding.block
-    mine = sharding.rank_blocks[rank]
-    for q0, q1 in _runs(mine):
-        q_blocks = mine[q0:q1]
-        starts, ends = _touched(tm, q_blocks)
-        for k0, k1 in _runs(kv_blocks):
+    kv_runs = _runs(kv_blocks)
+    for q0, q1, starts, ends in q_runs:
+        for k0, k1 in kv_runs:
             first, last = int(kv_blocks[k0]), int(kv_blocks[k1 - 1]) + 1
             i = np.searchsorted(ends, first, side="right")      # the first touched range ending past `first`
             if i == len(ends) or starts[i] >= last:
                 continue
             p = int(kv_position[k0])
             yield Call((q0 * block, q1 * block), (p * block, (p + k1 - k0) * block),
-                       (int(q_blocks[0]) * block, (int(q_blocks[-1]) + 1) * block), (first * block, last * block))
-
+                       (int(mine[q0]) * block, (int(mine[q1 - 1]) + 1) * block), (first * block, last * block))
