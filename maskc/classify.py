@@ -57,6 +57,8 @@ def _grid_counts(slots, n_rows, kv_len, block_m, block_n):
 # from the allocator's free lists (fresh multi-page buffers cost page faults on every numpy op) and
 # from the cache.
 _CHUNK_ROWS = 8192
+# Tiles counted at once by difference arrays (q_blocks x key blocks, int64): bounded memory at any length.
+_GRID_CELLS = 1 << 22
 
 
 def _chunk_hulls(slots, kv_len: int, block_m: int, block_n: int):
@@ -249,8 +251,11 @@ def _piecewise_runs(regions, params, b, head, S, K, block_m, block_n):
             (a0, a1, _, _), (b0, b1, _, _) = hulls[i], hulls[j]
             bad |= (a0 < a1) & (b0 < b1) & (a0 < b1) & (b0 < a1)
     parts = tuple([np.zeros(0, np.int64)] for _ in range(4))
-    if bad.any():
-        blocks = np.nonzero(bad)[0]
+    # Counted a group of q_blocks at a time: each group's difference arrays span every key block.
+    per_group = max(1, _GRID_CELLS // (-(-K // block_n) + 1))
+    bad_blocks = np.nonzero(bad)[0]
+    for g in range(0, len(bad_blocks), per_group):
+        blocks = bad_blocks[g:g + per_group]
         counts = np.minimum(block_m, S - blocks * block_m)
         positions = np.concatenate([np.arange(t * block_m, t * block_m + c) for t, c in zip(blocks, counts)])
         rows = RowValues(params, S, K, head, b, positions)

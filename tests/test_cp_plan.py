@@ -74,6 +74,20 @@ def test_assign_is_a_balanced_partition(unit_weights, world_size, repeat, tolera
         np.testing.assert_array_equal(rows // block, np.repeat(sh.rank_blocks[r], block))
 
 
+@given(st.lists(st.integers(0, 10**6), min_size=4, max_size=40), st.sampled_from([(4, 2), (8, 4), (8, 2), (6, 3)]))
+def test_nodes_first_keeps_each_nodes_blocks_together(weights, shape):
+    """ranks_per_node: a partition with equal counts whose node groups are the node-level assignment."""
+    world_size, per_node = shape
+    work = np.asarray(weights * world_size, np.int64)
+    sh = cp.assign(work, world_size, len(work) * 3, 3, ranks_per_node=per_node)
+    nodes = cp.assign(work, world_size // per_node, len(work) * 3, 3)
+    assert sorted(sh.rank_blocks.reshape(-1).tolist()) == list(range(len(work)))
+    assert np.all(np.diff(sh.rank_blocks, axis=1) > 0)
+    for n, blocks in enumerate(nodes.rank_blocks):
+        mine = sh.rank_blocks[n * per_node:(n + 1) * per_node].reshape(-1)
+        assert sorted(mine.tolist()) == blocks.tolist()
+
+
 @pytest.mark.parametrize("world_size", [2, 4, 8])
 def test_causal_is_zigzag(world_size):
     """Two units per rank: rank r holds units r and 2R-1-r, exactly balanced."""

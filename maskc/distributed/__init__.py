@@ -22,11 +22,13 @@ from .work import block_pairs
 
 
 def plan(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min_block: int | None = None,
-         prefetch_tokens: int | None = None) -> Plan:
+         ranks_per_node: int | None = None, prefetch_tokens: int | None = None) -> Plan:
     """The context-parallel plan of ``bound`` over ``world_size`` ranks: :func:`shard` (blocks of ``block``
-    query rows, halved down to ``min_block`` if that balances better) then :func:`make_plan` (K/V in flight
-    per rank bounded by ``prefetch_tokens`` positions, default four shards)."""
-    return make_plan(bound, shard(bound, world_size, block, tolerance, min_block), prefetch_tokens=prefetch_tokens)
+    query rows, halved down to ``min_block`` if that balances better; nodes first, then their ranks, with
+    ``ranks_per_node``) then :func:`make_plan` (K/V in flight per rank bounded by ``prefetch_tokens``
+    positions, default four shards)."""
+    sharding = shard(bound, world_size, block, tolerance, min_block, ranks_per_node)
+    return make_plan(bound, sharding, prefetch_tokens=prefetch_tokens)
 
 
 def attention(q, k, v, plan: Plan, group=None, scale=None, return_lse: bool = False, deterministic: bool = False):

@@ -86,11 +86,13 @@ def _imbalance(loads: np.ndarray) -> float:
     return float(loads.max() / mean) if mean > 0 else 1.0
 
 
-def shard(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min_block: int | None = None) -> Sharding:
+def shard(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min_block: int | None = None,
+          ranks_per_node: int | None = None) -> Sharding:
     """Balance ``bound``'s visible pairs over ``world_size`` ranks in blocks of ``block`` query rows (the
     module docstring says how); seq_len must be a multiple of world_size * block. When no cut reaches
     ``tolerance``, halved blocks are tried down to ``min_block`` (default block // 4): a few very heavy
-    rows (clear's text tokens see every key) need small blocks to be spread over the ranks."""
+    rows (clear's text tokens see every key) need small blocks to be spread over the ranks.
+    ``ranks_per_node``: shard over nodes first, then over each node's ranks (see :func:`assign`)."""
     if bound.kv_len != bound.seq_len:
         raise ShardingError(f"context parallelism shards one sequence: kv_len ({bound.kv_len}) must equal "
                             f"seq_len ({bound.seq_len})")
@@ -99,13 +101,14 @@ def shard(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min
     blocks = [block]
     while blocks[-1] % 2 == 0 and blocks[-1] // 2 >= min_block:
         blocks.append(blocks[-1] // 2)
-    finest = None
-    best = None
+    best, finest = None, None
     for b in blocks:
-        if best is not None:            # the work of finer blocks is computed once, summed for coarser ones
-            finest = finest if finest is not None else (block_pairs(bound, blocks[-1]), blocks[-1])
-        work = block_pairs(bound, b) if finest is None else finest[0].reshape(-1, b // finest[1]).sum(axis=1)
-        candidate = assign(work, world_size, bound.seq_len, b, tolerance)
+        if b == block:
+            work = block_pairs(bound, b)
+        else:                            # counted once at the finest block, summed for the others
+            finest = block_pairs(bound, blocks[-1]) if finest is None else finest
+            work = finest.reshape(-1, b // blocks[-1]).sum(axis=1)
+        candidate = assign(work, world_size, bound.seq_len, b, tolerance, ranks_per_node)
         if best is None or candidate.imbalance < best.imbalance - 1e-12:
             best = candidate
         if best.imbalance <= tolerance:
@@ -121,8 +124,24 @@ def _check_lengths(seq_len: int, world_size: int, block: int) -> None:
                             "pad the sequence (a padding document), or take a smaller block")
 
 
-def assign(work: np.ndarray, world_size: int, seq_len: int, block: int, tolerance: float = 1.02) -> Sharding:
-    """The sharding of blocks with the given ``work`` (see :func:`shard`; pure, for any weights)."""
+def assign(work: np.ndarray, world_size: int, seq_len: int, block: int, tolerance: float = 1.02,
+           ranks_per_node: int | None = None) -> Sharding:
+    """The sharding of blocks with the given ``work`` (see :func:`shard`; pure, for any weights).
+
+    With ``ranks_per_node`` (a divisor of world_size, smaller than it) the blocks are first dealt to the
+    nodes as to world_size / ranks_per_node ranks, then each node's blocks (in order) to its ranks: a node
+    keeps long stretches of the sequence, so fewer K/V blocks cross the slow links between nodes. Ranks
+    n * ranks_per_node ... (n + 1) * ranks_per_node - 1 are node n's. ``units_per_rank`` is then the inner
+    level's."""
+    if ranks_per_node and 1 < ranks_per_node < world_size and world_size % ranks_per_node == 0:
+        _check_lengths(seq_len, world_size, block)
+        nodes = assign(work, world_size // ranks_per_node, seq_len, block, tolerance)
+        rank_blocks, units = [], 1
+        for node_blocks in nodes.rank_blocks:
+            inner = assign(np.asarray(work)[node_blocks], ranks_per_node, len(node_blocks) * block, block, tolerance)
+            rank_blocks += [node_blocks[rb] for rb in inner.rank_blocks]
+            units = max(units, inner.units_per_rank)
+        return Sharding(seq_len, block, np.stack(rank_blocks), np.asarray(work, np.int64), units)
     _check_lengths(seq_len, world_size, block)
     work = np.asarray(work, np.int64)
     per_rank = seq_len // (world_size * block)
