@@ -8,7 +8,8 @@ every row of rank 0's shard, then rank 1's, ... The assignment balances the visi
 How: the sequence is cut into ``units_per_rank * world_size`` equal units of consecutive blocks; units
 are dealt heaviest first to the least-loaded rank with room (LPT with a capacity), then loads are evened by
 swapping units between the heaviest rank and the others. The fewest units per rank that reach
-``tolerance`` (max / mean pairs) win: contiguous slices when the work is uniform (sliding windows,
+``tolerance`` (max / mean pairs) win (when none does, the lowest imbalance, with a small charge per run of
+blocks: ``Sharding.score``): contiguous slices when the work is uniform (sliding windows,
 bidirectional documents), two units per rank for causal (this is zig-zag: rank r gets units r and 2R-1-r),
 more for documents, shared prompts and HSTU users, whose runs of heavy blocks the units follow. Fewer units
 mean fewer, larger kernel calls and, for local masks, less K/V to fetch.
@@ -22,6 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .work import block_pairs
+
+
+# A rank's time per extra run of blocks, relative (see Sharding.score): at 128K tokens per GPU one call costs
+# ~0.16 ms of host time (bench/NOTES.md, run 20) against ~0.4 s of attention per step.
+RUN_COST = 1e-3
 
 
 class ShardingError(ValueError):
@@ -80,6 +86,18 @@ class Sharding:
         """max / mean of visible pairs per rank (1.0 is perfect; 1.0 when nothing is visible)."""
         return _imbalance(self.loads)
 
+    @property
+    def runs(self) -> int:
+        """The most runs of consecutive blocks a rank holds (each is a separate kernel call per step)."""
+        return int(1 + (np.diff(self.rank_blocks, axis=1) != 1).sum(axis=1).max())
+
+    @property
+    def score(self) -> float:
+        """What :func:`shard` minimizes when no cut reaches its tolerance: the imbalance, plus RUN_COST of a
+        rank's time per run (kernel calls and merges per step; e.g. 600 runs of 32 rows cost more than a
+        3% imbalance)."""
+        return self.imbalance * (1.0 + RUN_COST * self.runs)
+
 
 def _imbalance(loads: np.ndarray) -> float:
     mean = loads.mean()
@@ -109,7 +127,7 @@ def shard(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min
             finest = block_pairs(bound, blocks[-1]) if finest is None else finest
             work = finest.reshape(-1, b // blocks[-1]).sum(axis=1)
         candidate = assign(work, world_size, bound.seq_len, b, tolerance, ranks_per_node)
-        if best is None or candidate.imbalance < best.imbalance - 1e-12:
+        if best is None or candidate.score < best.score - 1e-12:
             best = candidate
         if best.imbalance <= tolerance:
             break
@@ -150,14 +168,12 @@ def assign(work: np.ndarray, world_size: int, seq_len: int, block: int, toleranc
     best = None
     for units in (u for u in range(1, per_rank + 1) if per_rank % u == 0):
         unit_work = work.reshape(world_size * units, -1).sum(axis=1)
-        owner = _deal(unit_work, world_size, units)
-        imbalance = _imbalance(np.bincount(owner, unit_work, minlength=world_size))
-        if best is None or imbalance < best[0] - 1e-12:
-            best = (imbalance, units, owner)
-        if imbalance <= tolerance:
-            break
-    _, units, owner = best
-    return _from_units(owner, world_size, units, seq_len, block, work)
+        candidate = _from_units(_deal(unit_work, world_size, units), world_size, units, seq_len, block, work)
+        if best is None or candidate.score < best.score - 1e-12:
+            best = candidate
+        if candidate.imbalance <= tolerance:
+            return candidate
+    return best
 
 
 def _from_units(owner: np.ndarray, world_size: int, units: int, seq_len: int, block: int, work) -> Sharding:
