@@ -25,8 +25,8 @@ import numpy as np
 from .work import block_pairs
 
 
-# A rank's time per extra run of blocks, relative (see Sharding.score): at 128K tokens per GPU one call costs
-# ~0.16 ms of host time (bench/NOTES.md, run 20) against ~0.4 s of attention per step.
+# A rank's time per kernel call, relative (see Sharding.score): at 128K tokens per GPU one call costs ~0.16 ms
+# of host time forward and backward (README, run 20) against ~0.1-1 s of attention per step.
 RUN_COST = 1e-3
 
 
@@ -94,9 +94,9 @@ class Sharding:
     @property
     def score(self) -> float:
         """What :func:`shard` minimizes when no cut reaches its tolerance: the imbalance, plus RUN_COST of a
-        rank's time per run (kernel calls and merges per step; e.g. 600 runs of 32 rows cost more than a
-        3% imbalance)."""
-        return self.imbalance * (1.0 + RUN_COST * self.runs)
+        rank's time per call, taking a rank's calls per step to grow as runs squared (its runs against each
+        source's): 34 runs of 32 rows cost more than a 5% imbalance."""
+        return self.imbalance * (1.0 + RUN_COST * self.runs ** 2)
 
 
 def _imbalance(loads: np.ndarray) -> float:
