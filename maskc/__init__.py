@@ -24,7 +24,7 @@ from .restrict import RestrictedMask
 __version__ = "0.1.0"
 
 
-def _bound_of(mask: Any, block_mask: Any) -> BoundMask:
+def _bound_of(mask: Any, block_mask: Any) -> BoundMask | RestrictedMask:
     """The BoundMask behind ``mask`` or ``block_mask``: a BoundMask itself, or a Flex BlockMask made by
     :func:`create_block_mask` / :meth:`BoundMask.to_flex_block_mask`."""
     if (mask is None) == (block_mask is None):

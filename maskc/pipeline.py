@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
 
     from .flex import FlexMaskMod
+    from .restrict import RestrictedMask
 
 Device = Union[str, "torch.device", None]
 

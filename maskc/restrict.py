@@ -20,7 +20,8 @@ compiled mask, shared by every sub-block) reads (q0, k0) from the head of the ma
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from .evaluate import dense_mask
 from .kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
 from .predicate import pack_mask_data
 from .tiles import dense_of, runs_of
+
+if TYPE_CHECKING:
+    from .pipeline import BoundMask
 
 
 def _span(r, length: int, what: str) -> tuple[int, int]:
@@ -51,14 +55,15 @@ def _span(r, length: int, what: str) -> tuple[int, int]:
 class RestrictedMask:
     """Query rows [q_start, q_stop) and keys [kv_start, kv_stop) of ``parent`` (see the module docstring)."""
 
-    parent: object          # a BoundMask
+    parent: "BoundMask"
     q_start: int
     q_stop: int
     kv_start: int
     kv_stop: int
+    handle: int = field(init=False, repr=False, default=0)     # for the torch custom ops
 
     @classmethod
-    def of(cls, bound, q_range, kv_range) -> "RestrictedMask":
+    def of(cls, bound: "BoundMask | RestrictedMask", q_range, kv_range) -> "RestrictedMask":
         """The sub-block of ``bound`` (a BoundMask or a RestrictedMask: ranges are then relative to it)."""
         q0, q1 = _span(q_range, bound.seq_len, "q_range")
         k0, k1 = _span(kv_range, bound.kv_len, "kv_range")
@@ -66,8 +71,8 @@ class RestrictedMask:
             return cls(bound.parent, bound.q_start + q0, bound.q_start + q1, bound.kv_start + k0, bound.kv_start + k1)
         return cls(bound, q0, q1, k0, k1)
 
-    def __post_init__(self):
-        object.__setattr__(self, "handle", handles.register(self))   # for the torch custom ops
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "handle", handles.register(self))
 
     def restrict(self, q_range, kv_range) -> "RestrictedMask":
         return RestrictedMask.of(self, q_range, kv_range)
@@ -160,8 +165,8 @@ def _restricted_tile_map(sub: RestrictedMask, block_m: int, block_n: int) -> Til
     full = np.ones_like(seen)
     seen[:, :grid.shape[1], :grid.shape[2]] = grid != EMPTY
     full[:, :grid.shape[1], :grid.shape[2]] = grid == FULL
-    seen = seen.reshape(-1, qt, fm, kt, fn).any(axis=(2, 4))
-    full = full.reshape(-1, qt, fm, kt, fn).all(axis=(2, 4))
-    classes = np.where(full, FULL, np.where(seen, PARTIAL, EMPTY)).astype(np.int8)
+    any_seen = seen.reshape(-1, qt, fm, kt, fn).any(axis=(2, 4))
+    all_full = full.reshape(-1, qt, fm, kt, fn).all(axis=(2, 4))
+    classes = np.where(all_full, FULL, np.where(any_seen, PARTIAL, EMPTY)).astype(np.int8)
     offsets, runs = runs_of(classes.reshape(-1, kt))
     return TileMap(block_m, block_n, sub.seq_len, sub.kv_len, parent.batch, offsets, runs, exact=fine.exact)

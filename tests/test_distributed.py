@@ -85,7 +85,7 @@ def run_ranks(world_size, cases, tmp_path, compiled=False):
 def single_process(case):
     bound = bind_case(case)
     q, k, v, dout, dlse = (x.requires_grad_() if i < 3 else x for i, x in enumerate(case_tensors(case)))
-    out, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    out, lse = maskc.attention(q, k, v, bound, return_lse=True, enable_gqa=True)
     loss_of(out, lse, dout, dlse).backward()
     return {"out": out.detach(), "lse": lse.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import collections
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -53,10 +53,11 @@ class _Runtime:
     """A plan bound to a process group and this process's rank in it."""
 
     plan: Plan
-    group: object           # a ProcessGroup, or None for the default group
+    group: Optional[dist.ProcessGroup]      # None: the default group
     rank: int
+    handle: int = field(init=False, repr=False, default=0)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "handle", handles.register(self))
 
     def rows_index(self, blocks, device) -> torch.Tensor:

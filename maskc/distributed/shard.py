@@ -131,6 +131,7 @@ def shard(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min
             best = candidate
         if best.imbalance <= tolerance:
             break
+    assert best is not None
     return best
 
 
@@ -173,6 +174,7 @@ def assign(work: np.ndarray, world_size: int, seq_len: int, block: int, toleranc
             best = candidate
         if candidate.imbalance <= tolerance:
             return candidate
+    assert best is not None
     return best
 
 

@@ -19,10 +19,14 @@ original sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .shard import Sharding
+
+if TYPE_CHECKING:
+    from ..pipeline import BoundMask
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class Plan:
     """The sharding, and per rank and step the blocks received and the calls (see the module docstring).
     Pure data, the same on every rank; ``bound`` is the mask it was made for."""
 
-    bound: object
+    bound: "BoundMask"
     sharding: Sharding
     recv: tuple[tuple[np.ndarray, ...], ...]            # recv[r][s]: int64 block ids, ascending
     calls: tuple[tuple[tuple[Call, ...], ...], ...]     # calls[r][s]
@@ -93,7 +97,7 @@ class Plan:
         return np.take(np.concatenate(shards, axis=dim), inverse, axis=dim)
 
 
-def make_plan(bound, sharding: Sharding, fetch: str = "seen", prefetch_tokens: int | None = None) -> Plan:
+def make_plan(bound: "BoundMask", sharding: Sharding, fetch: str = "seen", prefetch_tokens: int | None = None) -> Plan:
     """The plan of ``bound`` over ``sharding`` (see the module docstring); O(runs of the tiles at the
     sharding's block + R * blocks + calls). ``fetch="all"`` receives every block of every source instead
     (ring attention's traffic, for comparisons); the calls are the same. ``prefetch_tokens`` (default: four
