@@ -73,7 +73,7 @@ def create_mask(mask: "CompiledMask | str | os.PathLike[str]", B: int | None = N
     return torch.stack([torch.stack(r) for r in rows]).to(device or "cpu")
 
 
-def _concrete(device):
+def _concrete(device: "torch.device") -> "torch.device":
     """``device`` with its index: "cuda" is the current CUDA device (so that "cuda" and "cuda:0" compare equal)."""
     import torch
 
