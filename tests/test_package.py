@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import zipfile
 from pathlib import Path
@@ -32,6 +33,15 @@ SNIPPET = textwrap.dedent("""
 """)
 
 
+DEPENDENCIES_PRESENT = textwrap.dedent("""
+    import re
+    from importlib.metadata import requires, version
+    for req in requires("maskc"):
+        if "extra ==" not in req:
+            version(re.split(r"[<>=!~;\\[ ]", req, maxsplit=1)[0])   # PackageNotFoundError if missing
+""")
+
+
 def _run(cmd, **kw):
     res = subprocess.run(cmd, capture_output=True, text=True, **kw)
     assert res.returncode == 0, f"{cmd} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
@@ -57,10 +67,18 @@ def test_wheel_installs_and_works_outside_the_checkout(tmp_path):
     assert any(n.startswith("maskc/templates/") for n in names)
     assert not any(n.startswith("tests/") for n in names)
 
+    # A fresh venv that sees this environment's packages (the wheel's dependencies, installed offline) but
+    # not its maskc: a .pth naming this interpreter's site directories adds them as plain paths, so their own
+    # .pth files (an editable maskc's among them) are not run. (--system-site-packages would give the base
+    # interpreter's packages instead, which a venv running the tests need not have: lark, say.)
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
+    _run([sys.executable, "-m", "venv", str(venv)])
     py = venv / "bin" / "python"
-    _run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], env=env)
+    site_dir = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    parent = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    (site_dir / "_parent_environment.pth").write_text("".join(f"{p}\n" for p in sorted(parent)))
+    _run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", str(wheel)], env=env)
+    _run([str(py), "-c", DEPENDENCIES_PRESENT], env=env)   # every dependency the wheel declares is there
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     clean = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
