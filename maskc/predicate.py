@@ -36,26 +36,23 @@ from .kernel_ir import BoundParams, Predicate
 from .sanitize import comment_text
 
 _HELPERS = """\
-// Floor division and modulo as in Python (den > 0, checked when the mask was bound).
+// Every form is computed in 64 bits (bind proved each intermediate fits: maskc.widths); key bounds are
+// clamped into [-1, kv_len] before they are narrowed to int.
+// Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
+// when both operands fit, as they nearly always do (64-bit division costs several times more).
 __device__ __forceinline__ long long maskc_floordiv(long long num, long long den) {
-    long long q = num / den;
+    if (num == (int)num && den == (int)den) {
+        const int n = (int)num, d = (int)den, q = n / d;
+        return (n % d != 0 && n < 0) ? q - 1 : q;
+    }
+    const long long q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
 __device__ __forceinline__ long long maskc_ceildiv(long long num, long long den) {
     return -maskc_floordiv(-num, den);
 }
 __device__ __forceinline__ long long maskc_floormod(long long num, long long den) {
-    long long r = num % den;
-    return r < 0 ? r + den : r;
-}
-// 32-bit versions, for forms without products (64-bit division costs several times more).
-__device__ __forceinline__ int maskc_floordiv32(int num, int den) {
-    const int q = num / den;
-    return (num % den != 0 && num < 0) ? q - 1 : q;
-}
-__device__ __forceinline__ int maskc_floormod32(int num, int den) {
-    const int r = num % den;
-    return r < 0 ? r + den : r;
+    return num - den * maskc_floordiv(num, den);
 }
 
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
@@ -200,18 +197,17 @@ class _CWriter:
         name = self._hoisted.get(lin)
         if name is None:
             name = self._hoisted[lin] = f"v{len(self._hoisted)}"
-            self.row_values.append((name, "long long" if _has_products(lin) else "int", self.lin(lin)))
+            self.row_values.append((name, "long long", self.lin(lin)))
         return f"row.{name}"
 
     def term(self, t, per_element: bool) -> str:
         if isinstance(t, ir.Square):
             base = self.lin(t.base, per_element)
-            return f"((long long){base} * {base})"
+            return f"({base} * {base})"
         if isinstance(t, ir.Product):
-            return f"((long long){self.lin(t.left, per_element)} * {self.lin(t.right, per_element)})"
+            return f"({self.lin(t.left, per_element)} * {self.lin(t.right, per_element)})"
         if isinstance(t, ir.Floor):
-            wide = _has_products(t.num) or _has_products(t.den)
-            fn = ("maskc_floordiv" if t.op == "//" else "maskc_floormod") + ("" if wide else "32")
+            fn = "maskc_floordiv" if t.op == "//" else "maskc_floormod"
             return f"{fn}({self.lin(t.num, per_element)}, {self.lin(t.den, per_element)})"
         if isinstance(t, ir.Extreme):
             fn = "min" if t.fn == "min" else "max"
@@ -220,12 +216,7 @@ class _CWriter:
             for a in args[1:]:
                 out = f"{fn}((long long){out}, (long long){a})"
             return out
-        return self.leaf(t, "k" if per_element else "q")
-
-
-def _has_products(lin: ir.Lin) -> bool:
-    """Whether a form needs 64 bits: squares and products of positions can pass 2**31."""
-    return any(isinstance(t, (ir.Square, ir.Product)) for t in L.terms_of(lin))
+        return f"(long long){self.leaf(t, 'k' if per_element else 'q')}"
 
 
 def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
@@ -260,8 +251,9 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
                 v = w.lin(b.lin) if b.den == 1 else f"maskc_floordiv({w.lin(b.lin)}, {b.den})"
                 hi = f"min((long long){hi}, (long long){v})"
             row_body += ["    " + c for c in _region_comment(region, kind)]
-            row_body.append(f"    row.lo{i} = {lo if lo == '0' else '(int)' + lo};")
-            row_body.append(f"    row.hi{i} = {'(int)(' + hi + ')' if region.upper else hi};")
+            # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
+            row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((long long)mask[1], {lo})'};")
+            row_body.append(f"    row.hi{i} = {f'(int)max(-1LL, {hi})' if region.upper else hi};")
             if region.guards or region.static_guards:
                 guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
                 row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")

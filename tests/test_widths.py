@@ -1,0 +1,74 @@
+"""64-bit safety (issue 17, item 1): every integer the predicate computes fits the width it is computed in.
+
+The generated predicate, compiled by g++, must agree with ``bound.dense()`` for parameter values within
+2**10 of the int32 boundaries; where a value cannot be represented at all, bind refuses with a BindError
+that names the parameter.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import maskc
+from maskc.errors import BindError
+
+from mask_strategies import binding, mask_text
+from test_predicate import check_bound, needs_gxx
+
+INT32_MAX = 2 ** 31 - 1
+OVERFLOW = "mask ov(a: int, c: int, w: int)\n  allow k <= q + a - c, q - w <= k\n"
+
+
+def edge_int():
+    """Integers within 2**10 of an int32 boundary (or of 0), as bind accepts them."""
+    near = st.integers(0, 2 ** 10)
+    return st.one_of(near.map(lambda j: INT32_MAX - j), near.map(lambda j: -INT32_MAX + j),
+                     st.integers(-2 ** 10, 2 ** 10))
+
+
+@needs_gxx
+def test_issue_reproducer_partial_rows_match_dense():
+    """a - c = 2**31 + 99 wrapped in 32 bits: the rows of PARTIAL tiles saw nothing."""
+    compiled = maskc.compile_mask(OVERFLOW)
+    bound = compiled.bind(256, a=INT32_MAX, c=-100, w=100)
+    assert bound.dense().any()
+    check_bound(compiled, bound)
+
+
+# Masks whose bounds add, scale and divide several parameters: each intermediate can pass 2**31.
+EDGE_MASKS = [
+    OVERFLOW,
+    "mask m(a: int, c: int, w: int)\n  allow k >= q - a - c, k <= q + w\n",
+    "mask m(a: int, c: int, w: int)\n  allow 2 * k <= q + a + c + w, k >= q - a - w\n",
+    "mask m(a: int, c: int, w: int)\n  allow k <= (q + a + c) // 3, k >= min(q - w, a + c)\n",
+    "mask m(a: int, c: int, w: int)\n  allow k <= q\n  deny k > q + a - c - w, k <= max(a, c)\n",
+    "mask m(a: int, c: int, w: int)\n  allow (k + a) % 7 <= 3, k <= q + c - w\n",
+    "mask m(a: int, c: int, w: int)\n  allow k * 3 <= q + a, q - c <= k + w\n",
+]
+
+
+@needs_gxx
+@settings(max_examples=60, deadline=None)
+@given(text=st.sampled_from(EDGE_MASKS), a=edge_int(), c=edge_int(), w=edge_int(),
+       n=st.integers(1, 40), kv=st.integers(1, 40))
+def test_predicate_matches_dense_at_int32_edges(text, a, c, w, n, kv):
+    compiled = maskc.compile_mask(text)
+    try:
+        bound = compiled.bind(n, kv, a=a, c=c, w=w)
+    except BindError as e:
+        assert any(f"'{p}'" in str(e) for p in "acw"), str(e)
+        return
+    check_bound(compiled, bound)
+
+
+@needs_gxx
+@settings(max_examples=40, deadline=None)
+@given(text=mask_text(exact=False), b=binding(max_len=24), c=edge_int())
+def test_random_masks_match_dense_with_c_at_int32_edges(text, b, c):
+    seq_len, kv_len, params = b
+    compiled = maskc.compile_mask(text)
+    try:
+        bound = compiled.bind(seq_len, kv_len, **{**params, "c": c})
+    except BindError:
+        return
+    check_bound(compiled, bound)
