@@ -3,7 +3,8 @@
 Invariant: every parameter of the mask has a value for every batch element; int values are
 integers; segments are non-negative lengths that exactly partition their range [origin, seq_len)
 with 0 <= origin <= seq_len; per-segment arrays have one entry per segment; every divisor is
-positive; every ``require`` check holds at every query position. Memory is O(seq_len + kv_len):
+positive; every ``require`` check holds at every query position; every intermediate of the mask's
+forms fits in 64 bits (:mod:`maskc.widths`). Memory is O(seq_len + kv_len):
 nothing of size seq_len x kv_len is built; a ``const`` int has one value across the batch. Values that
 break this raise one
 :class:`~maskc.errors.BindError` that names the parameter.
@@ -20,6 +21,7 @@ from .evaluate import Evaluator
 from .kernel_ir import BatchParams, BoundParams, SegmentTable
 from .linear import render
 from .rows import lin_value
+from .widths import check_bound, check_expr
 
 
 def _is_int(v) -> bool:
@@ -55,9 +57,10 @@ def _is_batched(param: ir.Param, value) -> bool:
         isinstance(v, (list, tuple, np.ndarray)) for v in value)
 
 
-def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], uses_head: bool, seq_len: int,
+def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,
          kv_len: int | None = None, num_heads: int | None = None, **values) -> BoundParams:
-    """Validate and bind parameter values (see the module docstring)."""
+    """Validate and bind parameter values (see the module docstring); ``ranges`` is the mask's range
+    analysis: its divisors, whether it reads h, and the forms whose widths are checked."""
     if not _is_int(seq_len) or not 1 <= seq_len <= _INT32:
         raise BindError(f"seq_len must be a positive integer, got {seq_len!r}")
     kv_len = seq_len if kv_len is None else kv_len
@@ -88,7 +91,7 @@ def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], uses_head: bool, s
         def value_of(p):
             v = values.get(p.name)
             return v[b] if v is not None and _is_batched(p, v) else v
-        elements.append(_bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b, batch))
+        elements.append(_bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch))
     for p in mask.params:
         if p.const and len({e.int(p.name) for e in elements}) > 1:
             raise BindError(f"parameter '{p.name}' is const (compiled into the kernel): every batch element "
@@ -96,7 +99,7 @@ def bind(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...], uses_head: bool, s
     return BoundParams(seq_len, kv_len, num_heads, tuple(elements))
 
 
-def _bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b, batch) -> BatchParams:
+def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> BatchParams:
     at = f" (batch element {b})" if batch > 1 else ""
     ints: dict[str, int] = {}
     segments: dict[str, SegmentTable] = {}
@@ -113,16 +116,19 @@ def _bind_one(mask, divisors, uses_head, seq_len, kv_len, num_heads, value_of, b
             origin = 0
             if p.origin is not None:     # `segments from E`: E reads the int parameters declared before
                 known = BatchParams(tuple(ints.items()), ())
+                check_expr(mask.name, p.origin, known, seq_len, kv_len, b, p.span, at)
                 origin = int(Evaluator(mask, known, seq_len, kv_len, 0, b).int(p.origin, None, None))
             segments[p.name] = _segments(mask, p, v, origin, seq_len, at)
         else:
             arrays.setdefault(p.of, {})[p.name] = _per_segment(mask, p, v, segments[p.of].count, at)
     params = BatchParams(tuple(ints.items()), tuple(
         (name, SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))) for name, table in segments.items()))
+    uses_head = ranges.uses_head
     if uses_head and num_heads is None:
         raise BindError(f"mask '{mask.name}' depends on the head h: bind it with num_heads=", mask.span)
+    check_bound(mask, ranges, params, seq_len, kv_len, num_heads if uses_head else 1, b, at)
     for h in range(num_heads) if uses_head else (0,):
-        _check(mask, divisors, params, seq_len, kv_len, h, b, at)
+        _check(mask, ranges.divisors, params, seq_len, kv_len, h, b, at)
     return params
 
 

@@ -25,6 +25,7 @@ from .parse import parse, parse_file
 from .predicate import pack_mask_data, predicate
 from .ranges import analyze_ranges
 from .resolve import Program, resolve, resolve_all
+from .widths import check_static
 
 if TYPE_CHECKING:
     import torch
@@ -61,6 +62,7 @@ def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
     stages: list = [resolved]
     for _, _, run in PASSES[1:]:
         stages.append(run(stages[-1]))
+    check_static(stages[-1])        # folded constants that 64 bits cannot hold are refused here
     return CompiledMask(*stages)
 
 
@@ -154,8 +156,7 @@ class CompiledMask:
 
     def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
              **params) -> "BoundMask":
-        return BoundMask(self, bind_params(self.resolved, self.ranges.divisors, self.ranges.uses_head,
-                                           seq_len, kv_len, num_heads, **params))
+        return BoundMask(self, bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params))
 
     @property
     def const_params(self) -> tuple[str, ...]:

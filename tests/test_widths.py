@@ -72,3 +72,41 @@ def test_random_masks_match_dense_with_c_at_int32_edges(text, b, c):
     except BindError:
         return
     check_bound(compiled, bound)
+
+
+def test_bind_refuses_a_product_past_64_bits_naming_the_parameter():
+    """a**3 at a = 2**31 - 1 wrapped in numpy int64: dense() and the kernel both saw a wrong bound."""
+    compiled = maskc.compile_mask("mask m(a: int)\n  allow k <= q + a * a * a\n")
+    with pytest.raises(BindError) as err:
+        compiled.bind(64, a=INT32_MAX)
+    assert "'a' = 2147483647" in str(err.value) and "2:3" in str(err.value)
+    assert compiled.bind(64, a=2 ** 20).dense().all()      # (2**20)**3 = 2**60 fits
+
+
+def test_bind_refuses_an_overflowing_segment_origin():
+    compiled = maskc.compile_mask("mask m(a: int, s: segments from a * a * a - a * a * a)\n  allow same(s)\n")
+    with pytest.raises(BindError, match="'a' = 2147483647"):
+        compiled.bind(8, a=INT32_MAX, s=[8])
+    assert compiled.bind(8, a=3, s=[8]).dense().all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=edge_int(), e=st.integers(1, 4), n=st.integers(1, 30))
+def test_accepted_products_match_exact_integers(a, e, n):
+    """Whatever bind accepts, dense() is exact: compared with Python's unbounded integers."""
+    power = " * ".join(["a"] * e)
+    compiled = maskc.compile_mask(f"mask m(a: int)\n  allow k <= q + {power} - {power} // 2\n")
+    try:
+        bound = compiled.bind(n, a=a)
+    except BindError as err:
+        assert "'a'" in str(err)
+        assert abs(a) ** e > 2 ** 62 // 4          # refused only near the limit
+        return
+    want = np.array([[k <= q + a ** e - a ** e // 2 for k in range(n)] for q in range(n)])
+    assert np.array_equal(bound.dense(), want)
+
+
+def test_constant_folded_past_64_bits_is_a_located_error():
+    with pytest.raises(maskc.errors.MaskError) as err:
+        maskc.compile_mask("mask m()\n  allow k <= q * 65536 * 65536 * 65536 * 65536 * 65536 - 1\n")
+    assert "2:3" in str(err.value) and "64-bit" in str(err.value)

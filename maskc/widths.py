@@ -1,0 +1,227 @@
+"""Width proofs: every integer maskc computes from a mask's forms fits the 64 bits it is computed in.
+
+The generated predicate computes every form in 64 bits (:mod:`maskc.predicate`); classification
+(:mod:`maskc.rows`) and the reference (:mod:`maskc.evaluate`) compute in numpy int64, which wraps
+silently. Two checks keep all three exact:
+
+- ``check_static(ranges)``, at compile time: every coefficient and constant of the analysed forms
+  (constant folding multiplies literals: ``q * 65536 * 65536 * 65536 * 65536``) lies in
+  [-LIMIT, LIMIT], else a :class:`~maskc.errors.MaskError` at the rule.
+- ``check_bound(resolved, ranges, params, ...)``, at bind: over q in [0, seq_len), k in [0, kv_len),
+  every head and the bound values, interval arithmetic in Python integers bounds every intermediate of
+  every form (each term, product, quotient and partial sum) of the analysed mask and of the resolved
+  expressions dense() evaluates; one that can leave [-LIMIT, LIMIT] is a
+  :class:`~maskc.errors.BindError` naming the parameters and the form.
+
+LIMIT = 2**62 leaves head-room for the steps taken after a proven value (ceil division negates it,
+modulo subtracts a product of the quotient).
+"""
+from __future__ import annotations
+
+from . import ir
+from . import linear as L
+from .errors import BindError, MaskError
+from .kernel_ir import BatchParams
+
+LIMIT = 2 ** 62
+
+
+class _TooWide(Exception):
+    def __init__(self, value: int):
+        super().__init__(value)
+        self.value = value
+
+
+def _fit(*values: int) -> None:
+    for v in values:
+        if abs(v) > LIMIT:
+            raise _TooWide(v)
+
+
+def _params_in_lin(lin: ir.Lin) -> set[str]:
+    out: set[str] = set()
+    for t in L.terms_of(lin):
+        if isinstance(t, ir.ParamRef):
+            out.add(t.name)
+    return out
+
+
+def _params_in_expr(e) -> set[str]:
+    """The int parameters an expression or condition of the resolved mask reads."""
+    if isinstance(e, ir.ParamRef):
+        return {e.name}
+    if isinstance(e, (ir.Arith, ir.Cmp)):
+        return _params_in_expr(e.left) | _params_in_expr(e.right)
+    if isinstance(e, (ir.Func, ir.All, ir.Any_)):
+        return set().union(*(_params_in_expr(a) for a in (e.args if isinstance(e, ir.Func) else e.items)))
+    if isinstance(e, ir.Negate):
+        return _params_in_expr(e.item)
+    return set()
+
+
+class _Bounds:
+    """Interval bounds (lo, hi), as Python integers, of terms and expressions over the whole domain."""
+
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: int, batch_index: int):
+        self.params = params
+        self.extent = max(seq_len, kv_len)
+        self.leaves = {"q": (0, seq_len - 1), "k": (0, kv_len - 1), "h": (0, max(heads, 1) - 1),
+                       "b": (batch_index, batch_index), "seq_len": (seq_len, seq_len), "kv_len": (kv_len, kv_len)}
+
+    # -- leaves shared by both representations --------------------------------------------------
+    def leaf(self, t) -> tuple[int, int]:
+        if isinstance(t, ir.Pos):
+            return self.leaves[t.which]
+        if isinstance(t, ir.Builtin):
+            return self.leaves[t.name]
+        if isinstance(t, ir.ParamRef):
+            v = self.params.int(t.name)
+            return v, v
+        if isinstance(t, ir.SegAttr):
+            return (-1, self.params.segment(t.seg).count) if t.attr == "index" else (0, self.extent)
+        if isinstance(t, ir.SegValue):
+            values = [int(v) for v in self.params.segment(t.seg).value(t.array)]
+            return min(values + [0]), max(values + [0])
+        raise TypeError(t)
+
+    @staticmethod
+    def product(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        corners = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
+        _fit(*corners)
+        return min(corners), max(corners)
+
+    @staticmethod
+    def floor(op: str, num: tuple[int, int], den: tuple[int, int]) -> tuple[int, int]:
+        mag = max(abs(num[0]), abs(num[1]))
+        if den[0] < 1:            # bind refuses a divisor that is not positive; stay sound until then
+            dmag = max(abs(den[0]), abs(den[1]))
+            return (-mag, mag) if op == "//" else (-dmag, dmag)
+        if op == "//":
+            return min(num[0] // den[0], num[0] // den[1]), max(num[1] // den[0], num[1] // den[1])
+        _fit(den[1] * (mag // den[0] + 1))      # the kernel's modulo subtracts den * quotient
+        return 0, den[1] - 1
+
+    @staticmethod
+    def extreme(fn: str, args: list[tuple[int, int]]) -> tuple[int, int]:
+        pick = min if fn == "min" else max
+        return pick(lo for lo, _ in args), pick(hi for _, hi in args)
+
+    # -- analysed forms ---------------------------------------------------------------------------
+    def lin(self, lin: ir.Lin) -> tuple[int, int]:
+        _fit(lin.const)
+        lo = hi = lin.const
+        partial = abs(lin.const)
+        for t, c in lin.terms:
+            tlo, thi = self.term(t)
+            a, b = sorted((c * tlo, c * thi))
+            _fit(a, b)
+            lo, hi = lo + a, hi + b
+            partial += max(abs(a), abs(b))
+            _fit(partial)                         # every partial sum, in whatever order it is added
+        return lo, hi
+
+    def term(self, t) -> tuple[int, int]:
+        if isinstance(t, ir.Square):
+            lo, hi = self.lin(t.base)
+            top = max(lo * lo, hi * hi)
+            _fit(top)
+            return (0 if lo <= 0 <= hi else min(lo * lo, hi * hi)), top
+        if isinstance(t, ir.Product):
+            return self.product(self.lin(t.left), self.lin(t.right))
+        if isinstance(t, ir.Floor):
+            return self.floor(t.op, self.lin(t.num), self.lin(t.den))
+        if isinstance(t, ir.Extreme):
+            return self.extreme(t.fn, [self.lin(a) for a in t.args])
+        return self.leaf(t)
+
+    # -- resolved expressions (what dense() evaluates) -------------------------------------------
+    def expr(self, e) -> tuple[int, int]:
+        if isinstance(e, ir.Const):
+            _fit(e.value)
+            return e.value, e.value
+        if isinstance(e, ir.Func):
+            args = [self.expr(a) for a in e.args]
+            if e.fn == "abs":
+                lo, hi = args[0]
+                return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
+            return self.extreme(e.fn, args)
+        if isinstance(e, ir.Arith):
+            a, b = self.expr(e.left), self.expr(e.right)
+            if e.op == "*":
+                return self.product(a, b)
+            if e.op in ("//", "%"):
+                return self.floor(e.op, a, b)
+            out = (a[0] + b[0], a[1] + b[1]) if e.op == "+" else (a[0] - b[1], a[1] - b[0])
+            _fit(*out)
+            return out
+        return self.leaf(e)
+
+    def cond(self, c) -> None:
+        if isinstance(c, ir.Cmp):
+            self.expr(c.left)
+            self.expr(c.right)
+        elif isinstance(c, ir.Negate):
+            self.cond(c.item)
+        elif isinstance(c, (ir.All, ir.Any_)):
+            for item in c.items:
+                self.cond(item)
+
+
+def _refuse(mask_name: str, params: BatchParams, names: set[str], form: str, value: int, span, at: str):
+    ints = dict(params.ints)
+    named = [f"'{n}' = {ints[n]}" for n in sorted(names) if n in ints]
+    who = f"parameter {', '.join(named)}" if named else "seq_len / kv_len"
+    raise BindError(f"with {who}{at}, '{form}' in mask '{mask_name}' can reach {value}, beyond the 64-bit "
+                    f"range maskc computes in (|x| <= 2**62)", span,
+                    "use smaller values (bind's limit for each int parameter is 32 bits, and products "
+                    "of them must stay within 2**62)") from None
+
+
+def check_expr(mask_name: str, expr, params: BatchParams, seq_len: int, kv_len: int, batch_index: int,
+               span, at: str = "") -> None:
+    """Bind's check of one resolved expression (a segment origin) before it is evaluated."""
+    try:
+        _Bounds(params, seq_len, kv_len, 1, batch_index).expr(expr)
+    except _TooWide as wide:
+        from .explain import expr_text
+        _refuse(mask_name, params, _params_in_expr(expr), expr_text(expr), wide.value, span, at)
+
+
+def check_bound(resolved: ir.ResolvedMask, ranges: ir.RangeMask, params: BatchParams, seq_len: int,
+                kv_len: int, heads: int, batch_index: int, at: str = "") -> None:
+    """Every intermediate of the analysed forms and of the resolved rules fits (see module docstring)."""
+    bounds = _Bounds(params, seq_len, kv_len, heads, batch_index)
+    for region in ranges.allow + ranges.deny:
+        forms = [b.lin for b in region.lower + region.upper] + [
+            a.lin for a in region.guards + region.static_guards + region.opaque]
+        for lin in forms:
+            try:
+                bounds.lin(lin)
+            except _TooWide as wide:
+                _refuse(resolved.name, params, _params_in_lin(lin), L.render(lin), wide.value, region.span, at)
+    for rule in resolved.rules:
+        try:
+            bounds.cond(rule.cond)
+        except _TooWide as wide:
+            text = rule.span.source_line.strip() if rule.span.source_line else rule.kind
+            _refuse(resolved.name, params, _params_in_expr(rule.cond), text, wide.value, rule.span, at)
+
+
+def check_static(ranges: ir.RangeMask) -> ir.RangeMask:
+    """Compile time: every coefficient and constant of the analysed forms fits in [-LIMIT, LIMIT]."""
+    def numbers(lin: ir.Lin):
+        yield lin.const
+        for t, c in lin.terms:
+            yield c
+            for inner in L.inner_lins(t):
+                yield from numbers(inner)
+
+    for region in ranges.allow + ranges.deny:
+        forms = [(b.lin, b.den) for b in region.lower + region.upper] + [
+            (a.lin, 1) for a in region.guards + region.static_guards + region.opaque]
+        for lin, den in forms:
+            worst = max([abs(den)] + [abs(v) for v in numbers(lin)])
+            if worst > LIMIT:
+                raise MaskError(f"this rule folds to the constant {worst}, beyond the 64-bit range maskc computes "
+                                "in (|x| <= 2**62)", region.span, "use smaller constants")
+    return ranges
