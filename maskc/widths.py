@@ -80,8 +80,8 @@ class _Bounds:
         if isinstance(t, ir.SegAttr):
             return (-1, self.params.segment(t.seg).count) if t.attr == "index" else (0, self.extent)
         if isinstance(t, ir.SegValue):
-            values = [int(v) for v in self.params.segment(t.seg).value(t.array)]
-            return min(values + [0]), max(values + [0])
+            values = self.params.segment(t.seg).value(t.array)
+            return (min(int(values.min()), 0), max(int(values.max()), 0)) if len(values) else (0, 0)
         raise TypeError(t)
 
     @staticmethod
