@@ -20,7 +20,7 @@ import click
 from . import __version__
 from .cli_run import run_cmd
 from .cli_shared import (CliError, bind_from_cli, dtype_option, gpu_available, head_dim_option, kv_len_option,
-                         load_mask, mask_option, param_option, parse_params, seq_len_option, write_output)
+                         import_path_option, load_mask, mask_option, param_option, parse_params, seq_len_option, write_output)
 from .errors import MaskError
 from .kernel_ir import BACKWARD_ENGINES, ENGINES
 from .schedule import ARCHES
@@ -90,11 +90,12 @@ cli.add_command(run_cmd)
                    "sm_120a; compute_80: PTX any newer GPU's driver compiles")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
+@import_path_option
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel; default: the file's); repeatable")
 def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: str, block_m: int | None,
                 block_n: int | None, engine: str | None, arch: str, check: bool, backward: bool,
-                raw_params: tuple[str, ...]) -> None:
+                raw_params: tuple[str, ...], import_paths: tuple[str, ...]) -> None:
     """Write the specialized CUDA forward kernel of a mask (or, with --backward, its backward kernels).
 
     A const parameter is compiled into the kernel: its value comes from --param, else from the default
@@ -106,7 +107,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
       maskc compile examples/clear.mask --param width=64 -o clear.cu
       maskc compile examples/document.mask --backward --head-dim 64 -o document_bwd.cu
     """
-    mask = _load(file, name)
+    mask = _load(file, name, import_paths)
     given = parse_params(mask, raw_params)
     stray = sorted(set(given) - set(mask.const_params))
     if stray:
@@ -165,7 +166,8 @@ def _check_with_nvrtc(src) -> None:
               help="text: file:line:col with the line and a caret; json: a list of objects; github: annotations "
                    "for a GitHub Actions log")
 @click.option("--strict", is_flag=True, help="exit 1 on warnings too")
-def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool) -> None:
+@import_path_option
+def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple[str, ...]) -> None:
     """Report every error and likely mistake in .mask files.
 
     Errors: every block that does not parse and every rule that does not resolve, in every file.
@@ -179,7 +181,7 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool) -> None:
       maskc lint --format github masks/*.mask      # in a GitHub Actions step
     """
     from .lint import lint_file, render
-    diags = [d for f in files for d in lint_file(f)]
+    diags = [d for f in files for d in lint_file(f, import_paths)]
     click.echo(render(diags, fmt), nl=False)
     errors = sum(d.severity == "error" for d in diags)
     warnings = len(diags) - errors
@@ -206,8 +208,9 @@ DENSE_PNG_MAX = 2048        # per-pair overlay in the PNG up to this many querie
 @click.option("--block-n", type=TILE, default=128, show_default=True, help="keys per tile")
 @click.option("--png", type=click.Path(dir_okay=False), help="also write a picture")
 @click.option("--dense", is_flag=True, help=f"draw every (q, k) pair (up to {DENSE_TEXT_MAX})")
+@import_path_option
 def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, params: tuple[str, ...], heads: int,
-             block_m: int, block_n: int, png: str | None, dense: bool) -> None:
+             block_m: int, block_n: int, png: str | None, dense: bool, import_paths: tuple[str, ...]) -> None:
     """Draw the tile classes of a bound mask (batch element 0).
 
     \b
@@ -216,7 +219,7 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
       maskc show examples/document.mask --seq-len 4096 --param docs=1000,3000,96 --png document.png
     """
     from .show import render_dense, render_png, render_tiles
-    mask = _load(file, name)
+    mask = _load(file, name, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
     classes = bound.tiles(block_m, block_n)
     click.echo(f"mask {mask.name}, seq_len {bound.seq_len}, kv_len {bound.kv_len}"
@@ -251,8 +254,10 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
 @click.option("--block-n", type=TILE, default=128, show_default=True, help="keys per tile")
 @head_dim_option
 @dtype_option
+@import_path_option
 def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | None, params: tuple[str, ...],
-                heads: int, block_m: int, block_n: int, head_dim: str, dtype: str) -> None:
+                heads: int, block_m: int, block_n: int, head_dim: str, dtype: str,
+                import_paths: tuple[str, ...]) -> None:
     """Print each compiler stage's output for the masks of a file.
 
     parse, resolve, normalize and ranges always; the kernel's stages (predicate, schedule, emit) for
@@ -265,7 +270,7 @@ def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | 
     """
     from .explain import explain
     from .pipeline import compile_all, load_program
-    masks = (_load(file, name),) if name else compile_all(file)
+    masks = (_load(file, name, import_paths),) if name else compile_all(file, import_paths)
     bounds = {}
     if seq_len is None and (params or kv_len):
         raise click.UsageError("--param and --kv-len need --seq-len")
@@ -278,7 +283,7 @@ def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | 
             mine = tuple(p for p in params if p.partition("=")[0].strip() in {q.name for q in m.params}
                          or len(masks) == 1)
             bounds[m.name] = bind_from_cli(m, seq_len, kv_len, mine, heads)
-    text = explain(load_program(file).main, masks, bounds, block_m, block_n, head_dim=int(head_dim), dtype=dtype)
+    text = explain(load_program(file, import_paths).main, masks, bounds, block_m, block_n, head_dim=int(head_dim), dtype=dtype)
     click.echo(text, nl=False)
 
 

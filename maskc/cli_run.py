@@ -13,7 +13,7 @@ import click
 import numpy as np
 
 from .cli_shared import (DEFAULT_DTYPE, CliError, bind_from_cli, dtype_option, gpu_available, head_dim_option,
-                         kv_len_option, load_mask, mask_option, param_option, seq_len_option)
+                         import_path_option, kv_len_option, load_mask, mask_option, param_option, seq_len_option)
 from .progress import status
 
 CPU_MAX_LEN = 8192          # the float64 reference is O(S*K*D) per head: beyond this it takes minutes
@@ -81,8 +81,9 @@ def _verdict(name: str, err: float, limit: float, what: str) -> bool:
               help="largest relative error that passes (default: 1e-2 bf16, 5e-3 fp16 on the GPU; 1e-4 on the "
                    "CPU; gradients twice that on the GPU)")
 @click.option("--backward", is_flag=True, help="also check the backward (dQ, dK, dV; on the GPU through torch)")
+@import_path_option
 def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, seed, tolerance,
-            backward):
+            backward, import_paths):
     """Run masked attention on random inputs and compare it with the float64 reference.
 
     On a GPU it runs maskc's kernel (compiled on first use, then cached); without one, a float32 pass
@@ -99,7 +100,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     from .reference import reference_attention
     from .schedule import choose_tiles
 
-    mask = load_mask(file, name)
+    mask = load_mask(file, name, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
     if bound.batch > 1 and batch not in (1, bound.batch):
         raise CliError(f"the parameters describe {bound.batch} batch elements, but --batch is {batch}")

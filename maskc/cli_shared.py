@@ -35,9 +35,9 @@ def gpu_available() -> bool:
         return False
 
 
-def load_mask(path: str, name: str | None) -> "CompiledMask":
+def load_mask(path: str, name: str | None, import_paths: tuple[str, ...] = ()) -> "CompiledMask":
     from .pipeline import load
-    return load(path, name)
+    return load(path, name, import_paths)
 
 
 def bad_param(message: str) -> NoReturn:
@@ -96,6 +96,10 @@ def write_output(path: str, text: str) -> None:
 
 
 mask_option = click.option("-m", "--mask", "name", metavar="NAME", help="which mask, when the file defines several")
+import_path_option = click.option(
+    "-I", "--import-path", "import_paths", multiple=True, metavar="DIR",
+    type=click.Path(exists=True, file_okay=False), help="a directory where imports are looked for after the "
+    "importing file's own (repeatable); imports never leave these directories")
 param_option = click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
                             help="a parameter: 7, or 100,200,724 for segments; ';' between batch elements")
 seq_len_option = click.option("--seq-len", type=click.IntRange(min=1), required=True, help="query length")

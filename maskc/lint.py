@@ -27,12 +27,14 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Iterable
 
 from . import ir
 from . import linear as L
 from .errors import MaskError, MaskSyntaxError, Span
 from .normalize import intersect, normalize
 from .parse import parse
+from .sources import read_source
 from .pipeline import load_program, program_from_text
 from .ranges import analyze_ranges
 from .resolve import Program, mentions, resolve
@@ -76,10 +78,11 @@ def _from_error(err: MaskError, path: str) -> Diagnostic:
     return _at(err.span, path, "error", err.message, err.hint)
 
 
-def lint_file(path: str | Path) -> list[Diagnostic]:
-    """All diagnostics of one file (and of the files it imports, where they are the cause), sorted."""
+def lint_file(path: str | Path, import_paths: Iterable[str | Path] = ()) -> list[Diagnostic]:
+    """All diagnostics of one file (and of the files it imports, where they are the cause), sorted; imports
+    are looked for as :func:`maskc.load` does, ``import_paths`` after the file's own directory."""
     path = str(Path(path))
-    program, out, broken = _load_recovering(path)
+    program, out, broken = _load_recovering(path, tuple(import_paths))
     if program is None:
         return out
     if not program.main.masks and not out:
@@ -103,16 +106,16 @@ def lint_file(path: str | Path) -> list[Diagnostic]:
 
 # -- errors: every broken block and every wrong rule ----------------------------------------------
 
-def _load_recovering(path: str) -> tuple[Program | None, list[Diagnostic], set[str]]:
+def _load_recovering(path: str, import_paths: tuple = ()) -> tuple[Program | None, list[Diagnostic], set[str]]:
     """The program, with the top-level blocks of the main file that do not parse left out; their errors;
     and the names of the masks left out (errors that only echo those are not reported again)."""
     try:
-        return load_program(path), [], set()
+        return load_program(path, import_paths), [], set()
     except MaskError as err:
         first = err
     if first.span is None or first.span.file != path or not isinstance(first, MaskSyntaxError):
         return None, [_from_error(first, path)], set()       # unreadable, or an error in an import
-    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = read_source(Path(path)).splitlines(keepends=True)
     kept = ["\n"] * len(lines)
     errors: list[Diagnostic] = []
     broken: set[str] = set()
@@ -128,7 +131,7 @@ def _load_recovering(path: str) -> tuple[Program | None, list[Diagnostic], set[s
     if not errors:                       # no block fails on its own: the error lies between blocks
         return None, [_from_error(first, path)], set()
     try:
-        return program_from_text("".join(kept), path, Path(path).parent), errors, broken
+        return program_from_text("".join(kept), path, Path(path).parent, import_paths), errors, broken
     except MaskError as err:
         return None, errors + [_from_error(err, path)], broken
 

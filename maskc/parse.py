@@ -305,9 +305,5 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
 
 
 def parse_file(path: str | Path) -> ir.SourceFile:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MaskSyntaxError(f"cannot read {path}: {err.strerror if isinstance(err, OSError) else err}") from None
-    return parse(text, str(path))
+    from .sources import read_source
+    return parse(read_source(Path(path)), str(path))

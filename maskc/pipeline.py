@@ -21,9 +21,10 @@ from .errors import MaskError, MaskSyntaxError
 from .evaluate import dense_mask
 from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
 from .normalize import normalize, specialize
-from .parse import parse, parse_file
+from .parse import parse
 from .predicate import pack_mask_data, predicate
 from .ranges import analyze_ranges
+from .sources import find_import, read_source, search_path
 from .resolve import Program, resolve, resolve_all
 from .widths import check_static
 
@@ -66,31 +67,29 @@ def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
     return CompiledMask(*stages)
 
 
-def load_program(path: str | Path) -> Program:
-    """A file and, transitively, the files it imports (paths relative to the importing file)."""
+def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> Program:
+    """A file and, transitively, the files it imports (see :mod:`maskc.sources`: relative to the importing
+    file's directory or to a directory of ``import_paths``, never outside them)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MaskSyntaxError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
-    return program_from_text(text, str(path), path.parent)
+    return program_from_text(read_source(path), str(path), path.parent, import_paths)
 
 
-def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = ".") -> Program:
-    """Parse a main file's text and every file it imports, main file first."""
+def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = ".",
+                      import_paths: Iterable[str | Path] = ()) -> Program:
+    """Parse a main file's text and every file it imports, main file first; the main file's imports are
+    looked for under ``base_dir``, then ``import_paths``."""
+    search = search_path(import_paths)
     main = parse(text, path)
     files = [main]
     seen = {Path(path).resolve()} if path != "<string>" else set()
 
     def visit(f: ir.SourceFile, here: Path):
         for imp in f.imports:
-            p = (here / imp.path).resolve()
+            p = find_import(imp, here, search)
             if p in seen:
                 continue
             seen.add(p)
-            if not p.is_file():
-                raise MaskSyntaxError(f"cannot import '{imp.path}': no such file", imp.span)
-            imported = parse_file(p)
+            imported = parse(read_source(p, imp.span, regular_only=True), str(p))
             files.append(imported)
             visit(imported, p.parent)
 
@@ -375,18 +374,21 @@ def compile_program(program: Program, name: str | None = None) -> CompiledMask:
     return _compile_resolved(resolve(program, name))
 
 
-def compile_mask(text: str, name: str | None = None, path: str = "<string>", base_dir=".") -> CompiledMask:
-    """Compile .mask source text; ``name`` picks a mask when the text defines several."""
-    return compile_program(program_from_text(text, path, base_dir), name)
+def compile_mask(text: str, name: str | None = None, path: str = "<string>", base_dir=".",
+                 import_paths: Iterable[str | Path] = ()) -> CompiledMask:
+    """Compile .mask source text; ``name`` picks a mask when the text defines several. Its imports are
+    looked for under ``base_dir``, then under the directories ``import_paths``, never outside them."""
+    return compile_program(program_from_text(text, path, base_dir, import_paths), name)
 
 
-def load(path: str | Path, name: str | None = None) -> CompiledMask:
-    """Compile a .mask file; ``name`` picks a mask when the file defines several."""
-    return compile_program(load_program(path), name)
+def load(path: str | Path, name: str | None = None, import_paths: Iterable[str | Path] = ()) -> CompiledMask:
+    """Compile a .mask file; ``name`` picks a mask when the file defines several. Its imports are looked
+    for under its directory, then under the directories ``import_paths``, never outside them."""
+    return compile_program(load_program(path, import_paths), name)
 
 
-def compile_all(path: str | Path) -> tuple[CompiledMask, ...]:
-    return tuple(_compile_resolved(r) for r in resolve_all(load_program(path)))
+def compile_all(path: str | Path, import_paths: Iterable[str | Path] = ()) -> tuple[CompiledMask, ...]:
+    return tuple(_compile_resolved(r) for r in resolve_all(load_program(path, import_paths)))
 
 
 __all__ = ["CompiledMask", "BoundMask", "compile_mask", "load", "compile_all", "load_program", "MaskError"]
