@@ -6,10 +6,12 @@ node carries the span of the text it came from. Any text that does not parse rai
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
+from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from lark.indenter import Indenter
 
@@ -106,7 +108,7 @@ def _inconsistent_dedent(lines: list[str]) -> int:
     return 1
 
 
-class _ToSyntax(Transformer):
+class _ToSyntax(Transformer_NonRecursive):
     """Lark tree → ir syntax nodes, each with the span Lark recorded for it."""
 
     def __init__(self, path: str, lines: list[str]):
@@ -281,6 +283,31 @@ class _ToSyntax(Transformer):
         return ir.Arg(str(items[0]), items[1], self._span(meta))
 
 
+# Levels of nesting (operators, comparisons, calls, not) one expression may have: every later pass
+# recurses on expressions. Parentheses alone add none.
+MAX_NESTING = 100
+_NESTING = (ir.BinOp, ir.UnaryMinus, ir.Call, ir.MethodCall, ir.Compare, ir.InRange, ir.BoolOp, ir.Not)
+
+
+def _check_nesting(tree: ir.SourceFile, path: str) -> None:
+    """No expression of the file nests more than MAX_NESTING levels (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, tuple):
+            stack.extend((item, depth) for item in node)
+            continue
+        if not dataclasses.is_dataclass(node) or isinstance(node, Span):
+            continue
+        if isinstance(node, _NESTING):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise MaskSyntaxError(f"this expression nests more than {MAX_NESTING} levels deep", node.span,
+                                      f"maskc takes at most {MAX_NESTING} levels of operators, comparisons and "
+                                      "calls inside one another")
+        stack.extend((getattr(node, f.name), depth) for f in dataclasses.fields(node))
+
+
 def parse(text: str, path: str = "<string>") -> ir.SourceFile:
     """Parse the text of one .mask file."""
     if not text.endswith("\n"):
@@ -296,12 +323,11 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
                               _span_at(path, lines, line, 1), "indent rules one level under their 'mask' line"
                               ) from None
     try:
-        return _ToSyntax(path, lines).transform(tree)
+        syntax = _ToSyntax(path, lines).transform(tree)      # not recursive: any depth is read
     except VisitError as err:
         raise err.orig_exc from None
-    except RecursionError:
-        raise MaskSyntaxError("this expression is nested too deeply", _span_at(path, lines, 1, 1),
-                              "split it with 'let' bindings") from None
+    _check_nesting(syntax, path)
+    return syntax
 
 
 def parse_file(path: str | Path) -> ir.SourceFile:

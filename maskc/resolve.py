@@ -4,8 +4,9 @@ Invariant: every name in the result is a built-in (q, k, seq_len, kv_len, h, b) 
 the mask itself; ``let`` bindings, ``clamp`` and calls of other masks (from this file or an imported
 one) are inlined; integer expressions and conditions are distinct node types; segment attributes
 and per-segment arrays are read at q or k only; divisors are free of q and k; exponents are
-literal. A mask that cannot satisfy this raises one :class:`~maskc.errors.MaskError` at the
-offending text.
+literal; no expression nests more than ``MAX_NESTING`` levels deep, once lets, mask calls and powers
+are expanded (the later passes recurse on it). A mask that cannot satisfy this raises one
+:class:`~maskc.errors.MaskError` at the offending text.
 """
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from typing import Any
 
 from . import ir
 from .errors import MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
+from .parse import MAX_NESTING
 
 _FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 1)}
 _MAX_EXPONENT = 8
+MAX_CALL_DEPTH = 16          # masks calling masks calling masks...: resolve recurses once per level
+_MAX_STEPS = 2 * MAX_NESTING     # resolve's own recursion: a let's name and its value are two steps
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -80,6 +84,35 @@ def mentions(node, predicate) -> bool:
     return False
 
 
+def nesting(node) -> int:
+    """The depth of a resolved expression or condition, counted without recursion (shared sub-trees
+    once: a let used twice is one sub-tree)."""
+    def children(n):
+        if isinstance(n, (ir.Arith, ir.Cmp)):
+            return (n.left, n.right)
+        if isinstance(n, ir.Func):
+            return n.args
+        if isinstance(n, (ir.All, ir.Any_)):
+            return n.items
+        if isinstance(n, ir.Negate):
+            return (n.item,)
+        return ()
+
+    depth: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if id(n) in depth:
+            continue
+        kids = children(n)
+        if expanded or not kids:
+            depth[id(n)] = 1 + max((depth[id(c)] for c in kids), default=0)
+        else:
+            stack.append((n, True))
+            stack.extend((c, False) for c in kids if id(c) not in depth)
+    return depth[id(node)]
+
+
 def depends_on_position(node) -> bool:
     return mentions(node, lambda n: isinstance(n, (ir.Pos, ir.SegAttr, ir.SegValue)))
 
@@ -89,6 +122,9 @@ class _Resolver:
         self.program = program
         self.done: dict[tuple[str, str], ir.ResolvedMask] = {}
         self.active: list[tuple[str, str]] = []
+        self._depth = 0                 # of _any calls in progress: nesting, through lets and mask calls
+        self.call_depth: dict[tuple[str, str], int] = {}    # 1 + the deepest chain of masks a mask calls
+        self._callees: list[int] = []   # per mask being resolved: the deepest call_depth among its callees
         self._check_duplicates()
 
     # -- lookup of masks across files --------------------------------------------------------
@@ -122,6 +158,7 @@ class _Resolver:
         if key in self.active:
             raise MaskNameError(f"mask '{decl.name}' uses itself", decl.span)
         self.active.append(key)
+        self._callees.append(0)
         try:
             params = self._params(decl)
             scope = _Scope((), decl)
@@ -135,6 +172,10 @@ class _Resolver:
             rules = tuple(ir.Rule(r.kind, self._conjunction(r.conditions, scope, file, r.span), r.span)
                           for r in decl.rules)
             for r in rules:
+                if nesting(r.cond) > MAX_NESTING:
+                    raise MaskTypeError(f"this rule nests more than {MAX_NESTING} levels deep once its lets, mask "
+                                        "calls and powers are expanded", r.span,
+                                        f"maskc takes at most {MAX_NESTING} levels of nesting")
                 if r.kind == "require" and mentions(r.cond, lambda n: (isinstance(n, ir.Pos) and n.which == "k")
                                                     or (isinstance(n, (ir.SegAttr, ir.SegValue)) and n.pos == "k")):
                     raise MaskTypeError("a 'require' check is made for every query position q; it cannot use k",
@@ -142,8 +183,10 @@ class _Resolver:
             if not any(r.kind == "allow" for r in rules):
                 raise MaskError(f"mask '{decl.name}' has no 'allow' rule, so it shows nothing", decl.span)
             result = ir.ResolvedMask(decl.name, params, rules, decl.span)
+            self.call_depth[key] = 1 + self._callees[-1]
         finally:
             self.active.pop()
+            self._callees.pop()
         self.done[key] = result
         return result
 
@@ -207,7 +250,15 @@ class _Resolver:
 
     def _any(self, node: ir.Syntax, scope: _Scope, file):
         method = getattr(self, "_" + type(node).__name__)
-        return method(node, scope, file)
+        if self._depth >= _MAX_STEPS:
+            raise MaskTypeError("this expression nests too deeply once lets and mask calls are substituted",
+                                node.span, f"maskc follows at most {_MAX_STEPS} lets, calls and operators "
+                                "inside one another")
+        self._depth += 1
+        try:
+            return method(node, scope, file)
+        finally:
+            self._depth -= 1
 
     def _BoolLit(self, node, scope, file):
         return ir.Truth(node.value, node.span)
@@ -356,7 +407,12 @@ class _Resolver:
 
     def _call_mask(self, node, found, scope, file):
         callee_file, decl = found
+        key = (callee_file.path, decl.name)
+        if len(self.active) >= MAX_CALL_DEPTH or self.call_depth.get(key, 0) >= MAX_CALL_DEPTH:
+            raise MaskTypeError(f"masks call one another more than {MAX_CALL_DEPTH} deep here", node.span,
+                                f"maskc takes chains of at most {MAX_CALL_DEPTH} masks, each calling the next")
         callee = self.resolve_mask(callee_file, decl)
+        self._callees[-1] = max(self._callees[-1], self.call_depth[key])
         mapping: dict[str, object] = {}
         positional = [a for a in node.args if a.name is None]
         keywords = {a.name: a for a in node.args if a.name is not None}
