@@ -285,7 +285,7 @@ class _ToSyntax(Transformer_NonRecursive):
 
 # Levels of nesting (operators, comparisons, calls, not) one expression may have: every later pass
 # recurses on expressions. Parentheses alone add none.
-MAX_NESTING = 100
+MAX_NESTING = 64
 _NESTING = (ir.BinOp, ir.UnaryMinus, ir.Call, ir.MethodCall, ir.Compare, ir.InRange, ir.BoolOp, ir.Not)
 
 

@@ -77,13 +77,14 @@ def test_mask_call_chains_past_the_limit(n, tmp_path):
 
 def test_deepest_chain_with_deep_lets_in_every_mask():
     """The resolver's worst case within the limits: MAX_CALL_DEPTH masks, each with deep lets."""
-    lets = "  let a0 = q\n" + "".join(f"  let a{i} = a{i - 1} + 1\n" for i in range(1, 40))
+    lets = "  let a0 = q\n" + "".join(f"  let a{i} = a{i - 1} + 1\n" for i in range(1, MAX_NESTING // 2))
     text = chain(MAX_CALL_DEPTH, lets)
     try:
         maskc.compile_mask(text, name=f"m{MAX_CALL_DEPTH - 1}").bind(8).dense()
     except MaskError:
         pass
-    deep = "  let a0 = q\n" + "".join(f"  let a{i} = a{i - 1} + 1\n" for i in range(1, 80)) + "  allow k <= a79\n"
+    n = MAX_NESTING - MAX_CALL_DEPTH - 6            # resolve's steps: two per let, two per call level
+    deep = "  let a0 = q\n" + "".join(f"  let a{i} = a{i - 1} + 1\n" for i in range(1, n)) + f"  allow k <= a{n - 1}\n"
     text = "mask m0()\n" + deep + "".join(f"mask m{i}()\n  allow m{i - 1}() and k >= 0\n"
                                           for i in range(1, MAX_CALL_DEPTH))
     maskc.compile_mask(text, name=f"m{MAX_CALL_DEPTH - 1}").bind(8).dense()
