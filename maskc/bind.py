@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 
 from . import ir
+from . import linear as L
 from .errors import BindError, did_you_mean
 from .evaluate import Evaluator
 from .kernel_ir import BatchParams, BoundParams, SegmentTable
@@ -37,6 +38,54 @@ def _checked_int(v, what: str, span) -> int:
     if abs(int(v)) > _INT32:
         raise BindError(f"{what} = {int(v)} does not fit in 32 bits", span)
     return int(v)
+
+
+def check_index(value, what: str, end: int | None) -> int:
+    """An index the API takes (a batch element, a head, a tile side): an integer in [0, end)."""
+    if not _is_int(value) or value < 0 or (end is not None and value >= end):
+        where = f"[0, {end})" if end is not None else "[0, 2**31)"
+        raise BindError(f"{what} must be an integer in {where}, got {value!r}")
+    return int(value)
+
+
+def check_blocks(block_m, block_n) -> tuple[int, int]:
+    """Tile sides: positive integers that fit in 32 bits."""
+    for what, v in (("block_m", block_m), ("block_n", block_n)):
+        if not _is_int(v) or not 1 <= v <= _INT32:
+            raise BindError(f"{what} (a tile side) must be a positive integer below 2**31, got {v!r}")
+    return int(block_m), int(block_n)
+
+
+def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -> tuple[tuple[str, int], ...]:
+    """Values of const parameters, checked before they are written into a kernel: integers that fit in 32
+    bits, every divisor that reads only const parameters positive, and every ``require`` check that reads
+    only them true. Returns them as ints, in the order given."""
+    from .resolve import mentions
+    const = {p.name: p for p in mask.params if p.const}
+    out = tuple((n, _checked_int(v, f"const parameter '{n}'", const[n].span)) for n, v in values.items())
+    known = BatchParams(out, ())
+
+    def unknown(leaf) -> bool:      # what a kernel learns only at run time
+        return isinstance(leaf, (ir.Pos, ir.Builtin, ir.SegAttr, ir.SegValue)) or (
+            isinstance(leaf, ir.ParamRef) and leaf.name not in values)
+
+    def named(read) -> str:
+        return ", ".join(f"'{n}' = {v}" for n, v in out if read(n))
+
+    for lin in ranges.divisors:
+        if not L.lin_mentions(lin, unknown):
+            value = lin_value(lin, known, 1, 1, 0, 0)
+            if value <= 0:
+                reads = {t.name for t in L.terms_of(lin) if isinstance(t, ir.ParamRef)}
+                raise BindError(f"const parameter {named(reads.__contains__)} makes the divisor '{render(lin)}' = "
+                                f"{value}, and a divisor must be positive", const[min(reads)].span)
+    for r in mask.requires:
+        if not mentions(r.cond, unknown):
+            check_expr(mask.name, r.cond, known, 1, 1, 0, r.span)
+            if not np.all(Evaluator(mask, known, 1, 1).cond(r.cond, np.zeros(1, np.int64), None)):
+                reads = named(lambda n: mentions(r.cond, lambda x: isinstance(x, ir.ParamRef) and x.name == n))
+                raise BindError(f"const parameter {reads} does not meet this requirement", r.span)
+    return out
 
 
 def _int_list(value, what: str, span) -> list[int]:

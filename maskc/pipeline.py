@@ -15,9 +15,10 @@ import numpy as np
 
 from . import handles, ir
 from .bind import bind as bind_params
+from .bind import check_blocks, check_constants, check_index
 from .classify import classify
 from .descriptor import pack, to_flex_block_mask_arrays
-from .errors import MaskError, MaskSyntaxError
+from .errors import BindError, MaskError, MaskSyntaxError
 from .evaluate import dense_mask
 from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
 from .normalize import normalize, specialize
@@ -201,7 +202,12 @@ class CompiledMask:
     def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
         """The value of every const parameter, in declaration order: ``given``, else the default the file
         declares (``width: const int = 128``). A const parameter with neither is a MaskError naming it."""
-        values = dict(given)
+        pairs = list(given.items()) if isinstance(given, Mapping) else given
+        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable) or not all(
+                isinstance(pair, tuple) and len(pair) == 2 for pair in pairs):
+            raise BindError(f"constants must map const parameter names to integers, got {given!r}",
+                            self.resolved.span)
+        values = dict(pairs)
         stray = sorted(set(values) - set(self.const_params))
         if stray:
             raise MaskError(f"mask '{self.name}' has no const parameter {', '.join(repr(n) for n in stray)}",
@@ -216,7 +222,7 @@ class CompiledMask:
                             "on the command line: " + " ".join(f"--param {n}=VALUE" for n in missing)
                             + "; in Python: bind the mask first, or pass constants=; or declare a default "
                             f"in the file ('{missing[0]}: const int = ...')")
-        return tuple((n, values[n]) for n in self.const_params)
+        return check_constants(self.resolved, self.ranges, {n: values[n] for n in self.const_params})
 
     def _summary(self, constants) -> tuple[str, ...]:
         sub = ("sub-block: positions local to it, its origin (q0, k0) heads the mask table",) if self.offsets else ()
@@ -290,6 +296,8 @@ class BoundMask:
 
     def dense(self, batch_index: int = 0, head: int = 0) -> np.ndarray:
         """bool[seq_len, kv_len], by brute force: for tests and small sizes."""
+        batch_index = check_index(batch_index, "batch_index", self.batch)
+        head = check_index(head, "head", self.num_heads)
         return dense_mask(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len,
                           head, batch_index)
 
@@ -355,6 +363,7 @@ class BoundMask:
 
 
 def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:
+    block_m, block_n = check_blocks(block_m, block_n)
     cache = bound.__dict__.setdefault("_tile_maps", {})      # lives and dies with the bound mask
     if (block_m, block_n) not in cache:
         per_element = [bound.mask.specialized(e.ints) for e in bound.params.batch]
@@ -363,6 +372,7 @@ def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:
 
 
 def _descriptor(bound: "BoundMask", block_m: int, block_n: int) -> Descriptor:
+    block_m, block_n = check_blocks(block_m, block_n)
     cache = bound.__dict__.setdefault("_descriptors", {})
     if (block_m, block_n) not in cache:
         data, offsets = pack_mask_data(bound.mask.ranges, bound.params)

@@ -179,12 +179,20 @@ def _refuse(mask_name: str, params: BatchParams, names: set[str], form: str, val
 
 def check_expr(mask_name: str, expr, params: BatchParams, seq_len: int, kv_len: int, batch_index: int,
                span, at: str = "") -> None:
-    """Bind's check of one resolved expression (a segment origin) before it is evaluated."""
+    """Bind's check of one resolved expression (a segment origin) or condition before it is evaluated."""
+    bounds = _Bounds(params, seq_len, kv_len, 1, batch_index)
     try:
-        _Bounds(params, seq_len, kv_len, 1, batch_index).expr(expr)
+        bounds.expr(expr) if _is_expr(expr) else bounds.cond(expr)
     except _TooWide as wide:
         from .explain import expr_text
-        _refuse(mask_name, params, _params_in_expr(expr), expr_text(expr), wide.value, span, at)
+        text = expr_text(expr) if _is_expr(expr) else (span.source_line.strip() if span and span.source_line
+                                                        else "a condition")
+        _refuse(mask_name, params, _params_in_expr(expr), text, wide.value, span, at)
+
+
+def _is_expr(node) -> bool:
+    return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.Arith,
+                             ir.Func))
 
 
 def check_bound(resolved: ir.ResolvedMask, ranges: ir.RangeMask, params: BatchParams, seq_len: int,
