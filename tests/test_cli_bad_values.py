@@ -23,12 +23,16 @@ def files(tmp_path_factory):
     (d / "binary.mask").write_bytes(b"\xff\xfe\x00\x01mask")
     (d / "two.mask").write_text("mask a()\n  allow k <= q\nmask b(w: int)\n  allow q - k < w\n")
     (d / "adir").mkdir()
+    (d / "escape.mask").write_text('import "../../../../etc/passwd.mask"\nmask m()\n  allow k <= q\n')
+    (d / "deep.mask").write_text("mask m()\n  allow k <= " + "-" * 3000 + "q\n")
     return d
 
 
 def _file_values(d):
     return [str(d / "missing.mask"), str(d / "adir"), str(d / "empty.mask"), str(d / "binary.mask"),
-            str(d / "parse_error.mask"), str(d / "resolve_error.mask"), str(d / "two.mask"), "/dev/null"]
+            str(d / "parse_error.mask"), str(d / "resolve_error.mask"), str(d / "two.mask"), "/dev/null",
+            str(d / ("x" * 300 + ".mask")), str(d / "nul\x00.mask"), "/dev/zero", str(d / "escape.mask"),
+            str(d / "deep.mask")]
 
 
 def _commands(d):
@@ -41,7 +45,8 @@ def _commands(d):
             "-m": ["nope", "", "causal"], "-o": out_bad, "--head-dim": ["0", "96", "abc", "256"],
             "--dtype": ["fp32", ""], "--block-m": BAD_INTS + ["7", "96", "100000"],
             "--block-n": BAD_INTS + ["7", "100000"], "--engine": ["x", "wgmma_tma", ""],
-            "--param": params + ["width=0"], "--backward": [None], "--check": [None]}),
+            "--param": params + ["width=0"], "--backward": [None], "--check": [None],
+            "-I": [str(d / "missing"), str(d / "empty.mask"), ""]}),
         "run": ([str(EXAMPLES / "sliding_window.mask"), "--seq-len", "48", "--param", "window=8", "--heads", "1",
                  "--head-dim", "64"], {
             "-m": ["nope", ""], "--seq-len": BAD_INTS + [str(2 ** 31), "100000"], "--kv-len": BAD_INTS + ["7"],
@@ -57,7 +62,8 @@ def _commands(d):
             "-m": ["nope"], "--seq-len": BAD_INTS, "--kv-len": BAD_INTS, "--param": params,
             "--heads": BAD_INTS, "--block-m": BAD_INTS, "--block-n": BAD_INTS, "--head-dim": ["0", "256"],
             "--dtype": ["x"]}),
-        "lint": ([str(EXAMPLES / "causal.mask")], {"--format": ["xml", ""], "--strict": [None]}),
+        "lint": ([str(EXAMPLES / "causal.mask")], {"--format": ["xml", ""], "--strict": [None],
+                                                    "--import-path": [str(d / "missing"), ""]}),
     }
 
 
