@@ -83,8 +83,8 @@ def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -
         if not mentions(r.cond, unknown):
             check_expr(mask.name, r.cond, known, 1, 1, 0, r.span)
             if not np.all(Evaluator(mask, known, 1, 1).cond(r.cond, np.zeros(1, np.int64), None)):
-                reads = named(lambda n: mentions(r.cond, lambda x: isinstance(x, ir.ParamRef) and x.name == n))
-                raise BindError(f"const parameter {reads} does not meet this requirement", r.span)
+                which = named(lambda n: mentions(r.cond, lambda x: isinstance(x, ir.ParamRef) and x.name == n))
+                raise BindError(f"const parameter {which} does not meet this requirement", r.span)
     return out
 
 
