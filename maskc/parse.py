@@ -7,6 +7,7 @@ node carries the span of the text it came from. Any text that does not parse rai
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
@@ -31,6 +32,12 @@ class _MaskIndenter(Indenter):
 def _parser() -> Lark:
     return Lark(grammar_text(), parser="lalr", postlex=_MaskIndenter(), propagate_positions=True,
                 maybe_placeholders=True)
+
+
+# Lark's Indenter keeps its paren and indent stacks on the instance, and one parser (so one indenter) is
+# shared: two threads lexing at once corrupt each other's stacks. Parsing takes the lock; the tree is
+# the caller's alone, so the transform after it runs unlocked.
+_PARSE_LOCK = threading.Lock()
 
 
 # What a user should read instead of Lark's terminal names.
@@ -287,7 +294,8 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
         text += "\n"
     lines = text.splitlines(keepends=True)
     try:
-        tree = _parser().parse(text)
+        with _PARSE_LOCK:
+            tree = _parser().parse(text)
     except UnexpectedInput as err:
         raise _syntax_error(err, path, lines) from None
     except Exception:  # Lark's indenter raises a bare DedentError for inconsistent dedents.
