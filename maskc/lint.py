@@ -32,7 +32,7 @@ from . import ir
 from . import linear as L
 from .errors import MaskError, MaskSyntaxError, Span
 from .normalize import intersect, normalize
-from .parse import parse
+from .parse import parse, read_source, source_lines
 from .pipeline import load_program, program_from_text
 from .ranges import analyze_ranges
 from .resolve import Program, mentions, resolve
@@ -112,7 +112,7 @@ def _load_recovering(path: str) -> tuple[Program | None, list[Diagnostic], set[s
         first = err
     if first.span is None or first.span.file != path or not isinstance(first, MaskSyntaxError):
         return None, [_from_error(first, path)], set()       # unreadable, or an error in an import
-    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = source_lines(read_source(path))
     kept = ["\n"] * len(lines)
     errors: list[Diagnostic] = []
     broken: set[str] = set()

@@ -7,6 +7,7 @@ node carries the span of the text it came from. Any text that does not parse rai
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from pathlib import Path
 
@@ -288,11 +289,41 @@ class _ToSyntax(Transformer):
         return ir.Arg(str(items[0]), items[1], self._span(meta))
 
 
+MAX_SOURCE_BYTES = 1 << 20
+"""The largest .mask file read or text parsed (1 MiB; the examples are under 2 KiB): past it, an error."""
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines as the grammar counts them, ends kept: split at '\\n' only (``str.splitlines`` also splits
+    at form feeds, vertical tabs and other separators, and the caret would land on the wrong line)."""
+    return [m.group() for m in re.finditer(r"[^\n]*\n|[^\n]+$", text)]
+
+
+def read_source(path: str | Path) -> str:
+    """A .mask file's text: UTF-8 with an optional byte-order mark, at most :data:`MAX_SOURCE_BYTES`
+    (read no further, so ``/dev/zero`` is refused at once, not read forever)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_SOURCE_BYTES + 1)
+        if len(data) > MAX_SOURCE_BYTES:
+            raise MaskSyntaxError(f"cannot read {path}: larger than {MAX_SOURCE_BYTES >> 20} MiB, the largest "
+                                  f".mask file maskc reads")
+        return data.decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        raise MaskSyntaxError(f"cannot read {path}: {reason}") from None
+
+
 def parse(text: str, path: str = "<string>") -> ir.SourceFile:
-    """Parse the text of one .mask file."""
+    """Parse the text of one .mask file (a leading byte-order mark is skipped)."""
+    if len(text) > MAX_SOURCE_BYTES:
+        raise MaskSyntaxError(f"this text is {len(text)} characters long; maskc parses at most "
+                              f"{MAX_SOURCE_BYTES} (1 MiB)", Span(path, 1, 1))
+    text = text.removeprefix("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
-    lines = text.splitlines(keepends=True)
+    lines = source_lines(text)
     try:
         with _PARSE_LOCK:
             tree = _parser().parse(text)
@@ -313,9 +344,4 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
 
 
 def parse_file(path: str | Path) -> ir.SourceFile:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MaskSyntaxError(f"cannot read {path}: {err.strerror if isinstance(err, OSError) else err}") from None
-    return parse(text, str(path))
+    return parse(read_source(path), str(path))

@@ -21,7 +21,7 @@ from .errors import MaskError, MaskSyntaxError
 from .evaluate import dense_mask
 from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
 from .normalize import normalize, specialize
-from .parse import parse, parse_file
+from .parse import parse, parse_file, read_source
 from .predicate import pack_mask_data, predicate
 from .ranges import analyze_ranges
 from .resolve import Program, resolve, resolve_all
@@ -67,11 +67,7 @@ def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
 def load_program(path: str | Path) -> Program:
     """A file and, transitively, the files it imports (paths relative to the importing file)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MaskSyntaxError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
-    return program_from_text(text, str(path), path.parent)
+    return program_from_text(read_source(path), str(path), path.parent)
 
 
 def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = ".") -> Program:
