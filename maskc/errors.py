@@ -71,6 +71,11 @@ class MaskTypeError(MaskError):
     """An expression of the wrong kind, or a call with the wrong arity."""
 
 
+class ComplexityError(MaskError):
+    """A mask whose compilation would pass one of the compiler's work budgets (README, "Limits"): an
+    expression too large once lets, mask calls and min/max/abs are expanded, or a rule with too many cases."""
+
+
 class BindError(MaskError):
     """A run-time parameter value that the mask cannot take."""
 

@@ -13,10 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import ir
-from .errors import MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
+from .errors import ComplexityError, MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
 
 _FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 1)}
 _MAX_EXPONENT = 8
+MAX_EXPANDED_NODES = 20_000
+"""The largest rule, in expression nodes once its lets and mask calls are written out (and the most nodes
+one resolution may build): a let used twice is copied twice, so a chain of lets that each use the last
+one twice doubles at every step. Past it, a :class:`~maskc.errors.ComplexityError` at the rule."""
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -29,6 +33,10 @@ class Program:
     @property
     def main(self) -> ir.SourceFile:
         return self.files[0]
+
+
+class _TooLarge(Exception):
+    """Resolution built more than MAX_EXPANDED_NODES nodes (turned into a ComplexityError at the rule)."""
 
 
 @dataclass(frozen=True)
@@ -63,21 +71,51 @@ def _is_int(node) -> bool:
     return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.Arith, ir.Func))
 
 
-def mentions(node, predicate) -> bool:
-    """Whether any sub-node of a resolved expression satisfies ``predicate``."""
-    if predicate(node):
-        return True
-    if isinstance(node, ir.Arith):
-        return mentions(node.left, predicate) or mentions(node.right, predicate)
+def _children(node) -> tuple:
+    if isinstance(node, (ir.Arith, ir.Cmp)):
+        return (node.left, node.right)
     if isinstance(node, ir.Func):
-        return any(mentions(a, predicate) for a in node.args)
-    if isinstance(node, ir.Cmp):
-        return mentions(node.left, predicate) or mentions(node.right, predicate)
+        return node.args
     if isinstance(node, (ir.All, ir.Any_)):
-        return any(mentions(i, predicate) for i in node.items)
+        return node.items
     if isinstance(node, ir.Negate):
-        return mentions(node.item, predicate)
+        return (node.item,)
+    return ()
+
+
+def mentions(node, predicate) -> bool:
+    """Whether any sub-node of a resolved expression satisfies ``predicate``. Resolved expressions are
+    DAGs (a let's argument is shared by each of its uses): each node is visited once."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if predicate(n):
+            return True
+        stack.extend(_children(n))
     return False
+
+
+def expanded_size(node) -> int:
+    """The number of nodes of a resolved expression written out as a tree (what the passes after
+    resolve walk), counted on its DAG in time linear in the DAG."""
+    sizes: dict[int, int] = {}
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if id(n) in sizes:
+            stack.pop()
+            continue
+        pending = [c for c in _children(n) if id(c) not in sizes]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        sizes[id(n)] = 1 + sum(sizes[id(c)] for c in _children(n))
+    return sizes[id(node)]
 
 
 def depends_on_position(node) -> bool:
@@ -89,6 +127,7 @@ class _Resolver:
         self.program = program
         self.done: dict[tuple[str, str], ir.ResolvedMask] = {}
         self.active: list[tuple[str, str]] = []
+        self.built = 0          # nodes built for the rule being resolved, against MAX_EXPANDED_NODES
         self._check_duplicates()
 
     # -- lookup of masks across files --------------------------------------------------------
@@ -132,8 +171,7 @@ class _Resolver:
                     raise MaskNameError(f"'{let.name}' is already a {'parameter' if scope.lookup(let.name) else 'built-in'} "
                                         "and cannot be redefined", let.span)
                 scope = scope.bind(let.name, _Let(let.args, let.value, scope, let.span))
-            rules = tuple(ir.Rule(r.kind, self._conjunction(r.conditions, scope, file, r.span), r.span)
-                          for r in decl.rules)
+            rules = tuple(ir.Rule(r.kind, self._rule_cond(r, scope, file), r.span) for r in decl.rules)
             for r in rules:
                 if r.kind == "require" and mentions(r.cond, lambda n: (isinstance(n, ir.Pos) and n.which == "k")
                                                     or (isinstance(n, (ir.SegAttr, ir.SegValue)) and n.pos == "k")):
@@ -188,6 +226,22 @@ class _Resolver:
         return value.const
 
     # -- conditions --------------------------------------------------------------------------
+    def _rule_cond(self, rule: ir.RuleDecl, scope: _Scope, file) -> ir.Cond:
+        """A rule's condition, refused past MAX_EXPANDED_NODES (built, or written out as a tree)."""
+        saved, self.built = self.built, 0          # a called mask's rules count on their own
+        try:
+            cond = self._conjunction(rule.conditions, scope, file, rule.span)
+        except _TooLarge:
+            cond = None
+        finally:
+            self.built = saved
+        if cond is None or expanded_size(cond) > MAX_EXPANDED_NODES:
+            raise ComplexityError(f"this rule grows past {MAX_EXPANDED_NODES} expression nodes once its lets and "
+                                  "mask calls are expanded", rule.span,
+                                  "a let is copied at every use: a chain of lets that each use the one before "
+                                  "twice doubles in size at every step") from None
+        return cond
+
     def _conjunction(self, conds, scope, file, span) -> ir.Cond:
         items = tuple(self._cond(c, scope, file) for c in conds)
         return items[0] if len(items) == 1 else ir.All(items, span)
@@ -206,6 +260,9 @@ class _Resolver:
         return out
 
     def _any(self, node: ir.Syntax, scope: _Scope, file):
+        self.built += 1
+        if self.built > MAX_EXPANDED_NODES:
+            raise _TooLarge
         method = getattr(self, "_" + type(node).__name__)
         return method(node, scope, file)
 
