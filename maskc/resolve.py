@@ -83,9 +83,9 @@ def _children(node) -> tuple:
     return ()
 
 
-def mentions(node, predicate) -> bool:
-    """Whether any sub-node of a resolved expression satisfies ``predicate``. Resolved expressions are
-    DAGs (a let's argument is shared by each of its uses): each node is visited once."""
+def nodes(node):
+    """Every sub-node of a resolved expression, each once: resolved expressions are DAGs (a let's
+    argument is shared by each of its uses), and a walk of the tree could take exponential time."""
     seen: set[int] = set()
     stack = [node]
     while stack:
@@ -93,10 +93,13 @@ def mentions(node, predicate) -> bool:
         if id(n) in seen:
             continue
         seen.add(id(n))
-        if predicate(n):
-            return True
+        yield n
         stack.extend(_children(n))
-    return False
+
+
+def mentions(node, predicate) -> bool:
+    """Whether any sub-node of a resolved expression satisfies ``predicate``."""
+    return any(predicate(n) for n in nodes(node))
 
 
 def expanded_size(node) -> int:

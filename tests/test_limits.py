@@ -3,6 +3,8 @@ either handled by an algorithm that does not blow up, or refused by a budget wit
 The budgets count work (nodes, cases), never time, so these tests assert errors and results only."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import maskc
 from maskc.errors import ComplexityError
@@ -76,3 +78,123 @@ def test_inequalities_in_many_directions_hit_the_region_budget():
     # genuinely 2**12 regions: refused, at the rule, with a hint
     err = _compile_error("mask m()\n  allow " + " and ".join(f"{i + 2} * k != q" for i in range(12)) + "\n")
     assert err.span.line == 2 and err.hint
+
+
+# -- run-time sizes: lengths, heads, tile grids, dense masks ---------------------------------------
+
+import tracemalloc  # noqa: E402
+
+from maskc import evaluate  # noqa: E402
+from maskc.bind import MAX_HEADS  # noqa: E402
+from maskc.classify import MAX_TILES  # noqa: E402
+from maskc.errors import BindError  # noqa: E402
+from maskc.evaluate import MAX_DENSE_CELLS  # noqa: E402
+
+from conftest import EXAMPLES  # noqa: E402
+
+INT32_MAX = 2**31 - 1
+LONGEST = {"causal": {}, "sliding_window": {"window": 100}, "prefix_lm": {"prefix": 5},
+           "document": {"docs": [2**30, INT32_MAX - 2**30]},
+           "hstu": {"users": [7, INT32_MAX - 7], "targets": [1, 5], "context": 1, "max_attn_len": 3}}
+
+
+def _peak_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name", sorted(LONGEST))
+def test_binding_the_longest_sequence_takes_little_memory(name):
+    # the require checks and segment lookups built seq_len-sized tables: 16 GiB at 2**31 - 1
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    peak = _peak_bytes(lambda: mask.bind(INT32_MAX, **LONGEST[name]))
+    assert peak < 64 << 20, peak
+
+
+@pytest.mark.parametrize("kw, name", [(dict(seq_len=INT32_MAX + 1), "seq_len"),
+                                      (dict(seq_len=8, kv_len=INT32_MAX + 1), "kv_len"),
+                                      (dict(seq_len=8, num_heads=MAX_HEADS + 1), "num_heads"),
+                                      (dict(seq_len=8, num_heads=10**12), "num_heads")])
+def test_lengths_and_heads_past_their_range_name_the_parameter_and_the_bound(kw, name):
+    with pytest.raises(BindError) as info:
+        maskc.load(EXAMPLES / "causal.mask").bind(**kw)
+    message = info.value.message
+    assert message.startswith(name) and str(INT32_MAX if "len" in name else MAX_HEADS) in message
+    assert info.value.hint
+
+
+def test_the_largest_lengths_and_heads_are_accepted():
+    bound = maskc.compile_mask("mask m()\n  allow k <= q + h\n").bind(INT32_MAX, INT32_MAX, num_heads=MAX_HEADS)
+    assert (bound.seq_len, bound.kv_len, bound.num_heads) == (INT32_MAX, INT32_MAX, MAX_HEADS)
+
+
+@pytest.mark.parametrize("name", sorted(LONGEST))
+def test_a_tile_grid_past_the_cap_is_refused_before_any_work(name):
+    bound = maskc.load(EXAMPLES / f"{name}.mask").bind(INT32_MAX, **LONGEST[name])
+
+    def classify():
+        with pytest.raises(BindError, match=str(MAX_TILES)) as info:
+            bound.tile_map(128, 128)
+        assert "seq_len = 2147483647" in info.value.message and info.value.hint
+    assert _peak_bytes(classify) < 1 << 20
+
+
+def test_heads_count_against_the_tile_cap_when_the_mask_reads_h():
+    mask = maskc.compile_mask("mask m()\n  allow k <= q + h\n")
+    side = 128 * 4096                                     # 4096 x 4096 tiles = 2**24: under the cap alone
+    with pytest.raises(BindError, match="32 heads"):
+        mask.bind(side, num_heads=32).tile_map(128, 128)
+
+
+def test_a_dense_mask_past_the_cap_is_refused():
+    bound = maskc.load(EXAMPLES / "causal.mask").bind(1 << 16)
+    with pytest.raises(BindError, match=str(MAX_DENSE_CELLS)):
+        bound.dense()
+    assert bound.restrict((0, 64), (0, 1 << 16)).dense().shape == (64, 1 << 16)   # a sub-block is fine
+
+
+def test_the_dense_mask_is_the_same_evaluated_in_chunks(monkeypatch):
+    bound = maskc.load(EXAMPLES / "hstu.mask").bind(50, users=[20, 30], targets=[3, 4], context=2, max_attn_len=5)
+    whole = bound.dense()
+    monkeypatch.setattr(evaluate, "_CHUNK_CELLS", 7)       # fewer pairs than one row: a row at a time
+    np.testing.assert_array_equal(bound.dense(), whole)
+
+
+def test_a_requirement_is_checked_past_the_first_chunk_of_positions():
+    mask = maskc.compile_mask("mask m(n: int)\n  require q < n\n  allow k <= q\n")
+    mask.bind(70_001, n=70_001)
+    with pytest.raises(BindError, match="q = 70000"):
+        mask.bind(70_001, n=70_000)
+
+
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.integers(0, 6), min_size=1, max_size=6), origin=st.integers(0, 5),
+       data=st.data())
+def test_a_requirement_checked_per_segment_piece_fails_where_a_check_of_every_position_does(lengths, origin, data):
+    seq_len = origin + sum(lengths) or 1
+    origin = seq_len - sum(lengths)
+    values = data.draw(st.lists(st.integers(-2, 8), min_size=len(lengths), max_size=len(lengths)))
+    mask = maskc.compile_mask("mask m(o: int, s: segments from o, v: per s)\n"
+                              "  require v(q) <= s.length(q) + s.index(q), s.end(q) - s.start(q) >= v(q) - 3\n"
+                              "  allow k <= q\n")
+    # the oracle: every position, one at a time, straight from the segment lengths
+    bounds = np.cumsum([origin] + lengths)
+    first_bad = None
+    for q in range(seq_len):
+        i = int(np.searchsorted(bounds, q, side="right")) - 1
+        inside = 0 <= i < len(lengths)
+        start, end = (bounds[i], bounds[i + 1]) if inside else ((0, origin) if q < origin else (bounds[-1], seq_len))
+        v, index = (values[i], i) if inside else (0, -1)
+        if not (v <= end - start + index and end - start >= v - 3):
+            first_bad = q
+            break
+    if first_bad is None:
+        mask.bind(seq_len, o=origin, s=lengths, v=values)
+    else:
+        with pytest.raises(BindError) as info:
+            mask.bind(seq_len, o=origin, s=lengths, v=values)
+        assert info.value.message.endswith(f"q = {first_bad}")
