@@ -15,6 +15,7 @@ import numbers
 import numpy as np
 
 from . import ir
+from . import linear as L
 from .errors import BindError, did_you_mean
 from .evaluate import Evaluator
 from .kernel_ir import BatchParams, BoundParams, SegmentTable
@@ -202,3 +203,28 @@ def _piece_starts(cond: ir.Cond, params, seq_len: int) -> np.ndarray | None:
     cuts = [np.zeros(1, np.int64)] + [params.segment(s).bounds for s in sorted(segs)]
     starts = np.unique(np.concatenate(cuts))
     return starts[(starts >= 0) & (starts < seq_len)]
+
+
+def check_constants(mask: ir.ResolvedMask, divisors: tuple[ir.Lin, ...],
+                    values: dict[str, object]) -> tuple[tuple[str, int], ...]:
+    """Values of const parameters, checked before they are written into a kernel: integers (not bools,
+    not strings) that fit in 32 bits, and every divisor that they alone decide positive. Returns them in
+    declaration order; a bad one is a BindError at its parameter."""
+    params = {p.name: p for p in mask.params if p.const}
+    out = {name: _checked_int(values[name], f"const parameter '{name}'", params[name].span)
+           for name in params if name in values}
+
+    def fix(term):
+        if isinstance(term, ir.ParamRef) and term.name in out:
+            return L.const(out[term.name])
+        return None
+
+    for lin in divisors:            # inner ones first: folding never divides by zero
+        folded = L.substitute(lin, fix)
+        if L.is_const(folded) and folded.const <= 0:
+            named = sorted({t.name for t in L.terms_of(lin) if isinstance(t, ir.ParamRef)})
+            raise BindError(f"divisor '{render(lin)}' of mask '{mask.name}' is {folded.const} with "
+                            + ", ".join(f"{n} = {out[n]}" for n in named) + ": a divisor must be positive",
+                            params[named[0]].span if named else mask.span)
+    return tuple((name, out[name]) for name in params if name in out)
+

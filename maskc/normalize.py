@@ -243,7 +243,8 @@ def normalize(mask: ir.ResolvedMask) -> ir.NormalMask:
 
 def _divisors(regions) -> tuple[ir.Lin, ...]:
     found = {t.den for r in regions for a in r.atoms for t in L.terms_of(a.lin) if isinstance(t, ir.Floor)}
-    return tuple(sorted(found, key=L._term_key))
+    # a divisor nested in another comes first: checking in this order never divides by zero
+    return tuple(sorted(found, key=lambda d: (sum(1 for _ in L.terms_of(d)), L._term_key(d))))
 
 
 def _dedupe(regions: list[ir.Region]) -> tuple[ir.Region, ...]:

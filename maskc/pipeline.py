@@ -15,9 +15,10 @@ import numpy as np
 
 from . import handles, ir
 from .bind import bind as bind_params
+from .bind import check_constants
 from .classify import classify
 from .descriptor import pack, to_flex_block_mask_arrays
-from .errors import MaskError, MaskSyntaxError
+from .errors import BindError, MaskError, MaskSyntaxError
 from .evaluate import dense_mask
 from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
 from .normalize import normalize, specialize
@@ -196,9 +197,14 @@ class CompiledMask:
 
     def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
         """The value of every const parameter, in declaration order: ``given``, else the default the file
-        declares (``width: const int = 128``). A const parameter with neither is a MaskError naming it."""
-        values = dict(given)
-        stray = sorted(set(values) - set(self.const_params))
+        declares (``width: const int = 128``). A const parameter with neither is a MaskError naming it; a value
+        that is not a 32-bit integer, or that makes a divisor it decides not positive, a BindError."""
+        try:
+            values = dict(given.items() if isinstance(given, Mapping) else given)
+        except (TypeError, ValueError):
+            raise BindError(f"constants of mask '{self.name}' must be a mapping of parameter names to integers, "
+                            f"got {given!r}", self.resolved.span) from None
+        stray = [n for n in values if n not in self.const_params]
         if stray:
             raise MaskError(f"mask '{self.name}' has no const parameter {', '.join(repr(n) for n in stray)}",
                             self.resolved.span, f"its const parameters: {', '.join(self.const_params) or 'none'}")
@@ -212,7 +218,7 @@ class CompiledMask:
                             "on the command line: " + " ".join(f"--param {n}=VALUE" for n in missing)
                             + "; in Python: bind the mask first, or pass constants=; or declare a default "
                             f"in the file ('{missing[0]}: const int = ...')")
-        return tuple((n, values[n]) for n in self.const_params)
+        return check_constants(self.resolved, self.ranges.divisors, values)
 
     def _summary(self, constants) -> tuple[str, ...]:
         sub = ("sub-block: positions local to it, its origin (q0, k0) heads the mask table",) if self.offsets else ()
