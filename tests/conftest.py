@@ -32,6 +32,12 @@ def gpu_available(with_torch: bool = False) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # `slow` runs (long fuzzing, many threads) only when asked for: pytest -m slow
+    if "slow" not in (config.getoption("markexpr") or ""):
+        slow = pytest.mark.skip(reason="a long run: select it with -m slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU here")
