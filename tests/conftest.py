@@ -46,6 +46,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter):
+    fuzz = sys.modules.get("test_fuzz_grammar")
+    line = fuzz.summary() if fuzz is not None else None
+    if line:
+        terminalreporter.write_line(line)
+
+
 def tile_truth(dense: np.ndarray, block_m: int, block_n: int) -> np.ndarray:
     """Tile classes by brute force from a dense mask: the oracle for classification."""
     s, k = dense.shape
