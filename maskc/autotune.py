@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
-from pathlib import Path
 from typing import Callable, Sequence
 
+from .cache import TUNING_FILE, DiskCache
 from .schedule import Tiles
 
 AGREEMENT = 2e-2        # relative L2 distance to the reference candidate's output that still counts as equal
-FILE_NAME = "autotune.json"
 
 
 def tuning_key(bound, head_dim: int, dtype: str, gpu: str) -> str:
@@ -74,17 +71,17 @@ def parse(label: str) -> Tiles:
 
 
 class TuningCache:
-    """Chosen configurations by tuning key, in memory and in a JSON file (written atomically)."""
+    """Chosen configurations by tuning key, in memory and in the disk cache's ``autotune.json``."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, disk: DiskCache):
+        self.disk = disk
         self._entries: dict[str, dict] | None = None
 
     def _load(self) -> dict[str, dict]:
         if self._entries is None:
             try:
-                self._entries = json.loads(self.path.read_text())
-            except (OSError, ValueError):
+                self._entries = json.loads(self.disk.read(TUNING_FILE) or b"{}")
+            except ValueError:
                 self._entries = {}
         return self._entries
 
@@ -95,18 +92,13 @@ class TuningCache:
     def put(self, key: str, choice: Tiles, report: dict) -> None:
         self._load()[key] = {"choice": describe(choice), "report": report,
                              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self._entries, f, indent=1, sort_keys=True)
-        os.replace(tmp, self.path)
+        self.disk.write(TUNING_FILE, json.dumps(self._entries, indent=1, sort_keys=True).encode())
 
 
-_caches: dict[Path, TuningCache] = {}
+_caches: dict[int, TuningCache] = {}
 
 
-def cache_for(directory: Path) -> TuningCache:
-    path = Path(directory) / FILE_NAME
-    if path not in _caches:
-        _caches[path] = TuningCache(path)
-    return _caches[path]
+def cache_for(disk: DiskCache) -> TuningCache:
+    if id(disk) not in _caches:          # DiskCache objects live as long as the process (maskc.cache)
+        _caches[id(disk)] = TuningCache(disk)
+    return _caches[id(disk)]

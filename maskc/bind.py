@@ -21,6 +21,7 @@ from .errors import BindError, did_you_mean
 from .evaluate import Evaluator
 from .kernel_ir import BatchParams, BoundParams, SegmentTable
 from .linear import render
+from .resolve import nodes
 from .rows import lin_value
 from .widths import check_bound, check_expr
 
@@ -30,6 +31,8 @@ def _is_int(v) -> bool:
 
 
 _INT32 = 2 ** 31 - 1
+MAX_HEADS = 1024                  # num_heads accepted (the largest models have 128 query heads)
+_REQUIRE_CHUNK = 1 << 16          # query positions per evaluation of the `require` checks
 
 
 def _checked_int(v, what: str, span) -> int:
@@ -88,6 +91,13 @@ def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -
     return out
 
 
+def _check_count(name: str, value, largest: int, why: str) -> None:
+    """A length or count: an integer from 1 to ``largest``, else a BindError naming it and the range."""
+    if not _is_int(value) or not 1 <= value <= largest:
+        raise BindError(f"{name} must be a positive integer no larger than {largest}, got {value!r}",
+                        hint=why if _is_int(value) and value > largest else None)
+
+
 def _int_list(value, what: str, span) -> list[int]:
     if isinstance(value, np.ndarray):
         if value.ndim != 1 or value.dtype.kind not in "iu":
@@ -110,13 +120,11 @@ def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,
          kv_len: int | None = None, num_heads: int | None = None, **values) -> BoundParams:
     """Validate and bind parameter values (see the module docstring); ``ranges`` is the mask's range
     analysis: its divisors, whether it reads h, and the forms whose widths are checked."""
-    if not _is_int(seq_len) or not 1 <= seq_len <= _INT32:
-        raise BindError(f"seq_len must be a positive integer, got {seq_len!r}")
+    _check_count("seq_len", seq_len, _INT32, "token positions are 32-bit in the kernels")
     kv_len = seq_len if kv_len is None else kv_len
-    if not _is_int(kv_len) or not 1 <= kv_len <= _INT32:
-        raise BindError(f"kv_len must be a positive integer, got {kv_len!r}")
-    if num_heads is not None and (not _is_int(num_heads) or num_heads < 1):
-        raise BindError(f"num_heads must be a positive integer, got {num_heads!r}")
+    _check_count("kv_len", kv_len, _INT32, "token positions are 32-bit in the kernels")
+    if num_heads is not None:
+        _check_count("num_heads", num_heads, MAX_HEADS, "masks that read h are classified once per head")
     names = [p.name for p in mask.params]
     for key in values:
         if key not in names:
@@ -218,9 +226,35 @@ def _check(mask, divisors, params, seq_len, kv_len, h, b, at):
     for lin in divisors:
         if lin_value(lin, params, seq_len, kv_len, h, b) <= 0:
             raise BindError(f"divisor '{render(lin)}' of mask '{mask.name}' is not positive{at}", mask.span)
-    q = np.arange(seq_len, dtype=np.int64)
+    if not mask.requires:
+        return
     ev = Evaluator(mask, params, seq_len, kv_len, h, b)
     for r in mask.requires:
-        ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
-        if not ok.all():
-            raise BindError(f"requirement not met at q = {int(np.argmin(ok))}{at}", r.span)
+        starts = _piece_starts(r.cond, params, seq_len)
+        if starts is not None:            # constant between these positions: one check per piece
+            ok = np.broadcast_to(ev.cond(r.cond, starts, None), starts.shape)
+            if not ok.all():
+                raise BindError(f"requirement not met at q = {int(starts[np.argmin(ok)])}{at}", r.span)
+            continue
+        for start in range(0, seq_len, _REQUIRE_CHUNK):       # memory bounded at any seq_len
+            q = np.arange(start, min(seq_len, start + _REQUIRE_CHUNK), dtype=np.int64)
+            ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
+            if not ok.all():
+                raise BindError(f"requirement not met at q = {start + int(np.argmin(ok))}{at}", r.span)
+
+
+def _piece_starts(cond: ir.Cond, params, seq_len: int) -> np.ndarray | None:
+    """Sorted positions p_0 = 0 < p_1 < ... such that ``cond`` has one value on each [p_i, p_i+1) of
+    [0, seq_len), when it reads q only through segments (their bounds cut it into pieces): checking it
+    at these positions checks it at every position, in time that grows with the segments, not seq_len.
+    None when it reads q itself."""
+    segs = set()
+    for n in nodes(cond):
+        if isinstance(n, (ir.Pos, ir.Same)):
+            return None
+        if isinstance(n, (ir.SegAttr, ir.SegValue)):
+            segs.add(n.seg)
+    cuts = [np.zeros(1, np.int64)] + [params.segment(s).bounds for s in sorted(segs)]
+    starts = np.unique(np.concatenate(cuts))
+    return starts[(starts >= 0) & (starts < seq_len)]
+

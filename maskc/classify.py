@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ir
+from .errors import BindError
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
 from .pieces import piece_hulls, piecewise_regions
@@ -287,6 +288,23 @@ def _opaque_chunk(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tile
     return classes
 
 
+MAX_TILES = 1 << 28
+"""The most tiles one classification covers (batch elements x heads the mask reads x q_blocks x kv_blocks):
+2,097,152 tokens a side at 128 x 128 tiles. Time and the worst case's runs grow with it; past it, a
+BindError before any work."""
+
+
+def _check_grid(bound: BoundParams, block_m: int, block_n: int, heads: int) -> None:
+    qt, kt = -(-bound.seq_len // block_m), -(-bound.kv_len // block_n)
+    tiles = len(bound.batch) * heads * qt * kt
+    if tiles > MAX_TILES:
+        per = f" x {len(bound.batch)} batch elements" if len(bound.batch) > 1 else ""
+        per += f" x {heads} heads" if heads > 1 else ""
+        raise BindError(f"seq_len = {bound.seq_len} and kv_len = {bound.kv_len} at {block_m} x {block_n} tiles make "
+                        f"{qt} x {kt}{per} = {tiles} tiles; maskc classifies at most {MAX_TILES} (2**28) at once",
+                        hint="use larger tiles, or split the sequence with restrict() (context parallelism)")
+
+
 def classify(mask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
     """Tile runs of every batch element (for masks that use h: sound for every head at once).
 
@@ -295,6 +313,7 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
     masks = [mask] * len(bound.batch) if isinstance(mask, ir.RangeMask) else list(mask)
     kt = -(-bound.kv_len // block_n)
     heads = (0, (bound.num_heads or 1) - 1)
+    _check_grid(bound, block_m, block_n, (bound.num_heads or 1) if any(m.uses_head for m in masks) else 1)
     offsets, runs = [np.zeros(1, np.int32)], []
     for b, mask in enumerate(masks):
         uses_head = mask.uses_head

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
+import warnings
 from typing import Any
 
 import click
@@ -30,10 +30,17 @@ TILE = click.IntRange(1, 2 ** 31 - 1)     # a tile side: positive, and like ever
 _load = load_mask                       # the name tests replace to reach the internal-error path
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python warnings from maskc (the disk cache's, say) as one plain line on stderr, without the code."""
+    click.echo(f"warning: {message}", err=True)
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except MaskError as err:
@@ -293,9 +300,10 @@ def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | 
 def cache_group() -> None:
     """The disk cache of compiled kernels (cubins) and autotuning results.
 
-    It lives in $MASKC_CACHE_DIR, else the user cache directory (~/.cache/maskc). Entries are keyed by
+    It lives in $MASKC_CACHE_DIR, else $XDG_CACHE_HOME/maskc, else ~/.cache/maskc. Entries are keyed by
     a hash of the kernel source, the compiler's options and versions: a stale entry is never used, so
-    clearing is only ever needed to reclaim disk space.
+    clearing is only ever needed to reclaim disk space. A cache that cannot be written is skipped with
+    one warning.
 
     \b
     Examples:
@@ -304,21 +312,7 @@ def cache_group() -> None:
     """
 
 
-def _cache_files() -> tuple[Path, list[Path]]:
-    """The cache directory and the files maskc wrote there (never another program's files)."""
-    from .autotune import FILE_NAME
-    from .runtime import cache_dir
-    root = cache_dir()
-    if not root.is_dir():
-        return root, []
-    ours = [p for p in root.iterdir() if p.is_file() and (
-        (p.suffix == ".cubin" and p.name.startswith("maskc_")) or p.name == FILE_NAME
-        or (p.suffix == ".tmp" and p.name.startswith("tmp")))]
-    return root, sorted(ours)
-
-
-def _size(paths: list[Path]) -> str:
-    total = sum(p.stat().st_size for p in paths)
+def _size(total: int) -> str:
     return f"{total / 2 ** 20:.1f} MiB" if total >= 2 ** 20 else f"{total / 1024:.1f} KiB"
 
 
@@ -330,14 +324,22 @@ def cache_info_cmd() -> None:
     Example:
       maskc cache info
     """
+    from . import cache
+    disk = cache.default()
+    if disk.root is None:
+        click.echo("cache directory: none ($HOME is empty or '/'; set MASKC_CACHE_DIR): kernels are compiled "
+                   "in every process")
+        return
     try:
-        root, files = _cache_files()
-        cubins = [p for p in files if p.suffix == ".cubin"]
-        tuned = [p for p in files if p.suffix == ".json"]
-        click.echo(f"cache directory: {root}" + ("" if root.is_dir() else " (not created yet)"))
-        click.echo(f"compiled kernels: {len(cubins)} cubin(s), {_size(cubins)}")
-        click.echo(f"autotuning results: {'yes' if tuned else 'none'}" + (f", {_size(tuned)}" if tuned else ""))
-        click.echo(f"total: {len(files)} file(s), {_size(files)}")
+        files = disk.files()
+        kernels = [p for p in files if p.name != cache.TUNING_FILE and p.suffix != ".tmp"]
+        tuned = [p for p in files if p.name == cache.TUNING_FILE]
+        sizes = {p: p.stat().st_size for p in files}
+        click.echo(f"cache directory: {disk.root}" + ("" if disk.root.is_dir() else " (not created yet)"))
+        click.echo(f"compiled kernels: {len(kernels)} cubin(s), {_size(sum(sizes[p] for p in kernels))}")
+        click.echo(f"autotuning results: {'yes' if tuned else 'none'}" +
+                   (f", {_size(sizes[tuned[0]])}" if tuned else ""))
+        click.echo(f"total: {len(files)} file(s), {_size(sum(sizes.values()))}")
     except OSError as err:
         raise CliError(f"cannot read the cache: {err.strerror or err}") from None
 
@@ -350,14 +352,13 @@ def cache_clear_cmd() -> None:
     Example:
       maskc cache clear
     """
+    from . import cache
+    disk = cache.default()
     try:
-        root, files = _cache_files()
-        size = _size(files)
-        for p in files:
-            p.unlink(missing_ok=True)
+        count, size = disk.clear()
     except OSError as err:
         raise CliError(f"cannot clear the cache: {err.strerror or err}") from None
-    click.echo(f"removed {len(files)} file(s), {size}, from {root}")
+    click.echo(f"removed {count} file(s), {_size(size)}, from {disk.root or 'no cache directory'}")
 
 
 __all__ = ["cli", "main", "parse_params", "gpu_available", "CliError"]

@@ -25,8 +25,10 @@ class Span:
         """The source line, and under it a caret marking the span (empty if the text is unknown)."""
         if not self.source_line:
             return ""
-        text = self.source_line.rstrip("\n")
-        # Keep tabs so that the caret lines up with the source in a terminal.
+        # Keep tabs so that the caret lines up with the source in a terminal; show other control
+        # characters (a form feed, a carriage return) as their one-column Unicode pictures.
+        text = "".join(chr(0x2400 + ord(ch)) if ord(ch) < 0x20 and ch != "\t" else ch
+                       for ch in self.source_line.rstrip("\r\n"))
         pad = "".join("\t" if ch == "\t" else " " for ch in text[: self.col - 1])
         width = max(1, min(self.length, len(text) - self.col + 1))
         return f"  {text}\n  {pad}^{'~' * (width - 1)}"
@@ -67,6 +69,11 @@ class MaskNameError(MaskError):
 
 class MaskTypeError(MaskError):
     """An expression of the wrong kind, or a call with the wrong arity."""
+
+
+class ComplexityError(MaskError):
+    """A mask whose compilation would pass one of the compiler's work budgets (README, "Limits"): an
+    expression too large once lets, mask calls and min/max/abs are expanded, or a rule with too many cases."""
 
 
 class BindError(MaskError):

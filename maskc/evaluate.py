@@ -11,6 +11,7 @@ import numpy as np
 from . import ir
 from .errors import BindError
 from .kernel_ir import BatchParams
+from .rows import segment_lookup
 
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
         "==": np.equal, "!=": np.not_equal}
@@ -44,12 +45,16 @@ class Evaluator:
         self.mask, self.params = mask, params
         self.builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": head, "b": batch_index}
         self.extent = max(seq_len, kv_len)
-        self._tables: dict[str, dict[str, np.ndarray]] = {}
 
-    def _table(self, seg: str) -> dict[str, np.ndarray]:
-        if seg not in self._tables:
-            self._tables[seg] = segment_tables(self.params.segment(seg), self.extent)
-        return self._tables[seg]
+    def _segment(self, seg: str, attr: str, positions):
+        """Attribute ``attr`` (index, start, end, length, or "value:<array>") of the segment at each position,
+        looked up in the bounds (memory grows with the positions asked, not with seq_len)."""
+        table = self.params.segment(seg)
+        index, start, end, inside, safe = segment_lookup(table, np.asarray(positions, np.int64), self.extent)
+        if attr.startswith("value:"):
+            values = table.value(attr[len("value:"):])
+            return np.where(inside, values[safe], 0) if table.count else np.zeros_like(index)
+        return {"index": index, "start": start, "end": end}[attr] if attr != "length" else end - start
 
     def int(self, e: ir.IntExpr, q, k):
         if isinstance(e, ir.Const):
@@ -61,9 +66,9 @@ class Evaluator:
         if isinstance(e, ir.ParamRef):
             return np.int64(self.params.int(e.name))
         if isinstance(e, ir.SegAttr):
-            return self._table(e.seg)[e.attr][q if e.pos == "q" else k]
+            return self._segment(e.seg, e.attr, q if e.pos == "q" else k)
         if isinstance(e, ir.SegValue):
-            return self._table(e.seg)["value:" + e.array][q if e.pos == "q" else k]
+            return self._segment(e.seg, "value:" + e.array, q if e.pos == "q" else k)
         if isinstance(e, ir.Func):
             args = [self.int(a, q, k) for a in e.args]
             if e.fn == "abs":
@@ -89,8 +94,7 @@ class Evaluator:
         if isinstance(c, ir.Cmp):
             return _CMP[c.op](self.int(c.left, q, k), self.int(c.right, q, k))
         if isinstance(c, ir.Same):
-            t = self._table(c.seg)["index"]
-            iq, ik = t[q], t[k]
+            iq, ik = self._segment(c.seg, "index", q), self._segment(c.seg, "index", k)
             return (iq >= 0) & (iq == ik)
         if isinstance(c, ir.Negate):
             return ~np.asarray(self.cond(c.item, q, k), bool)
@@ -117,11 +121,26 @@ def _positions(p) -> np.ndarray:
     return np.asarray(p, dtype=np.int64).reshape(-1)
 
 
+MAX_DENSE_CELLS = 1 << 30      # a dense mask's pairs: 1 GiB of bool
+_CHUNK_CELLS = 1 << 22         # pairs evaluated at once
+
+
 def dense_mask(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int,
                head: int = 0, batch_index: int = 0, rows=None, cols=None) -> np.ndarray:
     """bool[seq_len, kv_len]: the mask itself, pair by pair; or only the query positions ``rows`` and key
     positions ``cols`` (e.g. ranges: a sub-block), bool[len(rows), len(cols)]."""
     ev = Evaluator(mask, params, seq_len, kv_len, head, batch_index)
-    q = _positions(range(seq_len) if rows is None else rows)[:, None]
-    k = _positions(range(kv_len) if cols is None else cols)[None, :]
-    return np.broadcast_to(ev.visible(q, k), (q.shape[0], k.shape[1])).copy()
+    rows = range(seq_len) if rows is None else rows
+    cols = range(kv_len) if cols is None else cols
+    cells = len(rows) * len(cols)
+    if cells > MAX_DENSE_CELLS:
+        raise BindError(f"a dense mask of {len(rows)} x {len(cols)} = {cells} pairs is larger than {MAX_DENSE_CELLS} "
+                        "(2**30), the most maskc builds", mask.span,
+                        "use tile_map() or descriptor(), or the dense mask of a sub-block: restrict(...).dense()")
+    q = _positions(rows)[:, None]
+    k = _positions(cols)[None, :]
+    out = np.empty((q.shape[0], k.shape[1]), bool)
+    step = max(1, _CHUNK_CELLS // max(1, k.shape[1]))     # the evaluator's int64 temporaries stay small
+    for r in range(0, q.shape[0], step):
+        out[r:r + step] = ev.visible(q[r:r + step], k)
+    return out

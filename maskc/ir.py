@@ -413,7 +413,7 @@ class NormalMask:
     params: tuple[Param, ...]
     allow: tuple[Region, ...]
     deny: tuple[Region, ...]
-    divisors: tuple[Lin, ...] = ()      # every divisor in the mask: each must be > 0 at bind
+    divisors: tuple[Lin, ...] = ()      # every divisor, inner ones first: each must be > 0 at bind
     span: Span = _span()
 
 

@@ -11,6 +11,7 @@ import functools
 import math
 
 from . import ir
+from .errors import ComplexityError
 
 ZERO = ir.Lin((), 0)
 
@@ -58,24 +59,54 @@ def sub(a: ir.Lin, b: ir.Lin) -> ir.Lin:
     return add(a, b, -1)
 
 
+MAX_TERM_NODES = 2_000
+"""The largest non-linear term, in nodes written out as a tree. ``abs(x)`` is ``max(x, -x)``: each
+``abs`` around another doubles the term, so 108 bytes of nested ``abs`` made terms of millions of nodes."""
+
+
+def term_size(term) -> int:
+    """Nodes in ``term`` written out as a tree (leaves count 1); cached on compound terms."""
+    inner = inner_lins(term)
+    if not inner:
+        return 1
+    cached = term.__dict__.get("_size")
+    if cached is None:
+        cached = 1 + sum(lin_size(lin) for lin in inner)
+        object.__setattr__(term, "_size", cached)
+    return cached
+
+
+def lin_size(lin: ir.Lin) -> int:
+    return 1 + sum(term_size(t) for t, _ in lin.terms)
+
+
+def _compound(term) -> ir.Lin:
+    """A non-linear term as a form, refused past MAX_TERM_NODES (the caller adds the rule's span)."""
+    if term_size(term) > MAX_TERM_NODES:
+        raise ComplexityError(f"a non-linear expression grows past {MAX_TERM_NODES} nodes once written out",
+                              hint="abs(x) is max(x, -x), so each abs around another doubles the expression; "
+                                   "name parts with 'let', or split the rule")
+    return of_term(term)
+
+
 def mul(a: ir.Lin, b: ir.Lin) -> ir.Lin:
     if is_const(a):
         return scale(b, a.const)
     if is_const(b):
         return scale(a, b.const)
     if a == b:
-        return of_term(ir.Square(a))
+        return _compound(ir.Square(a))
     if a == scale(b, -1):
-        return scale(of_term(ir.Square(b)), -1)
+        return scale(_compound(ir.Square(b)), -1)
     left, right = sorted((a, b), key=_term_key)
-    return of_term(ir.Product(left, right))
+    return _compound(ir.Product(left, right))
 
 
 def floor_op(op: str, num: ir.Lin, den: ir.Lin) -> ir.Lin:
     if is_const(num) and is_const(den) and den.const > 0:
         q, r = divmod(num.const, den.const)
         return const(q if op == "//" else r)
-    return of_term(ir.Floor(op, num, den))
+    return _compound(ir.Floor(op, num, den))
 
 
 def extreme(fn: str, args) -> ir.Lin:
@@ -96,7 +127,7 @@ def extreme(fn: str, args) -> ir.Lin:
         rest.append(const(max(consts) if fn == "max" else min(consts)))
     if len(rest) == 1:
         return rest[0]
-    return of_term(ir.Extreme(fn, tuple(rest)))
+    return _compound(ir.Extreme(fn, tuple(rest)))
 
 
 def single_term(lin: ir.Lin):

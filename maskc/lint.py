@@ -33,7 +33,7 @@ from . import ir
 from . import linear as L
 from .errors import MaskError, MaskSyntaxError, Span
 from .normalize import intersect, normalize
-from .parse import parse
+from .parse import parse, source_lines
 from .sources import read_source
 from .pipeline import load_program, program_from_text
 from .ranges import analyze_ranges
@@ -115,7 +115,7 @@ def _load_recovering(path: str, import_paths: tuple = ()) -> tuple[Program | Non
         first = err
     if first.span is None or first.span.file != path or not isinstance(first, MaskSyntaxError):
         return None, [_from_error(first, path)], set()       # unreadable, or an error in an import
-    lines = read_source(Path(path)).splitlines(keepends=True)
+    lines = source_lines(read_source(Path(path)))
     kept = ["\n"] * len(lines)
     errors: list[Diagnostic] = []
     broken: set[str] = set()

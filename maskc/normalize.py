@@ -14,18 +14,29 @@ such that
 """
 from __future__ import annotations
 
-from itertools import product
-
 from . import ir
 from . import linear as L
-from .errors import Span
+from .errors import ComplexityError, Span
 
 _FLIP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 _MAX_REGIONS = 512
+_MAX_CASES = 8192       # conjunctions and min/max cases one rule may visit on the way to its regions
 
 
 class _TooComplex(Exception):
     pass
+
+
+class _Budget:
+    """Work left for one rule: every partial conjunction and every min/max case spends one."""
+
+    def __init__(self, cases: int = _MAX_CASES):
+        self.left = cases
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise _TooComplex
 
 
 # -- step 1: negation normal form, with same() negated into linear cases ----------------------
@@ -63,9 +74,9 @@ def _dnf(cond: ir.Cond) -> list[tuple]:
         return [c for p in parts for c in p]
     out: list[tuple] = [()]
     for p in parts:
-        out = [a + b for a in out for b in p]
-        if len(out) > _MAX_REGIONS:
+        if len(out) * len(p) > _MAX_REGIONS:
             raise _TooComplex
+        out = [a + b for a in out for b in p]
     return out
 
 
@@ -99,8 +110,9 @@ def _cmp_alternatives(cmp: ir.Cmp, rewrite) -> list[tuple[ir.Lin, ...]]:
     return [(L.add(d, one),), (L.add(neg, one),)]
 
 
-def _split_extremes(lins: tuple[ir.Lin, ...]) -> list[tuple[ir.Lin, ...]]:
-    """Case-split the innermost min/max that depends on k until none is left."""
+def _split_extremes(lins: tuple[ir.Lin, ...], budget: _Budget) -> list[tuple[ir.Lin, ...]]:
+    """Case-split the innermost min/max that depends on k until none is left. Cases contradictory on
+    their face are dropped as soon as they appear, so nested abs of one form stays two cases per level."""
     target = None
     for lin in lins:
         for t in L.terms_of(lin):
@@ -123,7 +135,10 @@ def _split_extremes(lins: tuple[ir.Lin, ...]) -> list[tuple[ir.Lin, ...]]:
             diff = L.sub(other, chosen) if target.fn == "max" else L.sub(chosen, other)
             guards.append(L.add(diff, L.const(1)) if j < i else diff)   # diff < 0 or diff <= 0
         replaced = tuple(L.substitute(lin, lambda t: chosen if t == target else None) for lin in lins)
-        out.extend(_split_extremes(tuple(guards) + replaced))
+        case = tuple(guards) + replaced
+        budget.spend()
+        if _tighten([ir.Atom(lin) for lin in case]) is not None:
+            out.extend(_split_extremes(case, budget))
     return out
 
 
@@ -154,9 +169,29 @@ def _tighten(atoms: list[ir.Atom]) -> list[ir.Atom] | None:
     return out
 
 
+def _conjunctions(literal_alts, budget: _Budget) -> list[list[ir.Atom]]:
+    """One atom list per way of picking an alternative of every literal, tightened as it grows: partial
+    picks that contradict themselves are dropped and equal ones merged, so ``k != q and k != q and ...``
+    stays two cases instead of doubling at every literal."""
+    partial: dict[frozenset, list[ir.Atom]] = {frozenset(): []}
+    for alts in literal_alts:
+        grown: dict[frozenset, list[ir.Atom]] = {}
+        for atoms in partial.values():
+            for lins, s in alts:
+                budget.spend()
+                tight = _tighten(atoms + [ir.Atom(lin, s) for lin in lins])
+                if tight is not None:
+                    grown.setdefault(frozenset(a.lin for a in tight), tight)
+        if len(grown) > _MAX_REGIONS:
+            raise _TooComplex
+        partial = grown
+    return list(partial.values())
+
+
 def _regions(cond: ir.Cond, span) -> list[ir.Region]:
     regions: list[ir.Region] = []
     seen = set()
+    budget = _Budget()
     for conj in _dnf(_nnf(cond)):
         segs = frozenset(lit.seg for lit in conj if isinstance(lit, ir.Same))
         rewrite = _same_rewrite(segs)
@@ -168,9 +203,8 @@ def _regions(cond: ir.Cond, span) -> list[ir.Region]:
         for lit in conj:
             if isinstance(lit, ir.Cmp):
                 literal_alts.append([(alt, lit.span) for alt in _cmp_alternatives(lit, rewrite)])
-        for combo in product(*literal_alts):
-            atoms = [ir.Atom(lin, s) for lins, s in combo for lin in lins]
-            for case in _split_extremes(tuple(a.lin for a in atoms)):
+        for atoms in _conjunctions(literal_alts, budget):
+            for case in _split_extremes(tuple(a.lin for a in atoms), budget):
                 # The case's last atoms are the originals (rewritten); guards come first.
                 offset = len(case) - len(atoms)
                 case_atoms = [ir.Atom(lin, atoms[i - offset].span if i >= offset else span)
@@ -189,17 +223,19 @@ def _regions(cond: ir.Cond, span) -> list[ir.Region]:
 
 
 def normalize(mask: ir.ResolvedMask) -> ir.NormalMask:
-    """Rewrite a resolved mask into its canonical union of regions (see the module docstring)."""
-    from .errors import MaskError
-
+    """Rewrite a resolved mask into its canonical union of regions (see the module docstring). A rule
+    past the budgets (regions, cases, term size) raises a :class:`~maskc.errors.ComplexityError` at it."""
     allow: list[ir.Region] = []
     deny: list[ir.Region] = []
     for rule in mask.allow + mask.deny:
         try:
             regions = _regions(rule.cond, rule.span)
         except _TooComplex:
-            raise MaskError(f"this rule expands to more than {_MAX_REGIONS} regions", rule.span,
-                            "split it into several rules, or use fewer 'or'/min/max on k") from None
+            raise ComplexityError(f"this rule expands to more than {_MAX_REGIONS} regions (or {_MAX_CASES} cases "
+                                  "on the way)", rule.span,
+                                  "split it into several rules, or use fewer 'or', '!=', min/max/abs on k") from None
+        except ComplexityError as err:       # from the linear algebra, which knows no span
+            raise ComplexityError(err.message, err.span or rule.span, err.hint) from None
         (allow if rule.kind == "allow" else deny).extend(regions)
     allow_t, deny_t = _dedupe(allow), _dedupe(deny)
     return ir.NormalMask(mask.name, mask.params, allow_t, deny_t, _divisors(allow_t + deny_t), mask.span)
@@ -207,7 +243,8 @@ def normalize(mask: ir.ResolvedMask) -> ir.NormalMask:
 
 def _divisors(regions) -> tuple[ir.Lin, ...]:
     found = {t.den for r in regions for a in r.atoms for t in L.terms_of(a.lin) if isinstance(t, ir.Floor)}
-    return tuple(sorted(found, key=L._term_key))
+    # a divisor nested in another comes first: checking in this order never divides by zero
+    return tuple(sorted(found, key=lambda d: (sum(1 for _ in L.terms_of(d)), L._term_key(d))))
 
 
 def _dedupe(regions: list[ir.Region]) -> tuple[ir.Region, ...]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from lark.indenter import Indenter
 from . import ir
 from .errors import MaskSyntaxError, Span
 from .resources import grammar_text
+from .sources import MAX_SOURCE_BYTES, read_source
 
 
 class _MaskIndenter(Indenter):
@@ -33,6 +36,12 @@ class _MaskIndenter(Indenter):
 def _parser() -> Lark:
     return Lark(grammar_text(), parser="lalr", postlex=_MaskIndenter(), propagate_positions=True,
                 maybe_placeholders=True)
+
+
+# Lark's Indenter keeps its paren and indent stacks on the instance, and one parser (so one indenter) is
+# shared: two threads lexing at once corrupt each other's stacks. Parsing takes the lock; the tree is
+# the caller's alone, so the transform after it runs unlocked.
+_PARSE_LOCK = threading.Lock()
 
 
 # What a user should read instead of Lark's terminal names.
@@ -308,13 +317,24 @@ def _check_nesting(tree: ir.SourceFile, path: str) -> None:
         stack.extend((getattr(node, f.name), depth) for f in dataclasses.fields(node))
 
 
+def source_lines(text: str) -> list[str]:
+    """The lines as the grammar counts them, ends kept: split at '\\n' only (``str.splitlines`` also splits
+    at form feeds, vertical tabs and other separators, and the caret would land on the wrong line)."""
+    return [m.group() for m in re.finditer(r"[^\n]*\n|[^\n]+$", text)]
+
+
 def parse(text: str, path: str = "<string>") -> ir.SourceFile:
-    """Parse the text of one .mask file."""
+    """Parse the text of one .mask file (a leading byte-order mark is skipped)."""
+    if len(text) > MAX_SOURCE_BYTES:
+        raise MaskSyntaxError(f"this text is {len(text)} characters long; maskc parses at most "
+                              f"{MAX_SOURCE_BYTES} (1 MiB)", Span(path, 1, 1))
+    text = text.removeprefix("\ufeff")
     if not text.endswith("\n"):
         text += "\n"
-    lines = text.splitlines(keepends=True)
+    lines = source_lines(text)
     try:
-        tree = _parser().parse(text)
+        with _PARSE_LOCK:
+            tree = _parser().parse(text)
     except UnexpectedInput as err:
         raise _syntax_error(err, path, lines) from None
     except Exception:  # Lark's indenter raises a bare DedentError for inconsistent dedents.
@@ -331,5 +351,4 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
 
 
 def parse_file(path: str | Path) -> ir.SourceFile:
-    from .sources import read_source
     return parse(read_source(Path(path)), str(path))

@@ -201,14 +201,18 @@ class CompiledMask:
 
     def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
         """The value of every const parameter, in declaration order: ``given``, else the default the file
-        declares (``width: const int = 128``). A const parameter with neither is a MaskError naming it."""
-        pairs = list(given.items()) if isinstance(given, Mapping) else given
-        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable) or not all(
+        declares (``width: const int = 128``). A const parameter with neither is a MaskError naming it; a value
+        that is not a 32-bit integer, or that makes a divisor or requirement it decides fail, a BindError."""
+        try:
+            pairs = list(given.items() if isinstance(given, Mapping) else given)
+        except TypeError:
+            pairs = None
+        if pairs is None or isinstance(given, (str, bytes)) or not all(
                 isinstance(pair, tuple) and len(pair) == 2 for pair in pairs):
-            raise BindError(f"constants must map const parameter names to integers, got {given!r}",
-                            self.resolved.span)
+            raise BindError(f"constants of mask '{self.name}' must map const parameter names to integers, "
+                            f"got {given!r}", self.resolved.span)
         values = dict(pairs)
-        stray = sorted(set(values) - set(self.const_params))
+        stray = [n for n in values if n not in self.const_params]
         if stray:
             raise MaskError(f"mask '{self.name}' has no const parameter {', '.join(repr(n) for n in stray)}",
                             self.resolved.span, f"its const parameters: {', '.join(self.const_params) or 'none'}")

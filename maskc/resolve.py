@@ -14,13 +14,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import ir
-from .errors import MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
+from .errors import ComplexityError, MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
 from .parse import MAX_NESTING
 
 _FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 1)}
 _MAX_EXPONENT = 8
 MAX_CALL_DEPTH = 16          # masks calling masks calling masks...: resolve recurses once per level
 _MAX_STEPS = 2 * MAX_NESTING     # resolve's own recursion: a let's name and its value are two steps
+MAX_EXPANDED_NODES = 20_000
+"""The largest rule, in expression nodes once its lets and mask calls are written out (and the most nodes
+one resolution may build): a let used twice is copied twice, so a chain of lets that each use the last
+one twice doubles at every step. Past it, a :class:`~maskc.errors.ComplexityError` at the rule."""
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -33,6 +37,10 @@ class Program:
     @property
     def main(self) -> ir.SourceFile:
         return self.files[0]
+
+
+class _TooLarge(Exception):
+    """Resolution built more than MAX_EXPANDED_NODES nodes (turned into a ComplexityError at the rule)."""
 
 
 @dataclass(frozen=True)
@@ -67,21 +75,54 @@ def _is_int(node) -> bool:
     return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.Arith, ir.Func))
 
 
+def _children(node) -> tuple:
+    if isinstance(node, (ir.Arith, ir.Cmp)):
+        return (node.left, node.right)
+    if isinstance(node, ir.Func):
+        return node.args
+    if isinstance(node, (ir.All, ir.Any_)):
+        return node.items
+    if isinstance(node, ir.Negate):
+        return (node.item,)
+    return ()
+
+
+def nodes(node):
+    """Every sub-node of a resolved expression, each once: resolved expressions are DAGs (a let's
+    argument is shared by each of its uses), and a walk of the tree could take exponential time."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        yield n
+        stack.extend(_children(n))
+
+
 def mentions(node, predicate) -> bool:
     """Whether any sub-node of a resolved expression satisfies ``predicate``."""
-    if predicate(node):
-        return True
-    if isinstance(node, ir.Arith):
-        return mentions(node.left, predicate) or mentions(node.right, predicate)
-    if isinstance(node, ir.Func):
-        return any(mentions(a, predicate) for a in node.args)
-    if isinstance(node, ir.Cmp):
-        return mentions(node.left, predicate) or mentions(node.right, predicate)
-    if isinstance(node, (ir.All, ir.Any_)):
-        return any(mentions(i, predicate) for i in node.items)
-    if isinstance(node, ir.Negate):
-        return mentions(node.item, predicate)
-    return False
+    return any(predicate(n) for n in nodes(node))
+
+
+def expanded_size(node) -> int:
+    """The number of nodes of a resolved expression written out as a tree (what the passes after
+    resolve walk), counted on its DAG in time linear in the DAG."""
+    sizes: dict[int, int] = {}
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if id(n) in sizes:
+            stack.pop()
+            continue
+        pending = [c for c in _children(n) if id(c) not in sizes]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        sizes[id(n)] = 1 + sum(sizes[id(c)] for c in _children(n))
+    return sizes[id(node)]
 
 
 def nesting(node) -> int:
@@ -125,6 +166,7 @@ class _Resolver:
         self._depth = 0                 # of _any calls in progress: nesting, through lets and mask calls
         self.call_depth: dict[tuple[str, str], int] = {}    # 1 + the deepest chain of masks a mask calls
         self._callees: list[int] = []   # per mask being resolved: the deepest call_depth among its callees
+        self.built = 0          # nodes built for the rule being resolved, against MAX_EXPANDED_NODES
         self._check_duplicates()
 
     # -- lookup of masks across files --------------------------------------------------------
@@ -169,8 +211,7 @@ class _Resolver:
                     raise MaskNameError(f"'{let.name}' is already a {'parameter' if scope.lookup(let.name) else 'built-in'} "
                                         "and cannot be redefined", let.span)
                 scope = scope.bind(let.name, _Let(let.args, let.value, scope, let.span))
-            rules = tuple(ir.Rule(r.kind, self._conjunction(r.conditions, scope, file, r.span), r.span)
-                          for r in decl.rules)
+            rules = tuple(ir.Rule(r.kind, self._rule_cond(r, scope, file), r.span) for r in decl.rules)
             for r in rules:
                 if nesting(r.cond) > MAX_NESTING:
                     raise MaskTypeError(f"this rule nests more than {MAX_NESTING} levels deep once its lets, mask "
@@ -231,6 +272,22 @@ class _Resolver:
         return value.const
 
     # -- conditions --------------------------------------------------------------------------
+    def _rule_cond(self, rule: ir.RuleDecl, scope: _Scope, file) -> ir.Cond:
+        """A rule's condition, refused past MAX_EXPANDED_NODES (built, or written out as a tree)."""
+        saved, self.built = self.built, 0          # a called mask's rules count on their own
+        try:
+            cond = self._conjunction(rule.conditions, scope, file, rule.span)
+        except _TooLarge:
+            cond = None
+        finally:
+            self.built = saved
+        if cond is None or expanded_size(cond) > MAX_EXPANDED_NODES:
+            raise ComplexityError(f"this rule grows past {MAX_EXPANDED_NODES} expression nodes once its lets and "
+                                  "mask calls are expanded", rule.span,
+                                  "a let is copied at every use: a chain of lets that each use the one before "
+                                  "twice doubles in size at every step") from None
+        return cond
+
     def _conjunction(self, conds, scope, file, span) -> ir.Cond:
         items = tuple(self._cond(c, scope, file) for c in conds)
         return items[0] if len(items) == 1 else ir.All(items, span)
@@ -249,6 +306,9 @@ class _Resolver:
         return out
 
     def _any(self, node: ir.Syntax, scope: _Scope, file):
+        self.built += 1
+        if self.built > MAX_EXPANDED_NODES:
+            raise _TooLarge
         method = getattr(self, "_" + type(node).__name__)
         if self._depth >= _MAX_STEPS:
             raise MaskTypeError("this expression nests too deeply once lets and mask calls are substituted",

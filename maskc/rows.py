@@ -14,8 +14,10 @@ from . import linear as L
 from .kernel_ir import BatchParams
 
 
-def _segment_lookup(table, positions: np.ndarray, extent: int):
-    """index, start, end of the segment holding each position (gap segments outside the range)."""
+def segment_lookup(table, positions: np.ndarray, extent: int):
+    """index, start, end of the segment holding each position (gap segments outside the range), whether
+    it is inside the range, and the index clipped to a valid one: O(positions x log segments), no table
+    of every position."""
     bounds = table.bounds
     idx = np.searchsorted(bounds, positions, side="right") - 1
     inside = (idx >= 0) & (idx < table.count)
@@ -68,7 +70,7 @@ class RowValues(_Scalars):
         if (seg, pos) not in self._lookups:
             positions = self.q if pos == "q" else self.k
             assert positions is not None, "a form that reads k needs key positions"
-            self._lookups[seg, pos] = _segment_lookup(self.params.segment(seg), positions, self.extent)
+            self._lookups[seg, pos] = segment_lookup(self.params.segment(seg), positions, self.extent)
         return self._lookups[seg, pos]
 
     def _term(self, t):

@@ -11,9 +11,9 @@ works on a machine without either. What it asks of a bound mask (``maskc`` binds
     bound.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
     bound.backward_spec(head_dim=, dtype=) -> kernel_ir.BackwardSpec
 
-Compiled kernels are cached in memory and as cubins on disk (``$MASKC_CACHE_DIR``, else
-``~/.cache/maskc``), keyed by a hash of source, options, NVRTC version and maskc version, so a second
-process loads the cubin instead of compiling.
+Compiled kernels are cached in memory and as cubins in the disk cache (:mod:`maskc.cache`), keyed by a
+hash of source, options, NVRTC version and maskc version, so a second process loads the cubin instead of
+compiling.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import functools
 import hashlib
 import math
 import os
-import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import autotune
+from . import autotune, cache
 from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, is_ptx,
                    nvrtc_version)
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
@@ -40,7 +39,7 @@ from .schedule import (BackwardTiles, Tiles, arch_for, capability_of, choose_bac
                        forward_candidates)
 from .tma import tile_map
 
-__all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
+__all__ = ["attention", "attention_backward", "load_kernel", "AttentionInputError"]
 
 
 class AttentionInputError(ValueError):
@@ -62,10 +61,6 @@ def _maskc_version() -> str:
         return version("maskc")
     except Exception:
         return "0+unknown"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("MASKC_CACHE_DIR") or Path.home() / ".cache" / "maskc")
 
 
 # ---- compiled kernels ----------------------------------------------------------------------------------
@@ -118,16 +113,8 @@ def load_kernel(src: KernelSource) -> LoadedKernel:
         return hit
     import cupy
 
-    path = cache_dir() / f"{src.entry}-{key[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
-    compiled = False
-    if not path.is_file():
-        cubin = compile_to_cubin(src)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(cubin)
-        os.replace(tmp, path)   # atomic: a concurrent process sees the old state or the whole file
-        compiled = True
+    name = f"{src.entry}-{key[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
+    path, compiled = cache.default().artifact(name, lambda: compile_to_cubin(src))
     module = cupy.RawModule(path=str(path))
     shared = _shared_by_entry(src)
     functions = {}
@@ -540,14 +527,15 @@ def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
     D = qo.shape[3]
     # Once per bound mask and shape: the key renders the predicate, too slow to redo on every call.
     state = _state_for(bound)
-    memo = ("tuned", D, qo.dtype, qo.device, str(cache_dir()))
+    disk = cache.default()
+    memo = ("tuned", D, qo.dtype, qo.device, str(disk.root))
     if memo in state:
         return state[memo]
     gpu = cupy.cuda.runtime.getDeviceProperties(qo.device)["name"]
     gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
     key = autotune.tuning_key(bound, D, qo.dtype, gpu)
-    cache = autotune.cache_for(cache_dir())
-    chosen = cache.get(key)
+    tuned = autotune.cache_for(disk)
+    chosen = tuned.get(key)
     if chosen is not None:
         state[memo] = chosen
         return chosen
@@ -573,7 +561,7 @@ def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
         return (time.perf_counter() - start) * 1e3 / reps
 
     chosen, report = autotune.pick(forward_candidates(D, qo.dtype, _capability(qo.device)), run, agrees, measure)
-    cache.put(key, chosen, report)
+    tuned.put(key, chosen, report)
     state[memo] = chosen
     return chosen
 

@@ -23,7 +23,7 @@ _PATH_MAX = 4096
 
 
 def read_source(path: Path, span: Span | None = None, regular_only: bool = False) -> str:
-    """The UTF-8 text of ``path``, read up to MAX_SOURCE_BYTES (a larger file, or one that does not end,
+    """The UTF-8 text of ``path`` (a leading byte-order mark skipped), read up to MAX_SOURCE_BYTES (a larger file, or one that does not end,
     such as /dev/zero, is an error). ``regular_only``: refuse devices, FIFOs and sockets (imports)."""
     try:
         fd = os.open(path, os.O_RDONLY | (getattr(os, "O_NONBLOCK", 0) if regular_only else 0))
@@ -35,10 +35,10 @@ def read_source(path: Path, span: Span | None = None, regular_only: bool = False
         reason = getattr(err, "strerror", None) or "not a valid file name"
         raise MaskSyntaxError(f"cannot read {path}: {reason}", span) from None
     if len(data) > MAX_SOURCE_BYTES:
-        raise MaskSyntaxError(f"cannot read {path}: larger than {MAX_SOURCE_BYTES // 1024} KiB, the limit for a "
+        raise MaskSyntaxError(f"cannot read {path}: larger than {MAX_SOURCE_BYTES >> 20} MiB, the limit for a "
                               ".mask file", span)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise MaskSyntaxError(f"cannot read {path}: not UTF-8 text (byte {err.start})", span) from None
 

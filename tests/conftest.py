@@ -32,12 +32,25 @@ def gpu_available(with_torch: bool = False) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # `slow` runs (long fuzzing, many threads) only when asked for: pytest -m slow
+    if "slow" not in (config.getoption("markexpr") or ""):
+        slow = pytest.mark.skip(reason="a long run: select it with -m slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU here")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    fuzz = sys.modules.get("test_fuzz_grammar")
+    line = fuzz.summary() if fuzz is not None else None
+    if line:
+        terminalreporter.write_line(line)
 
 
 def tile_truth(dense: np.ndarray, block_m: int, block_n: int) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import maskc
+from maskc.cache import DiskCache
 from maskc.autotune import TuningCache, describe, parse, pick, tuning_key
 from maskc.schedule import Tiles, forward_candidates
 from conftest import EXAMPLES
@@ -49,9 +50,9 @@ def test_the_reference_failing_fails_tuning():
 
 
 def test_cache_survives_a_new_process(tmp_path):
-    path = tmp_path / "autotune.json"
-    TuningCache(path).put("k1", TMA64, {describe(TMA64): 1.5})
-    again = TuningCache(path)                    # what a second process sees
+    TuningCache(DiskCache(tmp_path)).put("k1", TMA64, {describe(TMA64): 1.5})
+    assert (tmp_path / "autotune.json").is_file()
+    again = TuningCache(DiskCache(tmp_path))     # what a second process sees
     assert again.get("k1") == TMA64 and again.get("k2") is None
     assert parse(describe(WG)) == WG
 

@@ -57,7 +57,7 @@ def test_const_values_are_checked_before_emitting(clear, width, message):
 
 @pytest.mark.parametrize("constants", ["width=3", b"width", 5, [("width",)], [("width", 3, 4)]])
 def test_constants_must_be_pairs(clear, constants):
-    with pytest.raises(BindError, match="constants must map"):
+    with pytest.raises(BindError, match="must map const parameter names to integers"):
         clear.kernel_source(constants=constants)
 
 

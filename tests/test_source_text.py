@@ -1,0 +1,95 @@
+"""What counts as a .mask file's text: UTF-8 with or without a byte-order mark, lines split where the
+grammar splits them (at '\\n' only), and a bounded read (issue 17, items 4 and 7)."""
+import subprocess
+import sys
+
+import pytest
+
+import maskc
+from maskc.errors import MaskError, MaskNameError, MaskSyntaxError, Span
+from maskc.lint import lint_file
+from maskc.parse import parse
+from maskc.sources import MAX_SOURCE_BYTES, read_source
+
+from conftest import EXAMPLES, ROOT
+
+CAUSAL = (EXAMPLES / "causal.mask").read_text(encoding="utf-8")
+
+
+def _error(text: str) -> MaskError:
+    with pytest.raises(MaskError) as info:
+        maskc.compile_mask(text, path="t.mask")
+    return info.value
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    path = tmp_path / "bom.mask"
+    path.write_bytes(b"\xef\xbb\xbf" + CAUSAL.encode())
+    assert maskc.load(path).ranges == maskc.load(EXAMPLES / "causal.mask").ranges
+    assert parse("\ufeff" + CAUSAL, "x.mask") == parse(CAUSAL, "x.mask")
+    assert [d for d in lint_file(path) if d.severity == "error"] == []
+
+
+def test_a_byte_order_mark_keeps_columns():
+    err = _error("\ufeffmask m()\n  allow k <= nope\n")
+    assert isinstance(err, MaskNameError)
+    assert (err.span.line, err.span.col) == (2, 14)
+    assert err.span.source_line[err.span.col - 1:].startswith("nope")
+
+
+@pytest.mark.parametrize("sep", ["\f", "\v", "\x1c", "\x85", "\u2028"])
+def test_a_separator_that_is_no_newline_keeps_the_caret_on_its_line(sep):
+    # str.splitlines splits at these; the grammar does not, so the error's line and its text must agree
+    text = f"# one{sep}two\nmask m()\n  allow k <= nope\n"
+    err = _error(text)
+    assert isinstance(err, MaskNameError) and err.span.line == 3
+    assert err.span.source_line == "  allow k <= nope\n"
+    assert err.span.source_line[err.span.col - 1:].startswith("nope")
+
+
+def test_a_separator_outside_a_comment_is_refused_at_its_place():
+    err = _error("mask m()\n  allow k <= q\f\n")
+    assert isinstance(err, MaskSyntaxError) and (err.span.line, err.span.col) == (2, 15)
+
+
+def test_a_form_feed_is_drawn_in_one_column_so_the_caret_stays_under_it():
+    err = _error("mask m()\n  allow k <=\f\f nope\n")
+    shown, caret = str(err).split("\n")[1:3]
+    assert "\f" not in shown
+    col = caret.index("^")
+    assert shown[col] == "\u240c" and shown[col + 1] == "\u240c"     # points at the first form feed
+
+
+def test_a_crlf_line_shows_without_its_carriage_return():
+    err = _error("mask m()\r\n  allow k <= nope\r\n")
+    shown, caret = str(err).split("\n")[1:3]
+    assert shown.endswith("nope") and shown[caret.index("^"):] == "nope"
+
+
+def test_reading_stops_at_the_size_cap(tmp_path):
+    path = tmp_path / "big.mask"
+    path.write_bytes(b"#" * (MAX_SOURCE_BYTES + 1))
+    with pytest.raises(MaskSyntaxError, match="larger than 1 MiB"):
+        read_source(path)
+    path.write_bytes(b"#" * (MAX_SOURCE_BYTES - 1) + b"\n")          # at the cap: read
+    assert len(read_source(path)) == MAX_SOURCE_BYTES
+
+
+def test_parsing_text_past_the_cap_is_refused():
+    with pytest.raises(MaskSyntaxError, match="at most"):
+        parse("#" * (MAX_SOURCE_BYTES + 1))
+
+
+@pytest.mark.parametrize("command", ["lint", "compile", "show"])
+def test_cli_on_dev_zero_stops_with_an_error(command):
+    # before the cap, `maskc lint /dev/zero` read until memory ran out; the timeout only guards the test
+    args = [sys.executable, "-m", "maskc", command, "/dev/zero"] + (["--seq-len", "8"] if command == "show" else [])
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 1, result.stderr
+    assert "larger than 1 MiB" in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_span_without_control_characters_is_drawn_as_before():
+    span = Span("f", 1, 3, 2, "\tab cd\n")
+    assert span.caret() == "  \tab cd\n  \t ^~"
