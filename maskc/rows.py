@@ -36,14 +36,26 @@ class _Scalars:
         self.builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": head, "b": batch_index}
 
 
+def isqrt(values):
+    """The floor of the square root of each value, exactly (negative values give 0)."""
+    v = np.maximum(values, 0)
+    r = np.floor(np.sqrt(np.asarray(v, np.float64))).astype(np.int64)
+    for _ in range(2):      # float64 is off by at most one here; settle it in integers
+        r = np.where(r * r > v, r - 1, r)
+        r = np.where((r + 1) * (r + 1) <= v, r + 1, r)
+    return r
+
+
 class RowValues(_Scalars):
     """Values of linear forms at the query positions ``q`` (an int64 array); forms that use k need
-    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid)."""
+    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid), and
+    forms that read chunk indices (:class:`~maskc.ir.ChunkVar`) their values in ``chunks``."""
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int,
-                 q: np.ndarray, k: np.ndarray | None = None):
+                 q: np.ndarray, k: np.ndarray | None = None, chunks: dict | None = None):
         super().__init__(params, seq_len, kv_len, head, batch_index)
         self.q, self.k = q, k
+        self.chunks = chunks or {}
         self.extent = max(seq_len, kv_len)
         self._memo: dict = {}
         self._lookups: dict = {}
@@ -100,6 +112,10 @@ class RowValues(_Scalars):
             for v in vals[1:]:
                 out = np.minimum(out, v) if t.fn == "min" else np.maximum(out, v)
             return out
+        if isinstance(t, ir.ChunkVar):
+            return self.chunks[t]
+        if isinstance(t, ir.Root):
+            return isqrt(self.lin(t.arg))
         raise TypeError(t)
 
 
@@ -191,6 +207,9 @@ class TileIntervals(_Scalars):
             for blo, bhi in bounds[1:]:
                 lo, hi = fn(lo, blo), fn(hi, bhi)
             return lo, hi
+        if isinstance(t, ir.Root):                  # monotone
+            lo, hi = self.lin(t.arg)
+            return isqrt(lo), isqrt(hi)
         raise TypeError(t)
 
     def atom_state(self, lin: ir.Lin):
@@ -207,4 +226,4 @@ def k_bound_rows(bound: ir.KBound, rows: RowValues, lower: bool):
     return -((-v) // bound.den) if lower else v // bound.den
 
 
-__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "L"]
+__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "isqrt", "L"]

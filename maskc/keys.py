@@ -1,0 +1,159 @@
+"""Rows' visible keys as flat interval lists: chunked regions enumerated, regions unioned, denies subtracted.
+
+Classification's exact instrument for masks with chunked regions (:class:`~maskc.ir.ChunkedKeys`), where a
+row's keys are a variable number of intervals. A *flat* list is three int64 arrays ``(row, lo, hi)``: key
+intervals ``[lo, hi)`` of the rows ``row`` (indices into the caller's rows). :func:`row_keys` returns,
+per row, the keys of the allow regions minus those of the deny regions as sorted, disjoint, non-adjacent
+intervals, with work proportional to the intervals enumerated (``budget`` caps them: beyond it
+:class:`TooMany` is raised and the caller falls back to sound bounds).
+
+:func:`enumerate_keys` is the enumeration itself, for one region, at one or two points per owner: one
+(rows), or a piece's two end rows (:mod:`maskc.piece_tiles` reads the second point to tell which chunks,
+and which intervals, a whole piece of rows shares).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from . import linear as L
+from .rows import RowValues, k_bound_rows
+
+_KV_LEN = L.of_term(ir.Builtin("kv_len"))
+
+
+class TooMany(Exception):
+    """More intervals than the budget allows: the caller classifies this mask soundly instead."""
+
+
+def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
+    """The region's keys as a nest: its chunks, or for a linear region a nest of one level (k)."""
+    if region.chunks is not None:
+        return region.chunks
+    assert region.linear, "an opaque region without chunks has no exact keys"
+    return ir.ChunkedKeys((ir.ChunkLevel(L.K, region.lower, region.upper),))
+
+
+def _range(level: ir.ChunkLevel, rows: RowValues, n: int):
+    """Per tuple: the level's bounds, as lists of arrays (lower: ceil, upper: floor), broadcast to n."""
+    lows = [np.broadcast_to(k_bound_rows(b, rows, lower=True), (n,)) for b in level.lower]
+    highs = [np.broadcast_to(k_bound_rows(b, rows, lower=False), (n,)) for b in level.upper]
+    return lows, highs
+
+
+def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int):
+    """Every (owner, chunk) of one region and its key interval at each point.
+
+    ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
+    returns the RowValues at positions ``q`` with chunk indices ``chunks``. Returns ``(owner, lo, hi,
+    unsure, blind)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi);
+    with two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
+    intervals are left out), and ``blind`` the intervals that some upper bound keeps below some lower
+    bound at both points.
+    """
+    nest = nest_of(region)
+    n = len(points[0])
+    owner = np.arange(n)
+    unsure = np.zeros(n, bool)
+    values = [make(p, {}) for p in points]
+    ok = [np.ones(n, bool) for _ in points]
+    for g in region.static_guards + region.guards + nest.guards:
+        for p, rows in enumerate(values):
+            ok[p] = ok[p] & (rows.lin(g.lin) <= 0)
+    if len(points) == 2:
+        unsure |= ok[0] != ok[1]
+    owner = owner[ok[0] & ~unsure]
+    chunks: dict = {}
+    for level in reversed(nest.levels[1:]):
+        values = [make(p[owner], chunks) for p in points]
+        ranges = [_range(level, rows, len(owner)) for rows in values]
+        lo, hi = (np.maximum.reduce(r[0]) for r in ranges), (np.minimum.reduce(r[1]) for r in ranges)
+        lo, hi = list(lo), list(hi)
+        if len(points) == 2:
+            differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
+            unsure[owner[differ]] = True
+            hi[0] = np.where(differ, lo[0] - 1, hi[0])
+        count = np.maximum(hi[0] - lo[0] + 1, 0)
+        total = int(count.sum())
+        if total > budget:
+            raise TooMany(f"{total} chunks")
+        pick = np.repeat(np.arange(len(owner)), count)
+        within = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+        chunks = {v: a[pick] for v, a in chunks.items()}
+        chunks[level.var] = lo[0][pick] + within
+        owner = owner[pick]
+    values = [make(p[owner], chunks) for p in points]
+    lo, hi, blind = [], [], np.zeros(len(owner), bool)
+    bounds = []
+    for rows in values:
+        lows, highs = _range(nest.levels[0], rows, len(owner))
+        lows, highs = lows + [np.zeros(len(owner), np.int64)], highs + [np.full(len(owner), kv_len - 1)]
+        lo.append(np.maximum.reduce(lows))
+        hi.append(np.minimum.reduce(highs) + 1)
+        bounds.append((lows, highs))
+    if len(points) == 2:
+        (lows_a, highs_a), (lows_b, highs_b) = bounds
+        for u_a, u_b in zip(highs_a, highs_b):
+            for l_a, l_b in zip(lows_a, lows_b):
+                blind |= (u_a < l_a) & (u_b < l_b)
+    return owner, lo, hi, unsure, blind
+
+
+# -- flat interval lists ----------------------------------------------------------------------------
+
+def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
+    """Per row, the union of the intervals as sorted, disjoint, non-adjacent ones (empty ones dropped)."""
+    keep = lo < hi
+    row, lo, hi = row[keep], lo[keep], hi[keep]
+    if not len(row):
+        return row, lo, hi
+    width = kv_len + 1                                 # rows never touch on this line
+    g_lo, g_hi = row * width + lo, row * width + hi
+    order = np.argsort(g_lo, kind="stable")
+    g_lo, g_hi = g_lo[order], g_hi[order]
+    reach = np.maximum.accumulate(g_hi)
+    starts = np.ones(len(g_lo), bool)
+    starts[1:] = g_lo[1:] > reach[:-1]
+    first = np.flatnonzero(starts)
+    g_lo, g_hi = g_lo[first], np.maximum.reduceat(g_hi, first)
+    out_row = g_lo // width
+    return out_row, g_lo - out_row * width, g_hi - out_row * width
+
+
+def subtract(keys, deny, kv_len: int):
+    """Per row, ``keys`` minus ``deny`` (both as :func:`union` returns them)."""
+    if not len(deny[0]) or not len(keys[0]):
+        return keys
+    width = kv_len + 1
+    a_lo, a_hi = keys[0] * width + keys[1], keys[0] * width + keys[2]
+    d_lo, d_hi = deny[0] * width + deny[1], deny[0] * width + deny[2]
+    at, inverse = np.unique(np.concatenate([a_lo, a_hi, d_lo, d_hi]), return_inverse=True)
+    na, nd = len(a_lo), len(d_lo)
+    in_a = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(na), -np.ones(na), np.zeros(2 * nd)]),
+                                 minlength=len(at)))
+    in_d = np.cumsum(np.bincount(inverse, np.concatenate([np.zeros(2 * na), np.ones(nd), -np.ones(nd)]),
+                                 minlength=len(at)))
+    shown = (in_a[:-1] > 0.5) & (in_d[:-1] < 0.5)       # the segment [at[i], at[i + 1])
+    seg_lo, seg_hi = at[:-1][shown], at[1:][shown]
+    row = seg_lo // width
+    return union(row, seg_lo - row * width, seg_hi - row * width, kv_len)
+
+
+def region_keys(region: ir.RegionBounds, make, q: np.ndarray, kv_len: int, budget: int):
+    """The flat intervals of one exact region at the rows ``q`` (unsorted; disjoint within a row)."""
+    owner, lo, hi, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
+    keep = lo[0] < hi[0]
+    return owner[keep], lo[0][keep], hi[0][keep]
+
+
+def row_keys(allow, deny, make, q: np.ndarray, kv_len: int, budget: int):
+    """Per row of ``q``: the keys of the exact ``allow`` regions minus those of the exact ``deny`` ones."""
+    def joined(regions):
+        parts = [region_keys(r, make, q, kv_len, budget) for r in regions]
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty
+        row, lo, hi = (np.concatenate(x) for x in zip(*parts))
+        return union(row, lo, hi, kv_len)
+    keys = joined(allow)
+    return subtract(keys, joined(deny), kv_len) if deny else keys

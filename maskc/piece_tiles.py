@@ -1,0 +1,183 @@
+"""Tile classes of masks with chunked regions from q-pieces: O(pieces x chunks), not O(rows x chunks).
+
+A *piece* is a run of rows inside one q_block where every q-side form the regions read is affine in q:
+pieces end at q_block starts, at the segment boundaries of the segments read at q, and wherever a floor
+of q changes (``(q - text) // width`` is an image row: constant within a piece, and ``(q - text) % width``
+is q plus a constant). :func:`slopes_ok` checks this on the forms, with the further conditions of
+:mod:`maskc.pieces`: every bound of one level has a slope in {-1, 0, 1} (0 where it is divided), the lower
+bounds of a level all of one sign, the upper bounds too. Then, for one chunk tuple ``(J_n .. J_1)`` of one
+region, over a piece:
+
+* guards and chunk ranges that agree at the piece's two end rows hold (are the same) at every row between
+  (affine guards change truth once at most; monotone bounds equal at both ends are constant);
+* the key interval ``[lo(q), hi(q))`` has monotone ends and a concave width, so it is non-empty at every row
+  when it is at both ends, and the union of the rows' intervals is the hull of the end rows' (consecutive
+  rows shift by one key at most), their intersection the intersection of the end rows'.
+
+Families (one per region, piece and chunk tuple) of one region lie in disjoint chunks. Families of one
+piece whose hulls lie inside a family constant over the piece are dropped (a row sees them anyway); the
+others must have disjoint hulls, and consecutive ones that abut at both end rows abut at every row (a
+*chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
+families' hulls reach, and covered where every piece has a chain covering. Pieces that break a condition
+(ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block, which the
+caller classifies row by row.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from . import linear as L
+from .keys import enumerate_keys, nest_of, union
+from .kernel_ir import EMPTY, FULL, PARTIAL
+from .rows import lin_value
+
+
+class Breaks:
+    """Where pieces must end: floors of q as (sign, offset, divisor), and segments read at q."""
+
+    def __init__(self):
+        self.floors: set = set()
+        self.segments: set = set()
+
+
+def _free_of_rows(lin: ir.Lin) -> bool:
+    return not L.depends_on_q(lin) and not L.lin_mentions(lin, lambda t: isinstance(t, ir.ChunkVar))
+
+
+def _term_slope(t, breaks: Breaks) -> int | None:
+    if t == L.Q:
+        return 1
+    if isinstance(t, (ir.Builtin, ir.ParamRef, ir.ChunkVar)):
+        return 0
+    if isinstance(t, (ir.SegAttr, ir.SegValue)):
+        if t.pos != "q":
+            return None
+        breaks.segments.add(t.seg)
+        return 0
+    if isinstance(t, ir.Floor):
+        split = L.split_on(t.num, L.Q)
+        if split is not None and split[0] in (1, -1) and _free_of_rows(split[1]) and _free_of_rows(t.den):
+            breaks.floors.add((split[0], split[1], t.den))
+            return 0 if t.op == "//" else split[0]
+    if isinstance(t, (ir.Floor, ir.Square, ir.Product, ir.Extreme, ir.Root)):
+        slopes = [slope(lin, breaks) for lin in L.inner_lins(t)]
+        return 0 if all(s == 0 for s in slopes) else None
+    return None
+
+
+def slope(lin: ir.Lin, breaks: Breaks) -> int | None:
+    """The slope of ``lin`` in q within a piece (None where it is not affine there); records the breaks."""
+    total = 0
+    for t, c in lin.terms:
+        s = _term_slope(t, breaks)
+        if s is None:
+            return None
+        total += c * s
+    return total
+
+
+def slopes_ok(regions, breaks: Breaks) -> bool:
+    """Whether every region's forms meet the piece conditions (module docstring)."""
+    for region in regions:
+        nest = nest_of(region)
+        for g in region.guards + region.static_guards + nest.guards:
+            if slope(g.lin, breaks) is None:
+                return False
+        for level in nest.levels:
+            for bounds in (level.lower, level.upper):
+                signs = set()
+                for b in bounds:
+                    s = slope(b.lin, breaks)
+                    if s is None or abs(s) > 1 or (s and b.den != 1):
+                        return False
+                    signs.add(s)
+                if len(signs - {0}) > 1:
+                    return False
+    return True
+
+
+def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int):
+    """The first row of every piece."""
+    parts = [np.arange(0, seq_len, block_m, dtype=np.int64)]
+    for seg in sorted(breaks.segments):
+        parts.append(params.segment(seg).bounds)
+    for sign, offset, den in breaks.floors:
+        r = lin_value(offset, params, seq_len, kv_len, head, b)
+        d = lin_value(den, params, seq_len, kv_len, head, b)
+        first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
+        parts.append(np.arange(first, seq_len, d, dtype=np.int64))
+    starts = np.unique(np.concatenate(parts))
+    return starts[(starts >= 0) & (starts < seq_len)]
+
+
+def piece_classes(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
+                  block_m: int, block_n: int, budget: int):
+    """(classes int8[QT, KT], bad bool[QT]): the classes of the allow ``regions``' union, exact on every
+    q_block not flagged ``bad`` (see the module docstring)."""
+    qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
+    starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
+    ends = np.append(starts[1:], seq_len) - 1
+    block = starts // block_m
+    n = len(starts)
+    bad_piece = np.zeros(n, bool)
+    parts = []
+    for region in regions:
+        owner, lo, hi, unsure, blind = enumerate_keys(region, make, [starts, ends], kv_len, budget)
+        budget -= len(owner)
+        bad_piece |= unsure
+        live = (lo[0] < hi[0]) & (lo[1] < hi[1])
+        dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
+        bad_piece[owner[~live & ~dead]] = True
+        parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
+    piece, la, ha, lb, hb = (np.concatenate(x) for x in zip(*parts))
+    bad = np.zeros(qt, bool)
+    bad[block[bad_piece]] = True
+    if not len(piece):
+        return np.zeros((qt, kt), np.int8), bad
+    piece, la, ha, lb, hb = _drop_covered(piece, la, ha, lb, hb, kv_len)
+    order = np.lexsort((np.minimum(la, lb), piece))
+    piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
+    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
+    same = piece[1:] == piece[:-1]
+    bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
+    joined = np.zeros(len(piece), bool)                                   # abuts the previous at both ends
+    joined[1:] = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])
+    first = np.flatnonzero(~joined)
+    last = np.append(first[1:], len(piece)) - 1
+    c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
+    bad[block[bad_piece]] = True
+    width = kt + 1
+    touch = np.zeros(qt * width, np.int64)
+    ok = ~bad[block[piece]]
+    base = block[piece[ok]] * width
+    touch += np.bincount(base + h0[ok] // block_n, minlength=qt * width)
+    touch -= np.bincount(base + -((-h1[ok]) // block_n), minlength=qt * width)
+    k0 = -((-c_lo) // block_n)
+    k1 = np.where(c_hi >= kv_len, kt, c_hi // block_n)
+    ok = ~bad[block[c_piece]] & (k0 < k1)
+    base = block[c_piece[ok]] * width
+    cover = np.bincount(base + k0[ok], minlength=qt * width) - np.bincount(base + k1[ok], minlength=qt * width)
+    pieces_per_block = np.bincount(block, minlength=qt)
+    touched = np.cumsum(touch.reshape(qt, width), axis=1)[:, :kt] > 0
+    covered = np.cumsum(cover.reshape(qt, width), axis=1)[:, :kt] == pieces_per_block[:, None]
+    classes = np.where(covered, FULL, np.where(touched, PARTIAL, EMPTY)).astype(np.int8)
+    return classes, bad
+
+
+def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
+    """Families constant over their piece replaced by their union; other families inside it dropped."""
+    constant = (la == lb) & (ha == hb)
+    c_piece, c_lo, c_hi = union(piece[constant], la[constant], ha[constant], kv_len)
+    rest = ~constant
+    piece, la, ha, lb, hb = piece[rest], la[rest], ha[rest], lb[rest], hb[rest]
+    if len(c_piece) and len(piece):
+        width = kv_len + 1
+        g_lo = c_piece * width + c_lo
+        at = np.searchsorted(g_lo, piece * width + np.minimum(la, lb), side="right") - 1
+        safe = np.maximum(at, 0)
+        inside = (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
+        keep = ~inside
+        piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
+    return (np.concatenate([c_piece, piece]), np.concatenate([c_lo, la]), np.concatenate([c_hi, ha]),
+            np.concatenate([c_lo, lb]), np.concatenate([c_hi, hb]))
