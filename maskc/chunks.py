@@ -214,15 +214,25 @@ def floor_bound(lin: ir.Lin) -> tuple[ir.KBound, bool] | None:
 def chunk_keys(lower: tuple[ir.KBound, ...], upper: tuple[ir.KBound, ...],
                opaque: tuple[ir.Atom, ...]) -> ir.ChunkedKeys | ir.Inexact:
     """The region ``max(lower) <= k <= min(upper), opaque`` as one interval per chunk (module docstring)."""
-    try:
-        return _nest(list(lower), list(upper), list(opaque))
-    except _Fail as fail:
-        return ir.Inexact(fail.atom, fail.reason)
-
-
-def _nest(lower: list[ir.KBound], upper: list[ir.KBound], pending: list[ir.Atom]) -> ir.ChunkedKeys:
-    var = L.K
     levels: list[ir.ChunkLevel] = []
+    try:
+        return _nest(list(lower), list(upper), list(opaque), levels)
+    except _Fail as fail:
+        defined = [f"{L.render_term(ir.ChunkVar(i + 1))} = {chunk_definition(level)}" for i, level in enumerate(levels)]
+        return ir.Inexact(fail.atom, fail.reason + (f" (where {', '.join(defined)})" if defined else ""))
+
+
+def chunk_definition(level: ir.ChunkLevel) -> str:
+    """``(k - text) // width``: how a level's variable is cut into the next level's chunks."""
+    assert level.offset is not None and level.size is not None
+    size = L.render(level.size)
+    return f"({L.render(L.add(L.of_term(level.var), level.offset))}) // " + (
+        size if L.is_const(level.size) or L.single_term(level.size) is not None else f"({size})")
+
+
+def _nest(lower: list[ir.KBound], upper: list[ir.KBound], pending: list[ir.Atom],
+          levels: list[ir.ChunkLevel]) -> ir.ChunkedKeys:
+    var = L.K
     for level in range(_MAX_LEVELS + 1):
         here = [_canonical(a, var) for a in pending if L.reads(a.lin, var)]
         up = [a for a in pending if not L.reads(a.lin, var)]

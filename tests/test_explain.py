@@ -48,7 +48,12 @@ def test_ranges_show_bounds_guards_opaque_and_exactness():
     assert "guards: -docs.index(q) <= 0" in doc and "k >= docs.start(q)" in doc
     assert "k <= min(docs.end(q) - 1, q)" in doc or "k <= min(q, docs.end(q) - 1)" in doc
     clear = ranges_text(maskc.load(EXAMPLES / "clear.mask").ranges)
-    assert "sound but not exact" in clear and "opaque (checked per pair)" in clear
+    assert "tile classes are exact" in clear and "opaque (checked per pair)" in clear
+    assert "one interval of keys per chunk: J1 = (-text + k) // width" in clear
+    assert "each J1 from max(" in clear and "keys k from max(" in clear
+    odd = ranges_text(maskc.compile_mask("mask m()\n  allow (q - k) * (q + k) < 9\n", path="odd.mask").ranges)
+    assert "sound but not exact for this mask: 1 region(s)" in odd
+    assert "not exact, tiles it touches are only sound: (-k + q)*(k + q): a product" in odd and "(odd.mask:2:9)" in odd
 
 
 def test_bound_section_has_tile_counts_and_descriptor_runs():
