@@ -16,7 +16,7 @@ from . import ir
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
 from .keys import TooMany, row_keys
-from .piece_tiles import Breaks, piece_classes, slopes_ok
+from .piece_tiles import Breaks, piece_runs, slopes_ok
 from .pieces import piece_hulls, piecewise_regions
 from .rows import RowValues, TileIntervals
 from .tiles import dense_of, merge_runs, runs_of
@@ -232,7 +232,7 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
         return (*_exact_runs(mask.allow, mask.deny, params, b, head, S, K, block_m, block_n), True)
     if mask.exact:
         try:
-            return (*runs_of(_chunked_classes(mask, params, b, head, S, K, block_m, block_n)), True)
+            return (*_chunked_runs(mask, params, b, head, S, K, block_m, block_n), True)
         except TooMany:
             pass
     return (*runs_of(_sound_classes(mask, params, b, head, heads, S, K, block_m, block_n)), False)
@@ -254,23 +254,29 @@ def _keyed_classes(allow, deny, make, blocks: np.ndarray, S: int, K: int, block_
     return np.where(covered, FULL, np.where(touched, PARTIAL, EMPTY)).astype(np.int8)
 
 
-def _chunked_classes(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n) -> np.ndarray:
-    """Exact classes of a mask whose regions are all exact, some chunked: from q-pieces where the mask
+def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
+    """Exact CSR runs of a mask whose regions are all exact, some chunked: from q-pieces where the mask
     allows it (maskc.piece_tiles), row by row for the q_blocks the pieces cannot settle."""
     def make(q, chunks):
         return RowValues(params, S, K, head, b, q, chunks=chunks)
-    qt, kt = -(-S // block_m), -(-K // block_n)
+    qt = -(-S // block_m)
     breaks = Breaks()
+    parts = tuple([np.zeros(0, np.int64)] for _ in range(4))
     if not mask.deny and slopes_ok(mask.allow, breaks):
-        classes, bad = piece_classes(mask.allow, breaks, make, params, b, head, S, K, block_m, block_n, _BUDGET)
+        found, bad = piece_runs(mask.allow, breaks, make, params, b, head, S, K, block_m, block_n, _BUDGET)
+        for part, values in zip(parts, found):
+            part.append(values)
     else:
-        classes, bad = np.zeros((qt, kt), np.int8), np.ones(qt, bool)
+        bad = np.ones(qt, bool)
     blocks = np.flatnonzero(bad)
     step = max(1, _CHUNK_ROWS // block_m)
     for i in range(0, len(blocks), step):
-        part = blocks[i:i + step]
-        classes[part] = _keyed_classes(mask.allow, mask.deny, make, part, S, K, block_m, block_n)
-    return classes
+        part_blocks = blocks[i:i + step]
+        offsets, runs = runs_of(_keyed_classes(mask.allow, mask.deny, make, part_blocks, S, K, block_m, block_n))
+        for part, values in zip(parts, (np.repeat(part_blocks, np.diff(offsets)), runs[:, 0], runs[:, 1],
+                                        runs[:, 2])):
+            part.append(values)
+    return merge_runs(*(np.concatenate(p) for p in parts), qt)
 
 
 def _sound_classes(mask: ir.RangeMask, params, b, head, heads, S, K, block_m, block_n) -> np.ndarray:

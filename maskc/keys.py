@@ -123,7 +123,7 @@ def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
 def subtract(keys, deny, kv_len: int):
     """Per row, ``keys`` minus ``deny`` (both as :func:`union` returns them)."""
     if not len(deny[0]) or not len(keys[0]):
-        return keys
+        return tuple(keys)
     width = kv_len + 1
     a_lo, a_hi = keys[0] * width + keys[1], keys[0] * width + keys[2]
     d_lo, d_hi = deny[0] * width + deny[1], deny[0] * width + deny[2]

@@ -28,8 +28,8 @@ import numpy as np
 
 from . import ir
 from . import linear as L
-from .keys import enumerate_keys, nest_of, union
-from .kernel_ir import EMPTY, FULL, PARTIAL
+from .keys import enumerate_keys, nest_of, subtract, union
+from .kernel_ir import FULL, PARTIAL
 from .rows import lin_value
 
 
@@ -111,16 +111,15 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     return starts[(starts >= 0) & (starts < seq_len)]
 
 
-def piece_classes(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
-                  block_m: int, block_n: int, budget: int):
-    """(classes int8[QT, KT], bad bool[QT]): the classes of the allow ``regions``' union, exact on every
-    q_block not flagged ``bad`` (see the module docstring)."""
+def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
+               block_m: int, block_n: int, budget: int):
+    """Tile runs ``(q_block, kv_begin, kv_end, kind)`` of the allow ``regions``' union, exact on every q_block
+    not flagged in ``bad`` (bool[QT]; those have no runs here), and ``bad``. See the module docstring."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
     ends = np.append(starts[1:], seq_len) - 1
     block = starts // block_m
-    n = len(starts)
-    bad_piece = np.zeros(n, bool)
+    bad_piece = np.zeros(len(starts), bool)
     parts = []
     for region in regions:
         owner, lo, hi, unsure, blind = enumerate_keys(region, make, [starts, ends], kv_len, budget)
@@ -130,12 +129,11 @@ def piece_classes(regions, breaks: Breaks, make, params, b: int, head: int, seq_
         dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
         bad_piece[owner[~live & ~dead]] = True
         parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
-    piece, la, ha, lb, hb = (np.concatenate(x) for x in zip(*parts))
+    piece, la, ha, lb, hb = _drop_covered(*(np.concatenate(x) for x in zip(*parts)), kv_len)
     bad = np.zeros(qt, bool)
-    bad[block[bad_piece]] = True
-    if not len(piece):
-        return np.zeros((qt, kt), np.int8), bad
-    piece, la, ha, lb, hb = _drop_covered(piece, la, ha, lb, hb, kv_len)
+    if not len(piece):                           # no row of any piece sees a key
+        bad[block[bad_piece]] = True
+        return (np.zeros(0, np.int64),) * 4, bad
     order = np.lexsort((np.minimum(la, lb), piece))
     piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
@@ -147,22 +145,30 @@ def piece_classes(regions, breaks: Breaks, make, params, b: int, head: int, seq_
     last = np.append(first[1:], len(piece)) - 1
     c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
     bad[block[bad_piece]] = True
-    width = kt + 1
-    touch = np.zeros(qt * width, np.int64)
+    # Touched key blocks: the union of the families' hulls; covered: those every piece's chains cover.
     ok = ~bad[block[piece]]
-    base = block[piece[ok]] * width
-    touch += np.bincount(base + h0[ok] // block_n, minlength=qt * width)
-    touch -= np.bincount(base + -((-h1[ok]) // block_n), minlength=qt * width)
-    k0 = -((-c_lo) // block_n)
-    k1 = np.where(c_hi >= kv_len, kt, c_hi // block_n)
+    touched = union(block[piece[ok]], h0[ok] // block_n, -((-h1[ok]) // block_n), kt)
+    k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
     ok = ~bad[block[c_piece]] & (k0 < k1)
-    base = block[c_piece[ok]] * width
-    cover = np.bincount(base + k0[ok], minlength=qt * width) - np.bincount(base + k1[ok], minlength=qt * width)
-    pieces_per_block = np.bincount(block, minlength=qt)
-    touched = np.cumsum(touch.reshape(qt, width), axis=1)[:, :kt] > 0
-    covered = np.cumsum(cover.reshape(qt, width), axis=1)[:, :kt] == pieces_per_block[:, None]
-    classes = np.where(covered, FULL, np.where(touched, PARTIAL, EMPTY)).astype(np.int8)
-    return classes, bad
+    covered = _covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
+    partial = subtract(touched, covered, kt)
+    return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
+                                                        partial + (np.full(len(partial[0]), PARTIAL),))), bad
+
+
+def _covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray, width: int):
+    """Flat intervals of the points covered ``need[row]`` times by ``[lo, hi)`` (each piece's ranges are
+    disjoint, so a count of ``need`` means every piece of the row covers them)."""
+    if not len(row):
+        return row, lo, hi
+    stride = width + 1
+    at, inverse = np.unique(np.concatenate([row * stride + lo, row * stride + hi]), return_inverse=True)
+    count = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(len(row)), -np.ones(len(row))]),
+                                  minlength=len(at)))
+    seg_row = at[:-1] // stride
+    full = np.flatnonzero(np.abs(count[:-1] - need[seg_row]) < 0.5)
+    out_row = seg_row[full]
+    return union(out_row, at[full] - out_row * stride, at[full + 1] - out_row * stride, width)
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
