@@ -3,7 +3,8 @@
 A *piece* is a run of rows inside one q_block where every q-side form the regions read is affine in q:
 pieces end at q_block starts, at the segment boundaries of the segments read at q, and wherever a floor
 of q changes (``(q - text) // width`` is an image row: constant within a piece, and ``(q - text) % width``
-is q plus a constant). :func:`slopes_ok` checks this on the forms, with the further conditions of
+is q plus a constant), and where a min or max of such forms changes its winner (a window clamped to
+the image). :func:`slopes_ok` checks this on the forms, with the further conditions of
 :mod:`maskc.pieces`: every bound of one level has a slope in {-1, 0, 1} (0 where it is divided), the lower
 bounds of a level all of one sign, the upper bounds too. Then, for one chunk tuple ``(J_n .. J_1)`` of one
 region, over a piece:
@@ -30,51 +31,58 @@ from . import ir
 from . import linear as L
 from .keys import enumerate_keys, nest_of, subtract, union
 from .kernel_ir import FULL, PARTIAL
-from .rows import lin_value
+from .rows import RowValues, lin_value
 
 
 class Breaks:
-    """Where pieces must end: floors of q as (sign, offset, divisor), and segments read at q."""
+    """Where pieces must end: floors of q as (sign, offset, divisor), segments read at q, and min/max of
+    forms of q with different slopes (innermost first: where their winner changes)."""
 
     def __init__(self):
         self.floors: set = set()
         self.segments: set = set()
+        self.extremes: list = []
 
 
 def _free_of_rows(lin: ir.Lin) -> bool:
     return not L.depends_on_q(lin) and not L.lin_mentions(lin, lambda t: isinstance(t, ir.ChunkVar))
 
 
-def _term_slope(t, breaks: Breaks) -> int | None:
+def _term_slopes(t, breaks: Breaks) -> frozenset | None:
     if t == L.Q:
-        return 1
+        return frozenset({1})
     if isinstance(t, (ir.Builtin, ir.ParamRef, ir.ChunkVar)):
-        return 0
+        return frozenset({0})
     if isinstance(t, (ir.SegAttr, ir.SegValue)):
         if t.pos != "q":
             return None
         breaks.segments.add(t.seg)
-        return 0
+        return frozenset({0})
     if isinstance(t, ir.Floor):
         split = L.split_on(t.num, L.Q)
         if split is not None and split[0] in (1, -1) and _free_of_rows(split[1]) and _free_of_rows(t.den):
             breaks.floors.add((split[0], split[1], t.den))
-            return 0 if t.op == "//" else split[0]
-    if isinstance(t, (ir.Floor, ir.Square, ir.Product, ir.Extreme, ir.Root)):
-        slopes = [slope(lin, breaks) for lin in L.inner_lins(t)]
-        return 0 if all(s == 0 for s in slopes) else None
-    return None
+            return frozenset({0 if t.op == "//" else split[0]})
+    inner = [slopes(lin, breaks) for lin in L.inner_lins(t)]
+    if any(s is None for s in inner):
+        return None
+    if isinstance(t, ir.Extreme) and not L.lin_mentions(L.of_term(t), lambda u: isinstance(u, ir.ChunkVar)):
+        if any(s != {0} for s in inner) and t not in breaks.extremes:
+            breaks.extremes.append(t)          # after the extremes inside it
+        return frozenset().union(*inner)
+    return frozenset({0}) if all(s == {0} for s in inner) else None
 
 
-def slope(lin: ir.Lin, breaks: Breaks) -> int | None:
-    """The slope of ``lin`` in q within a piece (None where it is not affine there); records the breaks."""
-    total = 0
+def slopes(lin: ir.Lin, breaks: Breaks) -> frozenset | None:
+    """The slopes ``lin`` may have in q within a piece (None where it is not affine there); records the
+    breaks that make it affine."""
+    total = {0}
     for t, c in lin.terms:
-        s = _term_slope(t, breaks)
+        s = _term_slopes(t, breaks)
         if s is None:
             return None
-        total += c * s
-    return total
+        total = {a + c * b for a in total for b in s}
+    return frozenset(total)
 
 
 def slopes_ok(regions, breaks: Breaks) -> bool:
@@ -82,16 +90,16 @@ def slopes_ok(regions, breaks: Breaks) -> bool:
     for region in regions:
         nest = nest_of(region)
         for g in region.guards + region.static_guards + nest.guards:
-            if slope(g.lin, breaks) is None:
+            if slopes(g.lin, breaks) is None:
                 return False
         for level in nest.levels:
             for bounds in (level.lower, level.upper):
-                signs = set()
+                signs: set = set()
                 for b in bounds:
-                    s = slope(b.lin, breaks)
-                    if s is None or abs(s) > 1 or (s and b.den != 1):
+                    s = slopes(b.lin, breaks)
+                    if s is None or any(abs(x) > 1 for x in s) or (s != {0} and b.den != 1):
                         return False
-                    signs.add(s)
+                    signs |= s
                 if len(signs - {0}) > 1:
                     return False
     return True
@@ -108,7 +116,23 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
         parts.append(np.arange(first, seq_len, d, dtype=np.int64))
     starts = np.unique(np.concatenate(parts))
-    return starts[(starts >= 0) & (starts < seq_len)]
+    starts = starts[(starts >= 0) & (starts < seq_len)]
+    for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
+        ends = np.append(starts[1:], seq_len) - 1
+        at_start = RowValues(params, seq_len, kv_len, head, b, starts)
+        at_next = RowValues(params, seq_len, kv_len, head, b, np.minimum(starts + 1, ends))
+        values = [(np.broadcast_to(at_start.lin(a), starts.shape), np.broadcast_to(at_next.lin(a), starts.shape))
+                  for a in extreme.args]
+        cuts = [starts]
+        for i in range(len(values)):
+            for j in range(i + 1, len(values)):
+                d0 = values[i][0] - values[j][0]
+                step = (values[i][1] - values[j][1]) - d0
+                ahead = (step != 0) & (d0 * step < 0)
+                at = starts[ahead] - (d0[ahead] // step[ahead])      # the first row past the crossing
+                cuts.append(at[at <= ends[ahead]])
+        starts = np.unique(np.concatenate(cuts))
+    return starts
 
 
 def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
