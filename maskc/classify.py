@@ -15,7 +15,7 @@ import numpy as np
 from . import ir
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
-from .keys import TooMany, row_keys
+from .keys import TooMany, row_keys, values_at
 from .piece_tiles import Breaks, piece_runs, slopes_ok
 from .pieces import piece_hulls, piecewise_regions
 from .rows import RowValues, TileIntervals
@@ -257,8 +257,7 @@ def _keyed_classes(allow, deny, make, blocks: np.ndarray, S: int, K: int, block_
 def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
     """Exact CSR runs of a mask whose regions are all exact, some chunked: from q-pieces where the mask
     allows it (maskc.piece_tiles), row by row for the q_blocks the pieces cannot settle."""
-    def make(q, chunks):
-        return RowValues(params, S, K, head, b, q, chunks=chunks)
+    make = values_at(params, S, K, head, b)
     qt = -(-S // block_m)
     breaks = Breaks()
     parts = tuple([np.zeros(0, np.int64)] for _ in range(4))
@@ -402,8 +401,7 @@ def visible_keys_per_row(mask: ir.RangeMask, bound: BoundParams, b: int, rows: t
         for lo, hi in visible_slots(mask.allow, mask.deny, values, K):
             counts += np.where(lo < hi, hi - lo, 0)
         return counts
-    def make(q, chunks):
-        return RowValues(bound.batch[b], S, K, 0, b, q, chunks=chunks)
+    make = values_at(bound.batch[b], S, K, 0, b)
     for start in range(row0, row1, _CHUNK_ROWS):
         q = np.arange(start, min(start + _CHUNK_ROWS, row1), dtype=np.int64)
         row, lo, hi = row_keys(mask.allow, mask.deny, make, q, K, _BUDGET)

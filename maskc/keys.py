@@ -26,6 +26,13 @@ class TooMany(Exception):
     """More intervals than the budget allows: the caller classifies this mask soundly instead."""
 
 
+def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
+    """The ``make`` that :func:`enumerate_keys` takes, for one batch element and head."""
+    def make(q: np.ndarray, chunks: dict, gather=None) -> RowValues:
+        return RowValues(params, seq_len, kv_len, head, batch_index, q, chunks=chunks, gather=gather)
+    return make
+
+
 def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
     """The region's keys as a nest: its chunks, or for a linear region a nest of one level (k)."""
     if region.chunks is not None:
@@ -34,20 +41,27 @@ def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
     return ir.ChunkedKeys((ir.ChunkLevel(L.K, region.lower, region.upper),))
 
 
-def _range(level: ir.ChunkLevel, rows: RowValues, n: int):
-    """Per tuple: the level's bounds, as lists of arrays (lower: ceil, upper: floor), broadcast to n."""
-    lows = [np.broadcast_to(k_bound_rows(b, rows, lower=True), (n,)) for b in level.lower]
-    highs = [np.broadcast_to(k_bound_rows(b, rows, lower=False), (n,)) for b in level.upper]
-    return lows, highs
+def _extreme(arrays, fn, n: int) -> np.ndarray:
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = fn(out, a)
+    return np.broadcast_to(out, (n,))
+
+
+def _bounds(level: ir.ChunkLevel, rows: RowValues):
+    """The level's lower bounds (ceil) and upper bounds (floor) at the rows, as lists of values."""
+    return ([k_bound_rows(b, rows, lower=True) for b in level.lower],
+            [k_bound_rows(b, rows, lower=False) for b in level.upper])
 
 
 def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int):
     """Every (owner, chunk) of one region and its key interval at each point.
 
-    ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
-    returns the RowValues at positions ``q`` with chunk indices ``chunks``. Returns ``(owner, lo, hi,
-    unsure, blind)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi);
-    with two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
+    ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks,
+    gather)`` returns the RowValues at positions ``q`` with chunk indices ``chunks`` (forms free of them
+    taken from ``gather``: values at the owners' rows, and an index). Returns ``(owner, lo, hi, unsure,
+    blind)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
+    two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
     intervals are left out), and ``blind`` the intervals that some upper bound keeps below some lower
     bound at both points.
     """
@@ -55,20 +69,21 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     n = len(points[0])
     owner = np.arange(n)
     unsure = np.zeros(n, bool)
-    values = [make(p, {}) for p in points]
+    base = [make(p, {}, None) for p in points]
     ok = [np.ones(n, bool) for _ in points]
     for g in region.static_guards + region.guards + nest.guards:
-        for p, rows in enumerate(values):
+        for p, rows in enumerate(base):
             ok[p] = ok[p] & (rows.lin(g.lin) <= 0)
     if len(points) == 2:
         unsure |= ok[0] != ok[1]
     owner = owner[ok[0] & ~unsure]
     chunks: dict = {}
     for level in reversed(nest.levels[1:]):
-        values = [make(p[owner], chunks) for p in points]
-        ranges = [_range(level, rows, len(owner)) for rows in values]
-        lo, hi = (np.maximum.reduce(r[0]) for r in ranges), (np.minimum.reduce(r[1]) for r in ranges)
-        lo, hi = list(lo), list(hi)
+        lo, hi = [], []
+        for p, rows in zip(points, base):
+            lows, highs = _bounds(level, make(p[owner], chunks, (rows, owner)))
+            lo.append(_extreme(lows, np.maximum, len(owner)))
+            hi.append(_extreme(highs, np.minimum, len(owner)))
         if len(points) == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
             unsure[owner[differ]] = True
@@ -82,20 +97,23 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         chunks = {v: a[pick] for v, a in chunks.items()}
         chunks[level.var] = lo[0][pick] + within
         owner = owner[pick]
-    values = [make(p[owner], chunks) for p in points]
-    lo, hi, blind = [], [], np.zeros(len(owner), bool)
-    bounds = []
-    for rows in values:
-        lows, highs = _range(nest.levels[0], rows, len(owner))
-        lows, highs = lows + [np.zeros(len(owner), np.int64)], highs + [np.full(len(owner), kv_len - 1)]
-        lo.append(np.maximum.reduce(lows))
-        hi.append(np.minimum.reduce(highs) + 1)
+    lo, hi, bounds = [], [], []
+    for p, rows in zip(points, base):
+        lows, highs = _bounds(nest.levels[0], make(p[owner], chunks, (rows, owner)))
+        lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
+        lo.append(_extreme(lows, np.maximum, len(owner)))
+        hi.append(_extreme(highs, np.minimum, len(owner)) + 1)
         bounds.append((lows, highs))
+    blind = np.zeros(len(owner), bool)
     if len(points) == 2:
-        (lows_a, highs_a), (lows_b, highs_b) = bounds
-        for u_a, u_b in zip(highs_a, highs_b):
-            for l_a, l_b in zip(lows_a, lows_b):
-                blind |= (u_a < l_a) & (u_b < l_b)
+        empty = np.flatnonzero((lo[0] >= hi[0]) & (lo[1] >= hi[1]))
+        if len(empty):
+            def at(values):
+                return np.broadcast_to(values, (len(owner),))[empty]
+            (lows_a, highs_a), (lows_b, highs_b) = bounds
+            for u_a, u_b in zip(highs_a, highs_b):
+                for l_a, l_b in zip(lows_a, lows_b):
+                    blind[empty] |= (at(u_a) < at(l_a)) & (at(u_b) < at(l_b))
     return owner, lo, hi, unsure, blind
 
 

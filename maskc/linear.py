@@ -209,6 +209,16 @@ def term_depends_on_k(term) -> bool:
     return term_mentions(term, _is_k_leaf)
 
 
+@functools.lru_cache(maxsize=4096)
+def term_reads_chunks(term) -> bool:
+    """Whether a term reads a chunk index (:class:`~maskc.ir.ChunkVar`)."""
+    return term_mentions(term, lambda t: isinstance(t, ir.ChunkVar))
+
+
+def reads_chunks(lin: ir.Lin) -> bool:
+    return any(term_reads_chunks(t) for t, _ in lin.terms)
+
+
 def depends_on_q(lin: ir.Lin) -> bool:
     return lin_mentions(lin, lambda t: (isinstance(t, ir.Pos) and t.which == "q") or (
         isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "q"))

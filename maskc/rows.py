@@ -50,10 +50,12 @@ class RowValues(_Scalars):
     forms that read chunk indices (:class:`~maskc.ir.ChunkVar`) their values in ``chunks``."""
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int,
-                 q: np.ndarray, k: np.ndarray | None = None, chunks: dict | None = None):
+                 q: np.ndarray, k: np.ndarray | None = None, chunks: dict | None = None,
+                 gather: tuple["RowValues", np.ndarray] | None = None):
         super().__init__(params, seq_len, kv_len, head, batch_index)
         self.q, self.k = q, k
         self.chunks = chunks or {}
+        self.gather = gather              # (values at fewer rows, index): forms free of chunks come from there
         self.extent = max(seq_len, kv_len)
         self._memo: dict = {}
         self._lookups: dict = {}
@@ -61,17 +63,26 @@ class RowValues(_Scalars):
     def lin(self, lin: ir.Lin):
         hit = self._memo.get(lin)             # regions share many bounds: each is computed once
         if hit is None:
-            hit = np.int64(lin.const)
-            for t, c in lin.terms:
-                v = self.term(t)
-                hit = hit + (v if c == 1 else -v if c == -1 else c * v)
+            if self.gather is not None and not L.reads_chunks(lin):
+                hit = self.gather[0].lin(lin)
+                hit = hit[self.gather[1]] if np.ndim(hit) else hit
+            else:
+                hit = np.int64(lin.const)
+                for t, c in lin.terms:
+                    v = self.term(t)
+                    hit = hit + (v if c == 1 else -v if c == -1 else c * v)
             self._memo[lin] = hit
         return hit
 
     def term(self, t):
         hit = self._memo.get(t)
         if hit is None:
-            hit = self._memo[t] = self._term(t)
+            if self.gather is not None and not L.term_reads_chunks(t):
+                hit = self.gather[0].term(t)
+                hit = hit[self.gather[1]] if np.ndim(hit) else hit
+            else:
+                hit = self._term(t)
+            self._memo[t] = hit
         return hit
 
     def _lookup(self, seg: str, pos: str):

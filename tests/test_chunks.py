@@ -8,7 +8,7 @@ import maskc
 import maskc.classify as classify_module
 from maskc import ir
 from maskc.descriptor import unpack
-from maskc.keys import region_keys
+from maskc.keys import region_keys, values_at
 from maskc.rows import RowValues, k_bound_rows
 from conftest import tile_truth
 from mask_strategies import chunk_binding, chunk_mask_text, tile_shape
@@ -49,8 +49,7 @@ def _region_keys_dense(region: ir.RegionBounds, bound) -> np.ndarray:
     """The region's pairs from its chunks' intervals; asserts a row's intervals are disjoint."""
     s, kv = bound.seq_len, bound.kv_len
     params = bound.params.batch[0]
-    row, lo, hi = region_keys(region, lambda q, chunks: RowValues(params, s, kv, 0, 0, q, chunks=chunks),
-                              np.arange(s, dtype=np.int64), kv, 1 << 20)
+    row, lo, hi = region_keys(region, values_at(params, s, kv, 0, 0), np.arange(s, dtype=np.int64), kv, 1 << 20)
     count = np.zeros((s, kv + 1), np.int64)
     np.add.at(count, (row, lo), 1)
     np.add.at(count, (row, hi), -1)
