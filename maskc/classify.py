@@ -214,9 +214,9 @@ def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m,
     return touch, cover
 
 
-# Key intervals a batch element may enumerate for its chunked regions before its classes fall back to
-# sound bounds (about 100 MB of int64 arrays at the peak).
-_BUDGET = 1 << 22
+# Key intervals one enumeration may produce for chunked regions before the batch element's classes fall
+# back to sound bounds (the enumeration's arrays then peak near 200 MB).
+_BUDGET = 1 << 20
 
 
 def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block_m: int, block_n: int,

@@ -203,8 +203,14 @@ def bind_text(bound: BoundMask) -> str:
 
 def classify_text(bound: BoundMask, block_m: int = 128, block_n: int = 128) -> str:
     tiles = bound.tile_map(block_m, block_n)
-    return "\n".join([f"tiles {block_m}x{block_n}: {legend(tile_counts(tiles.classes))}",
-                      f"classes are {'exact' if tiles.exact else 'sound (not exact)'}"])
+    if tiles.exact:
+        why = "exact" if bound.mask.exact else "exact for these values (once bound, the divisors are numbers)"
+    elif bound.mask.exact and not bound.mask.ranges.uses_head:
+        why = "sound, not exact: the chunked regions have more intervals than classification enumerates"
+    else:
+        why = "sound (not exact)" + (": tiles hold for every head" if bound.mask.ranges.uses_head else
+                                     ": see the ranges stage for the cause")
+    return "\n".join([f"tiles {block_m}x{block_n}: {legend(tile_counts(tiles.classes))}", f"classes are {why}"])
 
 
 def pack_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descriptor_lines: int = 8) -> str:
