@@ -2,8 +2,8 @@
 
 Invariant: each region becomes guards, lower and upper bounds on k and opaque atoms, with
 ``region(q, k) == static_guards and guards(q) and max(lower)(q) <= k <= min(upper)(q) and opaque(q, k)``
-for every integer q and k (static guards read parameters only). An atom ``a*k + rest <= 0`` with ``a > 0`` is the upper bound
-``k <= floor(-rest / a)``, with ``a < 0`` the lower bound ``k >= ceil(rest / -a)``, with ``a == 0``
+for every integer q and k (static guards read parameters only). An atom ``a*k + rest <= 0`` with ``a > 0``
+is the upper bound ``k <= floor(-rest / a)``, with ``a < 0`` the lower bound ``k >= ceil(rest / -a)``, with ``a == 0``
 a guard; one where k appears only as ``b * ((k + r) // d)`` is a bound too (:func:`maskc.chunks.floor_bound`);
 an atom where k appears otherwise is opaque. A region with opaque atoms gets ``chunks``, its keys per row
 as one interval per chunk of k (:func:`maskc.chunks.chunk_keys`), when its atoms read k through ``//``,

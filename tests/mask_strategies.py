@@ -160,11 +160,13 @@ def chunk_atom(draw, consistent: bool):
         lo = draw(st.integers(-2, 6))
         return f"{form} in [{form.replace('k', 'q')} - {lo}, {form.replace('k', 'q')} + {draw(st.integers(0, 4))}]"
     if kind == 4:          # a coordinate against a constant
-        return f"{draw(coordinate('k', consistent))} {draw(st.sampled_from(['<', '>=', '!=']))} {draw(st.integers(0, 5))}"
+        op = draw(st.sampled_from(["<", ">=", "!="]))
+        return f"{draw(coordinate('k', consistent))} {op} {draw(st.integers(0, 5))}"
     if kind == 5:
         return draw(st.sampled_from(["k <= q", "k >= q - a", "same(docs)", "k < a or q < a", "q >= o"]))
     if kind == 6:          # a different coordinate of q and k (an image's column against a chunk)
-        return f"{draw(coordinate('k', consistent))} <= {draw(coordinate('q', consistent))} + {draw(st.integers(-2, 3))}"
+        shift = draw(st.integers(-2, 3))
+        return f"{draw(coordinate('k', consistent))} <= {draw(coordinate('q', consistent))} + {shift}"
     return f"{draw(coordinate('k', consistent))} + {draw(coordinate('k', consistent))} <= q"
 
 
