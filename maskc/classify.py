@@ -268,7 +268,8 @@ def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
     else:
         bad = np.ones(qt, bool)
     blocks = np.flatnonzero(bad)
-    step = max(1, _CHUNK_ROWS // block_m)
+    # A group of q_blocks at a time: bounded rows (intervals) and difference arrays over every key block.
+    step = max(1, min(_CHUNK_ROWS // block_m, _GRID_CELLS // (-(-K // block_n) + 1)))
     for i in range(0, len(blocks), step):
         part_blocks = blocks[i:i + step]
         offsets, runs = runs_of(_keyed_classes(mask.allow, mask.deny, make, part_blocks, S, K, block_m, block_n))
@@ -389,21 +390,27 @@ def visible_pairs(mask: ir.RangeMask, bound: BoundParams) -> int:
 
 def visible_keys_per_row(mask: ir.RangeMask, bound: BoundParams, b: int, rows: tuple[int, int] | None = None):
     """int64[rows]: how many keys each query row of batch element ``b`` sees (all rows, or [row0, row1)),
-    from the rows' visible intervals (chunked regions enumerated, :class:`~maskc.keys.TooMany` past the
-    budget): exact masks that do not read h only."""
-    if not mask.exact or mask.uses_head:
-        raise NotImplementedError("pairs of a non-exact mask are counted by maskc.audit")
+    from the rows' visible intervals (:func:`visible_intervals`): exact masks that do not read h only."""
     row0, row1 = rows or (0, bound.seq_len)
-    S, K = bound.seq_len, bound.kv_len
     counts = np.zeros(row1 - row0, np.int64)
-    if mask.linear:
-        values = RowValues(bound.batch[b], S, K, 0, b, np.arange(row0, row1, dtype=np.int64))
-        for lo, hi in visible_slots(mask.allow, mask.deny, values, K):
-            counts += np.where(lo < hi, hi - lo, 0)
-        return counts
-    make = values_at(bound.batch[b], S, K, 0, b)
     for start in range(row0, row1, _CHUNK_ROWS):
         q = np.arange(start, min(start + _CHUNK_ROWS, row1), dtype=np.int64)
-        row, lo, hi = row_keys(mask.allow, mask.deny, make, q, K, _BUDGET)
+        row, lo, hi = visible_intervals(mask, bound.batch[b], bound.seq_len, bound.kv_len, b, q)
         counts[start - row0: start - row0 + len(q)] = np.bincount(row, hi - lo, minlength=len(q)).astype(np.int64)
     return counts
+
+
+def visible_intervals(mask: ir.RangeMask, params, seq_len: int, kv_len: int, b: int, q: np.ndarray):
+    """Flat ``(row, lo, hi)``: the visible keys ``[lo, hi)`` of the rows ``q[row]`` of batch element ``b``,
+    disjoint within a row, for an exact mask that does not read h (chunked regions enumerated,
+    :class:`~maskc.keys.TooMany` past the budget); never the dense mask."""
+    if not mask.exact or mask.uses_head:
+        raise NotImplementedError("visible intervals of a non-exact mask: count pairs with maskc.audit")
+    if mask.linear:
+        slots = visible_slots(mask.allow, mask.deny, RowValues(params, seq_len, kv_len, 0, b, q), kv_len)
+        row = np.tile(np.arange(len(q)), len(slots))
+        lo = np.concatenate([lo for lo, _ in slots]) if slots else np.zeros(0, np.int64)
+        hi = np.concatenate([hi for _, hi in slots]) if slots else np.zeros(0, np.int64)
+        live = lo < hi
+        return row[live], lo[live], hi[live]
+    return row_keys(mask.allow, mask.deny, values_at(params, seq_len, kv_len, 0, b), q, kv_len, _BUDGET)
