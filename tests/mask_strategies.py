@@ -90,14 +90,19 @@ def condition(draw, exact: bool, depth=2):
     return f"({draw(condition(exact, depth - 1))} {kind} {draw(condition(exact, depth - 1))})"
 
 
-@st.composite
-def mask_text(draw, exact: bool):
-    lines = [HEADER]
-    for kind, lo, hi in (("allow", 1, 3), ("deny", 0, 2)):
+def _mask(draw, header: str, conditions, max_deny: int, max_conditions: int) -> str:
+    """A mask with 1-3 allow rules and up to ``max_deny`` deny rules, each of 1..max_conditions conditions."""
+    lines = [header]
+    for kind, lo, hi in (("allow", 1, 3), ("deny", 0, max_deny)):
         for _ in range(draw(st.integers(lo, hi))):
-            conds = [draw(condition(exact)) for _ in range(draw(st.integers(1, 2)))]
+            conds = [draw(conditions) for _ in range(draw(st.integers(1, max_conditions)))]
             lines.append(f"  {kind} " + ", ".join(conds))
     return "\n".join(lines) + "\n"
+
+
+@st.composite
+def mask_text(draw, exact: bool):
+    return _mask(draw, HEADER, condition(exact), max_deny=2, max_conditions=2)
 
 
 @st.composite
@@ -172,12 +177,7 @@ def chunk_atom(draw, consistent: bool):
 
 @st.composite
 def chunk_mask_text(draw, consistent: bool = True):
-    lines = [CHUNK_HEADER]
-    for kind, lo, hi in (("allow", 1, 3), ("deny", 0, 1)):
-        for _ in range(draw(st.integers(lo, hi))):
-            atoms = [draw(chunk_atom(consistent)) for _ in range(draw(st.integers(1, 3)))]
-            lines.append(f"  {kind} " + ", ".join(atoms))
-    return "\n".join(lines) + "\n"
+    return _mask(draw, CHUNK_HEADER, chunk_atom(consistent), max_deny=1, max_conditions=3)
 
 
 @st.composite

@@ -14,20 +14,17 @@ from conftest import tile_truth
 from mask_strategies import chunk_binding, chunk_mask_text, tile_shape
 
 
-def _compile(text):
+def _compiled_and_bound(text, bind_args):
+    """(mask, bound mask); draws that do not compile or bind are rejected."""
     try:
-        return maskc.compile_mask(text)
+        mask = maskc.compile_mask(text)
+        seq_len, kv_len, params = bind_args
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, **params)
     except maskc.MaskError as err:
-        event(f"rejected: {err.message}")
+        event(f"rejected: {type(err).__name__}")
         assume(False)
-
-
-def _bind(mask, seq_len, kv_len, params):
-    try:
-        return mask.bind(seq_len=seq_len, kv_len=kv_len, **params)
-    except maskc.BindError as err:
-        event(f"bind rejected: {err.message}")
-        assume(False)
+    event(f"exact: {mask.exact}, linear: {mask.ranges.linear}")
+    return mask, bound
 
 
 def _region_dense(region: ir.RegionBounds, bound) -> np.ndarray:
@@ -73,8 +70,7 @@ def _check_classes(bound, bm, bn, exact):
 @given(chunk_mask_text(consistent=True), chunk_binding())
 def test_chunks_denote_their_regions(text, bind_args):
     """Every chunked region, generic and specialized to the bound values, enumerates exactly its pairs."""
-    mask = _compile(text)
-    bound = _bind(mask, *bind_args)
+    mask, bound = _compiled_and_bound(text, bind_args)
     generic = mask.ranges
     special = mask.specialized(bound.params.batch[0].ints)
     for ranges in (generic, special):
@@ -87,18 +83,14 @@ def test_chunks_denote_their_regions(text, bind_args):
 @given(chunk_mask_text(consistent=True), chunk_binding(), tile_shape)
 def test_image_masks_are_exact(text, bind_args, shape):
     """Masks over one image's coordinates (columns, rows, frames, discs) are exact, and tell so."""
-    mask = _compile(text)
-    event(f"exact: {mask.exact}")
-    bound = _bind(mask, *bind_args)
+    mask, bound = _compiled_and_bound(text, bind_args)
     _check_classes(bound, *shape, exact=mask.exact)
     assert bound.visible_pairs() == int(bound.dense().sum())
 
 
 @given(chunk_mask_text(consistent=False), chunk_binding(), tile_shape)
 def test_masks_with_random_divisors_are_sound_and_exact_when_they_say_so(text, bind_args, shape):
-    mask = _compile(text)
-    event(f"exact: {mask.exact}")
-    bound = _bind(mask, *bind_args)
+    mask, bound = _compiled_and_bound(text, bind_args)
     _check_classes(bound, *shape, exact=mask.exact)
     special = mask.specialized(bound.params.batch[0].ints)
     event(f"exact once bound: {special.exact}")
@@ -110,9 +102,8 @@ def test_masks_with_random_divisors_are_sound_and_exact_when_they_say_so(text, b
 @given(chunk_mask_text(consistent=True), chunk_binding(), tile_shape)
 def test_rows_and_pieces_agree(text, bind_args, shape):
     """Classes from q-pieces equal those counted row by row (the pieces' conditions forced off)."""
-    mask = _compile(text)
+    mask, bound = _compiled_and_bound(text, bind_args)
     assume(mask.exact and not mask.ranges.linear)
-    bound = _bind(mask, *bind_args)
     got = bound.tiles(*shape)
     saved = classify_module.slopes_ok
     classify_module.slopes_ok = lambda regions, breaks: False
@@ -126,12 +117,11 @@ def test_rows_and_pieces_agree(text, bind_args, shape):
 @settings(max_examples=20)
 @given(chunk_mask_text(consistent=True), chunk_binding(), tile_shape)
 def test_past_the_budget_classes_are_sound_and_not_exact(text, bind_args, shape):
-    mask = _compile(text)
+    mask, bound = _compiled_and_bound(text, bind_args)
     assume(mask.exact and not mask.ranges.linear)
     saved = classify_module._BUDGET
     classify_module._BUDGET = 0
     try:
-        bound = _bind(mask, *bind_args)
         tile_map = bound.tile_map(*shape)
         _check_classes(bound, *shape, exact=False)
         event(f"fell back: {not tile_map.exact}")
