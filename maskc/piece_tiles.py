@@ -158,7 +158,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
-    order = np.lexsort((np.minimum(la, lb), piece))
+    order = np.argsort(piece * (kv_len + 1) + np.minimum(la, lb), kind="stable")   # mostly sorted already
     piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     same = piece[1:] == piece[:-1]
