@@ -85,7 +85,7 @@ def _floors_of(lin: ir.Lin, var):
 
 def _choose_chunk(atoms: list[ir.Atom], var) -> tuple[ir.Lin, ir.Lin] | None:
     """(offset, size) of a chunk within which every floor of ``var`` is constant, or None without floors."""
-    found = {}
+    found: dict[tuple[ir.Lin, ir.Lin], tuple[ir.Atom, ir.Floor]] = {}
     for atom in atoms:
         for r, d, term in _floors_of(atom.lin, var):
             found.setdefault((r, d), (atom, term))
@@ -145,8 +145,8 @@ def _solve(atom: ir.Atom, var) -> tuple[list[ir.KBound], list[ir.KBound], list[i
             return [], [ir.KBound(L.scale(rest, -1), a)], []
         return [ir.KBound(rest, -a)], [], []
     reading = [(t, c) for t, c in lin.terms if L.reads(L.of_term(t), var)]
-    if len(reading) == 1 and isinstance(reading[0][0], ir.Square) and reading[0][1] > 0:
-        (square, w), = reading
+    square, w = reading[0] if len(reading) == 1 else (None, 0)
+    if isinstance(square, ir.Square) and w > 0:
         base = L.split_on(square.base, var)
         if base is not None and base[0] != 0:
             a, b = base
@@ -196,9 +196,9 @@ def floor_bound(lin: ir.Lin) -> tuple[ir.KBound, bool] | None:
     except _Fail:
         return None
     reading = [(t, c) for t, c in canon.terms if L.depends_on_k(L.of_term(t))]
-    if len(reading) != 1 or not isinstance(reading[0][0], ir.Floor) or reading[0][0].op != "//":
+    floor, b = reading[0] if len(reading) == 1 else (None, 0)
+    if not isinstance(floor, ir.Floor) or floor.op != "//":
         return None
-    (floor, b), = reading
     split = L.split_on(floor.num, L.K)
     if split is None or split[0] != 1:
         return None
@@ -232,7 +232,7 @@ def chunk_definition(level: ir.ChunkLevel) -> str:
 
 def _nest(lower: list[ir.KBound], upper: list[ir.KBound], pending: list[ir.Atom],
           levels: list[ir.ChunkLevel]) -> ir.ChunkedKeys:
-    var = L.K
+    var: ir.Term = L.K
     for level in range(_MAX_LEVELS + 1):
         here = [_canonical(a, var) for a in pending if L.reads(a.lin, var)]
         up = [a for a in pending if not L.reads(a.lin, var)]

@@ -276,7 +276,8 @@ def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
         for part, values in zip(parts, (np.repeat(part_blocks, np.diff(offsets)), runs[:, 0], runs[:, 1],
                                         runs[:, 2])):
             part.append(values)
-    return merge_runs(*(np.concatenate(p) for p in parts), qt)
+    rows, begins, ends, kinds = (np.concatenate(p) for p in parts)
+    return merge_runs(rows, begins, ends, kinds, qt)
 
 
 def _sound_classes(mask: ir.RangeMask, params, b, head, heads, S, K, block_m, block_n) -> np.ndarray:

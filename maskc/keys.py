@@ -19,8 +19,6 @@ from . import ir
 from . import linear as L
 from .rows import RowValues, k_bound_rows
 
-_KV_LEN = L.of_term(ir.Builtin("kv_len"))
-
 
 class TooMany(Exception):
     """More intervals than the budget allows: the caller classifies this mask soundly instead."""
@@ -79,9 +77,10 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     owner = owner[ok[0] & ~unsure]
     chunks: dict = {}
     for level in reversed(nest.levels[1:]):
-        lo, hi = [], []
-        for p, rows in zip(points, base):
-            lows, highs = _bounds(level, make(p[owner], chunks, (rows, owner)))
+        lo: list[np.ndarray] = []
+        hi: list[np.ndarray] = []
+        for at, rows in zip(points, base):
+            lows, highs = _bounds(level, make(at[owner], chunks, (rows, owner)))
             lo.append(_extreme(lows, np.maximum, len(owner)))
             hi.append(_extreme(highs, np.minimum, len(owner)))
         if len(points) == 2:
@@ -98,8 +97,8 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         chunks[level.var] = lo[0][pick] + within
         owner = owner[pick]
     lo, hi, bounds = [], [], []
-    for p, rows in zip(points, base):
-        lows, highs = _bounds(nest.levels[0], make(p[owner], chunks, (rows, owner)))
+    for at, rows in zip(points, base):
+        lows, highs = _bounds(nest.levels[0], make(at[owner], chunks, (rows, owner)))
         lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
         lo.append(_extreme(lows, np.maximum, len(owner)))
         hi.append(_extreme(highs, np.minimum, len(owner)) + 1)
@@ -108,12 +107,12 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     if len(points) == 2:
         empty = np.flatnonzero((lo[0] >= hi[0]) & (lo[1] >= hi[1]))
         if len(empty):
-            def at(values):
+            def pick_empty(values):
                 return np.broadcast_to(values, (len(owner),))[empty]
             (lows_a, highs_a), (lows_b, highs_b) = bounds
             for u_a, u_b in zip(highs_a, highs_b):
                 for l_a, l_b in zip(lows_a, lows_b):
-                    blind[empty] |= (at(u_a) < at(l_a)) & (at(u_b) < at(l_b))
+                    blind[empty] |= (pick_empty(u_a) < pick_empty(l_a)) & (pick_empty(u_b) < pick_empty(l_b))
     return owner, lo, hi, unsure, blind
 
 

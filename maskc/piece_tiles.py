@@ -63,8 +63,9 @@ def _term_slopes(t, breaks: Breaks) -> frozenset | None:
         if split is not None and split[0] in (1, -1) and _free_of_rows(split[1]) and _free_of_rows(t.den):
             breaks.floors.add((split[0], split[1], t.den))
             return frozenset({0 if t.op == "//" else split[0]})
-    inner = [slopes(lin, breaks) for lin in L.inner_lins(t)]
-    if any(s is None for s in inner):
+    found = [slopes(lin, breaks) for lin in L.inner_lins(t)]
+    inner = [s for s in found if s is not None]
+    if len(inner) < len(found):
         return None
     if isinstance(t, ir.Extreme) and not L.lin_mentions(L.of_term(t), lambda u: isinstance(u, ir.ChunkVar)):
         if any(s != {0} for s in inner) and t not in breaks.extremes:
@@ -153,7 +154,8 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
         bad_piece[owner[~live & ~dead]] = True
         parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
-    piece, la, ha, lb, hb = _drop_covered(*(np.concatenate(x) for x in zip(*parts)), kv_len)
+    piece, la, ha, lb, hb = (np.concatenate(x) for x in zip(*parts))
+    piece, la, ha, lb, hb = _drop_covered(piece, la, ha, lb, hb, kv_len)
     bad = np.zeros(qt, bool)
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
