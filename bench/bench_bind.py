@@ -44,6 +44,8 @@ def workloads(seq_len: int):
         ("hstu", {"users": users, "context": 0, "targets": [u // 10 for u in users]}),
         ("hstu", {"users": users, "context": 32, "targets": [u // 10 for u in users]}),
         ("clear", {"text": 512, "width": 128, "radius": 16}),
+        ("neighborhood", {"width": 181, "window": 13}),
+        ("video", {"width": 32, "height": 32, "radius": 3, "past": 1}),
     ]
 
 

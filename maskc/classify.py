@@ -16,35 +16,40 @@ from . import ir
 from .errors import BindError
 from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
+from .keys import TooMany, row_keys, values_at
+from .piece_tiles import Breaks, piece_runs, slopes_ok
 from .pieces import piece_hulls, piecewise_regions
 from .rows import RowValues, TileIntervals
 from .tiles import dense_of, merge_runs, runs_of
 
-def _tile_counts(slots, row_tile: np.ndarray, rows_per_tile: np.ndarray, kv_len: int, block_n: int):
-    """For each q_block: which key blocks any of its rows touches, and which every row covers
-    (``row_tile[r]`` is row r's q_block; slots are disjoint within a row)."""
+def _flat_tile_counts(tile: np.ndarray, lo: np.ndarray, hi: np.ndarray, rows_per_tile: np.ndarray,
+                      kv_len: int, block_n: int):
+    """For each q_block: which key blocks any of its rows touches, and which every row covers, from key
+    intervals ``[lo, hi)`` of rows of the q_blocks ``tile`` (a row's intervals disjoint)."""
     qt_count, kt_count = len(rows_per_tile), -(-kv_len // block_n)
     width = kt_count + 1
     size = qt_count * width
-    row_base = row_tile.astype(np.int64) * width
-    touch = np.zeros(size, np.int64)
-    cover = np.zeros(size, np.int64)
-    for lo, hi in slots:
-        live = lo < hi
-        base, lo, hi = row_base[live], lo[live], hi[live]
-        if not len(lo):
-            continue
-        # Difference arrays along each row block: +1 where a range of key blocks starts, -1 past it.
-        touch += np.bincount(base + lo // block_n, minlength=size)
-        touch -= np.bincount(base + -((-hi) // block_n), minlength=size)
-        c0 = -((-lo) // block_n)
-        c1 = np.where(hi >= kv_len, kt_count, hi // block_n)      # the last, short tile ends at kv_len
-        good = c0 < c1
-        cover += np.bincount((base + c0)[good], minlength=size)
-        cover -= np.bincount((base + c1)[good], minlength=size)
+    live = lo < hi
+    base, lo, hi = tile[live].astype(np.int64) * width, lo[live], hi[live]
+    # Difference arrays along each row block: +1 where a range of key blocks starts, -1 past it.
+    touch = np.bincount(base + lo // block_n, minlength=size) - np.bincount(base + -((-hi) // block_n),
+                                                                            minlength=size)
+    c0 = -((-lo) // block_n)
+    c1 = np.where(hi >= kv_len, kt_count, hi // block_n)      # the last, short tile ends at kv_len
+    good = c0 < c1
+    cover = np.bincount((base + c0)[good], minlength=size) - np.bincount((base + c1)[good], minlength=size)
     touched = np.cumsum(touch.reshape(qt_count, width), axis=1)[:, :kt_count] > 0
     covered = np.cumsum(cover.reshape(qt_count, width), axis=1)[:, :kt_count] == rows_per_tile[:, None]
     return touched, covered
+
+
+def _tile_counts(slots, row_tile: np.ndarray, rows_per_tile: np.ndarray, kv_len: int, block_n: int):
+    """_flat_tile_counts of slots (``row_tile[r]`` is row r's q_block; slots are disjoint within a row)."""
+    if not slots:
+        empty = np.zeros(0, np.int64)
+        return _flat_tile_counts(empty, empty, empty, rows_per_tile, kv_len, block_n)
+    return _flat_tile_counts(np.tile(row_tile, len(slots)), np.concatenate([lo for lo, _ in slots]),
+                             np.concatenate([hi for _, hi in slots]), rows_per_tile, kv_len, block_n)
 
 
 def _grid_counts(slots, n_rows, kv_len, block_m, block_n):
@@ -210,20 +215,79 @@ def _opaque_grids(regions, rows, tiles: TileIntervals, seq_len, kv_len, block_m,
     return touch, cover
 
 
+# Key intervals one enumeration may produce for chunked regions before the batch element's classes fall
+# back to sound bounds (the enumeration's arrays then peak near 200 MB).
+_BUDGET = 1 << 20
+
+
 def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block_m: int, block_n: int,
                            head: int = 0, heads: tuple[int, int] = (0, 0)):
-    """CSR runs (offsets int32[QT+1], runs int32[n, 3]) of one batch element and head."""
+    """CSR runs (offsets int32[QT+1], runs int32[n, 3]) of one batch element and head, and whether they
+    are exact (chunked regions past the budget are classified soundly instead)."""
     S, K = bound.seq_len, bound.kv_len
     params = bound.batch[b]
-    exact_allow = [r for r in mask.allow if r.exact]
-    exact_deny = [r for r in mask.deny if r.exact]
-    opaque_allow = [r for r in mask.allow if not r.exact]
-    opaque_deny = [r for r in mask.deny if not r.exact]
-    if not (opaque_allow or opaque_deny):
+    if mask.linear:
         regions = piecewise_regions(mask)
         if regions is not None:
-            return _piecewise_runs(regions, params, b, head, S, K, block_m, block_n)
-        return _exact_runs(exact_allow, exact_deny, params, b, head, S, K, block_m, block_n)
+            return (*_piecewise_runs(regions, params, b, head, S, K, block_m, block_n), True)
+        return (*_exact_runs(mask.allow, mask.deny, params, b, head, S, K, block_m, block_n), True)
+    if mask.exact:
+        try:
+            return (*_chunked_runs(mask, params, b, head, S, K, block_m, block_n), True)
+        except TooMany:
+            pass
+    return (*runs_of(_sound_classes(mask, params, b, head, heads, S, K, block_m, block_n)), False)
+
+
+def _rows_of_blocks(blocks: np.ndarray, block_m: int, seq_len: int):
+    """The rows of the given q_blocks, one after the other, and each q_block's row count."""
+    counts = np.minimum(block_m, seq_len - blocks * block_m)
+    rows = np.concatenate([np.arange(t * block_m, t * block_m + c) for t, c in zip(blocks, counts)])
+    return rows.astype(np.int64), counts
+
+
+def _keyed_classes(allow, deny, make, blocks: np.ndarray, S: int, K: int, block_m: int, block_n: int):
+    """Exact classes int8[len(blocks), KT] of the given q_blocks, from their rows' key intervals."""
+    rows, counts = _rows_of_blocks(blocks, block_m, S)
+    row, lo, hi = row_keys(allow, deny, make, rows, K, _BUDGET)
+    tile = np.repeat(np.arange(len(blocks)), counts)
+    touched, covered = _flat_tile_counts(tile[row], lo, hi, counts, K, block_n)
+    return np.where(covered, FULL, np.where(touched, PARTIAL, EMPTY)).astype(np.int8)
+
+
+def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
+    """Exact CSR runs of a mask whose regions are all exact, some chunked: from q-pieces where the mask
+    allows it (maskc.piece_tiles), row by row for the q_blocks the pieces cannot settle."""
+    make = values_at(params, S, K, head, b)
+    qt = -(-S // block_m)
+    breaks = Breaks()
+    parts = tuple([np.zeros(0, np.int64)] for _ in range(4))
+    if not mask.deny and slopes_ok(mask.allow, breaks):
+        found, bad = piece_runs(mask.allow, breaks, make, params, b, head, S, K, block_m, block_n, _BUDGET)
+        for part, values in zip(parts, found):
+            part.append(values)
+    else:
+        bad = np.ones(qt, bool)
+    blocks = np.flatnonzero(bad)
+    # A group of q_blocks at a time: bounded rows (intervals) and difference arrays over every key block.
+    step = max(1, min(_CHUNK_ROWS // block_m, _GRID_CELLS // (-(-K // block_n) + 1)))
+    for i in range(0, len(blocks), step):
+        part_blocks = blocks[i:i + step]
+        offsets, runs = runs_of(_keyed_classes(mask.allow, mask.deny, make, part_blocks, S, K, block_m, block_n))
+        for part, values in zip(parts, (np.repeat(part_blocks, np.diff(offsets)), runs[:, 0], runs[:, 1],
+                                        runs[:, 2])):
+            part.append(values)
+    rows, begins, ends, kinds = (np.concatenate(p) for p in parts)
+    return merge_runs(rows, begins, ends, kinds, qt)
+
+
+def _sound_classes(mask: ir.RangeMask, params, b, head, heads, S, K, block_m, block_n) -> np.ndarray:
+    """Sound classes of a mask with inexact regions (or chunked ones past the budget), chunk by chunk of
+    rows: linear regions exactly, the others bounded per tile by interval arithmetic."""
+    exact_allow = [r for r in mask.allow if r.linear]
+    exact_deny = [r for r in mask.deny if r.linear]
+    opaque_allow = [r for r in mask.allow if not r.linear]
+    opaque_deny = [r for r in mask.deny if not r.linear]
     qt, kt = -(-S // block_m), -(-K // block_n)
     classes = np.zeros((qt, kt), np.int8)
     chunk = max(block_m, _CHUNK_ROWS // block_m * block_m)
@@ -233,7 +297,7 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
         tiles = TileIntervals(params, S, K, heads, b, block_m, block_n, q_rows=(row0, row1))
         classes[row0 // block_m: -(-row1 // block_m)] = _opaque_chunk(
             exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, row1 - row0, K, block_m, block_n)
-    return runs_of(classes)
+    return classes
 
 
 def _piecewise_runs(regions, params, b, head, S, K, block_m, block_n):
@@ -315,11 +379,13 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
     heads = (0, (bound.num_heads or 1) - 1)
     _check_grid(bound, block_m, block_n, (bound.num_heads or 1) if any(m.uses_head for m in masks) else 1)
     offsets, runs = [np.zeros(1, np.int32)], []
+    exact = True
     for b, mask in enumerate(masks):
         uses_head = mask.uses_head
         per_head = [classify_batch_element(mask, bound, b, block_m, block_n, h, heads)
                     for h in range((bound.num_heads or 1) if uses_head else 1)]
-        o, r = per_head[0]
+        o, r, element_exact = per_head[0]
+        exact &= element_exact and not uses_head
         if len(per_head) > 1:   # a tile keeps a class only if every head agrees on it
             classes = dense_of(o, r, kt)
             for other in per_head[1:]:
@@ -330,26 +396,41 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int) -> TileMap:
     all_runs = np.concatenate(runs) if runs else np.zeros((0, 3), np.int32)
     return TileMap(block_m, block_n, bound.seq_len, bound.kv_len, len(bound.batch),
                    np.concatenate(offsets).astype(np.int32), np.ascontiguousarray(all_runs, np.int32),
-                   exact=all(m.exact and not m.uses_head for m in masks))
+                   exact=exact)
 
 
-def visible_pairs(mask: ir.RangeMask, bound: BoundParams, block: int = 128) -> int:
+def visible_pairs(mask: ir.RangeMask, bound: BoundParams) -> int:
     """How many (q, k) pairs are visible, summed over the batch; never builds the dense mask.
 
-    Exact masks sum their rows' interval lengths; others count FULL tiles whole and evaluate the
-    mask pair by pair inside PARTIAL tiles only, one query block at a time.
+    Exact masks sum their rows' interval lengths (chunked regions enumerated; :class:`~maskc.keys.TooMany`
+    past the budget); the pairs of other masks are counted by :mod:`maskc.audit`.
     """
     return sum(int(visible_keys_per_row(mask, bound, b).sum()) for b in range(len(bound.batch)))
 
 
 def visible_keys_per_row(mask: ir.RangeMask, bound: BoundParams, b: int, rows: tuple[int, int] | None = None):
     """int64[rows]: how many keys each query row of batch element ``b`` sees (all rows, or [row0, row1)),
-    from the rows' visible intervals: exact masks that do not read h only."""
-    if not mask.exact or mask.uses_head:
-        raise NotImplementedError("pairs of a non-exact mask are counted by maskc.audit")
+    from the rows' visible intervals (:func:`visible_intervals`): exact masks that do not read h only."""
     row0, row1 = rows or (0, bound.seq_len)
-    values = RowValues(bound.batch[b], bound.seq_len, bound.kv_len, 0, b, np.arange(row0, row1, dtype=np.int64))
     counts = np.zeros(row1 - row0, np.int64)
-    for lo, hi in visible_slots(mask.allow, mask.deny, values, bound.kv_len):
-        counts += np.where(lo < hi, hi - lo, 0)
+    for start in range(row0, row1, _CHUNK_ROWS):
+        q = np.arange(start, min(start + _CHUNK_ROWS, row1), dtype=np.int64)
+        row, lo, hi = visible_intervals(mask, bound.batch[b], bound.seq_len, bound.kv_len, b, q)
+        counts[start - row0: start - row0 + len(q)] = np.bincount(row, hi - lo, minlength=len(q)).astype(np.int64)
     return counts
+
+
+def visible_intervals(mask: ir.RangeMask, params, seq_len: int, kv_len: int, b: int, q: np.ndarray):
+    """Flat ``(row, lo, hi)``: the visible keys ``[lo, hi)`` of the rows ``q[row]`` of batch element ``b``,
+    disjoint within a row, for an exact mask that does not read h (chunked regions enumerated,
+    :class:`~maskc.keys.TooMany` past the budget); never the dense mask."""
+    if not mask.exact or mask.uses_head:
+        raise NotImplementedError("visible intervals of a non-exact mask: count pairs with maskc.audit")
+    if mask.linear:
+        slots = visible_slots(mask.allow, mask.deny, RowValues(params, seq_len, kv_len, 0, b, q), kv_len)
+        row = np.tile(np.arange(len(q)), len(slots))
+        lo = np.concatenate([lo for lo, _ in slots]) if slots else np.zeros(0, np.int64)
+        hi = np.concatenate([hi for _, hi in slots]) if slots else np.zeros(0, np.int64)
+        live = lo < hi
+        return row[live], lo[live], hi[live]
+    return row_keys(mask.allow, mask.deny, values_at(params, seq_len, kv_len, 0, b), q, kv_len, _BUDGET)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import ir
-from .linear import render
+from .chunks import chunk_definition
+from .linear import render, render_term
 from .errors import MaskError
 from .pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
 from .show import legend, tile_counts
@@ -126,6 +127,28 @@ def _kbound(b: ir.KBound, rounding: str) -> str:
     return render(b.lin) if b.den == 1 else f"{rounding}(({render(b.lin)}) / {b.den})"
 
 
+def _range_text(name: str, level: ir.ChunkLevel) -> str:
+    lower = ", ".join(_kbound(b, "ceil") for b in level.lower) or "0"
+    upper = ", ".join(_kbound(b, "floor") for b in level.upper) or "kv_len - 1"
+    lower = f"max({lower})" if len(level.lower) > 1 else lower
+    upper = f"min({upper})" if len(level.upper) > 1 else upper
+    return f"{name} from {lower} to {upper}"
+
+
+def chunks_text(chunks: ir.ChunkedKeys) -> list[str]:
+    """A chunked region's keys per row: the chunk indices, then each level's range, outermost first."""
+    defined = [f"{render_term(ir.ChunkVar(i + 1))} = {chunk_definition(level)}"
+               for i, level in enumerate(chunks.levels[:-1])]
+    lines = ["exact, one interval of keys per chunk" + (f": {', '.join(defined)}" if defined else "")]
+    if chunks.guards:
+        lines.append("  where " + " and ".join(f"{render(a.lin)} <= 0" for a in chunks.guards))
+    for depth, level in enumerate(reversed(chunks.levels)):
+        last = depth == len(chunks.levels) - 1
+        name = "keys k" if last else f"each {render_term(level.var)}"
+        lines.append("  " * (depth + 1) + _range_text(name, level))
+    return lines
+
+
 def bounds_text(r: ir.RegionBounds) -> list[str]:
     lines = []
     if r.static_guards:
@@ -138,12 +161,20 @@ def bounds_text(r: ir.RegionBounds) -> list[str]:
     lines.append(f"k <= min({upper})" if len(r.upper) > 1 else f"k <= {upper}")
     if r.opaque:
         lines.append("opaque (checked per pair): " + " and ".join(f"{render(a.lin)} <= 0" for a in r.opaque))
-    lines.append("exact" if r.exact else "not exact: tiles it touches are only sound")
+    if r.chunks is not None:
+        lines += chunks_text(r.chunks)
+    elif r.inexact is not None:
+        lines.append(f"not exact, tiles it touches are only sound: {r.inexact.reason} ({r.inexact.atom.span})")
+    else:
+        lines.append("exact")
     return lines
 
 
 def ranges_text(r: ir.RangeMask) -> str:
-    lines = [f"tile classes are {'exact' if r.exact else 'sound but not exact'} for this mask"]
+    inexact = sum(region.inexact is not None for region in r.allow + r.deny)
+    lines = [f"tile classes are exact for this mask" if r.exact else
+             f"tile classes are sound but not exact for this mask: {inexact} region(s) read k in a way the "
+             "analysis cannot solve"]
     for kind, regions in (("allow", r.allow), ("deny", r.deny)):
         for i, region in enumerate(regions):
             lines.append(f"  {kind} [{i}]   (line {region.span.line})")
@@ -172,8 +203,14 @@ def bind_text(bound: BoundMask) -> str:
 
 def classify_text(bound: BoundMask, block_m: int = 128, block_n: int = 128) -> str:
     tiles = bound.tile_map(block_m, block_n)
-    return "\n".join([f"tiles {block_m}x{block_n}: {legend(tile_counts(tiles.classes))}",
-                      f"classes are {'exact' if tiles.exact else 'sound (not exact)'}"])
+    if tiles.exact:
+        why = "exact" if bound.mask.exact else "exact for these values (once bound, the divisors are numbers)"
+    elif bound.mask.exact and not bound.mask.ranges.uses_head:
+        why = "sound, not exact: the chunked regions have more intervals than classification enumerates"
+    else:
+        why = "sound (not exact)" + (": tiles hold for every head" if bound.mask.ranges.uses_head else
+                                     ": see the ranges stage for the cause")
+    return "\n".join([f"tiles {block_m}x{block_n}: {legend(tile_counts(tiles.classes))}", f"classes are {why}"])
 
 
 def pack_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descriptor_lines: int = 8) -> str:

@@ -106,7 +106,43 @@ def floor_op(op: str, num: ir.Lin, den: ir.Lin) -> ir.Lin:
     if is_const(num) and is_const(den) and den.const > 0:
         q, r = divmod(num.const, den.const)
         return const(q if op == "//" else r)
+    quotient = divide(num, den)
+    if quotient is not None:                # (c*x) // c == x, (c*x) % c == 0
+        return quotient if op == "//" else ZERO
     return _compound(ir.Floor(op, num, den))
+
+
+def root(arg: ir.Lin) -> ir.Lin:
+    """``isqrt(arg)``, folded for a constant ``arg >= 0``."""
+    if is_const(arg) and arg.const >= 0:
+        return const(math.isqrt(arg.const))
+    return _compound(ir.Root(arg))
+
+
+def divide(a: ir.Lin, c: ir.Lin) -> ir.Lin | None:
+    """``a / c`` as a form when ``c`` divides ``a`` on its face (integer coefficients, or every term of ``a``
+    a multiple of the single term ``c``), else None. ``divide(a, c) * c == a`` for every value."""
+    if is_const(c):
+        n = c.const
+        if n and a.const % n == 0 and all(coef % n == 0 for _, coef in a.terms):
+            return ir.Lin(tuple((t, coef // n) for t, coef in a.terms), a.const // n)
+        return None
+    if a == c:
+        return const(1)
+    factor = single_term(c)
+    if factor is None or a.const:
+        return None
+    out = ZERO
+    for t, coef in a.terms:
+        if t == factor:
+            out = add(out, const(coef))
+        elif isinstance(t, ir.Product) and c in (t.left, t.right):
+            out = add(out, scale(t.right if t.left == c else t.left, coef))
+        elif isinstance(t, ir.Square) and t.base == c:
+            out = add(out, scale(c, coef))
+        else:
+            return None
+    return out
 
 
 def extreme(fn: str, args) -> ir.Lin:
@@ -168,6 +204,8 @@ def _strip(leaf):
 # -- questions about terms ------------------------------------------------------------------
 
 def inner_lins(term) -> tuple[ir.Lin, ...]:
+    if isinstance(term, ir.Root):
+        return (term.arg,)
     if isinstance(term, ir.Square):
         return (term.base,)
     if isinstance(term, ir.Product):
@@ -202,6 +240,16 @@ def term_depends_on_k(term) -> bool:
     return term_mentions(term, _is_k_leaf)
 
 
+@functools.lru_cache(maxsize=4096)
+def term_reads_chunks(term) -> bool:
+    """Whether a term reads a chunk index (:class:`~maskc.ir.ChunkVar`)."""
+    return term_mentions(term, lambda t: isinstance(t, ir.ChunkVar))
+
+
+def reads_chunks(lin: ir.Lin) -> bool:
+    return any(term_reads_chunks(t) for t, _ in lin.terms)
+
+
 def depends_on_q(lin: ir.Lin) -> bool:
     return lin_mentions(lin, lambda t: (isinstance(t, ir.Pos) and t.which == "q") or (
         isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "q"))
@@ -217,9 +265,21 @@ Q = ir.Pos("q")
 
 def split_k(lin: ir.Lin) -> tuple[int, ir.Lin] | None:
     """``lin = a*k + rest`` with ``rest`` free of k, as ``(a, rest)``; None if k appears otherwise."""
-    a = lin.coef(K)
-    rest = ir.Lin(tuple((t, c) for t, c in lin.terms if t != K), lin.const)
-    if depends_on_k(rest):
+    return split_on(lin, K)
+
+
+def reads(lin: ir.Lin, var) -> bool:
+    """Whether ``lin`` reads the variable ``var``: k (with the segment attributes at k) or a ChunkVar."""
+    if var == K:
+        return depends_on_k(lin)
+    return lin_mentions(lin, lambda t: t == var)
+
+
+def split_on(lin: ir.Lin, var) -> tuple[int, ir.Lin] | None:
+    """``lin = a*var + rest`` with ``rest`` free of ``var``, as ``(a, rest)``; None if ``var`` appears otherwise."""
+    a = lin.coef(var)
+    rest = ir.Lin(tuple((t, c) for t, c in lin.terms if t != var), lin.const)
+    if reads(rest, var):
         return None
     return a, rest
 
@@ -245,6 +305,8 @@ def _substitute_term(term, mapping) -> ir.Lin:
         return floor_op(term.op, substitute(term.num, mapping), substitute(term.den, mapping))
     if isinstance(term, ir.Extreme):
         return extreme(term.fn, tuple(substitute(a, mapping) for a in term.args))
+    if isinstance(term, ir.Root):
+        return root(substitute(term.arg, mapping))
     return of_term(term)
 
 
@@ -304,4 +366,8 @@ def render_term(t) -> str:
         return f"({render(t.num)}) {t.op} ({render(t.den)})"
     if isinstance(t, ir.Extreme):
         return f"{t.fn}({', '.join(render(a) for a in t.args)})"
+    if isinstance(t, ir.ChunkVar):
+        return f"J{t.level}"
+    if isinstance(t, ir.Root):
+        return f"isqrt({render(t.arg)})"
     return repr(t)

@@ -15,8 +15,11 @@ Then it looks for masks that compile but probably do not mean what their author 
 * an allow rule whose normal form has no region: it can never make a pair visible;
 * an allow rule that deny rules cancel: every pair it shows, some deny rule removes;
 * a deny rule none of whose regions meets any allow region: it removes nothing;
-* a rule in which k is not linear: its tiles are classified soundly but not exactly, so tiles that
-  are really FULL or EMPTY run the per-pair predicate (slower, never wrong).
+* a rule whose keys per row the range analysis cannot solve (k in a product, in two squares, in floors
+  with no common chunk, ...): the warning names the atom and the reason. Its tiles are classified
+  soundly but not exactly, so tiles that are really FULL or EMPTY run the per-pair predicate (slower,
+  never wrong). Rules that read k through ``//`` and ``%`` by divisors known at bind, or through a
+  disc, are exact (:mod:`maskc.chunks`) and get no warning.
 
 The dead-rule checks are proved on the normal form's face (contradictory linear bounds, together
 with 0 <= q < seq_len and 0 <= k < kv_len); a rule the analysis cannot prove dead is never reported.
@@ -220,13 +223,19 @@ def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, path: str) -> li
             out.append(_at(rule.span, path, "warning", "this deny rule removes nothing: no allow rule "
                                                        "shows any pair it matches"))
     ranges = analyze_ranges(normal)
-    inexact = {region.span: region.opaque[0] for region in ranges.allow + ranges.deny if region.opaque}
-    for span, atom in inexact.items():
-        out.append(_at(atom.span if atom.span.line == span.line else span, path, "warning",
-                       "k is not linear here, so tile classes are sound but not exact: tiles this rule touches "
-                       "are computed as PARTIAL (the predicate runs per pair) even where they are full or empty",
-                       "when possible, write the condition as bounds on k that are linear in k (k <= q + w, "
-                       "k in [a, b)); exact masks skip more work"))
+    inexact: dict = {}
+    for region in ranges.allow + ranges.deny:
+        if region.inexact is not None:
+            atom = region.inexact.atom
+            span = atom.span if atom.span.line == region.span.line else region.span
+            inexact.setdefault((region.span, span), region.inexact.reason)
+    for (_, span), reason in inexact.items():
+        out.append(_at(span, path, "warning",
+                       f"tile classes are sound but not exact here: {reason}; the tiles this rule touches are "
+                       "computed as PARTIAL (the predicate runs per pair) even where they are full or empty",
+                       "k can enter through +, -, constant multiples, // and % by divisors known when the mask "
+                       "is bound (image rows, frames, chunks) and squares bounded above (a disc): each row's "
+                       "keys are then intervals that maskc computes exactly"))
     return out
 
 

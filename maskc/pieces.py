@@ -39,7 +39,7 @@ def _affine_between_segments(lin: ir.Lin) -> bool:
 
 
 def _qualifies(region: ir.RegionBounds) -> bool:
-    if not region.exact or any(b.den != 1 for b in region.lower + region.upper):
+    if not region.linear or any(b.den != 1 for b in region.lower + region.upper):
         return False
     if any(g.lin.coef(L.Q) != 0 or not _affine_between_segments(g.lin) for g in region.guards):
         return False

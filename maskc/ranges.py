@@ -2,14 +2,18 @@
 
 Invariant: each region becomes guards, lower and upper bounds on k and opaque atoms, with
 ``region(q, k) == static_guards and guards(q) and max(lower)(q) <= k <= min(upper)(q) and opaque(q, k)``
-for every integer q and k (static guards read parameters only). An atom ``a*k + rest <= 0`` with ``a > 0`` is the upper bound
-``k <= floor(-rest / a)``, with ``a < 0`` the lower bound ``k >= ceil(rest / -a)``, with ``a == 0``
-a guard; an atom where k also appears inside another term is opaque.
+for every integer q and k (static guards read parameters only). An atom ``a*k + rest <= 0`` with ``a > 0``
+is the upper bound ``k <= floor(-rest / a)``, with ``a < 0`` the lower bound ``k >= ceil(rest / -a)``, with ``a == 0``
+a guard; one where k appears only as ``b * ((k + r) // d)`` is a bound too (:func:`maskc.chunks.floor_bound`);
+an atom where k appears otherwise is opaque. A region with opaque atoms gets ``chunks``, its keys per row
+as one interval per chunk of k (:func:`maskc.chunks.chunk_keys`), when its atoms read k through ``//``,
+``%`` and squares that allow it, else ``inexact``: the atom that defeats the analysis, and why.
 """
 from __future__ import annotations
 
 from . import ir
 from . import linear as L
+from .chunks import chunk_keys, floor_bound
 
 
 def _bounds(region: ir.Region) -> ir.RegionBounds:
@@ -21,7 +25,11 @@ def _bounds(region: ir.Region) -> ir.RegionBounds:
     for atom in region.atoms:
         split = L.split_k(atom.lin)
         if split is None:
-            opaque.append(atom)
+            solved = floor_bound(atom.lin)
+            if solved is None:
+                opaque.append(atom)
+            else:
+                (lower if solved[1] else upper).append(solved[0])
             continue
         a, rest = split
         if a == 0:
@@ -32,7 +40,12 @@ def _bounds(region: ir.Region) -> ir.RegionBounds:
             upper.append(ir.KBound(L.scale(rest, -1), a))
         else:
             lower.append(ir.KBound(rest, -a))
-    return ir.RegionBounds(tuple(guards), tuple(lower), tuple(upper), tuple(opaque), tuple(static), region.span)
+    chunks = inexact = None
+    if opaque:
+        nest = chunk_keys(tuple(lower), tuple(upper), tuple(opaque))
+        chunks, inexact = (None, nest) if isinstance(nest, ir.Inexact) else (nest, None)
+    return ir.RegionBounds(tuple(guards), tuple(lower), tuple(upper), tuple(opaque), tuple(static),
+                           chunks, inexact, region.span)
 
 
 def analyze_ranges(mask: ir.NormalMask) -> ir.RangeMask:

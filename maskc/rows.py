@@ -38,14 +38,26 @@ class _Scalars:
         self.builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": head, "b": batch_index}
 
 
+def isqrt(values):
+    """The floor of the square root of each value, exactly (negative values give 0)."""
+    v = np.maximum(values, 0)
+    r = np.sqrt(np.asarray(v, np.float64)).astype(np.int64)
+    # float64's square root is within 2**-20 of the truth below 2**62: r is off by one at most
+    return r - (r * r > v) + ((r + 1) * (r + 1) <= v)
+
+
 class RowValues(_Scalars):
     """Values of linear forms at the query positions ``q`` (an int64 array); forms that use k need
-    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid)."""
+    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid), and
+    forms that read chunk indices (:class:`~maskc.ir.ChunkVar`) their values in ``chunks``."""
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int,
-                 q: np.ndarray, k: np.ndarray | None = None):
+                 q: np.ndarray, k: np.ndarray | None = None, chunks: dict | None = None,
+                 gather: tuple["RowValues", np.ndarray] | None = None):
         super().__init__(params, seq_len, kv_len, head, batch_index)
         self.q, self.k = q, k
+        self.chunks = chunks or {}
+        self.gather = gather              # (values at fewer rows, index): forms free of chunks come from there
         self.extent = max(seq_len, kv_len)
         self._memo: dict = {}
         self._lookups: dict = {}
@@ -53,17 +65,26 @@ class RowValues(_Scalars):
     def lin(self, lin: ir.Lin):
         hit = self._memo.get(lin)             # regions share many bounds: each is computed once
         if hit is None:
-            hit = np.int64(lin.const)
-            for t, c in lin.terms:
-                v = self.term(t)
-                hit = hit + (v if c == 1 else -v if c == -1 else c * v)
+            if self.gather is not None and not L.reads_chunks(lin):
+                hit = self.gather[0].lin(lin)
+                hit = hit[self.gather[1]] if np.ndim(hit) else hit
+            else:
+                hit = np.int64(lin.const)
+                for t, c in lin.terms:
+                    v = self.term(t)
+                    hit = hit + (v if c == 1 else -v if c == -1 else c * v)
             self._memo[lin] = hit
         return hit
 
     def term(self, t):
         hit = self._memo.get(t)
         if hit is None:
-            hit = self._memo[t] = self._term(t)
+            if self.gather is not None and not L.term_reads_chunks(t):
+                hit = self.gather[0].term(t)
+                hit = hit[self.gather[1]] if np.ndim(hit) else hit
+            else:
+                hit = self._term(t)
+            self._memo[t] = hit
         return hit
 
     def _lookup(self, seg: str, pos: str):
@@ -102,6 +123,10 @@ class RowValues(_Scalars):
             for v in vals[1:]:
                 out = np.minimum(out, v) if t.fn == "min" else np.maximum(out, v)
             return out
+        if isinstance(t, ir.ChunkVar):
+            return self.chunks[t]
+        if isinstance(t, ir.Root):
+            return isqrt(self.lin(t.arg))
         raise TypeError(t)
 
 
@@ -193,6 +218,9 @@ class TileIntervals(_Scalars):
             for blo, bhi in bounds[1:]:
                 lo, hi = fn(lo, blo), fn(hi, bhi)
             return lo, hi
+        if isinstance(t, ir.Root):                  # monotone
+            lo, hi = self.lin(t.arg)
+            return isqrt(lo), isqrt(hi)
         raise TypeError(t)
 
     def atom_state(self, lin: ir.Lin):
@@ -209,4 +237,4 @@ def k_bound_rows(bound: ir.KBound, rows: RowValues, lower: bool):
     return -((-v) // bound.den) if lower else v // bound.den
 
 
-__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "L"]
+__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "isqrt", "L"]

@@ -18,6 +18,8 @@ modulo subtracts a product of the quotient).
 """
 from __future__ import annotations
 
+import math
+
 from . import ir
 from . import linear as L
 from .errors import BindError, MaskError
@@ -132,6 +134,9 @@ class _Bounds:
             return self.floor(t.op, self.lin(t.num), self.lin(t.den))
         if isinstance(t, ir.Extreme):
             return self.extreme(t.fn, [self.lin(a) for a in t.args])
+        if isinstance(t, ir.Root):                  # monotone; read only where its argument is >= 0
+            lo, hi = self.lin(t.arg)
+            return math.isqrt(max(lo, 0)), math.isqrt(max(hi, 0))
         return self.leaf(t)
 
     # -- resolved expressions (what dense() evaluates) -------------------------------------------

@@ -101,6 +101,12 @@ def example_params(name: str, seq_len: int, rng: np.random.Generator) -> dict:
                 "radius": int(rng.integers(0, 6))}
     if name == "global_local":
         return {"globals": int(rng.integers(0, 5)), "window": int(rng.integers(1, seq_len + 1))}
+    if name == "neighborhood":
+        width = int(rng.integers(1, 20))
+        return {"width": width, "window": int(rng.integers(1, width + 1))}
+    if name == "video":
+        return {"width": int(rng.integers(1, 9)), "height": int(rng.integers(1, 7)),
+                "radius": int(rng.integers(0, 4)), "past": int(rng.integers(0, 3))}
     raise KeyError(name)
 
 

@@ -90,14 +90,19 @@ def condition(draw, exact: bool, depth=2):
     return f"({draw(condition(exact, depth - 1))} {kind} {draw(condition(exact, depth - 1))})"
 
 
-@st.composite
-def mask_text(draw, exact: bool):
-    lines = [HEADER]
-    for kind, lo, hi in (("allow", 1, 3), ("deny", 0, 2)):
+def _mask(draw, header: str, conditions, max_deny: int, max_conditions: int) -> str:
+    """A mask with 1-3 allow rules and up to ``max_deny`` deny rules, each of 1..max_conditions conditions."""
+    lines = [header]
+    for kind, lo, hi in (("allow", 1, 3), ("deny", 0, max_deny)):
         for _ in range(draw(st.integers(lo, hi))):
-            conds = [draw(condition(exact)) for _ in range(draw(st.integers(1, 2)))]
+            conds = [draw(conditions) for _ in range(draw(st.integers(1, max_conditions)))]
             lines.append(f"  {kind} " + ", ".join(conds))
     return "\n".join(lines) + "\n"
+
+
+@st.composite
+def mask_text(draw, exact: bool):
+    return _mask(draw, HEADER, condition(exact), max_deny=2, max_conditions=2)
 
 
 @st.composite
@@ -122,3 +127,64 @@ def binding(draw, max_len: int = 70):
 
 
 tile_shape = st.tuples(st.integers(1, 24), st.integers(1, 24))
+
+
+# -- masks that read k through // and % (images, frames, chunks) ----------------------------------------
+
+CHUNK_HEADER = "mask m(w: const int, ht: int, o: int, a: int, docs: segments)"
+
+
+@st.composite
+def coordinate(draw, pos: str, consistent: bool):
+    """An image coordinate of ``pos`` (q or k): column, row, row within a frame, frame, or a chunk index.
+    ``consistent`` draws from one image (width w, height ht, offset o); else divisors are drawn at random."""
+    if consistent:
+        return draw(st.sampled_from([f"({pos} - o) % w", f"({pos} - o) // w", f"(({pos} - o) // w) % ht",
+                                     f"({pos} - o) // (w * ht)", f"({pos} - o) % (w * ht)"]))
+    d, e = draw(st.integers(1, 9)), draw(st.integers(1, 4))
+    off = draw(st.integers(-6, 6))
+    return draw(st.sampled_from([f"({pos} + {off}) // {d}", f"({pos} + {off}) % {d}", f"({pos} // {d}) % {e}",
+                                 f"(2 * {pos} + {off}) // {2 * d}", f"({off} - {pos}) // {d}",
+                                 f"({off} - {pos}) % {d}", f"{pos} // ({d} * w)"]))
+
+
+@st.composite
+def chunk_atom(draw, consistent: bool):
+    kind = draw(st.integers(0, 7))
+    if kind <= 1:          # a window along one coordinate
+        form = draw(coordinate("k", consistent))
+        d = draw(st.integers(0, 4))
+        op = draw(st.sampled_from(["<=", "<", ">=", ">", "=="]))
+        return f"{form} {op} {form.replace('k', 'q')} + {d}" if kind else \
+            f"abs({form.replace('k', 'q')} - {form}) <= {d}"
+    if kind == 2:          # a disc on the grid
+        x, y = "(k - o) % w", "(k - o) // w"
+        return f"({x.replace('k', 'q')} - {x}) ** 2 + ({y.replace('k', 'q')} - {y}) ** 2 < {draw(st.integers(0, 30))}"
+    if kind == 3:          # a chunk or coordinate range
+        form = draw(coordinate("k", consistent))
+        lo = draw(st.integers(-2, 6))
+        return f"{form} in [{form.replace('k', 'q')} - {lo}, {form.replace('k', 'q')} + {draw(st.integers(0, 4))}]"
+    if kind == 4:          # a coordinate against a constant
+        op = draw(st.sampled_from(["<", ">=", "!="]))
+        return f"{draw(coordinate('k', consistent))} {op} {draw(st.integers(0, 5))}"
+    if kind == 5:
+        return draw(st.sampled_from(["k <= q", "k >= q - a", "same(docs)", "k < a or q < a", "q >= o"]))
+    if kind == 6:          # a different coordinate of q and k (an image's column against a chunk)
+        shift = draw(st.integers(-2, 3))
+        return f"{draw(coordinate('k', consistent))} <= {draw(coordinate('q', consistent))} + {shift}"
+    return f"{draw(coordinate('k', consistent))} + {draw(coordinate('k', consistent))} <= q"
+
+
+@st.composite
+def chunk_mask_text(draw, consistent: bool = True):
+    return _mask(draw, CHUNK_HEADER, chunk_atom(consistent), max_deny=1, max_conditions=3)
+
+
+@st.composite
+def chunk_binding(draw, max_len: int = 120):
+    """(seq_len, kv_len, params) valid for CHUNK_HEADER."""
+    seq_len = draw(st.integers(1, max_len))
+    kv_len = seq_len if draw(st.integers(0, 3)) else draw(st.integers(1, max_len))
+    params = {"w": draw(st.integers(1, 13)), "ht": draw(st.integers(1, 5)), "o": draw(st.integers(-5, 20)),
+              "a": draw(st.integers(0, seq_len)), "docs": draw(lengths(seq_len))}
+    return seq_len, kv_len, params

@@ -124,7 +124,9 @@ def workloads(S):
             "shared_prompt": {"prompt": prompt, "responses": [(S - prompt) // 4] * 4},
             "hstu": {"users": users, "context": 32, "targets": [u // 10 for u in users]},
             "clear": {"text": 512, "width": 128, "radius": 16},
-            "global_local": {"globals": 16, "window": 2048}}
+            "global_local": {"globals": 16, "window": 2048},
+            "neighborhood": {"width": 181, "window": 13},
+            "video": {"width": 32, "height": 32, "radius": 3, "past": 1}}
 
 
 @pytest.mark.parametrize("S", [32768, 131072])

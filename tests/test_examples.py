@@ -17,6 +17,8 @@ CONTRACT = {
     "shared_prompt": ["prompt", "responses"],
     "hstu": ["users", "context", "targets", "max_attn_len"],
     "clear": ["text", "width", "radius"],
+    "neighborhood": ["width", "window"],
+    "video": ["width", "height", "radius", "past"],
 }
 
 
@@ -85,7 +87,38 @@ def reference(name, seq_len, p):
     if name == "global_local":
         g, w = p["globals"], p["window"]
         return (k < g) | (q < g) | ((k <= q) & (q - k < w))
+    if name == "neighborhood":
+        return neighborhood_reference(seq_len, p["width"], p["window"])
+    if name == "video":
+        return video_reference(seq_len, p["width"], p["height"], p["radius"], p["past"])
     raise KeyError(name)
+
+
+def neighborhood_reference(seq_len, width, window):
+    """NATTEN's neighbourhood, query by query: the window starts `window // 2` rows (columns) before the
+    query's, moved inward so that it ends at the image's last row (column) at the latest."""
+    height = -(-seq_len // width)
+    out = np.zeros((seq_len, seq_len), bool)
+    for i in range(seq_len):
+        row, col = divmod(i, width)
+        first_row, first_col = max(row - window // 2, 0), max(col - window // 2, 0)
+        first_row = min(first_row, height - window)
+        first_col = min(first_col, width - window)
+        for r in range(first_row, first_row + window):
+            lo, hi = r * width + max(first_col, 0), r * width + first_col + window
+            if 0 <= r:
+                out[i, max(lo, 0):min(hi, seq_len)] = True
+    return out
+
+
+def video_reference(seq_len, width, height, radius, past):
+    """A token of frame t at (y, x) sees frames t - past .. t within `radius` rows and columns."""
+    i = np.arange(seq_len)
+    frame, rest = np.divmod(i, width * height)
+    y, x = np.divmod(rest, width)
+    dt = frame[:, None] - frame[None, :]
+    return ((0 <= dt) & (dt <= past) & (np.abs(y[:, None] - y[None, :]) <= radius)
+            & (np.abs(x[:, None] - x[None, :]) <= radius))
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)

@@ -48,7 +48,12 @@ def test_ranges_show_bounds_guards_opaque_and_exactness():
     assert "guards: -docs.index(q) <= 0" in doc and "k >= docs.start(q)" in doc
     assert "k <= min(docs.end(q) - 1, q)" in doc or "k <= min(q, docs.end(q) - 1)" in doc
     clear = ranges_text(maskc.load(EXAMPLES / "clear.mask").ranges)
-    assert "sound but not exact" in clear and "opaque (checked per pair)" in clear
+    assert "tile classes are exact" in clear and "opaque (checked per pair)" in clear
+    assert "one interval of keys per chunk: J1 = (-text + k) // width" in clear
+    assert "each J1 from max(" in clear and "keys k from max(" in clear
+    odd = ranges_text(maskc.compile_mask("mask m()\n  allow (q - k) * (q + k) < 9\n", path="odd.mask").ranges)
+    assert "sound but not exact for this mask: 1 region(s)" in odd
+    assert "not exact, tiles it touches are only sound: (-k + q)*(k + q): a product" in odd and "(odd.mask:2:9)" in odd
 
 
 def test_bound_section_has_tile_counts_and_descriptor_runs():
@@ -57,3 +62,17 @@ def test_bound_section_has_tile_counts_and_descriptor_runs():
     text = explain(load_program(EXAMPLES / "causal.mask").main, (mask,), {"causal": bound})
     assert "█ FULL 6   ▒ PARTIAL 4   · EMPTY 6" in text
     assert "row block 3: kv [0, 3) FULL, kv [3, 4) PARTIAL" in text
+
+
+def test_classify_says_why_classes_are_or_are_not_exact(monkeypatch):
+    from maskc.explain import classify_text
+    import maskc.classify as classify_module
+    floors = maskc.compile_mask("mask m(a: int, c: int)\n  allow k // a + k // c <= q\n")
+    assert not floors.exact                            # a and c unknown: no common chunk on their face
+    assert "exact for these values" in classify_text(floors.bind(seq_len=64, a=4, c=8), 16, 16)
+    assert "see the ranges stage" in classify_text(floors.bind(seq_len=64, a=4, c=6), 16, 16)
+    clear = maskc.load(EXAMPLES / "clear.mask")
+    assert "classes are exact\n" in classify_text(clear.bind(seq_len=300, text=20, width=16, radius=3), 32, 32) + "\n"
+    monkeypatch.setattr(classify_module, "_BUDGET", 0)
+    assert "more intervals than classification enumerates" in classify_text(
+        clear.bind(seq_len=300, text=20, width=16, radius=3), 32, 32)

@@ -16,12 +16,7 @@ def _lint(tmp_path, text: str) -> list[Diagnostic]:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_lint_clean(path):
-    diags = lint_file(path)
-    if path.stem == "clear":        # a disc on the image grid: k is not linear, by design
-        assert [(d.line, d.severity) for d in diags] == [(11, "warning")]
-        assert "not linear" in diags[0].message
-    else:
-        assert diags == []
+    assert lint_file(path) == []        # clear's disc and the image masks' // and % too: exact per chunk
 
 
 def test_unused_parameter_reported_at_its_name(tmp_path):
@@ -149,6 +144,25 @@ def test_allow_cancelled_only_by_the_union_of_denies(tmp_path):
 
 
 def test_inexact_rule_points_at_the_nonlinear_condition(tmp_path):
-    diags = _lint(tmp_path, "mask m(w: int)\n  allow k <= q, (q - k) * (q - k) < w\n")
+    diags = _lint(tmp_path, "mask m(w: int)\n  allow k <= q, (q - k) * (q + k) < w\n")
     assert [(d.line, d.col, d.severity) for d in diags] == [(2, 17, "warning")]
-    assert "not linear" in diags[0].message
+    assert "not exact" in diags[0].message and "(-k + q)*(k + q): a product" in diags[0].message
+
+
+@pytest.mark.parametrize("condition, col, reason", [
+    ("k // 4 + k // 6 < q", 9, "(J1) // (2) and (J1) // (3) have no common chunk"),
+    ("(2 * k) // 3 <= q", 9, "the coefficient 2 of k does not divide the divisor 3"),
+    ("(q - k) ** 2 > 16", 9, "must be large: the keys outside a disc are two intervals"),
+    ("k <= q, docs.start(k) > 3", 17, "docs.start(k) reads the segment that holds k"),
+])
+def test_inexact_rules_say_which_atom_and_why(tmp_path, condition, col, reason):
+    diags = [d for d in _lint(tmp_path, f"mask m(docs: segments)\n  allow {condition}\n") if d.line == 2]
+    assert [d.col for d in diags] == [col], [str(d) for d in diags]
+    assert reason in diags[0].message
+
+
+@pytest.mark.parametrize("condition", ["(q - k) ** 2 < 16", "k // 8 == q // 8", "k % 8 < 3",
+                                       "(k // 8) % 4 == (q // 8) % 4, k // 32 <= q // 32",
+                                       "(k % 16 - q % 16) ** 2 + (k // 16 - q // 16) ** 2 < 9"])
+def test_rules_exact_per_chunk_get_no_warning(tmp_path, condition):
+    assert _lint(tmp_path, f"mask m(docs: segments)\n  allow same(docs), {condition}\n") == []

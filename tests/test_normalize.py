@@ -136,10 +136,13 @@ def test_k_min_max_is_split_not_opaque():
     _check(c, bound)
 
 
-def test_square_of_k_is_opaque():
+def test_square_of_k_is_opaque_but_exact():
+    """The atom stays opaque (the kernel's predicate checks it per pair), but its keys per row are one
+    interval, |q - k| <= isqrt(8), so tile classes are exact."""
     c = maskc.compile_mask("mask m()\n  allow (q - k) ** 2 < 9\n")
-    assert not c.exact
-    assert any(r.opaque for r in c.ranges.allow)
+    assert c.exact and not c.ranges.linear
+    (region,) = c.ranges.allow
+    assert region.opaque and region.chunks is not None and len(region.chunks.levels) == 1
     _check(c, c.bind(15))
 
 

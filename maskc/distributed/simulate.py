@@ -164,8 +164,7 @@ def predict(plan: Plan, shape: Shape = Shape(), hw: Hardware = Hardware()) -> Pr
 def seen_kv_tokens(plan: Plan) -> np.ndarray:
     """int64[R]: positions of other ranks' K/V that some query of rank r sees, by the rows' visible
     intervals (exact masks that do not read h): the least any scheme must move to rank r."""
-    from ..intervals import visible_slots
-    from ..rows import RowValues
+    from ..classify import visible_intervals
 
     bound, sh = plan.bound, plan.sharding
     if not bound.mask.exact or bound.mask.ranges.uses_head:
@@ -177,11 +176,9 @@ def seen_kv_tokens(plan: Plan) -> np.ndarray:
         edges = np.zeros(K + 1, np.int64)
         for b, element in enumerate(bound.params.batch):
             ranges = bound.mask.specialized(element.ints)
-            values = RowValues(element, bound.seq_len, K, 0, b, rows)
-            for lo, hi in visible_slots(ranges.allow, ranges.deny, values, K):
-                live = lo < hi
-                np.add.at(edges, lo[live], 1)
-                np.add.at(edges, hi[live], -1)
+            _, lo, hi = visible_intervals(ranges, element, bound.seq_len, K, b, rows)
+            np.add.at(edges, lo, 1)
+            np.add.at(edges, hi, -1)
         seen = np.cumsum(edges)[:-1] > 0
         seen[rows] = False
         out[r] = int(seen.sum())

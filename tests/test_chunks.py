@@ -1,0 +1,155 @@
+"""Masks that read k through // and % by divisors known at bind (images, frames, chunks) and through
+discs: their keys per row are one interval per chunk, and their tile classes exact, against brute force."""
+import numpy as np
+import pytest
+from hypothesis import assume, event, given, settings, strategies as st
+
+import maskc
+import maskc.classify as classify_module
+from maskc import ir
+from maskc.descriptor import unpack
+from maskc.keys import region_keys, values_at
+from maskc.rows import RowValues, k_bound_rows
+from conftest import tile_truth
+from mask_strategies import chunk_binding, chunk_mask_text, tile_shape
+
+
+def _compiled_and_bound(text, bind_args):
+    """(mask, bound mask); draws that do not compile or bind are rejected."""
+    try:
+        mask = maskc.compile_mask(text)
+        seq_len, kv_len, params = bind_args
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, **params)
+    except maskc.MaskError as err:
+        event(f"rejected: {type(err).__name__}")
+        assume(False)
+    event(f"exact: {mask.exact}, linear: {mask.ranges.linear}")
+    return mask, bound
+
+
+def _region_dense(region: ir.RegionBounds, bound) -> np.ndarray:
+    """The region's pairs by brute force: guards, bounds and opaque atoms at every (q, k)."""
+    s, kv = bound.seq_len, bound.kv_len
+    rows = RowValues(bound.params.batch[0], s, kv, 0, 0, np.arange(s)[:, None], np.arange(kv)[None, :])
+    out = np.ones((s, kv), bool)
+    for atom in region.static_guards + region.guards + region.opaque:
+        out &= np.broadcast_to(rows.lin(atom.lin) <= 0, out.shape)
+    k = np.arange(kv)[None, :]
+    for b in region.lower:
+        out &= np.broadcast_to(k >= k_bound_rows(b, rows, True), out.shape)
+    for b in region.upper:
+        out &= np.broadcast_to(k <= k_bound_rows(b, rows, False), out.shape)
+    return out
+
+
+def _region_keys_dense(region: ir.RegionBounds, bound) -> np.ndarray:
+    """The region's pairs from its chunks' intervals; asserts a row's intervals are disjoint."""
+    s, kv = bound.seq_len, bound.kv_len
+    params = bound.params.batch[0]
+    row, lo, hi = region_keys(region, values_at(params, s, kv, 0, 0), np.arange(s, dtype=np.int64), kv, 1 << 20)
+    count = np.zeros((s, kv + 1), np.int64)
+    np.add.at(count, (row, lo), 1)
+    np.add.at(count, (row, hi), -1)
+    painted = np.cumsum(count, axis=1)[:, :kv]
+    assert painted.max(initial=0) <= 1, "a row's chunk intervals overlap"
+    return painted == 1
+
+
+def _check_classes(bound, bm, bn, exact):
+    truth = tile_truth(bound.dense(), bm, bn)
+    tile_map = bound.tile_map(bm, bn)
+    got = tile_map.classes[0]
+    assert not np.any((got == maskc.FULL) & (truth != maskc.FULL)), "a FULL tile has a hidden pair"
+    assert not np.any((got == maskc.EMPTY) & (truth != maskc.EMPTY)), "an EMPTY tile has a visible pair"
+    if exact:
+        np.testing.assert_array_equal(got, truth)
+        assert tile_map.exact
+    np.testing.assert_array_equal(unpack(bound.descriptor(bm, bn))[0], got)
+
+
+@given(chunk_mask_text(consistent=True), chunk_binding())
+def test_chunks_denote_their_regions(text, bind_args):
+    """Every chunked region, generic and specialized to the bound values, enumerates exactly its pairs."""
+    mask, bound = _compiled_and_bound(text, bind_args)
+    generic = mask.ranges
+    special = mask.specialized(bound.params.batch[0].ints)
+    for ranges in (generic, special):
+        for region in ranges.allow + ranges.deny:
+            event(f"chunked: {region.chunks is not None}, levels: {len(region.chunks.levels) if region.chunks else 0}")
+            if region.chunks is not None:
+                np.testing.assert_array_equal(_region_keys_dense(region, bound), _region_dense(region, bound))
+
+
+@given(chunk_mask_text(consistent=True), chunk_binding(), tile_shape)
+def test_image_masks_are_exact(text, bind_args, shape):
+    """Masks over one image's coordinates (columns, rows, frames, discs) are exact, and tell so."""
+    mask, bound = _compiled_and_bound(text, bind_args)
+    _check_classes(bound, *shape, exact=mask.exact)
+    assert bound.visible_pairs() == int(bound.dense().sum())
+
+
+@given(chunk_mask_text(consistent=False), chunk_binding(), tile_shape)
+def test_masks_with_random_divisors_are_sound_and_exact_when_they_say_so(text, bind_args, shape):
+    mask, bound = _compiled_and_bound(text, bind_args)
+    _check_classes(bound, *shape, exact=mask.exact)
+    special = mask.specialized(bound.params.batch[0].ints)
+    event(f"exact once bound: {special.exact}")
+    if special.exact:     # specialized to the values, divisors are numbers: more masks are exact
+        _check_classes(bound, *shape, exact=True)
+
+
+@settings(max_examples=30)
+@given(chunk_mask_text(consistent=True), chunk_binding(), tile_shape)
+def test_rows_and_pieces_agree(text, bind_args, shape):
+    """Classes from q-pieces equal those counted row by row (the pieces' conditions forced off)."""
+    mask, bound = _compiled_and_bound(text, bind_args)
+    assume(mask.exact and not mask.ranges.linear)
+    got = bound.tiles(*shape)
+    saved = classify_module.slopes_ok
+    classify_module.slopes_ok = lambda regions, breaks: False
+    try:
+        rows_only = mask.bind(seq_len=bind_args[0], kv_len=bind_args[1], **bind_args[2]).tiles(*shape)
+    finally:
+        classify_module.slopes_ok = saved
+    np.testing.assert_array_equal(got, rows_only)
+
+
+@settings(max_examples=20)
+@given(chunk_mask_text(consistent=True), chunk_binding(), tile_shape)
+def test_past_the_budget_classes_are_sound_and_not_exact(text, bind_args, shape):
+    mask, bound = _compiled_and_bound(text, bind_args)
+    assume(mask.exact and not mask.ranges.linear)
+    saved = classify_module._BUDGET
+    classify_module._BUDGET = 0
+    try:
+        tile_map = bound.tile_map(*shape)
+        _check_classes(bound, *shape, exact=False)
+        event(f"fell back: {not tile_map.exact}")
+    finally:
+        classify_module._BUDGET = saved
+
+
+@pytest.mark.parametrize("text, levels", [
+    ("mask m(w: const int)\n  allow k // w == q // w, k % w <= q % w\n", 2),
+    ("mask m(w: const int, ht: int)\n  allow k // (w * ht) == q // (w * ht), (k // w) % ht <= (q // w) % ht\n", 3),
+    ("mask m()\n  allow (k % 8 - q % 8) ** 2 + (k // 8 - q // 8) ** 2 <= 5\n", 2),
+    ("mask m()\n  allow (q - k) ** 2 < 10\n", 1),
+])
+def test_nest_depth(text, levels):
+    (region,) = maskc.compile_mask(text).ranges.allow
+    assert region.chunks is not None and len(region.chunks.levels) == levels
+
+
+@pytest.mark.parametrize("text", [
+    "mask m(c: int)\n  allow k // c <= q // c\n",               # chunked causal: a bound on k
+    "mask m(c: int)\n  allow k // c == q // c\n",               # block-diagonal
+    "mask m()\n  allow (q - k) // 16 == 0\n",                   # a window, written with //
+    "mask m()\n  allow 2 * (k // 3) >= q - 10\n",
+])
+def test_one_floor_of_k_is_a_bound(text):
+    """Where k appears through one floor only, the atom is a bound: the region stays linear (the kernel's
+    predicate is an interval test) and exact."""
+    mask = maskc.compile_mask(text)
+    assert mask.ranges.linear and mask.exact
+    bound = mask.bind(seq_len=100, **({"c": 7} if "c:" in text else {}))
+    _check_classes(bound, 16, 16, exact=True)
