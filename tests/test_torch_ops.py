@@ -19,9 +19,14 @@ def bound_of(name, S, seed=0, batch=None, kv_len=None):
     rng = np.random.default_rng(seed)
     if batch is None:
         return mask.bind(seq_len=S, kv_len=kv_len, **example_params(name, S, rng))
-    per = [example_params(name, S, rng) for _ in range(batch)]
-    for p in per[1:]:
-        p.update({key: per[0][key] for key in mask.const_params})
+    per = [example_params(name, S, rng)]
+    while len(per) < batch:          # later elements share the first's const values: redraw what they rule out
+        p = {**example_params(name, S, rng), **{key: per[0][key] for key in mask.const_params}}
+        try:
+            mask.bind(seq_len=S, kv_len=kv_len, **p)
+        except maskc.MaskError:
+            continue
+        per.append(p)
     return mask.bind(seq_len=S, kv_len=kv_len, **{key: [p[key] for p in per] for key in per[0]})
 
 
