@@ -247,7 +247,7 @@ def _values_repr(element) -> str:
 def _summary_lines(mask: ir.ResolvedMask):
     from .sanitize import comment_text
     span = mask.span
-    yield comment_text(f"mask {mask.name} ({span})")
+    yield comment_text(f"mask {mask.name} ({span.label})")
     for r in mask.rules:
         if r.span.source_line:
             yield comment_text(r.span.source_line.strip())

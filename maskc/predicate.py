@@ -231,7 +231,7 @@ def _has_products(lin: ir.Lin) -> bool:
 def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
     lines = []
     if region.span.source_line:
-        lines.append(f"// {kind} {region.span}: {comment_text(region.span.source_line.strip())}")
+        lines.append(f"// {kind} {comment_text(region.span.label)}: {comment_text(region.span.source_line.strip())}")
     else:
         lines.append(f"// {kind} region")
     return lines

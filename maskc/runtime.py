@@ -103,8 +103,11 @@ _kernels: dict[str, LoadedKernel] = {}
 
 
 def kernel_key(src: KernelSource) -> str:
+    """The cache key of ``src``: a hash of its source, NVRTC options, NVRTC's version and maskc's. Include
+    directories (``-I``) are left out: they are host paths, and the templates include no header."""
+    options = [o for o in src.options if not o.startswith("-I")]
     h = hashlib.sha256()
-    for part in (src.source, "\0".join(src.options), repr(nvrtc_version()), _maskc_version()):
+    for part in (src.source, "\0".join(options), repr(nvrtc_version()), _maskc_version()):
         h.update(part.encode())
         h.update(b"\1")
     return h.hexdigest()
