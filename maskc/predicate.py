@@ -238,9 +238,15 @@ def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
 
 
 def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> str:
-    """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring).
-    ``constants`` are values of const int parameters, written into the code as literals; ``offsets``: the
-    predicate of a sub-block, reading its origin (q0, k0) from the head of the table."""
+    """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring), after the helper
+    functions they call: :func:`predicate`'s ``source``."""
+    return predicate(mask, constants, offsets).source
+
+
+def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offsets: bool) -> str:
+    """MaskRow, mask_row and mask_visible of ``mask`` (without the shared helpers). ``constants`` are values
+    of const int parameters, written into the code as literals; ``offsets``: the predicate of a sub-block,
+    reading its origin (q0, k0) from the head of the table."""
     layout = _Layout.of(mask.params)
     per_key = any(r.opaque for r in mask.allow + mask.deny)
     key = "k_local" if offsets and per_key else "k"      # what the interval tests compare
@@ -272,8 +278,7 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
             visible_terms[kind].append(test + ")")
     k_segments = sorted({t.seg for r in mask.allow + mask.deny for a in r.opaque
                          for t in L.terms_of(a.lin) if isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k"})
-    out = [_HELPERS, "", "// What mask_visible needs of one query row, computed once per row and tile.",
-           "struct MaskRow {"]
+    out = ["// What mask_visible needs of one query row, computed once per row and tile.", "struct MaskRow {"]
     out += [f"    int {f};" for f in row_fields]
     out += [f"    {ctype} {name};" for name, ctype, _ in w.row_values]
     if not row_fields and not w.row_values:
@@ -323,8 +328,9 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
 
 
 def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> Predicate:
-    """The mask's :class:`~maskc.kernel_ir.Predicate`: :func:`emit_predicate`'s source, and its regions as data.
-    With ``offsets`` the key intervals of a row are local to the sub-block, as the interval paths need."""
+    """The mask's :class:`~maskc.kernel_ir.Predicate`: its device code (the shared helpers apart), and its
+    regions as data. With ``offsets`` the key intervals of a row are local to the sub-block, as the interval
+    paths need."""
     regions = mask.allow + mask.deny
-    return Predicate(emit_predicate(mask, constants, offsets), len(mask.allow), len(mask.deny),
-                     intervals_only=not any(r.opaque for r in regions))
+    return Predicate(_mask_code(mask, constants, offsets), len(mask.allow), len(mask.deny),
+                     intervals_only=not any(r.opaque for r in regions), helpers=_HELPERS + "\n\n")

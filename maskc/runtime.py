@@ -11,9 +11,10 @@ works on a machine without either. What it asks of a bound mask (``maskc`` binds
     bound.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
     bound.backward_spec(head_dim=, dtype=) -> kernel_ir.BackwardSpec
 
-Compiled kernels are cached in memory and as cubins on disk (``$MASKC_CACHE_DIR``, else
-``~/.cache/maskc``), keyed by a hash of source, options, NVRTC version and maskc version, so a second
-process loads the cubin instead of compiling.
+Compiled kernels are cached in memory and as cubins on disk (``Options.cache_dir``: ``$MASKC_CACHE_DIR``,
+else ``~/.cache/maskc``), keyed by a hash of source, NVRTC options, NVRTC version and maskc version, so a
+second process loads the cubin instead of compiling. Every entry point takes ``options``
+(:class:`maskc.options.Options`); without them, those of the environment (``Options.from_environment``).
 """
 from __future__ import annotations
 
@@ -31,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from . import autotune
-from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, is_ptx,
-                   nvrtc_version)
+from .emit import backward_layout, compile_to_cubin, emit_backward_kernel, emit_kernel, is_ptx, nvrtc_version
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
 from .launch import PackedLaunch
+from .options import Options
 from .plan import POINTERS, TENSOR_MAPS
 from .schedule import (BackwardTiles, Tiles, arch_for, capability_of, choose_backward_tiles, choose_tiles,
                        forward_candidates)
@@ -64,8 +65,14 @@ def _maskc_version() -> str:
         return "0+unknown"
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("MASKC_CACHE_DIR") or Path.home() / ".cache" / "maskc")
+def _resolved(options: Options | None) -> Options:
+    """The options of a call: those given, else those of the environment."""
+    return Options.from_environment() if options is None else options
+
+
+def cache_dir(options: Options | None = None) -> Path:
+    """The disk cache's directory (``options.cache_path``)."""
+    return _resolved(options).cache_path
 
 
 # ---- compiled kernels ----------------------------------------------------------------------------------
@@ -113,15 +120,16 @@ def kernel_key(src: KernelSource) -> str:
     return h.hexdigest()
 
 
-def load_kernel(src: KernelSource) -> LoadedKernel:
-    """The kernel for ``src``: from memory, else the disk cache's cubin, else NVRTC (then written to disk)."""
+def load_kernel(src: KernelSource, options: Options | None = None) -> LoadedKernel:
+    """The kernel for ``src``: from memory, else the disk cache's cubin (in ``options.cache_path``), else
+    NVRTC (then written to disk)."""
     key = kernel_key(src)
     hit = _kernels.get(key)
     if hit is not None:
         return hit
     import cupy
 
-    path = cache_dir() / f"{src.entry}-{key[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
+    path = cache_dir(options) / f"{src.entry}-{key[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
     compiled = False
     if not path.is_file():
         cubin = compile_to_cubin(src)
@@ -192,20 +200,21 @@ def _upload(desc: Descriptor, transposed: bool = False) -> DeviceDescriptor:
                             _device_int32(desc.mask_offsets))
 
 
-def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int):
+def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, options: Options):
     """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
     its compiled mask."""
     ddesc = _device_descriptor(bound, tiles.block_m, tiles.block_n, device)
     # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
     # (Values of const parameters are compiled in: they are part of the key.)
     mask_state = _state_for(bound.mask)
-    kkey = ("kernel", head_dim, dtype, *tiles, device, _arch(device), bound.constants, emit_flags())
+    arch = _arch(device, options)
+    kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, options.forward_switches)
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,
                                       num_warps=tiles.num_warps, constants=bound.constants, engine=tiles.engine,
-                                      arch=_arch(device))
-        kernel = mask_state[kkey] = load_kernel(emit_kernel(spec))
+                                      arch=arch)
+        kernel = mask_state[kkey] = load_kernel(emit_kernel(spec, options), options)
     return ddesc, kernel
 
 
@@ -217,15 +226,16 @@ def _device_capability(device: int) -> tuple[int, int]:
     return major, minor
 
 
-def _arch(device: int) -> str:
-    """The target kernels are built for on ``device``: its own (maskc.schedule.arch_for), or MASKC_ARCH (for
-    instance compute_80: PTX of the portable mma kernels that the driver compiles, to test them on a Hopper)."""
-    return os.environ.get("MASKC_ARCH") or arch_for(_device_capability(device))
+def _arch(device: int, options: Options) -> str:
+    """The target kernels are built for on ``device``: ``options.arch`` (for instance compute_80: PTX of the
+    portable mma kernels that the driver compiles, to test them on a Hopper), else the device's own
+    (maskc.schedule.arch_for)."""
+    return options.arch or arch_for(_device_capability(device))
 
 
-def _capability(device: int) -> tuple[int, int]:
+def _capability(device: int, options: Options) -> tuple[int, int]:
     """The compute capability the schedule plans for: the target's."""
-    return capability_of(_arch(device))
+    return capability_of(_arch(device, options))
 
 
 @functools.lru_cache(maxsize=None)
@@ -255,14 +265,16 @@ def _device_descriptor(bound, block_m: int, block_n: int, device: int, transpose
     return ddesc
 
 
-def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int) -> LoadedKernel:
+def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int,
+                     options: Options) -> LoadedKernel:
     mask_state = _state_for(bound.mask)
-    kkey = ("backward", head_dim, dtype, device, _arch(device), bound.constants, tiles.engine,
-            os.environ.get("MASKC_BWD_DQ_REDUCTION"))
+    arch = _arch(device, options)
+    kkey = ("backward", head_dim, dtype, device, arch, bound.constants, tiles.engine, options.dq_reduction)
     kernel = mask_state.get(kkey)
     if kernel is None:
-        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=_arch(device))
-        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec))
+        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=arch,
+                                   dq_reduction=options.dq_reduction)
+        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec), options)
     return kernel
 
 
@@ -389,9 +401,9 @@ class _Outputs:
         x = make(shape, dtype=cupy.float32 if fp32 else self.like.obj.dtype)
         return x, x.data.ptr
 
-    def synchronize_if_asked(self) -> None:
-        """MASKC_SYNC=1: wait for the launches, so that an asynchronous fault surfaces at its call."""
-        if os.environ.get("MASKC_SYNC"):
+    def synchronize_if_asked(self, options: Options) -> None:
+        """``options.sync``: wait for the launches, so that an asynchronous fault surfaces at its call."""
+        if options.sync:
             import cupy
 
             cupy.cuda.runtime.streamSynchronize(self.stream)
@@ -449,27 +461,25 @@ def _l2_heads(ko: _Operand, mask_batch: int, pairs: int, device: int) -> int:
     return max(1, min(pairs, 1 << (fit.bit_length() - 1)))
 
 
-def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *, tiles=None):
+def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *,
+              options: Options | None = None):
     """Masked attention forward: softmax(scale * Q K^T + mask) V for the mask ``bound``.
 
     q: (B, Hq, S, D), k and v: (B, Hkv, Skv, D), torch CUDA tensors or CuPy arrays, bf16 or fp16, any
     strides with the last dim contiguous. Returns O (B, Hq, S, D) in the input's type and dtype, and with
     ``return_lse`` also LSE float32 (B, Hq, S) (natural log; -inf for a row that sees no key, whose O is 0).
-    ``tiles`` overrides the schedule's (block_m, block_n, num_warps[, engine]) (benchmarks; engine "mma"
-    when not given); ``"auto"`` (or MASKC_AUTOTUNE=1 with ``tiles`` None) times the candidates on these
-    inputs the first time and reuses the fastest (maskc.autotune).
+    ``options`` (default: the environment's): ``tiles`` overrides the schedule's (block_m, block_n,
+    num_warps[, engine]) (benchmarks; engine "mma" when not given), ``engine`` its engine; ``autotune``
+    times the candidates on these inputs the first time and reuses the fastest (maskc.autotune).
     """
+    options = _resolved(options)
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
-    auto = tiles == "auto" or (tiles is None and os.environ.get("MASKC_AUTOTUNE") == "1")
-    if tiles is not None and not auto:
-        tiles = tuple(tiles) if isinstance(tiles, (list, tuple)) else tiles
     # Everything the plan depends on besides the bound mask (whose state holds the plans).
-    key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), "auto" if auto else tiles, emit_flags(),
-           os.environ.get("MASKC_ENGINE"), os.environ.get("MASKC_ARCH"))
+    key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), options)
     state = _state_for(bound)
     call = state.get(key)
     if call is None:
-        call = state[key] = _forward_call(q, k, v, qo, ko, vo, bound, scale, "auto" if auto else tiles)
+        call = state[key] = _forward_call(q, k, v, qo, ko, vo, bound, scale, options)
     _check_pointers(qo, ko, vo)
     with _on_device(qo.device):
         outs = _Outputs(qo)
@@ -482,27 +492,29 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
                     for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), call.tensor_maps)]
             pointers.append((index("schedule"), call.schedule(outs.stream)))
         call.launch(outs.stream, pointers, maps)
-        outs.synchronize_if_asked()
+        outs.synchronize_if_asked(options)
     return (o, lse) if return_lse else o
 
 
-def _forward_call(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, tiles) -> _ForwardCall:
+def _forward_call(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, options: Options) -> _ForwardCall:
     """Validate the inputs' layout against the bound mask, choose (or tune) the tiles, compile or fetch the
     kernel, upload the descriptor, and pack the launch's arguments (data pointers left 0)."""
     _validate(qo, ko, vo, bound)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
-    if tiles == "auto":
-        tiles = _tuned_tiles(q, k, v, qo, bound, scale)
-    try:
-        tiles = Tiles(*tiles) if tiles is not None else choose_tiles(D, qo.dtype, _capability(qo.device),
-                                                                     table_regions=bound.mask.table_regions)
-    except (TypeError, ValueError) as exc:
-        raise AttentionInputError(f"tiles {tiles!r}: {exc}") from None
+    tiles = options.tiles
+    if options.autotune:
+        tiles = _tuned_tiles(q, k, v, qo, bound, scale, options)
+    if tiles is None:
+        try:
+            tiles = choose_tiles(D, qo.dtype, _capability(qo.device, options), engine=options.engine,
+                                 table_regions=bound.mask.table_regions)
+        except ValueError as exc:
+            raise AttentionInputError(f"tiles: {exc}") from None
 
     with _on_device(qo.device):
-        ddesc, kernel = _prepared(bound, D, qo.dtype, tiles, qo.device)
+        ddesc, kernel = _prepared(bound, D, qo.dtype, tiles, qo.device, options)
         desc, plan = ddesc.descriptor, kernel.source.plan
         if (desc.seq_len, desc.kv_len) != (S, Skv) or desc.batch not in (1, B):
             raise RuntimeError(f"descriptor sizes {desc.batch}x{desc.seq_len}x{desc.kv_len} do not match inputs")
@@ -536,20 +548,20 @@ def _forward_call(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scal
     return _ForwardCall(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps, slots)
 
 
-def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
+def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float, options: Options) -> Tiles:
     """The autotuner's choice for these inputs' key: from its cache, else measured now on these inputs."""
     import cupy
 
     D = qo.shape[3]
     # Once per bound mask and shape: the key renders the predicate, too slow to redo on every call.
     state = _state_for(bound)
-    memo = ("tuned", D, qo.dtype, qo.device, str(cache_dir()))
+    memo = ("tuned", D, qo.dtype, qo.device, options.cache_path)
     if memo in state:
         return state[memo]
     gpu = cupy.cuda.runtime.getDeviceProperties(qo.device)["name"]
     gpu = gpu.decode() if isinstance(gpu, bytes) else str(gpu)
     key = autotune.tuning_key(bound, D, qo.dtype, gpu)
-    cache = autotune.cache_for(cache_dir())
+    cache = autotune.cache_for(options.cache_path)
     chosen = cache.get(key)
     if chosen is not None:
         state[memo] = chosen
@@ -557,7 +569,7 @@ def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
     device = cupy.cuda.Device(qo.device)
 
     def run(tiles):
-        return attention(q, k, v, bound, scale, tiles=tiles)
+        return attention(q, k, v, bound, scale, options=options.replace(autotune=False, tiles=tiles))
 
     def agrees(out, ref) -> bool:
         if qo.framework == "torch":
@@ -575,7 +587,8 @@ def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
         device.synchronize()
         return (time.perf_counter() - start) * 1e3 / reps
 
-    chosen, report = autotune.pick(forward_candidates(D, qo.dtype, _capability(qo.device)), run, agrees, measure)
+    candidates = forward_candidates(D, qo.dtype, _capability(qo.device, options))
+    chosen, report = autotune.pick(candidates, run, agrees, measure)
     cache.put(key, chosen, report)
     state[memo] = chosen
     return chosen
@@ -603,23 +616,23 @@ def _float32_rows(x, name: str, like: _Operand, shape: tuple[int, ...]) -> int:
 
 
 def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = None, dlse=None,
-                       deterministic: bool = False):
+                       deterministic: bool = False, *, options: Options | None = None):
     """Gradients of :func:`attention`: (dQ, dK, dV) for the output gradient ``dout``.
 
     ``out`` and ``lse`` are the forward's O and LSE (``return_lse=True``); ``dlse`` is an optional gradient
     of LSE (B, Hq, S) float32. dK and dV are summed over each GQA group. ``deterministic`` computes dQ with
     its own query-major kernel instead of fp32 atomics: bitwise repeatable, somewhat slower. Head dims 64
-    and 128. Returns arrays of the inputs' type and dtype, contiguous.
+    and 128. ``options`` (default: the environment's): the dK/dV engine, its dQ reduction, the target.
+    Returns arrays of the inputs' type and dtype, contiguous.
     """
+    options = _resolved(options)
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     oo, do = _operand(out, "out"), _operand(dout, "dout")
-    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), os.environ.get("MASKC_BWD_ENGINE"),
-           os.environ.get("MASKC_ARCH"),
-           os.environ.get("MASKC_BWD_DQ_REDUCTION"))
+    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), options)
     state = _state_for(bound)
     plan = state.get(key)
     if plan is None:
-        plan = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic)
+        plan = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic, options)
     _check_pointers(qo, ko, vo, oo, do)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
@@ -641,13 +654,13 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
                     "dv": dv_ptr, "dq_accum": dq_accum_ptr}
         for launch, slots in plan:
             launch(outs.stream, [(index, pointers[name]) for index, name in slots])
-        outs.synchronize_if_asked()
+        outs.synchronize_if_asked(options)
         del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
     return dq, dk, dv
 
 
 def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _Operand, bound, scale,
-                   deterministic: bool) -> list:
+                   deterministic: bool, options: Options) -> list:
     """Validate, compile or fetch the backward kernels, upload the descriptor's views, and pack the three
     launches: [(PackedLaunch, ((argument index, pointer name), ...) set per call), ...] in launch order."""
     _validate(qo, ko, vo, bound)
@@ -660,13 +673,13 @@ def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
     try:
-        tiles = choose_backward_tiles(D, qo.dtype, _capability(qo.device))
+        tiles = choose_backward_tiles(D, qo.dtype, _capability(qo.device, options), engine=options.backward_engine)
     except ValueError as exc:
         raise AttentionInputError(str(exc)) from None
     block_m, block_n, dq_block_n = tiles.block_m, tiles.block_n, tiles.dq_block_n
 
     with _on_device(qo.device):
-        kernel = _backward_kernel(bound, tiles, D, qo.dtype, qo.device)
+        kernel = _backward_kernel(bound, tiles, D, qo.dtype, qo.device, options)
         spec = kernel.source.spec
         cols = _device_descriptor(bound, block_m, block_n, qo.device, transposed=True)
         mask_batch = cols.descriptor.batch

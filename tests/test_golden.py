@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 import maskc
-from maskc.emit import emit_backward_kernel
 from conftest import EXAMPLE_NAMES, EXAMPLES
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -36,7 +35,7 @@ def render(name: str, direction: str, engine: str, head_dim: int) -> str:
     mask = maskc.load(EXAMPLES / f"{name}.mask")
     if direction == "fwd":
         return mask.kernel_source(head_dim=head_dim, dtype="bf16", engine=engine).source
-    return emit_backward_kernel(mask.backward_spec(head_dim=head_dim, dtype="bf16", engine=engine)).source
+    return mask.backward_source(head_dim=head_dim, dtype="bf16", engine=engine).source
 
 
 @pytest.mark.parametrize("name,direction,engine,head_dim", CASES,

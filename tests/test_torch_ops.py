@@ -124,11 +124,13 @@ def test_opcheck_fake_implementations():
     """torch.library.opcheck: schema, fake (meta) implementation and autograd registration agree."""
     bound = bound_of("document", 30, seed=9)
     q, k, v = inputs(1, 2, 1, 30, 30, 8, seed=10)
-    torch.library.opcheck(torch_ops.attention_forward, (q, k, v, bound.handle, 0.25, False))
-    out, lse = torch_ops.attention_forward(q, k, v, bound.handle, 0.25, False)
-    dout = torch.randn_like(out)
-    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None, bound.handle, 0.25, False)
-    torch.library.opcheck(torch_ops.attention_backward, args)
+    for options in ("", maskc.Options(sync=True).token):    # "": the environment's options
+        torch.library.opcheck(torch_ops.attention_forward, (q, k, v, bound.handle, 0.25, False, options))
+        out, lse = torch_ops.attention_forward(q, k, v, bound.handle, 0.25, False, options)
+        dout = torch.randn_like(out)
+        args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None, bound.handle, 0.25, False,
+                options)
+        torch.library.opcheck(torch_ops.attention_backward, args)
 
 
 def test_torch_compile_fullgraph_and_new_masks():
