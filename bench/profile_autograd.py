@@ -2,11 +2,12 @@
 import cProfile
 import pstats
 import sys
+from pathlib import Path
 
 import torch
 
-sys.path.insert(0, "bench")
-from bench_fwd import B, D, H, real_bound  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import B, D, H, real_bound  # noqa: E402
 
 import maskc  # noqa: E402
 

@@ -100,7 +100,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
 
     A const parameter is compiled into the kernel: its value comes from --param, else from the default
     the file declares (`width: const int = 128`). The MASKC_* environment variables apply as at run
-    time (README: Environment variables); the flags override them.
+    time (README: Options and environment variables); the flags override them.
 
     \b
     Examples:

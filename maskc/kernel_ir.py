@@ -250,11 +250,6 @@ class KernelSpec:
         warpgroup: setmaxnreg hands registers over per warpgroup; one lane of it does the work)."""
         return 32 * self.num_warps + (128 if self.engine == "wgmma_tma" else 0)
 
-    @property
-    def uses_tensor_maps(self) -> bool:
-        """Whether the kernel takes q, k, v tensor maps (maskc.tma) after its other parameters."""
-        return self.engine == "wgmma_tma"
-
 
 @dataclass(frozen=True)
 class BackwardSpec:

@@ -9,8 +9,8 @@ Options; the passes below them take the values decided from it (``choose_tiles(.
 
 The ``MASKC_*`` environment variables are read here and nowhere else, by :meth:`Options.from_environment`:
 the API's entry points call it when no options are given, the CLI starts from it. :data:`ENVIRONMENT`
-lists them (README's "Environment variables" section describes each). A value that cannot be read is a
-ValueError naming the variable, not a silent default.
+lists them (README's "Options and environment variables" section describes each). A value that cannot be
+read is a ValueError naming the variable, not a silent default.
 
 Options reach a kernel only through what they decide (tiles, engine, the plan's switches, the target),
 which the rendered source and NVRTC's options carry into the cache key; ``sync``, ``cache_dir`` and

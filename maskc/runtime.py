@@ -41,7 +41,7 @@ from .schedule import (BackwardTiles, Tiles, arch_for, capability_of, choose_bac
                        forward_candidates)
 from .tma import tile_map
 
-__all__ = ["attention", "attention_backward", "cache_dir", "load_kernel", "AttentionInputError"]
+__all__ = ["attention", "attention_backward", "cache_dir", "cached_binary", "load_kernel", "AttentionInputError"]
 
 
 class AttentionInputError(ValueError):
@@ -120,6 +120,11 @@ def kernel_key(src: KernelSource) -> str:
     return h.hexdigest()
 
 
+def cached_binary(src: KernelSource, options: Options | None = None) -> Path:
+    """Where the disk cache keeps ``src``'s cubin (PTX for a compute_XY target)."""
+    return cache_dir(options) / f"{src.entry}-{kernel_key(src)[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
+
+
 def load_kernel(src: KernelSource, options: Options | None = None) -> LoadedKernel:
     """The kernel for ``src``: from memory, else the disk cache's cubin (in ``options.cache_path``), else
     NVRTC (then written to disk)."""
@@ -129,7 +134,7 @@ def load_kernel(src: KernelSource, options: Options | None = None) -> LoadedKern
         return hit
     import cupy
 
-    path = cache_dir(options) / f"{src.entry}-{key[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
+    path = cached_binary(src, options)
     compiled = False
     if not path.is_file():
         cubin = compile_to_cubin(src)

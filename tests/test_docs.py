@@ -121,6 +121,6 @@ def test_readme_documents_every_environment_variable():
     for path in list((ROOT / "maskc").glob("*.py")) + [ROOT / "tests" / "conftest.py"]:
         used |= set(re.findall(r"MASKC_[A-Z_0-9]+", path.read_text()))
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Environment variables"):]
+    section = readme[readme.index("## Options and environment variables"):]
     missing = sorted(v for v in used if f"`{v}" not in section)
     assert not missing, f"README's environment variables section does not describe {missing}"
