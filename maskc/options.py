@@ -121,11 +121,15 @@ class Options:
 
 
 
-@functools.lru_cache(maxsize=64)
 def from_token(token: str) -> Options:
-    """The options :attr:`Options.token` wrote; ``""`` means those of the environment (read now)."""
-    if not token:
-        return Options.from_environment()
+    """The options :attr:`Options.token` wrote; ``""`` means those of the environment (read now, on every
+    call: the environment may have changed since the last)."""
+    return _parsed_token(token) if token else Options.from_environment()
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_token(token: str) -> Options:
+    """The options of a non-empty token (cached: the torch ops read theirs on every call)."""
     fields = json.loads(token)
     if fields.get("tiles") is not None:
         fields["tiles"] = Tiles(*fields["tiles"])

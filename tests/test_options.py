@@ -82,10 +82,12 @@ def test_token_round_trips(options):
 
 
 def test_empty_token_reads_the_environment_when_used(monkeypatch):
-    from_token.cache_clear()
     monkeypatch.setenv("MASKC_ENGINE", "mma")
     assert from_token("") == Options(engine="mma")
-    from_token.cache_clear()
+    monkeypatch.setenv("MASKC_ENGINE", "wgmma_tma")     # read again on the next use, not remembered
+    assert from_token("") == Options(engine="wgmma_tma")
+    monkeypatch.delenv("MASKC_ENGINE")
+    assert from_token("") == DEFAULT
 
 
 def test_the_environment_is_read_in_one_module():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import maskc
 from maskc import ir
 from maskc import linear as L
+from maskc.intervals import visible_slots
 from maskc.ranges import analyze_ranges
 from maskc.rows import RowValues, k_bound_rows
 
@@ -73,6 +74,33 @@ def test_exact_regions_see_one_interval_per_row(text, b):
         for row in dense:
             keys = np.flatnonzero(row)
             assert keys.size == 0 or keys[-1] - keys[0] + 1 == keys.size, keys
+
+
+def _slots_dense(slots, shape) -> np.ndarray:
+    """The keys each row's [lo, hi) slots cover."""
+    k = np.arange(shape[1], dtype=np.int64)[None, :]
+    out = np.zeros(shape, bool)
+    for lo, hi in slots:
+        out |= (k >= lo[:, None]) & (k < hi[:, None])
+    return out
+
+
+@given(text=mask_text(exact=True), b=binding())
+def test_row_intervals_of_the_ranges_are_the_mask(text, b):
+    """What classification builds on: the analysis's regions as per-row intervals (maskc.intervals),
+    allow regions united and deny regions taken out row by row, see exactly the keys bound.dense() sees;
+    each row's slots ascending and apart, its empty ones last, no more than the regions' count."""
+    seq_len, kv_len, params = b
+    c = maskc.compile_mask(text)
+    bound = c.bind(seq_len, kv_len, **params)
+    rows = RowValues(bound.params.batch[0], seq_len, kv_len, 0, 0, np.arange(seq_len, dtype=np.int64))
+    slots = visible_slots(c.ranges.allow, c.ranges.deny, rows, kv_len)
+    assert np.array_equal(_slots_dense(slots, (seq_len, kv_len)), bound.dense())
+    assert len(slots) <= len(c.ranges.allow) + len(c.ranges.deny)
+    for (lo_a, hi_a), (lo_b, hi_b) in zip(slots, slots[1:]):
+        assert np.all((lo_a >= hi_a) <= (lo_b >= hi_b)), "an empty slot before a non-empty one"
+        seen = (lo_a < hi_a) & (lo_b < hi_b)
+        assert np.all(hi_a[seen] < lo_b[seen]), "slots of a row overlap, touch or are out of order"
 
 
 @pytest.mark.parametrize("coef", [-3, -2, -1, 1, 2, 3])
