@@ -11,9 +11,9 @@ import maskc
 from maskc.emit import check_backward_spec, check_spec
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
 from maskc.plan import SMEM_LIMIT, plan_forward, shared_bytes
-from maskc.schedule import (DEFAULT_DQ_REDUCTION, DEFAULT_HOPPER_BACKWARD_ENGINE, DEFAULT_HOPPER_ENGINE, HOPPER,
-                            SUPPORTED_DTYPES, Tiles, arch_for, choose_backward_tiles, choose_dq_reduction, choose_tiles,
-                            forward_candidates)
+from maskc.schedule import (ARCHES, DEFAULT_DQ_REDUCTION, DEFAULT_HOPPER_BACKWARD_ENGINE, DEFAULT_HOPPER_ENGINE,
+                            HOPPER, SUPPORTED_DTYPES, Tiles, arch_for, capability_of, choose_backward_tiles,
+                            choose_dq_reduction, choose_tiles, forward_candidates)
 from conftest import EXAMPLE_NAMES, EXAMPLES
 
 CAPABILITIES = [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]
@@ -108,3 +108,26 @@ def test_dq_reduction_choice():
             choose_dq_reduction("wgmma", retired)
     spec = MASKS["causal"].backward_spec(head_dim=128, engine="wgmma", dq_reduction="red2")
     assert spec.dq_reduction == "red2"
+
+
+@pytest.mark.parametrize("major", range(8, 13))
+@pytest.mark.parametrize("minor", range(0, 10))
+def test_the_target_of_a_gpu_runs_on_it(major, minor):
+    """A GPU runs machine code of its own major version and a minor at most its own, an "a" target only on
+    its own GPU, and PTX (compute_XY) anywhere newer: arch_for picks the newest of ARCHES it runs, else PTX
+    for exactly this GPU."""
+    target = arch_for((major, minor))
+    runs = [a for a in ARCHES if capability_of(a)[0] == major and (
+        capability_of(a) == (major, minor) if a.endswith("a") else capability_of(a)[1] <= minor)]
+    assert target == (runs[-1] if runs else f"compute_{major}{minor}")
+    assert capability_of(target)[0] == major and capability_of(target)[1] <= minor
+
+
+def test_capability_of_reads_every_target_and_refuses_others():
+    for arch in ARCHES:
+        major, minor = capability_of(arch)
+        assert arch in (f"sm_{major}{minor}", f"sm_{major}{minor}a") and arch_for((major, minor)) == arch
+    assert capability_of("compute_80") == (8, 0)
+    for bad in ("sm90", "hopper", "sm_9", "compute_90a_x", ""):
+        with pytest.raises(ValueError, match="sm_XY"):
+            capability_of(bad)
