@@ -1,6 +1,6 @@
 """maskc.options: one Options value for every choice of how kernels are built and run, the MASKC_* environment
-read in one place (Options.from_environment), the CLI and the torch ops taking it, and a kernel cache key that
-depends on options only through the kernel they decide (never on a host path)."""
+read in one place (Options.from_environment), the CLI taking it (the torch ops: tests/test_torch_ops.py), and a
+kernel cache key that depends on options only through the kernel they decide (never on a host path)."""
 from __future__ import annotations
 
 import re
@@ -154,26 +154,3 @@ def test_cache_key_is_the_kernel_not_where_things_lie(tmp_path):
     assert len(keys) == len(sources) == 1
     other = maskc.load(EXAMPLES / "document.mask").kernel_source(Options(overlap=False))
     assert kernel_key(other) not in keys
-
-
-# -- torch.compile passes options through the custom ops ----------------------------------------------------
-
-def test_torch_compile_passes_options_to_the_ops(monkeypatch):
-    torch = pytest.importorskip("torch")
-    import torch._dynamo
-
-    from maskc import torch_ops
-    seen = []
-    real = torch_ops._forward
-    monkeypatch.setattr(torch_ops, "_forward", lambda *a: seen.append(a[5] if len(a) > 5 else None) or real(*a))
-    torch._dynamo.reset()
-    bound = maskc.load(EXAMPLES / "causal.mask").bind(seq_len=16)
-    options = Options(sync=True, engine="mma")
-
-    def step(q, k, v):
-        return maskc.attention(q, k, v, bound, options=options).sum()
-
-    q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
-    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
-    assert torch.allclose(compiled(q, k, v), step(q, k, v))
-    assert seen and seen[0] == options
