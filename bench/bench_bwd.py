@@ -1,6 +1,8 @@
 """Backward attention benchmark on the GPU: maskc vs FlexAttention's compiled backward vs SDPA cuDNN (causal).
 
-B=1, H=16, D=128, bf16, the masks of bench_fwd.py. Median of triton.testing.do_bench of
+B=1, H=16, D=128, bf16, the masks of bench_fwd.py (bench/workloads.py), the environment's options (for
+instance MASKC_BWD_DQ_REDUCTION) but the dK/dV engine, which is the schedule's, then each of --engines.
+Median of triton.testing.do_bench of
 - `bwd`: the backward alone. maskc: ``runtime.attention_backward`` from a stored O and LSE (the fast mode,
   impl `maskc`, and the deterministic one, `maskc_det`); Flex and cuDNN: ``torch.autograd.grad`` of a stored
   forward output with ``retain_graph``;
@@ -17,14 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
+from pathlib import Path
 
 import torch
 
-from bench_fwd import (ALL_MASKS, B, D, H, ROOT, _short, bench_ms, compiled_flex, count_pairs, make_params,
-                       real_bound, write_records)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import (ALL_MASKS, B, D, H, ROOT, bench_ms, compiled_flex, count_pairs, workload,  # noqa: E402
+                       write_records)
 
-import maskc  # noqa: E402  (bench_fwd put the checkout first on sys.path)
+import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
 from maskc import runtime  # noqa: E402
 from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
 from maskc.schedule import choose_backward_tiles  # noqa: E402
@@ -44,8 +48,8 @@ def main():
     ap.add_argument("--engines", default=",".join(BACKWARD_ENGINES),
                     help="the other dK/dV engines to time beside the schedule's")
     args = ap.parse_args()
-    os.environ.pop("MASKC_BWD_ENGINE", None)
-    engine = choose_backward_tiles(D, "bf16", runtime._capability(torch.cuda.current_device())).engine
+    default = maskc.Options.from_environment().replace(backward_engine=None)   # the schedule's engine first
+    engine = choose_backward_tiles(D, "bf16", runtime._capability(torch.cuda.current_device(), default)).engine
     others = [e for e in args.engines.split(",") if e and e != engine]
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -68,18 +72,19 @@ def main():
         qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
         reps = dict(warmup=10, rep=30) if S <= 4096 else dict(warmup=10, rep=100)
         for name in (m for m in args.masks.split(",") if m):
-            bound = real_bound(name, S)
+            w = workload(name, S)
+            bound = w.bound()
             pairs = count_pairs(bound)
 
-            o, lse = runtime.attention(q, k, v, bound, return_lse=True)
-            grads = runtime.attention_backward(dout, q, k, v, o, lse, bound)
-            grads_det = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True)
+            o, lse = runtime.attention(q, k, v, bound, return_lse=True, options=default)
+            grads = runtime.attention_backward(dout, q, k, v, o, lse, bound, options=default)
+            grads_det = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=default)
             torch.cuda.synchronize()
-            ms = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound), **reps)
-            ms_det = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True),
-                              **reps)
-            ms_fb = bench_ms(lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound), (qg, kg, vg), dout),
-                             **reps)
+            ms = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, options=default), **reps)
+            ms_det = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True,
+                                                                 options=default), **reps)
+            ms_fb = bench_ms(lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=default),
+                                                         (qg, kg, vg), dout), **reps)
 
             bm = create_block_mask(bound.flex_mask_mod("cuda"), None, None, S, S, device="cuda")
             o_flex = flex(qg, kg, vg, block_mask=bm)
@@ -91,25 +96,24 @@ def main():
             ms_flex = bench_ms(lambda: torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True), **reps)
             ms_flex_fb = bench_ms(lambda: torch.autograd.grad(flex(qg, kg, vg, block_mask=bm), (qg, kg, vg), dout),
                                   **reps)
-            extra = {"params": _short(make_params(name, S))}
+            extra = {"params": w.short_params()}
             record(name, S, "maskc", "bwd", ms, pairs, ok, rel_err_vs_flex=errs, **extra)
             record(name, S, "maskc_det", "bwd", ms_det, pairs, ok_det, rel_err_vs_flex=errs_det)
             record(name, S, "flex", "bwd", ms_flex, pairs)
             record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok)
             record(name, S, "flex", "fwd_bwd", ms_flex_fb, pairs)
             for other in others:
-                os.environ["MASKC_BWD_ENGINE"] = other
+                options = default.replace(backward_engine=other)
                 try:
-                    got = runtime.attention_backward(dout, q, k, v, o, lse, bound)
+                    got = runtime.attention_backward(dout, q, k, v, o, lse, bound, options=options)
                     errs_o = [rel(a, b) for a, b in zip(got, flex_grads)]
                     ok_o = all(e <= 3e-2 for e in errs_o) and not any(torch.isnan(g).any().item() for g in got)
-                    ms_o = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound), **reps)
+                    ms_o = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, options=options),
+                                    **reps)
                     record(name, S, f"maskc_{other}", "bwd", ms_o, pairs, ok_o, rel_err_vs_flex=errs_o)
                     del got
                 except Exception as exc:   # an engine that fails is reported, the others still run
                     print(f"# {name} S={S} engine {other}: {type(exc).__name__}: {exc}", flush=True)
-                finally:
-                    del os.environ["MASKC_BWD_ENGINE"]
             del o_flex, flex_grads
 
             if name == "causal":

@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads as W  # noqa: E402
 
+from maskc import Options  # noqa: E402
 from maskc.runtime import attention  # noqa: E402
 from maskc.schedule import Tiles  # noqa: E402
 
@@ -59,8 +60,9 @@ def run(args) -> list[dict]:
             runners["maskc"] = lambda: attention(q, k, v, bound)
             for variant in filter(None, args.variants.split(",")):
                 shape, _, engine = variant.partition(":")
-                tiles = Tiles(*map(int, shape.split("x")), engine or "wgmma_tma")
-                runners[f"maskc[{variant}]"] = lambda tiles=tiles: attention(q, k, v, bound, tiles=tiles)
+                options = Options.from_environment().replace(tiles=Tiles(*map(int, shape.split("x")),
+                                                                           engine or "wgmma_tma"), autotune=False)
+                runners[f"maskc[{variant}]"] = lambda options=options: attention(q, k, v, bound, options=options)
         if {"flex", "flex_fa4"} & set(impls):
             from torch.nn.attention.flex_attention import create_block_mask
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from bench_fwd import B, D, H, bench_ms, compiled_flex, real_bound, write_records
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import B, D, H, bench_ms, compiled_flex, real_bound, write_records  # noqa: E402
 
-import maskc  # noqa: E402  (bench_fwd put the checkout first on sys.path)
+import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
 from maskc import runtime  # noqa: E402
 
 
@@ -32,7 +35,7 @@ def host_us(fn, n: int = 200) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--out", default="overhead.json")
     args = ap.parse_args()

@@ -12,15 +12,14 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 def job(a):
     name, d, red = a
-    os.environ["MASKC_BWD_DQ_REDUCTION"] = red
     import maskc
-    from maskc import runtime
-    from maskc.emit import emit_backward_kernel, compile_to_cubin
-    src = emit_backward_kernel(maskc.load(f"examples/{name}.mask").backward_spec(head_dim=d, engine="wgmma"))
-    out = runtime.cache_dir() / f"{src.entry}-{runtime.kernel_key(src)[:32]}.cubin"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp%d" % os.getpid()); tmp.write_bytes(compile_to_cubin(src)); os.replace(tmp, out)
-jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in ("bulk_tile", "red2", "none")]
+    from maskc.emit import compile_to_cubin
+    from maskc.runtime import binary_name, disk_cache
+    options = maskc.Options.from_environment().replace(backward_engine="wgmma", dq_reduction=red)
+    src = maskc.load(f"examples/{name}.mask").backward_source(options, head_dim=d)
+    disk_cache(options).artifact(binary_name(src), lambda: compile_to_cubin(src))
+from maskc.kernel_ir import DQ_REDUCTIONS
+jobs = [(n, d, r) for n in ("causal", "document", "hstu") for d in (64, 128) for r in DQ_REDUCTIONS]
 with ProcessPoolExecutor(16) as pool:
     list(pool.map(job, jobs))
 print("precompiled", len(jobs))
@@ -38,7 +37,7 @@ import sys, collections
 total = collections.defaultdict(float)
 for line in open(sys.argv[1]):
     f = [x.strip() for x in line.strip().strip("|").split("|")]
-    if len(f) == 6 and f[1] == "32768" and f[2] not in ("none", "det") and (f[5] == "0.0e+00" or float(f[5]) < 1e-3):
+    if len(f) == 6 and f[1] == "32768" and f[2] != "det" and (f[5] == "0.0e+00" or float(f[5]) < 1e-3):
         total[f[2]] += float(f[3])
 print(min(total, key=total.get) if total else "red2")
 PY
@@ -53,9 +52,9 @@ PY
   grep '^| ' "$OUT/bench_bwd.log"
 fi
 [ -n "${SKIP_NCU:-}" ] && exit 0
-# ncu (no clock control): the dK/dV kernel's throughputs, L2 and DRAM traffic and stall reasons, with and
-# without its dQ reductions
-for r in ${NCU_REDUCTIONS:-red2 none}; do
+# ncu (no clock control): the dK/dV kernel's throughputs, L2 and DRAM traffic and stall reasons, for each of
+# its dQ reductions (bwd_variants.py's `det` rows time it without any)
+for r in ${NCU_REDUCTIONS:-bulk_tile red2}; do
   MASKC_BWD_DQ_REDUCTION=$r timeout ${NCU_TIMEOUT:-100} ncu --clock-control none -k regex:dkdv -c 1 --section SpeedOfLight \
     --metrics lts__t_sectors_op_red.sum,lts__t_sectors.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
     python3 bench/bwd_variants.py --once --lengths 8192 --masks causal > "$OUT/ncu_$r.log" 2>&1; echo "ncu $r rc=$?"

@@ -1,8 +1,10 @@
 """Compile, in parallel, the forward and backward kernels the GPU tests and benchmarks ask for first, into the
 disk cache (NVRTC needs no GPU; a device call then spends its GPU time running, not compiling). Masks with
-const parameters are compiled per value by their own callers and are skipped here.
+const parameters are compiled per value by their own callers and are skipped here. The kernels are those the
+environment's options (MASKC_*) ask for on an H100/H200 (sm_90a, unless MASKC_ARCH says otherwise), in the
+cache directory they name.
 
-    python bench/precompile.py [--head-dims 64,128] [--dtypes bf16,fp16]
+    python bench/precompile.py [--head-dims 64,128] [--dtypes bf16,fp16] [--backward] [--all-engines]
 """
 from __future__ import annotations
 
@@ -18,40 +20,39 @@ sys.path.insert(0, str(ROOT))
 
 
 def compile_one(job) -> int:
-    path, head_dim, dtype, backward = job
+    path, head_dim, dtype, backward, engine = job
     import maskc
-    from maskc.emit import compile_to_cubin, emit_backward_kernel, emit_kernel
-    from maskc.runtime import cache_dir, kernel_key
+    from maskc.emit import compile_to_cubin
+    from maskc.runtime import binary_name, disk_cache
 
+    options = maskc.Options.from_environment()
     mask = maskc.load(path)
     if mask.const_params:
         return 0
     try:
         if backward:
-            src = emit_backward_kernel(mask.backward_spec(head_dim=head_dim, dtype=dtype))
+            src = mask.backward_source(options, head_dim=head_dim, dtype=dtype, engine=engine)
         else:
-            src = emit_kernel(mask.kernel_spec(head_dim=head_dim, dtype=dtype))
-    except ValueError:   # a combination maskc has no kernel for (the backward at head dim 256)
+            src = mask.kernel_source(options, head_dim=head_dim, dtype=dtype, engine=engine)
+    except ValueError:   # a combination maskc has no kernel for (the backward at head dim 256, ...)
         return 0
-    out = cache_dir() / f"{src.entry}-{kernel_key(src)[:32]}.cubin"
-    if out.is_file():
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(compile_to_cubin(src))
-    os.replace(tmp, out)
-    return 1
+    _, compiled = disk_cache(options).artifact(binary_name(src), lambda: compile_to_cubin(src))
+    return int(compiled)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--dtypes", default="bf16,fp16")
-    ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--backward", action="store_true", help="the backward kernels too")
+    ap.add_argument("--all-engines", action="store_true",
+                    help="every engine's kernels (the GPU tests run them all), not only the schedule's")
     args = ap.parse_args()
-    jobs = [(p, int(d), dt, bwd) for p in sorted(glob.glob(str(ROOT / "examples" / "*.mask")))
+    from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
+    engines = {False: ENGINES if args.all_engines else (None,), True: BACKWARD_ENGINES if args.all_engines else (None,)}
+    jobs = [(p, int(d), dt, bwd, e) for p in sorted(glob.glob(str(ROOT / "examples" / "*.mask")))
             for d in args.head_dims.split(",") for dt in args.dtypes.split(",")
-            for bwd in ((False, True) if args.backward else (False,))]
+            for bwd in ((False, True) if args.backward else (False,)) for e in engines[bwd]]
     with ProcessPoolExecutor(min(32, os.cpu_count() or 1)) as pool:
         print("compiled", sum(pool.map(compile_one, jobs)), "of", len(jobs), "kernels")
 

@@ -1,16 +1,22 @@
 """cProfile of maskc.attention forward + backward through autograd at S=256 (host-bound): where the host time goes."""
+import argparse
 import cProfile
 import pstats
 import sys
+from pathlib import Path
 
 import torch
 
-sys.path.insert(0, "bench")
-from bench_fwd import B, D, H, real_bound  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import B, D, H, real_bound  # noqa: E402
 
 import maskc  # noqa: E402
 
-S = 256
+ap = argparse.ArgumentParser(description=__doc__)
+ap.add_argument("--seq-len", type=int, default=256)
+ap.add_argument("--iters", type=int, default=100)
+args = ap.parse_args()
+S = args.seq_len
 bound = real_bound("document", S)
 q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
 qg, kg, vg = (x.requires_grad_() for x in (q, k, v))
@@ -20,7 +26,7 @@ for _ in range(5):
 torch.cuda.synchronize()
 prof = cProfile.Profile()
 prof.enable()
-for _ in range(100):
+for _ in range(args.iters):
     step()
 torch.cuda.synchronize()
 prof.disable()

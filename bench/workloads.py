@@ -201,3 +201,51 @@ def fa4_module():
 
 def first(x):
     return x[0] if isinstance(x, tuple) else x
+
+
+# ---- what the backward and overhead benchmarks share --------------------------------------------------------
+
+B, H, D = 1, 16, 128      # batch, heads, head dim of bench_bwd.py, bwd_variants.py and bench_overhead.py
+
+
+def real_bound(name: str, S: int):
+    """The workload's bound mask (maskc's side)."""
+    return workload(name, S).bound()
+
+
+def count_pairs(bound) -> int:
+    """Visible pairs: from the row intervals for exact masks, else the mask_mod on the GPU in row chunks."""
+    try:
+        return int(bound.visible_pairs())
+    except NotImplementedError:
+        mod = bound.flex_mask_mod("cuda")
+        kk = torch.arange(bound.kv_len, device="cuda")[None, :]
+        zero = torch.zeros((), dtype=torch.int64, device="cuda")
+        total = 0
+        for r0 in range(0, bound.seq_len, 1024):
+            qq = torch.arange(r0, min(bound.seq_len, r0 + 1024), device="cuda")[:, None]
+            total += int(mod(zero, zero, qq, kk).sum().item())
+        return total
+
+
+def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
+    """Median milliseconds of triton.testing.do_bench."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def compiled_flex():
+    """(flex_attention compiled on its Triton backend, GPU name, UTC date)."""
+    import datetime
+
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return flex_functions()[0], torch.cuda.get_device_name(), date
+
+
+def write_records(path, records) -> None:
+    import json
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1))

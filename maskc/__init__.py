@@ -17,6 +17,7 @@ from typing import Any
 from .errors import BindError, InputError, MaskError, MaskSyntaxError
 from .flex import create_block_mask, create_mask
 from .kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
+from .options import Options
 from .pipeline import BoundMask, CompiledMask, compile_all, compile_mask, load
 from .reference import reference_attention
 from .restrict import RestrictedMask
@@ -60,7 +61,7 @@ def _check_heads(query: Any, key: Any, value: Any, enable_gqa: bool) -> None:
 
 def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *, block_mask: Any = None,
               scale: float | None = None, enable_gqa: bool = False, return_lse: bool = False,
-              deterministic: bool = False) -> Any:
+              deterministic: bool = False, options: Options | None = None) -> Any:
     """Masked attention with maskc's generated kernels, shaped like ``flex_attention``.
 
     ``query`` (B, Hq, S, D), ``key`` and ``value`` (B, Hkv, Skv, D): torch tensors (differentiable through
@@ -70,7 +71,9 @@ def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *
     1/sqrt(D). ``enable_gqa``: allow Hq to be a multiple of Hkv (query head h reads key/value head
     h // (Hq // Hkv)); without it differing head counts are an error, as in Flex. ``return_lse``: also the
     log-sum-exp of each row's scaled scores (natural log, -inf where a row sees no key). ``deterministic``
-    makes the backward bitwise repeatable (no atomics).
+    makes the backward bitwise repeatable (no atomics). ``options``: how the kernels are built and run
+    (:class:`Options`: engines, tiles, autotuning, cache directory, target...); default: those the
+    ``MASKC_*`` environment variables set (:meth:`Options.from_environment`).
 
     Returns the output, or ``(output, lse)`` with ``return_lse``.
     """
@@ -79,20 +82,21 @@ def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *
     if type(query).__module__.startswith("torch"):
         from .torch_ops import attention as _torch_attention
         return _torch_attention(query, key, value, bound, scale=scale, return_lse=return_lse,
-                                deterministic=deterministic)
+                                deterministic=deterministic, options=options)
     from .runtime import attention as _attention
-    return _attention(query, key, value, bound, scale=scale, return_lse=return_lse)
+    return _attention(query, key, value, bound, scale=scale, return_lse=return_lse, options=options)
 
 
 def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, bound_mask: BoundMask,
-                       scale: float | None = None, dlse: Any = None,
-                       deterministic: bool = False) -> tuple[Any, Any, Any]:
+                       scale: float | None = None, dlse: Any = None, deterministic: bool = False,
+                       options: Options | None = None) -> tuple[Any, Any, Any]:
     """(dQ, dK, dV) on the GPU from the forward's O and LSE, for torch tensors or CuPy arrays (no autograd:
     torch users get this through ``attention(...).backward()``)."""
     from .runtime import attention_backward as _backward
-    return _backward(dout, q, k, v, out, lse, bound_mask, scale=scale, dlse=dlse, deterministic=deterministic)
+    return _backward(dout, q, k, v, out, lse, bound_mask, scale=scale, dlse=dlse, deterministic=deterministic,
+                     options=options)
 
 
 __all__ = ["load", "compile_mask", "compile_all", "CompiledMask", "BoundMask", "TileMap", "Descriptor", "attention",
            "attention_backward", "create_block_mask", "create_mask", "reference_attention", "MaskError",
-           "MaskSyntaxError", "BindError", "InputError", "EMPTY", "PARTIAL", "FULL", "__version__"]
+           "MaskSyntaxError", "BindError", "InputError", "Options", "EMPTY", "PARTIAL", "FULL", "__version__"]

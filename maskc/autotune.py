@@ -2,7 +2,7 @@
 
 The schedule (maskc.schedule) gives one answer per head dim; the fastest configuration also depends on the
 mask and the lengths (a 1024-key window wants other tiles than causal at 32K, a table-heavy predicate
-other register budgets). With ``attention(..., tiles="auto")`` or ``MASKC_AUTOTUNE=1``, the first call for
+other register budgets). With ``Options(autotune=True)`` (or ``MASKC_AUTOTUNE=1``), the first call for
 a key (mask and its compiled-in constants, head dim, dtype, GPU, lengths rounded up to a power of two)
 runs every candidate of ``schedule.forward_candidates`` on that call's own inputs, drops any whose output
 disagrees with the first candidate's (the mma.sync kernel, the reference) or that fails, times the rest,

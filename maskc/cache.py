@@ -34,10 +34,10 @@ class CacheWarning(UserWarning):
     """The disk cache cannot be used; maskc goes on without it."""
 
 
-def location(environ: Mapping[str, str] | None = None) -> Path | None:
-    """The cache directory for this environment (``os.environ`` by default), or None (see the module
-    docstring). Reads the environment and nothing else: the directory need not exist."""
-    env = os.environ if environ is None else environ
+def location(env: Mapping[str, str]) -> Path | None:
+    """The cache directory for the environment variables ``env``, or None (see the module docstring).
+    Reads them and the password database, nothing else: the directory need not exist. (The process's
+    environment is read only by :class:`maskc.options.Options`, which calls this.)"""
     explicit = env.get("MASKC_CACHE_DIR", "")
     if explicit:
         return Path(explicit)
@@ -160,14 +160,12 @@ _caches: dict[Path | None, DiskCache] = {}
 _caches_lock = threading.Lock()
 
 
-def default() -> DiskCache:
-    """The cache at :func:`location` for the current environment (one object per directory, so one
-    warning per process)."""
-    root = location()
+def at(root: Path | None) -> DiskCache:
+    """The cache in directory ``root`` (None: none), one object per directory, so one warning per process."""
     with _caches_lock:
         if root not in _caches:
             _caches[root] = DiskCache(root)
         return _caches[root]
 
 
-__all__ = ["CacheWarning", "DiskCache", "TUNING_FILE", "default", "location"]
+__all__ = ["CacheWarning", "DiskCache", "TUNING_FILE", "at", "location"]

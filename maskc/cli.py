@@ -19,8 +19,9 @@ import click
 
 from . import __version__
 from .cli_run import run_cmd
-from .cli_shared import (CliError, bind_from_cli, dtype_option, gpu_available, head_dim_option, kv_len_option,
-                         import_path_option, load_mask, mask_option, param_option, parse_params, seq_len_option, write_output)
+from .cli_shared import (CliError, bind_from_cli, dtype_option, environment_options, gpu_available, head_dim_option,
+                         import_path_option, kv_len_option, load_mask, mask_option, param_option, parse_params,
+                         seq_len_option, write_output)
 from .errors import MaskError
 from .kernel_ir import BACKWARD_ENGINES, ENGINES
 from .schedule import ARCHES
@@ -91,22 +92,23 @@ cli.add_command(run_cmd)
 @click.option("--engine", type=click.Choice(sorted(set(ENGINES) | set(BACKWARD_ENGINES))),
               help="forward kernel: mma (mma.sync, any GPU) or, for Hopper and head dims 64/128/256, wgmma_tma "
                    "(copy engine, warp-specialized); with --backward the dK/dV kernel's: mma or wgmma; "
-                   "default: the schedule's")
-@click.option("--arch", type=click.Choice(list(ARCHES) + ["compute_80"]), default="sm_90a", show_default=True,
+                   "default: $MASKC_ENGINE ($MASKC_BWD_ENGINE), else the schedule's")
+@click.option("--arch", type=click.Choice(list(ARCHES) + ["compute_80"]),
               help="the GPU to build for: sm_80 (A100), sm_86, sm_89 (L40S), sm_90a (H100/H200), sm_100a (B200), "
-                   "sm_120a; compute_80: PTX any newer GPU's driver compiles")
+                   "sm_120a; compute_80: PTX any newer GPU's driver compiles  [default: $MASKC_ARCH, else sm_90a]")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @import_path_option
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel; default: the file's); repeatable")
 def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: str, block_m: int | None,
-                block_n: int | None, engine: str | None, arch: str, check: bool, backward: bool,
+                block_n: int | None, engine: str | None, arch: str | None, check: bool, backward: bool,
                 raw_params: tuple[str, ...], import_paths: tuple[str, ...]) -> None:
     """Write the specialized CUDA forward kernel of a mask (or, with --backward, its backward kernels).
 
     A const parameter is compiled into the kernel: its value comes from --param, else from the default
-    the file declares (`width: const int = 128`).
+    the file declares (`width: const int = 128`). The MASKC_* environment variables apply as at run
+    time (README: Options and environment variables); the flags override them.
 
     \b
     Examples:
@@ -114,6 +116,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
       maskc compile examples/clear.mask --param width=64 -o clear.cu
       maskc compile examples/document.mask --backward --head-dim 64 -o document_bwd.cu
     """
+    options = environment_options()
     mask = _load(file, name, import_paths)
     given = parse_params(mask, raw_params)
     stray = sorted(set(given) - set(mask.const_params))
@@ -125,11 +128,10 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
         raise CliError("--block-m/--block-n shape the forward kernel; the backward's tiles come from its schedule")
     try:
         if backward:
-            from .emit import emit_backward_kernel
-            src = emit_backward_kernel(mask.backward_spec(head_dim=int(head_dim), dtype=dtype, constants=constants,
-                                                          engine=engine, arch=arch))
+            src = mask.backward_source(options, head_dim=int(head_dim), dtype=dtype, constants=constants,
+                                       engine=engine, arch=arch)
         else:
-            src = mask.kernel_source(head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
+            src = mask.kernel_source(options, head_dim=int(head_dim), dtype=dtype, block_m=block_m, block_n=block_n,
                                      constants=constants, engine=engine, arch=arch)
     except ValueError as err:                        # the templates' limits on tile shapes and head dims
         raise CliError(str(err)) from None
@@ -277,6 +279,7 @@ def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | 
     """
     from .explain import explain
     from .pipeline import compile_all, load_program
+    options = environment_options()
     masks = (_load(file, name, import_paths),) if name else compile_all(file, import_paths)
     bounds = {}
     if seq_len is None and (params or kv_len):
@@ -290,7 +293,8 @@ def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | 
             mine = tuple(p for p in params if p.partition("=")[0].strip() in {q.name for q in m.params}
                          or len(masks) == 1)
             bounds[m.name] = bind_from_cli(m, seq_len, kv_len, mine, heads)
-    text = explain(load_program(file, import_paths).main, masks, bounds, block_m, block_n, head_dim=int(head_dim), dtype=dtype)
+    text = explain(load_program(file, import_paths).main, masks, bounds, block_m, block_n, head_dim=int(head_dim),
+                   dtype=dtype, options=options)
     click.echo(text, nl=False)
 
 
@@ -325,7 +329,8 @@ def cache_info_cmd() -> None:
       maskc cache info
     """
     from . import cache
-    disk = cache.default()
+    from .runtime import disk_cache
+    disk = disk_cache(environment_options())
     if disk.root is None:
         click.echo("cache directory: none ($HOME is empty or '/'; set MASKC_CACHE_DIR): kernels are compiled "
                    "in every process")
@@ -353,7 +358,8 @@ def cache_clear_cmd() -> None:
       maskc cache clear
     """
     from . import cache
-    disk = cache.default()
+    from .runtime import disk_cache
+    disk = disk_cache(environment_options())
     try:
         count, size = disk.clear()
     except OSError as err:

@@ -12,8 +12,9 @@ from typing import Any, Callable
 import click
 import numpy as np
 
-from .cli_shared import (DEFAULT_DTYPE, CliError, bind_from_cli, dtype_option, gpu_available, head_dim_option,
-                         import_path_option, kv_len_option, load_mask, mask_option, param_option, seq_len_option)
+from .cli_shared import (DEFAULT_DTYPE, CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
+                         head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
+                         seq_len_option)
 from .progress import status
 
 CPU_MAX_LEN = 8192          # the float64 reference is O(S*K*D) per head: beyond this it takes minutes
@@ -32,7 +33,7 @@ def _timed(what: str, step: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
-def _run_gpu(bound, q, k, v, dtype):
+def _run_gpu(bound, q, k, v, dtype, options):
     import maskc
     try:
         import torch
@@ -47,13 +48,13 @@ def _run_gpu(bound, q, k, v, dtype):
         sync = cupy.cuda.Device().synchronize
 
     def first():
-        result = maskc.attention(tq, tk, tv, bound)
+        result = maskc.attention(tq, tk, tv, bound, options=options)
         sync()
         return result
     out, _ = _timed("compiling the kernel with NVRTC (cached for later runs)", first)
     start, iters = time.perf_counter(), 10
     for _ in range(iters):
-        maskc.attention(tq, tk, tv, bound)
+        maskc.attention(tq, tk, tv, bound, options=options)
     sync()
     host = out.float().cpu().numpy() if hasattr(out, "cpu") else out.get().astype(np.float32)
     return host, (time.perf_counter() - start) / iters
@@ -100,6 +101,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     from .reference import reference_attention
     from .schedule import choose_tiles
 
+    options = environment_options()
     mask = load_mask(file, name, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
     if bound.batch > 1 and batch not in (1, bound.batch):
@@ -107,7 +109,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     batch = max(batch, bound.batch)
     dim = int(head_dim)
     try:
-        block_m, block_n = choose_tiles(dim, dtype)[:2]
+        block_m, block_n = choose_tiles(dim, dtype, engine=options.engine)[:2]
     except ValueError as err:
         raise CliError(str(err)) from None
     on_gpu = gpu_available()
@@ -129,7 +131,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     click.echo(_tile_summary(bound, block_m, block_n))
     ok = True
     if on_gpu:
-        out, seconds = _run_gpu(bound, q, k, v, dtype)
+        out, seconds = _run_gpu(bound, q, k, v, dtype, options)
         pairs = _visible_pairs(bound)
         # 4 flops per visible pair and head dim element (QK^T and PV); batch-1 masks repeat over the batch
         rate = "" if pairs is None else (
@@ -143,7 +145,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
         click.echo(f"float64 reference (CPU): {seconds:.3f} s")
         ok = _verdict("out", relative_error(out, ref), tolerance or TOLERANCE[dtype], f"maskc kernel, {dtype}")
         if backward:
-            ok = _run_backward(bound, q, k, v, dtype, rng, "cuda", tolerance) and ok
+            ok = _run_backward(bound, q, k, v, dtype, rng, "cuda", tolerance, options) and ok
     else:
         click.echo("no GPU found: ran the CPU reference instead of maskc's kernel (numpy float64 dense, checked "
                    "against a float32 pass that walks the descriptor's tiles)")
@@ -154,12 +156,12 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
         click.echo(f"float32 tile-skipping reference: {seconds:.3f} s")
         ok = _verdict("out", relative_error(out, ref), tolerance or TOLERANCE["cpu"], "float32 tile-skipping")
         if backward:
-            ok = _run_backward(bound, q, k, v, dtype, rng, "cpu", tolerance) and ok
+            ok = _run_backward(bound, q, k, v, dtype, rng, "cpu", tolerance, options) and ok
     if not ok:
         raise CliError("the result differs from the float64 reference by more than the tolerance")
 
 
-def _run_backward(bound, q, k, v, dtype, rng, device: str, tolerance: float | None) -> bool:
+def _run_backward(bound, q, k, v, dtype, rng, device: str, tolerance: float | None, options) -> bool:
     """Gradients against the float64 textbook backward: on CUDA through maskc.attention's autograd (the
     backward kernels; needs torch), on the CPU by the float32 pass that walks the descriptor's transposed
     runs like the dK/dV kernel. True when all three agree within the tolerance."""
@@ -179,7 +181,7 @@ def _run_backward(bound, q, k, v, dtype, rng, device: str, tolerance: float | No
         tdo = torch.from_numpy(dout).to(device, kind)
 
         def step():
-            return torch.autograd.grad(maskc.attention(tq, tk, tv, bound), (tq, tk, tv), tdo)
+            return torch.autograd.grad(maskc.attention(tq, tk, tv, bound, options=options), (tq, tk, tv), tdo)
 
         def first():
             result = [g.float().cpu().numpy() for g in step()]
@@ -195,7 +197,7 @@ def _run_backward(bound, q, k, v, dtype, rng, device: str, tolerance: float | No
         what, limit = f"maskc backward kernels, {dtype}", tolerance or GRAD_TOLERANCE[dtype]
     else:
         try:
-            tiles = choose_backward_tiles(q.shape[-1], dtype)
+            tiles = choose_backward_tiles(q.shape[-1], dtype, engine=options.backward_engine)
         except ValueError as err:
             raise CliError(str(err)) from None
         grads, seconds = _timed("float32 backward", lambda: blocked_attention_backward(

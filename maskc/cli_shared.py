@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 if TYPE_CHECKING:
+    from .options import Options
     from .pipeline import BoundMask, CompiledMask
 
 # One default per knob for every command that has it: `compile` writes the kernel that `run` runs.
@@ -33,6 +34,16 @@ def gpu_available() -> bool:
         return bool(cupy.cuda.runtime.getDeviceCount() > 0)
     except Exception:
         return False
+
+
+def environment_options() -> "Options":
+    """The options the MASKC_* environment variables set (a command's flags override them); a variable
+    with a value maskc cannot take is a CliError naming it."""
+    from .options import Options
+    try:
+        return Options.from_environment()
+    except ValueError as err:
+        raise CliError(str(err)) from None
 
 
 def load_mask(path: str, name: str | None, import_paths: tuple[str, ...] = ()) -> "CompiledMask":

@@ -2,8 +2,9 @@
 (``KernelSource``) and, without a GPU, to a cubin.
 
 ``emit_kernel`` and ``emit_backward_kernel`` are pure: they render ``templates/attention_fwd.cu.j2`` /
-``attention_bwd.cu.j2`` with the spec (and, for the backward, its shared-memory layout, computed here)
-and attach the NVRTC options the source is meant for. ``compile_to_cubin`` runs NVRTC through CuPy's
+``attention_bwd.cu.j2`` with the spec (the forward's through its plan, with the switches of the
+:class:`~maskc.options.Options` given; the backward's with its shared-memory layout, computed here) and
+attach the NVRTC options the source is meant for. ``compile_to_cubin`` runs NVRTC through CuPy's
 bindings (imported lazily; NVRTC needs no GPU) and raises :class:`KernelCompileError` with NVRTC's log.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource, KernelSpec
+from .options import DEFAULT, Options
 from .plan import plan_forward
 from .schedule import capability_of
 
@@ -132,26 +134,12 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
     return spec.predicate.interval_regions
 
 
-# Environment switches of the forward templates (experiments and bisection; the defaults are the product):
-# MASKC_WGMMA_OVERLAP=0 the wgmma_tma kernel without overlapping S of the next tile with P V of this one;
-# MASKC_WGMMA_PINGPONG=0 its consumer warpgroups issuing products without taking turns (taking turns measured
-# 4-11% faster at 32K on every example mask but clear, 5% slower: bench/NOTES.md, run 19);
-# MASKC_DEBUG_WAITS=1 its mbarrier waits give up after about a second with a printed report (finding a hang).
-_FLAG_DEFAULTS = {"MASKC_WGMMA_OVERLAP": "1", "MASKC_WGMMA_PINGPONG": "1", "MASKC_DEBUG_WAITS": "0"}
-
-
-def emit_flags() -> tuple[tuple[str, bool], ...]:
-    """The forward templates' switches as the environment sets them now (part of every kernel cache key)."""
-    return tuple((name, os.environ.get(name, default) != "0") for name, default in _FLAG_DEFAULTS.items())
-
-
-def emit_kernel(spec: KernelSpec) -> KernelSource:
+def emit_kernel(spec: KernelSpec, options: Options = DEFAULT) -> KernelSource:
     """Render the forward kernel for ``spec`` from its plan (:func:`maskc.plan.plan_forward`, with the
-    experiments' switches as the environment sets them); the predicate's source is placed verbatim."""
+    experiments' switches of ``options``: overlap, pingpong, debug_waits); the predicate's source is placed
+    verbatim."""
     check_spec(spec)
-    flags = dict(emit_flags())
-    plan = plan_forward(spec, overlap=flags["MASKC_WGMMA_OVERLAP"], pingpong=flags["MASKC_WGMMA_PINGPONG"],
-                        debug_waits=flags["MASKC_DEBUG_WAITS"])
+    plan = plan_forward(spec, overlap=options.overlap, pingpong=options.pingpong, debug_waits=options.debug_waits)
     source = _environment(str(template_dir())).get_template(plan.template).render(
         spec=spec, plan=plan, iv=plan.iv, wgmma_widths=plan.wgmma_widths,
         wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)

@@ -6,6 +6,7 @@ the CLI prints ``str(error)`` and exits non-zero, never a traceback.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,12 @@ class Span:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
+
+    @property
+    def label(self) -> str:
+        """``name.mask:line:col``, without the file's directory: what generated code may say of its source
+        (a kernel's text, and so the cache key, must not depend on where the .mask file lies)."""
+        return f"{PurePath(self.file).name or self.file}:{self.line}:{self.col}"
 
     def caret(self) -> str:
         """The source line, and under it a caret marking the span (empty if the text is unknown)."""

@@ -13,6 +13,7 @@ from . import ir
 from .chunks import chunk_definition
 from .linear import render, render_term
 from .errors import MaskError
+from .options import DEFAULT, Options
 from .pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
 from .show import legend, tile_counts
 
@@ -248,19 +249,19 @@ def _kernel_constants(mask: CompiledMask, bound: BoundMask | None) -> tuple[tupl
 def predicate_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...]) -> str:
     """The device code that decides visibility on PARTIAL tiles (``mask_row`` / ``mask_visible``), without
     the helper functions every predicate shares."""
-    code = mask.kernel_spec(constants=constants, engine="mma").predicate.source
-    mask_code = code.find("// What mask_visible needs")
-    return code[max(mask_code, 0):].strip("\n")
+    return mask.kernel_spec(constants=constants, engine="mma").predicate.code.strip("\n")
 
 
-def schedule_text(head_dim: int, dtype: str) -> str:
-    """The tiles and engines the schedule picks for the forward and backward kernels."""
-    from .schedule import choose_backward_tiles, choose_tiles
-    fwd = choose_tiles(head_dim, dtype)
+def schedule_text(head_dim: int, dtype: str, options: Options = DEFAULT) -> str:
+    """The tiles and engines the schedule picks for the forward and backward kernels (the engines of
+    ``options`` where they name one)."""
+    from .schedule import HOPPER, capability_of, choose_backward_tiles, choose_tiles
+    capability = capability_of(options.arch) if options.arch else HOPPER
+    fwd = choose_tiles(head_dim, dtype, capability, engine=options.engine)
     lines = [f"forward: BLOCK_M {fwd.block_m}, BLOCK_N {fwd.block_n}, {fwd.num_warps} warps, engine {fwd.engine}"
              f" (head_dim {head_dim}, {dtype})"]
     try:
-        bwd = choose_backward_tiles(head_dim, dtype)
+        bwd = choose_backward_tiles(head_dim, dtype, capability, engine=options.backward_engine)
         lines.append(f"backward: {bwd.block_m} queries x {bwd.block_n} keys per dK/dV tile, dQ {bwd.block_m} x "
                      f"{bwd.dq_block_n}, dK/dV engine {bwd.engine}")
     except ValueError as err:
@@ -268,9 +269,10 @@ def schedule_text(head_dim: int, dtype: str) -> str:
     return "\n".join(lines)
 
 
-def emit_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...], head_dim: int, dtype: str) -> str:
+def emit_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...], head_dim: int, dtype: str,
+              options: Options = DEFAULT) -> str:
     """What the forward template renders: the entry point, its size and NVRTC's options."""
-    src = mask.kernel_source(head_dim=head_dim, dtype=dtype, constants=constants)
+    src = mask.kernel_source(options, head_dim=head_dim, dtype=dtype, constants=constants)
     return "\n".join([f"entry {src.entry}: {src.source.count(chr(10))} lines of CUDA",
                       f"NVRTC options: {' '.join(src.options)}",
                       "(maskc compile writes the source; --check compiles it)"])
@@ -282,9 +284,10 @@ def _section(title: str, why: str | None, body: str) -> str:
 
 
 def explain(file: ir.SourceFile, masks: tuple[CompiledMask, ...], bounds: dict | None = None,
-            block_m: int = 128, block_n: int = 128, head_dim: int = 128, dtype: str = "bf16") -> str:
+            block_m: int = 128, block_n: int = 128, head_dim: int = 128, dtype: str = "bf16",
+            options: Options = DEFAULT) -> str:
     """Every stage of each mask, in pipeline order; ``bounds`` maps a mask name to a BoundMask (the run-time
-    stages are printed for those)."""
+    stages are printed for those); ``options``: the engines and switches the kernel stages use."""
     why = {name: text for name, text, _ in PASSES} | dict(RUN_TIME_STAGES) | dict(KERNEL_STAGES)
     out = [_section("parse", "the syntax tree, names not yet looked up", source_text(file))]
     for m in masks:
@@ -302,7 +305,7 @@ def explain(file: ir.SourceFile, masks: tuple[CompiledMask, ...], bounds: dict |
             out.append(_section("predicate", why["predicate"], constants))
         else:
             out.append(_section("predicate", why["predicate"], predicate_text(m, constants)))
-        out.append(_section("schedule", why["schedule"], schedule_text(head_dim, dtype)))
+        out.append(_section("schedule", why["schedule"], schedule_text(head_dim, dtype, options)))
         if not isinstance(constants, str):
-            out.append(_section("emit", why["emit"], emit_text(m, constants, head_dim, dtype)))
+            out.append(_section("emit", why["emit"], emit_text(m, constants, head_dim, dtype, options)))
     return "\n".join(out)

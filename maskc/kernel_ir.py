@@ -18,9 +18,9 @@ BACKWARD_ENGINES = ("mma", "wgmma")   # the dK/dV kernel's
 # How the wgmma dK/dV kernel adds its dQ tile to the fp32 buffer: bulk_tile (the buffer laid out in per-warp
 # tiles of 16 rows x D / 2 in fragment order: each warp stages its tile in shared memory and one lane hands
 # it to the copy engine as one bulk reduction per step), red2 (a row-major buffer, vector reductions of two
-# floats per thread from the fragments: what the mma kernel always does), none (left out: a timing
-# experiment only, dQ is wrong). bench/NOTES.md, runs 25-26, has these and the variants tried and dropped.
-DQ_REDUCTIONS = ("bulk_tile", "red2", "none")
+# floats per thread from the fragments: what the mma kernel always does). bench/NOTES.md, runs 25-26, has
+# these and the variants tried and dropped (among them `none`, a timing experiment that left dQ out).
+DQ_REDUCTIONS = ("bulk_tile", "red2")
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,7 +192,8 @@ class Descriptor:
 @dataclass(frozen=True)
 class Predicate:
     """The mask as device code (:mod:`maskc.predicate`), with what the kernels need to know of it kept as
-    data, so that nothing reads the generated C. ``source`` defines::
+    data, so that nothing reads the generated C. ``code`` defines (``helpers`` the functions it calls, such
+    as Python's floor division and the segment lookup; ``source`` is both)::
 
         struct MaskRow { ... };   // what one query row needs, computed once per row and tile
         __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b, int h, int q);
@@ -204,10 +205,16 @@ class Predicate:
     compute the intervals once per row block and test many keys at once with bit words.
     """
 
-    source: str = field(repr=False)     # CUDA: long
+    code: str = field(repr=False)       # CUDA: MaskRow, mask_row and mask_visible of this mask
     allow: int
     deny: int
     intervals_only: bool
+    helpers: str = field(default="", repr=False)   # CUDA: the functions every predicate's code calls
+
+    @property
+    def source(self) -> str:
+        """The whole device code: the helpers, then the mask's own."""
+        return self.helpers + self.code
 
     @property
     def interval_regions(self) -> dict | None:
@@ -242,11 +249,6 @@ class KernelSpec:
         """Threads per CTA: num_warps compute warps, plus the wgmma_tma kernel's producer warpgroup (a whole
         warpgroup: setmaxnreg hands registers over per warpgroup; one lane of it does the work)."""
         return 32 * self.num_warps + (128 if self.engine == "wgmma_tma" else 0)
-
-    @property
-    def uses_tensor_maps(self) -> bool:
-        """Whether the kernel takes q, k, v tensor maps (maskc.tma) after its other parameters."""
-        return self.engine == "wgmma_tma"
 
 
 @dataclass(frozen=True)

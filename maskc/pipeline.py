@@ -20,8 +20,9 @@ from .classify import classify
 from .descriptor import pack, to_flex_block_mask_arrays
 from .errors import BindError, MaskError, MaskSyntaxError
 from .evaluate import dense_mask
-from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
+from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSource, KernelSpec, TileMap
 from .normalize import normalize, specialize
+from .options import DEFAULT, Options
 from .parse import parse
 from .predicate import pack_mask_data, predicate
 from .ranges import analyze_ranges
@@ -184,16 +185,18 @@ class CompiledMask:
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
-                      arch: str = "sm_90a") -> BackwardSpec:
+                      arch: str = "sm_90a", dq_reduction: str | None = None) -> BackwardSpec:
         """The backward kernels' spec for a target ``arch`` (tiles and dK/dV engine from the schedule;
-        ``engine`` picks one); const parameters as for kernel_spec."""
+        ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default); const parameters as
+        for kernel_spec."""
         from .schedule import capability_of, choose_backward_tiles, choose_dq_reduction
 
         constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
         return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n,
                             tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets),
-                            self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine), arch)
+                            self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine, dq_reduction),
+                            arch)
 
     def _c_name(self) -> str:
         from .sanitize import c_identifier
@@ -232,9 +235,22 @@ class CompiledMask:
         sub = ("sub-block: positions local to it, its origin (q0, k0) heads the mask table",) if self.offsets else ()
         return tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants) + sub
 
-    def kernel_source(self, **kwargs):
+    def kernel_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
+        """The forward kernel's CUDA: :meth:`kernel_spec` of ``kwargs`` (engine and target, where they give
+        none, those of ``options``), rendered with the switches of ``options``."""
         from .emit import emit_kernel
-        return emit_kernel(self.kernel_spec(**kwargs))
+        kwargs["engine"] = kwargs.get("engine") or options.engine
+        kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"
+        return emit_kernel(self.kernel_spec(**kwargs), options)
+
+    def backward_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
+        """The backward kernels' CUDA: :meth:`backward_spec` of ``kwargs`` (engine, target and dQ reduction,
+        where they give none, those of ``options``)."""
+        from .emit import emit_backward_kernel
+        kwargs["engine"] = kwargs.get("engine") or options.backward_engine
+        kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"
+        kwargs["dq_reduction"] = kwargs.get("dq_reduction") or options.dq_reduction
+        return emit_backward_kernel(self.backward_spec(**kwargs))
 
 
 def _param_repr(p: ir.Param) -> str:
@@ -257,7 +273,7 @@ def _values_repr(element) -> str:
 def _summary_lines(mask: ir.ResolvedMask):
     from .sanitize import comment_text
     span = mask.span
-    yield comment_text(f"mask {mask.name} ({span})")
+    yield comment_text(f"mask {mask.name} ({span.label})")
     for r in mask.rules:
         if r.span.source_line:
             yield comment_text(r.span.source_line.strip())

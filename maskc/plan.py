@@ -125,7 +125,8 @@ def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None) -> int:
 
 def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
                  debug_waits: bool = False) -> ForwardPlan:
-    """The plan of ``spec``'s forward kernel; the switches are experiments' (emit.emit_flags)."""
+    """The plan of ``spec``'s forward kernel; the switches are experiments' (maskc.options.Options: overlap,
+    pingpong, debug_waits; the defaults are the product)."""
     regions = interval_regions(spec)
     smem = shared_bytes(spec, regions)
     if smem > SMEM_LIMIT:

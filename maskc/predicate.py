@@ -214,24 +214,35 @@ class _CWriter:
             args = [self.lin(a, per_element) for a in t.args]
             out = args[0]
             for a in args[1:]:
-                out = f"{fn}((long long){out}, (long long){a})"
+                out = f"{fn}({_wide(out)}, {_wide(a)})"
             return out
         return f"(long long){self.leaf(t, 'k' if per_element else 'q')}"
+
+
+def _wide(expr: str) -> str:
+    """``expr`` as a 64-bit operand of min/max (CUDA has no mixed-width overloads), cast once."""
+    return expr if expr.startswith("(long long)") and expr.count("(") == 1 else f"(long long){expr}"
 
 
 def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
     lines = []
     if region.span.source_line:
-        lines.append(f"// {kind} {region.span}: {comment_text(region.span.source_line.strip())}")
+        lines.append(f"// {kind} {comment_text(region.span.label)}: {comment_text(region.span.source_line.strip())}")
     else:
         lines.append(f"// {kind} region")
     return lines
 
 
 def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> str:
-    """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring).
-    ``constants`` are values of const int parameters, written into the code as literals; ``offsets``: the
-    predicate of a sub-block, reading its origin (q0, k0) from the head of the table."""
+    """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring), after the helper
+    functions they call: :func:`predicate`'s ``source``."""
+    return predicate(mask, constants, offsets).source
+
+
+def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offsets: bool) -> str:
+    """MaskRow, mask_row and mask_visible of ``mask`` (without the shared helpers). ``constants`` are values
+    of const int parameters, written into the code as literals; ``offsets``: the predicate of a sub-block,
+    reading its origin (q0, k0) from the head of the table."""
     layout = _Layout.of(mask.params)
     per_key = any(r.opaque for r in mask.allow + mask.deny)
     key = "k_local" if offsets and per_key else "k"      # what the interval tests compare
@@ -245,11 +256,11 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
             lo = "0"
             for b in region.lower:
                 v = w.lin(b.lin) if b.den == 1 else f"maskc_ceildiv({w.lin(b.lin)}, {b.den})"
-                lo = f"max((long long){lo}, (long long){v})"
+                lo = f"max({_wide(lo)}, {_wide(v)})"
             hi = "mask[1] - 1"
             for b in region.upper:
                 v = w.lin(b.lin) if b.den == 1 else f"maskc_floordiv({w.lin(b.lin)}, {b.den})"
-                hi = f"min((long long){hi}, (long long){v})"
+                hi = f"min({_wide(hi)}, {_wide(v)})"
             row_body += ["    " + c for c in _region_comment(region, kind)]
             # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
             row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((long long)mask[1], {lo})'};")
@@ -264,8 +275,7 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
             visible_terms[kind].append(test + ")")
     k_segments = sorted({t.seg for r in mask.allow + mask.deny for a in r.opaque
                          for t in L.terms_of(a.lin) if isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k"})
-    out = [_HELPERS, "", "// What mask_visible needs of one query row, computed once per row and tile.",
-           "struct MaskRow {"]
+    out = ["// What mask_visible needs of one query row, computed once per row and tile.", "struct MaskRow {"]
     out += [f"    int {f};" for f in row_fields]
     out += [f"    {ctype} {name};" for name, ctype, _ in w.row_values]
     if not row_fields and not w.row_values:
@@ -315,8 +325,9 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
 
 
 def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> Predicate:
-    """The mask's :class:`~maskc.kernel_ir.Predicate`: :func:`emit_predicate`'s source, and its regions as data.
-    With ``offsets`` the key intervals of a row are local to the sub-block, as the interval paths need."""
+    """The mask's :class:`~maskc.kernel_ir.Predicate`: its device code (the shared helpers apart), and its
+    regions as data. With ``offsets`` the key intervals of a row are local to the sub-block, as the interval
+    paths need."""
     regions = mask.allow + mask.deny
-    return Predicate(emit_predicate(mask, constants, offsets), len(mask.allow), len(mask.deny),
-                     intervals_only=not any(r.opaque for r in regions))
+    return Predicate(_mask_code(mask, constants, offsets), len(mask.allow), len(mask.deny),
+                     intervals_only=not any(r.opaque for r in regions), helpers=_HELPERS + "\n\n")

@@ -11,9 +11,10 @@ works on a machine without either. What it asks of a bound mask (``maskc`` binds
     bound.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
     bound.backward_spec(head_dim=, dtype=) -> kernel_ir.BackwardSpec
 
-Compiled kernels are cached in memory and as cubins in the disk cache (:mod:`maskc.cache`), keyed by a
-hash of source, options, NVRTC version and maskc version, so a second process loads the cubin instead of
-compiling.
+Compiled kernels are cached in memory and as cubins in the disk cache (:mod:`maskc.cache`, in
+``Options.cache_path``), keyed by a hash of source, NVRTC options, NVRTC version and maskc version, so a
+second process loads the cubin instead of compiling. Every entry point takes ``options``
+(:class:`maskc.options.Options`); without them, those of the environment (``Options.from_environment``).
 """
 from __future__ import annotations
 
@@ -30,16 +31,16 @@ from pathlib import Path
 import numpy as np
 
 from . import autotune, cache
-from .emit import (backward_layout, compile_to_cubin, emit_backward_kernel, emit_flags, emit_kernel, is_ptx,
-                   nvrtc_version)
+from .emit import backward_layout, compile_to_cubin, emit_backward_kernel, emit_kernel, is_ptx, nvrtc_version
 from .kernel_ir import BackwardSpec, Descriptor, KernelSource
 from .launch import PackedLaunch
+from .options import Options
 from .plan import POINTERS, TENSOR_MAPS
 from .schedule import (BackwardTiles, Tiles, arch_for, capability_of, choose_backward_tiles, choose_tiles,
                        forward_candidates)
 from .tma import tile_map
 
-__all__ = ["attention", "attention_backward", "load_kernel", "AttentionInputError"]
+__all__ = ["attention", "attention_backward", "binary_name", "disk_cache", "load_kernel", "AttentionInputError"]
 
 
 class AttentionInputError(ValueError):
@@ -61,6 +62,16 @@ def _maskc_version() -> str:
         return version("maskc")
     except Exception:
         return "0+unknown"
+
+
+def _resolved(options: Options | None) -> Options:
+    """The options of a call: those given, else those of the environment."""
+    return Options.from_environment() if options is None else options
+
+
+def disk_cache(options: Options | None = None) -> cache.DiskCache:
+    """The disk cache at ``options.cache_path`` (one object per directory and process)."""
+    return cache.at(_resolved(options).cache_path)
 
 
 # ---- compiled kernels ----------------------------------------------------------------------------------
@@ -98,23 +109,31 @@ _kernels: dict[str, LoadedKernel] = {}
 
 
 def kernel_key(src: KernelSource) -> str:
+    """The cache key of ``src``: a hash of its source, NVRTC options, NVRTC's version and maskc's. Include
+    directories (``-I``) are left out: they are host paths, and the templates include no header."""
+    options = [o for o in src.options if not o.startswith("-I")]
     h = hashlib.sha256()
-    for part in (src.source, "\0".join(src.options), repr(nvrtc_version()), _maskc_version()):
+    for part in (src.source, "\0".join(options), repr(nvrtc_version()), _maskc_version()):
         h.update(part.encode())
         h.update(b"\1")
     return h.hexdigest()
 
 
-def load_kernel(src: KernelSource) -> LoadedKernel:
-    """The kernel for ``src``: from memory, else the disk cache's cubin, else NVRTC (then written to disk)."""
+def binary_name(src: KernelSource) -> str:
+    """The disk cache's entry for ``src``'s cubin (PTX for a compute_XY target)."""
+    return f"{src.entry}-{kernel_key(src)[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
+
+
+def load_kernel(src: KernelSource, options: Options | None = None) -> LoadedKernel:
+    """The kernel for ``src``: from memory, else the disk cache's cubin (in ``options.cache_path``), else
+    NVRTC (then written to disk)."""
     key = kernel_key(src)
     hit = _kernels.get(key)
     if hit is not None:
         return hit
     import cupy
 
-    name = f"{src.entry}-{key[:32]}.{'ptx' if is_ptx(src) else 'cubin'}"
-    path, compiled = cache.default().artifact(name, lambda: compile_to_cubin(src))
+    path, compiled = disk_cache(options).artifact(binary_name(src), lambda: compile_to_cubin(src))
     module = cupy.RawModule(path=str(path))
     shared = _shared_by_entry(src)
     functions = {}
@@ -176,20 +195,21 @@ def _upload(desc: Descriptor, transposed: bool = False) -> DeviceDescriptor:
                             _device_int32(desc.mask_offsets))
 
 
-def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int):
+def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, options: Options):
     """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
     its compiled mask."""
     ddesc = _device_descriptor(bound, tiles.block_m, tiles.block_n, device)
     # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
     # (Values of const parameters are compiled in: they are part of the key.)
     mask_state = _state_for(bound.mask)
-    kkey = ("kernel", head_dim, dtype, *tiles, device, _arch(device), bound.constants, emit_flags())
+    arch = _arch(device, options)
+    kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, options.forward_switches)
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,
                                       num_warps=tiles.num_warps, constants=bound.constants, engine=tiles.engine,
-                                      arch=_arch(device))
-        kernel = mask_state[kkey] = load_kernel(emit_kernel(spec))
+                                      arch=arch)
+        kernel = mask_state[kkey] = load_kernel(emit_kernel(spec, options), options)
     return ddesc, kernel
 
 
@@ -201,15 +221,16 @@ def _device_capability(device: int) -> tuple[int, int]:
     return major, minor
 
 
-def _arch(device: int) -> str:
-    """The target kernels are built for on ``device``: its own (maskc.schedule.arch_for), or MASKC_ARCH (for
-    instance compute_80: PTX of the portable mma kernels that the driver compiles, to test them on a Hopper)."""
-    return os.environ.get("MASKC_ARCH") or arch_for(_device_capability(device))
+def _arch(device: int, options: Options) -> str:
+    """The target kernels are built for on ``device``: ``options.arch`` (for instance compute_80: PTX of the
+    portable mma kernels that the driver compiles, to test them on a Hopper), else the device's own
+    (maskc.schedule.arch_for)."""
+    return options.arch or arch_for(_device_capability(device))
 
 
-def _capability(device: int) -> tuple[int, int]:
+def _capability(device: int, options: Options) -> tuple[int, int]:
     """The compute capability the schedule plans for: the target's."""
-    return capability_of(_arch(device))
+    return capability_of(_arch(device, options))
 
 
 @functools.lru_cache(maxsize=None)
@@ -239,14 +260,16 @@ def _device_descriptor(bound, block_m: int, block_n: int, device: int, transpose
     return ddesc
 
 
-def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int) -> LoadedKernel:
+def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int,
+                     options: Options) -> LoadedKernel:
     mask_state = _state_for(bound.mask)
-    kkey = ("backward", head_dim, dtype, device, _arch(device), bound.constants, tiles.engine,
-            os.environ.get("MASKC_BWD_DQ_REDUCTION"))
+    arch = _arch(device, options)
+    kkey = ("backward", head_dim, dtype, device, arch, bound.constants, tiles.engine, options.dq_reduction)
     kernel = mask_state.get(kkey)
     if kernel is None:
-        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=_arch(device))
-        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec))
+        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=arch,
+                                   dq_reduction=options.dq_reduction)
+        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec), options)
     return kernel
 
 
@@ -373,9 +396,9 @@ class _Outputs:
         x = make(shape, dtype=cupy.float32 if fp32 else self.like.obj.dtype)
         return x, x.data.ptr
 
-    def synchronize_if_asked(self) -> None:
-        """MASKC_SYNC=1: wait for the launches, so that an asynchronous fault surfaces at its call."""
-        if os.environ.get("MASKC_SYNC"):
+    def synchronize_if_asked(self, options: Options) -> None:
+        """``options.sync``: wait for the launches, so that an asynchronous fault surfaces at its call."""
+        if options.sync:
             import cupy
 
             cupy.cuda.runtime.streamSynchronize(self.stream)
@@ -433,27 +456,25 @@ def _l2_heads(ko: _Operand, mask_batch: int, pairs: int, device: int) -> int:
     return max(1, min(pairs, 1 << (fit.bit_length() - 1)))
 
 
-def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *, tiles=None):
+def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *,
+              options: Options | None = None):
     """Masked attention forward: softmax(scale * Q K^T + mask) V for the mask ``bound``.
 
     q: (B, Hq, S, D), k and v: (B, Hkv, Skv, D), torch CUDA tensors or CuPy arrays, bf16 or fp16, any
     strides with the last dim contiguous. Returns O (B, Hq, S, D) in the input's type and dtype, and with
     ``return_lse`` also LSE float32 (B, Hq, S) (natural log; -inf for a row that sees no key, whose O is 0).
-    ``tiles`` overrides the schedule's (block_m, block_n, num_warps[, engine]) (benchmarks; engine "mma"
-    when not given); ``"auto"`` (or MASKC_AUTOTUNE=1 with ``tiles`` None) times the candidates on these
-    inputs the first time and reuses the fastest (maskc.autotune).
+    ``options`` (default: the environment's): ``tiles`` overrides the schedule's (block_m, block_n,
+    num_warps[, engine]) (benchmarks; engine "mma" when not given), ``engine`` its engine; ``autotune``
+    times the candidates on these inputs the first time and reuses the fastest (maskc.autotune).
     """
+    options = _resolved(options)
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
-    auto = tiles == "auto" or (tiles is None and os.environ.get("MASKC_AUTOTUNE") == "1")
-    if tiles is not None and not auto:
-        tiles = tuple(tiles) if isinstance(tiles, (list, tuple)) else tiles
     # Everything the plan depends on besides the bound mask (whose state holds the plans).
-    key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), "auto" if auto else tiles, emit_flags(),
-           os.environ.get("MASKC_ENGINE"), os.environ.get("MASKC_ARCH"))
+    key = ("forward", _operand_key(qo, ko, vo), scale, bool(return_lse), options)
     state = _state_for(bound)
     call = state.get(key)
     if call is None:
-        call = state[key] = _forward_call(q, k, v, qo, ko, vo, bound, scale, "auto" if auto else tiles)
+        call = state[key] = _forward_call(q, k, v, qo, ko, vo, bound, scale, options)
     _check_pointers(qo, ko, vo)
     with _on_device(qo.device):
         outs = _Outputs(qo)
@@ -466,27 +487,29 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
                     for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), call.tensor_maps)]
             pointers.append((index("schedule"), call.schedule(outs.stream)))
         call.launch(outs.stream, pointers, maps)
-        outs.synchronize_if_asked()
+        outs.synchronize_if_asked(options)
     return (o, lse) if return_lse else o
 
 
-def _forward_call(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, tiles) -> _ForwardCall:
+def _forward_call(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scale, options: Options) -> _ForwardCall:
     """Validate the inputs' layout against the bound mask, choose (or tune) the tiles, compile or fetch the
     kernel, upload the descriptor, and pack the launch's arguments (data pointers left 0)."""
     _validate(qo, ko, vo, bound)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
-    if tiles == "auto":
-        tiles = _tuned_tiles(q, k, v, qo, bound, scale)
-    try:
-        tiles = Tiles(*tiles) if tiles is not None else choose_tiles(D, qo.dtype, _capability(qo.device),
-                                                                     table_regions=bound.mask.table_regions)
-    except (TypeError, ValueError) as exc:
-        raise AttentionInputError(f"tiles {tiles!r}: {exc}") from None
+    tiles = options.tiles
+    if options.autotune:
+        tiles = _tuned_tiles(q, k, v, qo, bound, scale, options)
+    if tiles is None:
+        try:
+            tiles = choose_tiles(D, qo.dtype, _capability(qo.device, options), engine=options.engine,
+                                 table_regions=bound.mask.table_regions)
+        except ValueError as exc:
+            raise AttentionInputError(f"tiles: {exc}") from None
 
     with _on_device(qo.device):
-        ddesc, kernel = _prepared(bound, D, qo.dtype, tiles, qo.device)
+        ddesc, kernel = _prepared(bound, D, qo.dtype, tiles, qo.device, options)
         desc, plan = ddesc.descriptor, kernel.source.plan
         if (desc.seq_len, desc.kv_len) != (S, Skv) or desc.batch not in (1, B):
             raise RuntimeError(f"descriptor sizes {desc.batch}x{desc.seq_len}x{desc.kv_len} do not match inputs")
@@ -520,14 +543,14 @@ def _forward_call(q, k, v, qo: _Operand, ko: _Operand, vo: _Operand, bound, scal
     return _ForwardCall(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps, slots)
 
 
-def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
+def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float, options: Options) -> Tiles:
     """The autotuner's choice for these inputs' key: from its cache, else measured now on these inputs."""
     import cupy
 
     D = qo.shape[3]
     # Once per bound mask and shape: the key renders the predicate, too slow to redo on every call.
     state = _state_for(bound)
-    disk = cache.default()
+    disk = disk_cache(options)
     memo = ("tuned", D, qo.dtype, qo.device, str(disk.root))
     if memo in state:
         return state[memo]
@@ -542,7 +565,7 @@ def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
     device = cupy.cuda.Device(qo.device)
 
     def run(tiles):
-        return attention(q, k, v, bound, scale, tiles=tiles)
+        return attention(q, k, v, bound, scale, options=options.replace(autotune=False, tiles=tiles))
 
     def agrees(out, ref) -> bool:
         if qo.framework == "torch":
@@ -560,7 +583,8 @@ def _tuned_tiles(q, k, v, qo: _Operand, bound, scale: float) -> Tiles:
         device.synchronize()
         return (time.perf_counter() - start) * 1e3 / reps
 
-    chosen, report = autotune.pick(forward_candidates(D, qo.dtype, _capability(qo.device)), run, agrees, measure)
+    candidates = forward_candidates(D, qo.dtype, _capability(qo.device, options))
+    chosen, report = autotune.pick(candidates, run, agrees, measure)
     tuned.put(key, chosen, report)
     state[memo] = chosen
     return chosen
@@ -588,23 +612,23 @@ def _float32_rows(x, name: str, like: _Operand, shape: tuple[int, ...]) -> int:
 
 
 def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = None, dlse=None,
-                       deterministic: bool = False):
+                       deterministic: bool = False, *, options: Options | None = None):
     """Gradients of :func:`attention`: (dQ, dK, dV) for the output gradient ``dout``.
 
     ``out`` and ``lse`` are the forward's O and LSE (``return_lse=True``); ``dlse`` is an optional gradient
     of LSE (B, Hq, S) float32. dK and dV are summed over each GQA group. ``deterministic`` computes dQ with
     its own query-major kernel instead of fp32 atomics: bitwise repeatable, somewhat slower. Head dims 64
-    and 128. Returns arrays of the inputs' type and dtype, contiguous.
+    and 128. ``options`` (default: the environment's): the dK/dV engine, its dQ reduction, the target.
+    Returns arrays of the inputs' type and dtype, contiguous.
     """
+    options = _resolved(options)
     qo, ko, vo = _operand(q, "q"), _operand(k, "k"), _operand(v, "v")
     oo, do = _operand(out, "out"), _operand(dout, "dout")
-    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), os.environ.get("MASKC_BWD_ENGINE"),
-           os.environ.get("MASKC_ARCH"),
-           os.environ.get("MASKC_BWD_DQ_REDUCTION"))
+    key = ("backward", _operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), options)
     state = _state_for(bound)
     plan = state.get(key)
     if plan is None:
-        plan = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic)
+        plan = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic, options)
     _check_pointers(qo, ko, vo, oo, do)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
@@ -626,13 +650,13 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
                     "dv": dv_ptr, "dq_accum": dq_accum_ptr}
         for launch, slots in plan:
             launch(outs.stream, [(index, pointers[name]) for index, name in slots])
-        outs.synchronize_if_asked()
+        outs.synchronize_if_asked(options)
         del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
     return dq, dk, dv
 
 
 def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _Operand, bound, scale,
-                   deterministic: bool) -> list:
+                   deterministic: bool, options: Options) -> list:
     """Validate, compile or fetch the backward kernels, upload the descriptor's views, and pack the three
     launches: [(PackedLaunch, ((argument index, pointer name), ...) set per call), ...] in launch order."""
     _validate(qo, ko, vo, bound)
@@ -645,13 +669,13 @@ def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _
     Hkv, Skv = ko.shape[1], ko.shape[2]
     scale = _check_scale(scale, D)
     try:
-        tiles = choose_backward_tiles(D, qo.dtype, _capability(qo.device))
+        tiles = choose_backward_tiles(D, qo.dtype, _capability(qo.device, options), engine=options.backward_engine)
     except ValueError as exc:
         raise AttentionInputError(str(exc)) from None
     block_m, block_n, dq_block_n = tiles.block_m, tiles.block_n, tiles.dq_block_n
 
     with _on_device(qo.device):
-        kernel = _backward_kernel(bound, tiles, D, qo.dtype, qo.device)
+        kernel = _backward_kernel(bound, tiles, D, qo.dtype, qo.device, options)
         spec = kernel.source.spec
         cols = _device_descriptor(bound, block_m, block_n, qo.device, transposed=True)
         mask_batch = cols.descriptor.batch

@@ -8,12 +8,12 @@ to ``bound.kernel_spec(...)`` and ``bound.descriptor(...)``. The choices are bou
 
 Forward engines (kernel_ir.ENGINES): ``mma`` (mma.sync, attention_fwd.cu.j2) everywhere, and for head dims 64,
 128 and 256 on compute capability 9.0 ``wgmma_tma`` (warp-specialized, copy engine, persistent:
-attention_fwd_tma.cu.j2). ``MASKC_ENGINE=<engine>`` overrides the choice (benchmarks, bisecting a fault).
+attention_fwd_tma.cu.j2). ``engine=`` (maskc.options.Options.engine) overrides the choice (benchmarks,
+bisecting a fault).
 The cp.async ``wgmma`` kernel that wgmma_tma superseded was retired on 2026-12-04 (bench/NOTES.md, runs 27-29).
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import NamedTuple
 
@@ -107,10 +107,9 @@ def forward_candidates(head_dim: int, dtype: str, capability: tuple[int, int] = 
 
 def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER,
                  engine: str | None = None, table_regions: int = 0) -> Tiles:
-    """The forward kernel's tiles for a GPU of compute ``capability``; ``engine`` (or MASKC_ENGINE) picks
-    one instead of the fastest that applies; ``table_regions``: the regions of the mask's interval table
-    (shared memory it takes). ValueError for an unsupported head dim, dtype or engine."""
-    engine = engine or os.environ.get("MASKC_ENGINE") or None
+    """The forward kernel's tiles for a GPU of compute ``capability``; ``engine`` picks one instead of the
+    fastest that applies; ``table_regions``: the regions of the mask's interval table (shared memory it
+    takes). ValueError for an unsupported head dim, dtype or engine."""
     if engine not in (None, *ENGINES):
         raise ValueError(f"engine {engine!r} unknown (engines: {', '.join(ENGINES)})")
     hopper = tuple(capability) == HOPPER
@@ -157,9 +156,8 @@ class BackwardTiles(NamedTuple):
 
 def choose_backward_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER,
                           engine: str | None = None) -> BackwardTiles:
-    """The backward kernels' tiles and dK/dV engine for a GPU of compute ``capability``; ``engine`` (or
-    MASKC_BWD_ENGINE) picks one instead of the default. ValueError where there is none."""
-    engine = engine or os.environ.get("MASKC_BWD_ENGINE") or None
+    """The backward kernels' tiles and dK/dV engine for a GPU of compute ``capability``; ``engine`` picks one
+    instead of the default. ValueError where there is none."""
     if engine not in (None, *BACKWARD_ENGINES):
         raise ValueError(f"backward engine {engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
     tiles = _lookup(_BACKWARD_TILES, head_dim, dtype, "backward: ")
@@ -176,12 +174,12 @@ def choose_backward_tiles(head_dim: int, dtype: str, capability: tuple[int, int]
 DEFAULT_DQ_REDUCTION = "bulk_tile"
 
 
-def choose_dq_reduction(engine: str) -> str:
-    """The dQ reduction of a dK/dV kernel on ``engine``: MASKC_BWD_DQ_REDUCTION (experiments), else the
-    default; the mma kernel has only red2."""
+def choose_dq_reduction(engine: str, requested: str | None = None) -> str:
+    """The dQ reduction of a dK/dV kernel on ``engine``: ``requested`` (experiments: Options.dq_reduction),
+    else the default; the mma kernel has only red2."""
     if engine != "wgmma":
         return "red2"
-    chosen = os.environ.get("MASKC_BWD_DQ_REDUCTION") or DEFAULT_DQ_REDUCTION
+    chosen = requested or DEFAULT_DQ_REDUCTION
     if chosen not in DQ_REDUCTIONS:
         raise ValueError(f"dQ reduction {chosen!r} unknown (known: {', '.join(DQ_REDUCTIONS)})")
     return chosen

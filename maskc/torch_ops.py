@@ -9,7 +9,9 @@ traces shapes without running them, and tied together by ``register_autograd``. 
 implementation runs as a ``torch.autograd.Function``: the custom ops' Python dispatch cost about 1 ms per
 forward and backward (bench/bench_overhead.py, run 14), several times the kernels at a few thousand tokens. The bound mask travels as its integer handle
 (:mod:`maskc.handles`); a new bound mask of the same shapes gives a new handle, which torch.compile turns
-into a symbolic int after one recompile rather than specializing on every mask.
+into a symbolic int after one recompile rather than specializing on every mask. The
+:class:`~maskc.options.Options` travel as their ``token`` (a string; ``""``: the environment's, read when the op
+runs).
 
 On CUDA tensors the ops run maskc's kernels (:mod:`maskc.runtime`). On CPU tensors they run the reference
 path: the same mathematics as the kernels (the backward from LSE and delta = rowsum(dO * O), not autograd of
@@ -25,6 +27,7 @@ from typing import Optional
 import torch
 
 from . import handles
+from .options import Options, from_token
 
 _dense_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -112,20 +115,22 @@ def _kernel_layout(x: torch.Tensor) -> torch.Tensor:
     return x if aligned else x.contiguous()
 
 
-def _forward(q, k, v, bound, scale):
+def _forward(q, k, v, bound, scale, options: Options | None = None):
+    """(O, LSE); ``options`` None: the environment's (the CPU's reference path has none to take)."""
     if q.is_cuda:
         from .runtime import attention
-        return attention(q, k, v, bound, scale=scale, return_lse=True)
+        return attention(q, k, v, bound, scale=scale, return_lse=True, options=options)
     return _reference_forward(q, k, v, bound, scale)
 
 
-def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic):
+def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic, options: Options | None = None):
     if dout is None:                   # only LSE was used
         dout = torch.zeros_like(out)
     if q.is_cuda:
         from .runtime import attention_backward as kernels
         return kernels(_kernel_layout(dout), q, k, v, out, lse, bound, scale=scale,
-                       dlse=dlse.contiguous() if dlse is not None else None, deterministic=deterministic)
+                       dlse=dlse.contiguous() if dlse is not None else None, deterministic=deterministic,
+                       options=options)
     return _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale)
 
 
@@ -133,33 +138,36 @@ def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic):
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bound, scale, deterministic):
-        out, lse = _forward(q, k, v, bound, scale)
+    def forward(ctx, q, k, v, bound, scale, deterministic, options):
+        out, lse = _forward(q, k, v, bound, scale, options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.bound, ctx.scale, ctx.deterministic = bound, scale, deterministic   # ctx keeps the mask alive
+        ctx.options = options
         ctx.set_materialize_grads(False)   # an unused LSE stays None: no zero tensor to build and read
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_of(dout, q, k, v, out, lse, dlse, ctx.bound, ctx.scale, ctx.deterministic)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = _backward_of(dout, q, k, v, out, lse, dlse, ctx.bound, ctx.scale, ctx.deterministic,
+                                  ctx.options)
+        return dq, dk, dv, None, None, None, None
 
 
 # ---- torch.compile: custom ops with fake implementations, tied together by register_autograd ----------
 
 @torch.library.custom_op("maskc::attention_forward", mutates_args=())
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: int, scale: float,
-                      deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) for the bound mask with handle ``mask``; ``deterministic`` is for the backward."""
+                      deterministic: bool, options: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) for the bound mask with handle ``mask``; ``deterministic`` is for the backward; ``options``:
+    an Options token ("": the environment's)."""
     bound = handles.lookup(mask)
     handles.keep_alive(bound)   # the autograd graph holds only the handle; its backward needs the mask
-    return _forward(q, k, v, bound, scale)
+    return _forward(q, k, v, bound, scale, from_token(options))
 
 
 @attention_forward.register_fake
-def _(q, k, v, mask, scale, deterministic):
+def _(q, k, v, mask, scale, deterministic, options):
     B, H, S, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((B, H, S), dtype=_compute_dtype(q) if not q.is_cuda else torch.float32)
 
@@ -167,21 +175,22 @@ def _(q, k, v, mask, scale, deterministic):
 @torch.library.custom_op("maskc::attention_backward", mutates_args=())
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, dlse: Optional[torch.Tensor], mask: int, scale: float,
-                       deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       deterministic: bool, options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV) of attention_forward for the output gradient ``dout`` (and ``dlse``, may be None)."""
-    return _backward_of(dout, q, k, v, out, lse, dlse, handles.lookup(mask), scale, deterministic)
+    return _backward_of(dout, q, k, v, out, lse, dlse, handles.lookup(mask), scale, deterministic,
+                        from_token(options))
 
 
 @attention_backward.register_fake
-def _(dout, q, k, v, out, lse, dlse, mask, scale, deterministic):
+def _(dout, q, k, v, out, lse, dlse, mask, scale, deterministic, options):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, mask, scale, deterministic = inputs
+    q, k, v, mask, scale, deterministic, options = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.mask, ctx.scale, ctx.deterministic = mask, scale, deterministic
+    ctx.mask, ctx.scale, ctx.deterministic, ctx.options = mask, scale, deterministic, options
     ctx.set_materialize_grads(False)   # an unused LSE stays None: no zero tensor to build and read
     # The graph holds only the handle; the forward op's keep_alive holds the mask until its backward.
 
@@ -190,29 +199,32 @@ def _backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:                   # only LSE was used; the op's schema wants a tensor
         dout = torch.zeros_like(out)
-    dq, dk, dv = attention_backward(dout, q, k, v, out, lse, dlse, ctx.mask, ctx.scale, ctx.deterministic)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = attention_backward(dout, q, k, v, out, lse, dlse, ctx.mask, ctx.scale, ctx.deterministic,
+                                    ctx.options)
+    return dq, dk, dv, None, None, None, None
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: float | None = None,
-              return_lse: bool = False, deterministic: bool = False):
+              return_lse: bool = False, deterministic: bool = False, options: Options | None = None):
     """Differentiable masked attention on torch tensors (CUDA: maskc's kernels; CPU: the reference path).
 
     Shapes (B, Hq, S, D) and (B, Hkv, Skv, D); returns O, and LSE with ``return_lse`` (its gradient, if
-    any, flows back too). ``deterministic``: a backward without atomics, bitwise repeatable."""
+    any, flows back too). ``deterministic``: a backward without atomics, bitwise repeatable. ``options``:
+    how the kernels are built and run (default: the environment's, read when they run)."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if torch.compiler.is_compiling():
-        out, lse = attention_forward(q, k, v, bound.handle, float(scale), bool(deterministic))
+        token = "" if options is None else options.token
+        out, lse = attention_forward(q, k, v, bound.handle, float(scale), bool(deterministic), token)
     elif not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # Inference: no graph to record, and on CUDA no LSE to compute unless it is asked for.
         if q.is_cuda:
             from .runtime import attention as kernel
-            return kernel(q, k, v, bound, scale=float(scale), return_lse=return_lse)
+            return kernel(q, k, v, bound, scale=float(scale), return_lse=return_lse, options=options)
         out, lse = _reference_forward(q, k, v, bound, float(scale))
     else:
-        out, lse = _Attention.apply(q, k, v, bound, float(scale), bool(deterministic))
+        out, lse = _Attention.apply(q, k, v, bound, float(scale), bool(deterministic), options)
     return (out, lse) if return_lse else out

@@ -111,3 +111,8 @@ def example_params(name: str, seq_len: int, rng: np.random.Generator) -> dict:
 
 
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mask"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden from the templates as they are now (then review `git diff tests/golden`)")

@@ -13,6 +13,7 @@ from maskc.schedule import choose_tiles
 
 import maskc
 from maskc.emit import interval_regions
+from maskc.options import Options
 from conftest import EXAMPLES, EXAMPLE_NAMES
 
 # Predicates from the real compiler: document (exact: interval path) and clear (per-key atoms).
@@ -50,11 +51,9 @@ def test_wgmma_kernel_compiles(head_dim, dtype, predicate):
     from maskc.cpu_check import cubin_registers_by_kernel
 
     src = emit_kernel(spec(head_dim, dtype, predicate, engine=engine))
-    kind = "bf16" if dtype == "bf16" else "f16"
     block_n = choose_tiles(head_dim, dtype, engine=engine).block_n
-    assert f"wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.{kind}.{kind}" in src.source   # S = Q K^T
-    assert f"wgmma.mma_async.sync.aligned.m64n{head_dim}k16.f32.{kind}.{kind}" in src.source  # O += P V
-    assert ("IV_REGIONS" in src.source) == (predicate is PRED_DOCUMENT)
+    assert src.plan.wgmma_widths == tuple(sorted({block_n, head_dim}))     # S = Q K^T, O += P V
+    assert (src.plan.interval_regions is not None) == (predicate is PRED_DOCUMENT)
     cubin, log = compile_with_log(src, ("--ptxas-options=-v",))
     registers = cubin_registers_by_kernel(cubin)[src.entry]
     assert registers <= 65536 // src.plan.threads   # the entry's cap; then setmaxnreg moves them
@@ -64,17 +63,16 @@ def test_wgmma_kernel_compiles(head_dim, dtype, predicate):
     budget = {64: 32, 128: 0, 256: 80}[head_dim]
     assert spilled <= budget, f"{spilled} bytes of spills"
     assert "C7514" not in log and "serialized" not in log, "ptxas serialized the wgmma pipeline"
-    assert "cp.async.bulk.tensor.4d" in src.source and "setmaxnreg.inc" in src.source
 
 
-@pytest.mark.parametrize("flags", [{"MASKC_WGMMA_PINGPONG": "0"}, {"MASKC_WGMMA_OVERLAP": "0"}])
-def test_wgmma_tma_variants_compile(flags, monkeypatch):
-    """The switches of the warp-specialized kernel (bench/NOTES.md) render kernels ptxas takes as they are."""
-    for name, value in flags.items():
-        monkeypatch.setenv(name, value)
-    src = emit_kernel(spec(128, "bf16", PRED_DOCUMENT, engine="wgmma_tma"))
-    assert ("take_turn(wg)" in src.source) == ("MASKC_WGMMA_PINGPONG" not in flags)   # on by default
-    assert ("wgmma_wait<1>" in src.source) == ("MASKC_WGMMA_OVERLAP" not in flags)
+@pytest.mark.parametrize("switch", ["pingpong", "overlap"])
+def test_wgmma_tma_variants_compile(switch):
+    """The switches of the warp-specialized kernel (Options; bench/NOTES.md) reach its plan, change the
+    kernel, and render kernels ptxas takes as they are."""
+    default = emit_kernel(spec(128, "bf16", PRED_DOCUMENT, engine="wgmma_tma"))
+    src = emit_kernel(spec(128, "bf16", PRED_DOCUMENT, engine="wgmma_tma"), Options(**{switch: False}))
+    assert getattr(default.plan, switch) and not getattr(src.plan, switch)
+    assert src.source != default.source
     _, log = compile_with_log(src, ("--ptxas-options=-v",))
     assert "C7514" not in log and " 0 bytes spill stores" in log
 
@@ -85,43 +83,6 @@ def test_wgmma_tma_rejects_shapes_it_cannot_run(tiles):
         emit_kernel(spec(tiles=tiles, engine="wgmma_tma"))
     with pytest.raises(ValueError, match="shared memory"):
         emit_kernel(spec(head_dim=256, engine="wgmma_tma", tiles=(128, 128, 8)))
-
-
-def test_schedule_picks_the_engine_by_generation(monkeypatch):
-    from maskc.schedule import DEFAULT_HOPPER_ENGINE
-
-    monkeypatch.delenv("MASKC_ENGINE", raising=False)
-    assert choose_tiles(128, "bf16").engine == DEFAULT_HOPPER_ENGINE
-    assert choose_tiles(64, "bf16", engine="wgmma_tma") == (192, 128, 12, "wgmma_tma")
-    assert choose_tiles(256, "bf16") == (128, 80, 8, "wgmma_tma")
-    assert choose_tiles(256, "bf16", table_regions=2).block_n == 64     # the interval table's shared memory
-    with pytest.raises(ValueError, match="unknown"):
-        choose_tiles(128, "bf16", engine="wgmma")     # retired: wgmma_tma superseded it
-    assert choose_tiles(128, "bf16", capability=(8, 0)).engine == "mma"   # A100: mma.sync
-    assert choose_tiles(128, "bf16", engine="mma").engine == "mma"
-    with pytest.raises(ValueError, match="compute capability 9.0"):
-        choose_tiles(128, "bf16", capability=(8, 9), engine="wgmma_tma")
-    monkeypatch.setenv("MASKC_ENGINE", "mma")
-    assert choose_tiles(64, "fp16").engine == "mma"
-    monkeypatch.setenv("MASKC_ENGINE", "tensor-cores")
-    with pytest.raises(ValueError, match="unknown"):
-        choose_tiles(64, "fp16")
-
-
-def test_backward_schedule_picks_the_engine(monkeypatch):
-    from maskc.schedule import DEFAULT_HOPPER_BACKWARD_ENGINE, choose_backward_tiles
-
-    monkeypatch.delenv("MASKC_BWD_ENGINE", raising=False)
-    assert choose_backward_tiles(128, "bf16").engine == DEFAULT_HOPPER_BACKWARD_ENGINE
-    assert choose_backward_tiles(128, "bf16", capability=(8, 0)).engine == "mma"
-    assert choose_backward_tiles(64, "fp16", engine="wgmma") == (64, 128, 64, "wgmma")
-    with pytest.raises(ValueError, match="compute capability 9.0"):
-        choose_backward_tiles(128, "bf16", capability=(8, 9), engine="wgmma")
-    monkeypatch.setenv("MASKC_BWD_ENGINE", "wgmma")
-    assert choose_backward_tiles(128, "bf16").engine == "wgmma"
-    monkeypatch.setenv("MASKC_BWD_ENGINE", "wgmma_tma")      # a forward engine only
-    with pytest.raises(ValueError, match="unknown"):
-        choose_backward_tiles(128, "bf16")
 
 
 def test_backward_wgmma_layout_and_tiles():
@@ -145,20 +106,8 @@ def test_backward_wgmma_layout_and_tiles():
         check_backward_spec(dataclasses.replace(spec, engine="wgmma_tma"))
     with pytest.raises(ValueError, match="the mma kernel red2"):
         check_backward_spec(dataclasses.replace(spec, engine="mma", dq_reduction="bulk_tile"))
-
-
-def test_dq_reduction_choice(monkeypatch):
-    from maskc.schedule import DEFAULT_DQ_REDUCTION, choose_dq_reduction
-
-    monkeypatch.delenv("MASKC_BWD_DQ_REDUCTION", raising=False)
-    assert choose_dq_reduction("wgmma") == DEFAULT_DQ_REDUCTION and choose_dq_reduction("mma") == "red2"
-    monkeypatch.setenv("MASKC_BWD_DQ_REDUCTION", "red2")
-    assert choose_dq_reduction("wgmma") == "red2"
-    spec = maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=128, engine="wgmma")
-    assert spec.dq_reduction == "red2" and "red_add_f32x2(dst" in emit_backward_kernel(spec).source
-    monkeypatch.setenv("MASKC_BWD_DQ_REDUCTION", "atomics")
-    with pytest.raises(ValueError, match="unknown"):
-        choose_dq_reduction("wgmma")
+    with pytest.raises(ValueError, match="dQ reduction 'none'"):      # retired: it left dQ out (timing only)
+        check_backward_spec(dataclasses.replace(spec, dq_reduction="none"))
 
 
 def test_source_reads_as_cuda():
@@ -166,7 +115,6 @@ def test_source_reads_as_cuda():
     for leftover in ("{{", "}}", "{%", "%}", "{#", "#}"):
         assert leftover not in src.source, leftover
     assert PRED_DOCUMENT.source in src.source   # the predicate is placed verbatim
-    assert "constexpr int HEAD_DIM  = 128;" in src.source
     assert "//   a test mask" in src.source and "//   second line" in src.source
     assert "--gpu-architecture=sm_90a" in src.options and "--std=c++17" in src.options
     assert any(o.startswith("-I") for o in nvrtc_options())
@@ -212,8 +160,8 @@ def test_interval_path_for_exact_masks(name):
     iv = interval_regions(sp)
     assert (iv is None) == (not mask.ranges.linear)
     assert mask.ranges.linear == (name not in ("clear", "neighborhood", "video"))
-    src = emit_kernel(sp).source
-    assert ("IV_REGIONS" in src) == (iv is not None)
+    plan = emit_kernel(sp).plan
+    assert plan.interval_regions == (None if iv is None else (iv["allow"], iv["deny"]))
 
 
 def test_interval_path_compiles():

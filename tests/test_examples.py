@@ -163,7 +163,6 @@ def test_backward_kernels_compile_through_nvrtc(name, engine):
     spec = bound.backward_spec(head_dim=64 if odd else 128, dtype="fp16" if odd else "bf16", engine=engine)
     assert spec.engine == engine
     source = emit_backward_kernel(spec)
-    assert ("wgmma.mma_async" in source.source) == (engine == "wgmma")
     cubin = compile_to_cubin(source)
     for entry in source.functions:
         assert entry.encode() in cubin

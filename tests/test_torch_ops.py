@@ -129,11 +129,13 @@ def test_opcheck_fake_implementations():
     """torch.library.opcheck: schema, fake (meta) implementation and autograd registration agree."""
     bound = bound_of("document", 30, seed=9)
     q, k, v = inputs(1, 2, 1, 30, 30, 8, seed=10)
-    torch.library.opcheck(torch_ops.attention_forward, (q, k, v, bound.handle, 0.25, False))
-    out, lse = torch_ops.attention_forward(q, k, v, bound.handle, 0.25, False)
-    dout = torch.randn_like(out)
-    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None, bound.handle, 0.25, False)
-    torch.library.opcheck(torch_ops.attention_backward, args)
+    for options in ("", maskc.Options(sync=True).token):    # "": the environment's options
+        torch.library.opcheck(torch_ops.attention_forward, (q, k, v, bound.handle, 0.25, False, options))
+        out, lse = torch_ops.attention_forward(q, k, v, bound.handle, 0.25, False, options)
+        dout = torch.randn_like(out)
+        args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None, bound.handle, 0.25, False,
+                options)
+        torch.library.opcheck(torch_ops.attention_backward, args)
 
 
 def test_torch_compile_fullgraph_and_new_masks():
@@ -160,6 +162,33 @@ def test_torch_compile_fullgraph_and_new_masks():
             assert torch.allclose(a, b)
         frames.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     assert frames[-1] <= 2, f"compiled graphs: {frames}"
+
+
+def test_torch_compile_with_options(monkeypatch):
+    """Options given to the compiled call reach the custom ops' implementations (as their token, no graph
+    break), and the environment's where none are given; the result is eager's."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    bound = bound_of("document", 29, seed=13)
+    options = maskc.Options(engine="mma", sync=True, dq_reduction="red2")
+    monkeypatch.setenv("MASKC_BWD_ENGINE", "mma")
+    seen = []
+    forward, backward = torch_ops._forward, torch_ops._backward_of
+    monkeypatch.setattr(torch_ops, "_forward", lambda *a: seen.append(a[-1]) or forward(*a))
+    monkeypatch.setattr(torch_ops, "_backward_of", lambda *a: seen.append(a[-1]) or backward(*a))
+
+    def step(q, k, v, options):
+        return (maskc.attention(q, k, v, bound, options=options) ** 2).sum()
+
+    q, k, v = inputs(1, 2, 2, 29, 29, 8, seed=14)
+    want = torch.autograd.grad(step(q, k, v, None), (q, k, v))
+    for given, expected in ((options, options), (None, maskc.Options(backward_engine="mma"))):
+        seen.clear()
+        compiled = torch.compile(lambda q, k, v: step(q, k, v, given), backend="aot_eager", fullgraph=True)
+        for a, b in zip(torch.autograd.grad(compiled(q, k, v), (q, k, v)), want):
+            assert torch.allclose(a, b)
+        assert seen == [expected, expected]            # the forward's and the backward's
 
 
 def test_input_errors_are_clear():

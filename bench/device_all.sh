@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One device call that checks everything on a GPU (from the repo root, `.whl` carried as for the other
+# device scripts): every GPU test, compute-sanitizer memcheck and racecheck on bench/sanitize_case.py
+# (forward and backward), and the training example. The benchmarks have their own entry points
+# (device_fwd.sh, bench_bwd.py, bench_overhead.py, device_bwd_variants.sh). Logs go to $OUT; a summary last.
+# Knobs: PYTEST_ARGS (default: every test marked gpu), SKIP_TESTS=1, SKIP_SANITIZER=1 (SAN_TOOLS to run fewer),
+# SKIP_TRAIN=1, and *_TIMEOUT for each step. The MASKC_* variables apply (README: Options and environment
+# variables), for instance MASKC_ENGINE=mma to run everything on the portable kernels.
+set -u
+OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH=$PWD/.whl/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 MASKC_CACHE_DIR=${MASKC_CACHE_DIR:-/tmp/maskc_cache}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
+summary=()
+
+# NVRTC compiles of every engine's kernels, in parallel, while the GPU would idle anyway.
+timeout ${PRECOMPILE_TIMEOUT:-180} python3 bench/precompile.py --backward --all-engines > "$OUT/precompile.log" 2>&1
+summary+=("precompile: rc=$? $(tail -n 1 "$OUT/precompile.log")")
+
+if [ -z "${SKIP_TESTS:-}" ]; then
+  eval timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -m gpu -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} \
+    > "$OUT/pytest.log" 2>&1
+  summary+=("pytest: $(tail -n 1 "$OUT/pytest.log")")
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -n 30
+fi
+if [ -z "${SKIP_SANITIZER:-}" ]; then
+  for tool in ${SAN_TOOLS:-memcheck racecheck}; do
+    timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool $tool --target-processes all python3 bench/sanitize_case.py \
+      > "$OUT/sanitize_$tool.log" 2>&1
+    summary+=("sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Hazard' "$OUT/sanitize_$tool.log" \
+      | tail -n 2 | tr '\n' ' ')")
+  done
+fi
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  timeout ${TRAIN_TIMEOUT:-120} python3 examples/train_packed.py > "$OUT/train.log" 2>&1
+  summary+=("train_packed.py (GPU): rc=$? $(tail -n 1 "$OUT/train.log")")
+fi
+for s in "${summary[@]}"; do echo "$s"; done

@@ -1,0 +1,178 @@
+"""How maskc builds and runs kernels, as one value: :class:`Options`.
+
+Everything that is not the mask, the shapes or the dtype: the forward engine and tiles, autotuning, the
+backward's engine and dQ reduction, the wgmma_tma kernel's experiment switches, waiting after each launch,
+the disk cache's directory and the target architecture. ``Options()`` is the product's defaults. The API
+(``maskc.attention(..., options=...)``, :mod:`maskc.runtime`, :mod:`maskc.torch_ops`) and the CLI take an
+Options; the passes below them take the values decided from it (``choose_tiles(..., engine=)``,
+``plan_forward(spec, overlap=, ...)``, ``emit_kernel(spec, options)``).
+
+The ``MASKC_*`` environment variables are read here and nowhere else, by :meth:`Options.from_environment`:
+the API's entry points call it when no options are given, the CLI starts from it. :data:`ENVIRONMENT`
+lists them (README's "Options and environment variables" section describes each). A value that cannot be
+read is a ValueError naming the variable, not a silent default.
+
+Options reach a kernel only through what they decide (tiles, engine, the plan's switches, the target),
+which the rendered source and NVRTC's options carry into the cache key; ``sync``, ``cache_dir`` and
+``autotune`` decide nothing in a kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES
+from .schedule import Tiles, capability_of
+
+# variable -> the Options field it sets
+ENVIRONMENT = {
+    "MASKC_ENGINE": "engine",
+    "MASKC_AUTOTUNE": "autotune",
+    "MASKC_BWD_ENGINE": "backward_engine",
+    "MASKC_BWD_DQ_REDUCTION": "dq_reduction",
+    "MASKC_WGMMA_OVERLAP": "overlap",
+    "MASKC_WGMMA_PINGPONG": "pingpong",
+    "MASKC_DEBUG_WAITS": "debug_waits",
+    "MASKC_SYNC": "sync",
+    "MASKC_CACHE_DIR": "cache_dir",
+    "MASKC_ARCH": "arch",
+}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every choice of how to build and run a kernel (see the module docstring). ``None``: the schedule's
+    (or the GPU's) choice."""
+
+    engine: str | None = None           # forward engine (kernel_ir.ENGINES); None: the schedule's
+    tiles: Tiles | None = None          # forward (block_m, block_n, num_warps[, engine]): overrides engine
+    autotune: bool = False              # time the forward candidates on the first call, keep the fastest
+    backward_engine: str | None = None  # the dK/dV kernel's (kernel_ir.BACKWARD_ENGINES); None: the schedule's
+    dq_reduction: str | None = None     # how the wgmma dK/dV kernel adds dQ (kernel_ir.DQ_REDUCTIONS)
+    # wgmma_tma experiments (bench/NOTES.md): S of the next tile overlapping P V of this one; consumer
+    # warpgroups taking turns issuing products (measured 4-11% faster at 32K on every example mask but
+    # clear, 5% slower, run 19); barrier waits that give up after about a second with a report (a hang)
+    overlap: bool = True
+    pingpong: bool = True
+    debug_waits: bool = False
+    sync: bool = False                  # wait after each launch: an asynchronous fault surfaces at its call
+    cache_dir: str | None = None        # compiled kernels and autotuning results; None: ~/.cache/maskc
+    arch: str | None = None             # build target (schedule.ARCHES, compute_XY); None: the GPU's own
+
+    # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
+    # schemas); :func:`from_token` reads it back. Set by __post_init__.
+    token: str = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_choice("engine", self.engine, ENGINES)
+        _check_choice("backward engine", self.backward_engine, BACKWARD_ENGINES)
+        _check_choice("dQ reduction", self.dq_reduction, DQ_REDUCTIONS)
+        if self.tiles is not None:
+            try:
+                tiles = Tiles(*self.tiles)
+            except TypeError:
+                raise ValueError(f"tiles {self.tiles!r}: expected (block_m, block_n, num_warps[, engine])") from None
+            if not all(isinstance(n, int) and n > 0 for n in tiles[:3]):
+                raise ValueError(f"tiles {self.tiles!r}: block_m, block_n and num_warps are positive integers")
+            _check_choice("engine", tiles.engine, ENGINES)
+            if self.autotune:
+                raise ValueError("tiles and autotune both choose the forward tiles: give one")
+            object.__setattr__(self, "tiles", tiles)
+        if self.arch is not None:
+            capability_of(self.arch)      # ValueError unless sm_XY[a] or compute_XY
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        # A plain attribute, not a property: torch.compile reads it while tracing (maskc.torch_ops).
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        object.__setattr__(self, "token", json.dumps(fields, sort_keys=True, separators=(",", ":")))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults: ``Options(engine='mma', sync=True)``."""
+        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                   if f.init and getattr(self, f.name) != f.default]
+        return f"Options({', '.join(changed)})"
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Options":
+        """The options the ``MASKC_*`` variables of ``environ`` (default: this process's) set, the defaults
+        for the others. An empty variable counts as unset; switches take 1/0 (or true/false, yes/no,
+        on/off). ValueError naming the variable for a value it cannot take."""
+        env = os.environ if environ is None else environ
+        return _from_values(tuple(env.get(name) or None for name in ENVIRONMENT))
+
+    def replace(self, **changes: Any) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def cache_path(self) -> Path | None:
+        """The disk cache's directory: ``cache_dir``, else the XDG rule of :func:`maskc.cache.location`
+        (``$XDG_CACHE_HOME/maskc``, else ``<home>/.cache/maskc``); None where there is no home."""
+        from .cache import location
+        return location({**os.environ, "MASKC_CACHE_DIR": self.cache_dir or ""})
+
+    @property
+    def forward_switches(self) -> tuple[bool, bool, bool]:
+        """(overlap, pingpong, debug_waits): what the forward plan takes of these options besides tiles."""
+        return self.overlap, self.pingpong, self.debug_waits
+
+
+
+def from_token(token: str) -> Options:
+    """The options :attr:`Options.token` wrote; ``""`` means those of the environment (read now, on every
+    call: the environment may have changed since the last)."""
+    return _parsed_token(token) if token else Options.from_environment()
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_token(token: str) -> Options:
+    """The options of a non-empty token (cached: the torch ops read theirs on every call)."""
+    fields = json.loads(token)
+    if fields.get("tiles") is not None:
+        fields["tiles"] = Tiles(*fields["tiles"])
+    return Options(**fields)
+
+
+def _check_choice(what: str, value: str | None, known: tuple[str, ...]) -> None:
+    if value is not None and value not in known:
+        raise ValueError(f"{what} {value!r} unknown (known: {', '.join(known)})")
+
+
+def _switch(name: str, value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    if value.strip().lower() in _TRUE:
+        return True
+    if value.strip().lower() in _FALSE:
+        return False
+    raise ValueError(f"{name}={value!r}: expected 1 or 0")
+
+
+@functools.lru_cache(maxsize=64)
+def _from_values(values: tuple[str | None, ...]) -> Options:
+    """Options from the variables' values in ENVIRONMENT's order (cached: the API reads them on every call)."""
+    raw = dict(zip(ENVIRONMENT, values))
+    defaults = Options()
+    fields: dict[str, Any] = {}
+    for name, field in ENVIRONMENT.items():
+        value = raw[name]
+        if isinstance(getattr(defaults, field), bool):
+            fields[field] = _switch(name, value, getattr(defaults, field))
+        else:
+            fields[field] = value
+    for name, field in ENVIRONMENT.items():     # each variable alone first, so that an error names it
+        try:
+            Options(**{field: fields[field]})
+        except ValueError as err:
+            raise ValueError(f"{name}={raw[name]!r}: {err}") from None
+    return Options(**fields)
+
+
+DEFAULT = Options()
+
+__all__ = ["Options", "ENVIRONMENT", "DEFAULT", "from_token"]

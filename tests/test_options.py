@@ -1,0 +1,156 @@
+"""maskc.options: one Options value for every choice of how kernels are built and run, the MASKC_* environment
+read in one place (Options.from_environment), the CLI taking it (the torch ops: tests/test_torch_ops.py), and a
+kernel cache key that depends on options only through the kernel they decide (never on a host path)."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import maskc
+from maskc.cli import cli
+from maskc.options import DEFAULT, ENVIRONMENT, Options, from_token
+from maskc.schedule import Tiles
+from conftest import EXAMPLES, ROOT
+
+# (variable, value, field, the field's value)
+SETTINGS = [
+    ("MASKC_ENGINE", "mma", "engine", "mma"),
+    ("MASKC_AUTOTUNE", "1", "autotune", True),
+    ("MASKC_BWD_ENGINE", "wgmma", "backward_engine", "wgmma"),
+    ("MASKC_BWD_DQ_REDUCTION", "red2", "dq_reduction", "red2"),
+    ("MASKC_WGMMA_OVERLAP", "0", "overlap", False),
+    ("MASKC_WGMMA_PINGPONG", "0", "pingpong", False),
+    ("MASKC_DEBUG_WAITS", "1", "debug_waits", True),
+    ("MASKC_SYNC", "1", "sync", True),
+    ("MASKC_CACHE_DIR", "/tmp/maskc-elsewhere", "cache_dir", "/tmp/maskc-elsewhere"),
+    ("MASKC_ARCH", "compute_80", "arch", "compute_80"),
+]
+
+
+def test_every_variable_is_covered_here():
+    assert {s[0] for s in SETTINGS} == set(ENVIRONMENT)
+
+
+@pytest.mark.parametrize("variable,value,field,expected", SETTINGS, ids=[s[0] for s in SETTINGS])
+def test_each_variable_sets_its_field_and_nothing_else(variable, value, field, expected):
+    options = Options.from_environment({variable: value, "UNRELATED": "x"})
+    assert getattr(options, field) == expected
+    assert options == DEFAULT.replace(**{field: expected})
+    assert Options.from_environment({variable: ""}) == DEFAULT      # empty: unset
+
+
+def test_no_environment_is_the_defaults():
+    assert Options.from_environment({}) == Options() == DEFAULT
+    assert DEFAULT.cache_path == Path.home() / ".cache" / "maskc"
+    assert repr(DEFAULT) == "Options()" and repr(Options(sync=True, engine="mma")) == "Options(engine='mma', sync=True)"
+
+
+@pytest.mark.parametrize("word,value", [("1", True), ("true", True), ("Yes", True), ("on", True), ("0", False),
+                                        ("false", False), ("NO", False), ("off", False)])
+def test_switches_read_the_usual_words(word, value):
+    assert Options.from_environment({"MASKC_SYNC": word}).sync is value
+
+
+@pytest.mark.parametrize("variable,value", [("MASKC_ENGINE", "tensor-cores"), ("MASKC_ENGINE", "wgmma"),
+                                            ("MASKC_BWD_DQ_REDUCTION", "none"), ("MASKC_SYNC", "maybe"),
+                                            ("MASKC_ARCH", "sm90"), ("MASKC_BWD_ENGINE", "wgmma_tma")])
+def test_a_bad_value_is_an_error_that_names_the_variable(variable, value):
+    others = {"MASKC_SYNC": "1"} if variable != "MASKC_SYNC" else {}    # a good one beside it is not blamed
+    with pytest.raises(ValueError, match=f"^{variable}={value!r}: "):
+        Options.from_environment({variable: value, **others})
+
+
+def test_values_are_checked_when_made():
+    assert Options(tiles=(128, 64, 4)).tiles == Tiles(128, 64, 4, "mma")
+    assert Options(cache_dir=Path("/x")).cache_dir == "/x"
+    for bad in (dict(tiles=(128, 64)), dict(tiles=(128, 0, 4)), dict(tiles=(128, 64, 4, "tensor")),
+                dict(tiles=(128, 64, 4), autotune=True), dict(engine="wgmma"), dict(arch="hopper")):
+        with pytest.raises(ValueError):
+            Options(**bad)
+
+
+@pytest.mark.parametrize("options", [DEFAULT, Options(tiles=(64, 32, 4, "mma"), sync=True),
+                                     Options(engine="wgmma_tma", overlap=False, cache_dir="/c", arch="sm_90a"),
+                                     Options(backward_engine="mma", dq_reduction="red2", autotune=True)])
+def test_token_round_trips(options):
+    assert isinstance(options.token, str) and from_token(options.token) == options
+    assert hash(from_token(options.token)) == hash(options)
+
+
+def test_empty_token_reads_the_environment_when_used(monkeypatch):
+    monkeypatch.setenv("MASKC_ENGINE", "mma")
+    assert from_token("") == Options(engine="mma")
+    monkeypatch.setenv("MASKC_ENGINE", "wgmma_tma")     # read again on the next use, not remembered
+    assert from_token("") == Options(engine="wgmma_tma")
+    monkeypatch.delenv("MASKC_ENGINE")
+    assert from_token("") == DEFAULT
+
+
+def test_the_environment_is_read_in_one_module():
+    """No maskc module but options.py reads a MASKC_ variable (emit.py reads CUDA_PATH/CUDA_HOME, where the
+    CUDA toolkit's headers are: not a maskc option)."""
+    readers = {}
+    for path in (ROOT / "maskc").rglob("*.py"):
+        text = path.read_text()
+        if re.search(r"os\.environ|getenv", text):
+            readers[path.name] = sorted(set(re.findall(r"(?:environ(?:\.get)?[\[(]|getenv\()\s*\"?(\w+)", text)))
+    assert set(readers) <= {"options.py", "emit.py"}, readers
+    assert all(not v.startswith("MASKC_") for v in readers.get("emit.py", [])), readers
+
+
+# -- the CLI starts from the environment; its flags override it ----------------------------------------------
+
+def _compile(tmp_path, env, *flags):
+    out = tmp_path / "k.cu"
+    result = CliRunner().invoke(cli, ["compile", str(EXAMPLES / "causal.mask"), "-o", str(out), *flags], env=env)
+    return result, out.read_text() if out.is_file() else None
+
+
+def test_compile_takes_the_environment_and_its_flags_win(tmp_path):
+    causal = maskc.load(EXAMPLES / "causal.mask")
+    result, source = _compile(tmp_path, {"MASKC_ENGINE": "mma"})
+    assert result.exit_code == 0 and source == causal.kernel_source(engine="mma").source
+    result, source = _compile(tmp_path, {"MASKC_ENGINE": "mma"}, "--engine", "wgmma_tma")
+    assert result.exit_code == 0 and source == causal.kernel_source(engine="wgmma_tma").source
+    result, source = _compile(tmp_path, {"MASKC_WGMMA_PINGPONG": "0"})
+    assert source == causal.kernel_source(Options(pingpong=False)).source != causal.kernel_source().source
+    result, source = _compile(tmp_path, {"MASKC_ARCH": "sm_80"})
+    assert source == causal.kernel_source(arch="sm_80").source
+    result, _ = _compile(tmp_path, {"MASKC_BWD_DQ_REDUCTION": "red2"}, "--backward")
+    assert result.exit_code == 0
+    assert (tmp_path / "k.cu").read_text() == causal.backward_source(dq_reduction="red2").source
+
+
+def test_a_bad_variable_is_a_cli_error(tmp_path):
+    result, _ = _compile(tmp_path, {"MASKC_ENGINE": "tensor-cores"})
+    assert result.exit_code == 1 and "MASKC_ENGINE='tensor-cores'" in result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+
+
+# -- the cache key ------------------------------------------------------------------------------------------
+
+def test_cache_key_is_the_kernel_not_where_things_lie(tmp_path):
+    """The same mask from two directories, with two include paths, renders the same kernel and one key; a
+    switch that changes the kernel changes the key."""
+    pytest.importorskip("cupy")
+    import dataclasses
+
+    from maskc.runtime import kernel_key
+    keys, sources = set(), set()
+    for where in ("a", "b/c"):
+        folder = tmp_path / where
+        folder.mkdir(parents=True)
+        shutil.copy(EXAMPLES / "document.mask", folder / "document.mask")
+        src = maskc.load(folder / "document.mask").kernel_source()
+        options = tuple(o if not o.startswith("-I") else f"-I{folder}" for o in src.options)
+        src = dataclasses.replace(src, options=options)
+        keys.add(kernel_key(src))
+        sources.add(src.source)
+        assert str(tmp_path) not in src.source
+    assert len(keys) == len(sources) == 1
+    other = maskc.load(EXAMPLES / "document.mask").kernel_source(Options(overlap=False))
+    assert kernel_key(other) not in keys
