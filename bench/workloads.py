@@ -29,8 +29,10 @@ if str(ROOT) not in sys.path:
 import maskc  # noqa: E402
 
 ALL_MASKS = ("causal", "sliding_window", "document", "shared_prompt", "hstu", "hstu_ctx32", "prefix_lm",
-             "global_local", "clear")
+             "global_local", "clear", "neighborhood", "video")
 WINDOW = 1024
+NATTEN_WIDTH, NATTEN_WINDOW = 181, 13                 # a 13x13 window on a 181-wide image: 181 x 181 ~ 32K
+VIDEO_WIDTH, VIDEO_HEIGHT, VIDEO_RADIUS, VIDEO_PAST = 32, 32, 4, 1     # 32 x 32 frames, 9 x 9 x 2 window
 
 
 @dataclass
@@ -88,6 +90,25 @@ class Workload:
                 dx = (q - text) % width - (k - text) % width
                 return (q < text) | (k < text) | (dy * dy + dx * dx < radius * radius)
             return clear
+        if name == "neighborhood":
+            # attention-gym's NATTEN: the window's centre clamped so that the window stays inside the image
+            W, half = self.params["width"], self.params["window"] // 2
+            rows = -(-self.seq_len // W)
+
+            def natten(b, h, q, k):
+                qy, qx, ky, kx = q // W, q % W, k // W, k % W
+                cy, cx = qy.clamp(half, rows - 1 - half), qx.clamp(half, W - 1 - half)
+                return ((cy - ky).abs() <= half) & ((cx - kx).abs() <= half)
+            return natten
+        if name == "video":
+            W, Hh = self.params["width"], self.params["height"]
+            r, past = self.params["radius"], self.params["past"]
+
+            def video(b, h, q, k):
+                tq, tk = q // (W * Hh), k // (W * Hh)
+                dy, dx = (q // W) % Hh - (k // W) % Hh, q % W - k % W
+                return (tk <= tq) & (tk >= tq - past) & (dy.abs() <= r) & (dx.abs() <= r)
+            return video
         raise KeyError(name)
 
     def fa4_native(self):
@@ -143,6 +164,11 @@ def workload(name: str, S: int, device: str = "cuda") -> Workload:
         return Workload(name, S, "global_local", {"globals": 4, "window": 512})
     if name == "clear":
         return Workload(name, S, "clear", {"text": 512, "width": 128, "radius": 16})
+    if name == "neighborhood":
+        return Workload(name, S, "neighborhood", {"width": NATTEN_WIDTH, "window": NATTEN_WINDOW})
+    if name == "video":
+        return Workload(name, S, "video", {"width": VIDEO_WIDTH, "height": VIDEO_HEIGHT, "radius": VIDEO_RADIUS,
+                                           "past": VIDEO_PAST})
     raise KeyError(name)
 
 
