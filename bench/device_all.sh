@@ -3,7 +3,7 @@
 # device scripts): every GPU test, compute-sanitizer memcheck and racecheck on bench/sanitize_case.py
 # (forward and backward), and the training example. The benchmarks have their own entry points
 # (device_fwd.sh, bench_bwd.py, bench_overhead.py, device_bwd_variants.sh). Logs go to $OUT; a summary last.
-# Knobs: PYTEST_ARGS (default: every test marked gpu), SKIP_TESTS=1, SKIP_SANITIZER=1 (SAN_TOOLS to run fewer),
+# Knobs: PYTEST_FWD / PYTEST_REST (the two processes' test files), SKIP_TESTS=1, SKIP_SANITIZER=1 (SAN_TOOLS to run fewer),
 # SKIP_TRAIN=1, and *_TIMEOUT for each step. The MASKC_* variables apply (README: Options and environment
 # variables), for instance MASKC_ENGINE=mma to run everything on the portable kernels.
 set -u
@@ -17,16 +17,24 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 MASKC_CACHE_DIR=${MASK
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
 summary=()
 
-# NVRTC compiles of every engine's kernels, in parallel, while the GPU would idle anyway.
-timeout ${PRECOMPILE_TIMEOUT:-180} python3 bench/precompile.py --backward --all-engines > "$OUT/precompile.log" 2>&1
-summary+=("precompile: rc=$? $(tail -n 1 "$OUT/precompile.log")")
-
+# NVRTC compiles of every engine's kernels, in parallel, beside the tests (which find them in the shared disk
+# cache, or compile what they reach first); two pytest processes share the GPU, since each mostly waits for
+# NVRTC. -v: a test's result is in the log as soon as it ends, so a run cut short still names its failures.
+timeout ${PRECOMPILE_TIMEOUT:-180} python3 bench/precompile.py --backward --all-engines > "$OUT/precompile.log" 2>&1 &
 if [ -z "${SKIP_TESTS:-}" ]; then
-  eval timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -m gpu -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} \
-    > "$OUT/pytest.log" 2>&1
-  summary+=("pytest: $(tail -n 1 "$OUT/pytest.log")")
-  grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -n 30
+  eval timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -m gpu -v -p no:cacheprovider -rf \
+    ${PYTEST_FWD:-tests/test_runtime_gpu.py} > "$OUT/pytest_fwd.log" 2>&1 &
+  eval timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -m gpu -v -p no:cacheprovider -rf \
+    ${PYTEST_REST:-tests/test_backward_gpu.py tests/test_widths_gpu.py tests/test_tma.py tests/test_distributed.py} \
+    > "$OUT/pytest_rest.log" 2>&1 &
+  wait
+  for log in "$OUT"/pytest_fwd.log "$OUT"/pytest_rest.log; do
+    summary+=("$(basename "$log"): $(grep -c ' PASSED' "$log") passed, $(grep -c ' FAILED' "$log") failed; $(tail -n 1 "$log")")
+    grep -E " FAILED|^E  " "$log" | head -n 40
+  done
 fi
+wait
+summary+=("precompile: $(tail -n 1 "$OUT/precompile.log")")
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   for tool in ${SAN_TOOLS:-memcheck racecheck}; do
     timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool $tool --target-processes all python3 bench/sanitize_case.py \
