@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+from maskc.errors import MaskError
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT))
@@ -111,6 +113,21 @@ def example_params(name: str, seq_len: int, rng: np.random.Generator) -> dict:
 
 
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mask"))
+
+
+def batch_params(mask, name: str, seq_len: int, rng: np.random.Generator, batch: int, **bind_kw) -> dict:
+    """Parameters of ``batch`` elements as bind takes them (one list per parameter): each element's from
+    example_params, the const ones the first element's for all (they are compiled into the kernel), an
+    element those rule out (a window wider than the shared width, say) drawn again."""
+    per = [example_params(name, seq_len, rng)]
+    while len(per) < batch:
+        p = {**example_params(name, seq_len, rng), **{key: per[0][key] for key in mask.const_params}}
+        try:
+            mask.bind(seq_len=seq_len, **p, **bind_kw)
+        except MaskError:
+            continue
+        per.append(p)
+    return {key: [p[key] for p in per] for key in per[0]}
 
 
 def pytest_addoption(parser):

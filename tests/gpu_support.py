@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 import maskc
-from conftest import example_params
+from conftest import batch_params, example_params
 
 TOL = {"bf16": 1e-2, "fp16": 5e-3}
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -37,11 +37,7 @@ def bind(name, S, seed=0, batch=None, **kw):
     rng = np.random.default_rng(seed)
     if batch is None:
         return load(name).bind(seq_len=S, **example_params(name, S, rng), **kw)
-    per = [example_params(name, S, rng) for _ in range(batch)]
-    for p in per[1:]:       # const parameters are compiled in: one value for the whole batch
-        p.update({key: per[0][key] for key in load(name).const_params})
-    keys = per[0].keys()
-    return load(name).bind(seq_len=S, **{key: [p[key] for p in per] for key in keys}, **kw)
+    return load(name).bind(seq_len=S, **batch_params(load(name), name, S, rng, batch, **kw), **kw)
 
 
 def poison(shape, dtype):

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import maskc  # noqa: E402
 from maskc import torch_ops  # noqa: E402
 
-from conftest import EXAMPLE_NAMES, EXAMPLES, example_params  # noqa: E402
+from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params  # noqa: E402
 
 
 def bound_of(name, S, seed=0, batch=None, kv_len=None):
@@ -19,15 +19,7 @@ def bound_of(name, S, seed=0, batch=None, kv_len=None):
     rng = np.random.default_rng(seed)
     if batch is None:
         return mask.bind(seq_len=S, kv_len=kv_len, **example_params(name, S, rng))
-    per = [example_params(name, S, rng)]
-    while len(per) < batch:          # later elements share the first's const values: redraw what they rule out
-        p = {**example_params(name, S, rng), **{key: per[0][key] for key in mask.const_params}}
-        try:
-            mask.bind(seq_len=S, kv_len=kv_len, **p)
-        except maskc.MaskError:
-            continue
-        per.append(p)
-    return mask.bind(seq_len=S, kv_len=kv_len, **{key: [p[key] for p in per] for key in per[0]})
+    return mask.bind(seq_len=S, kv_len=kv_len, **batch_params(mask, name, S, rng, batch, kv_len=kv_len))
 
 
 def inputs(B, Hq, Hkv, S, Skv, D, seed, dtype=torch.float64):
