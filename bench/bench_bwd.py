@@ -1,4 +1,6 @@
-"""Backward attention benchmark on the GPU: maskc vs FlexAttention's compiled backward vs SDPA cuDNN (causal).
+"""Backward attention benchmark on the GPU: maskc vs FlexAttention's compiled backward (Triton and FA4
+backends, hand-written mask_mods), FA4 where it has the mask (causal, sliding window; varlen for documents)
+and SDPA cuDNN (causal).
 
 B=1, H=16, D=128, bf16, the masks of bench_fwd.py (bench/workloads.py), the environment's options (for
 instance MASKC_BWD_DQ_REDUCTION) but the dK/dV engine, which is the schedule's, then each of --engines.
@@ -6,7 +8,8 @@ Median of triton.testing.do_bench of
 - `bwd`: the backward alone. maskc: ``runtime.attention_backward`` from a stored O and LSE (the fast mode,
   impl `maskc`, and the deterministic one, `maskc_det`); Flex and cuDNN: ``torch.autograd.grad`` of a stored
   forward output with ``retain_graph``;
-- `fwd_bwd`: forward and backward through autograd (``maskc.attention`` on torch tensors).
+- `fwd_bwd`: forward and backward through autograd (``maskc.attention`` on torch tensors; Flex-FA4 and FA4
+  only here).
 Effective TF/s counts visible pairs only: 2.5 × the forward's 4·D per pair for `bwd`, 3.5 × for `fwd_bwd`.
 maskc's gradients are checked against Flex's in the same run (`correct`: every gradient within 3e-2).
 `maskc` records time the schedule's dK/dV engine; `maskc_<engine>` records (`bwd`, fast mode) the other
@@ -25,8 +28,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workloads import (ALL_MASKS, B, D, H, ROOT, bench_ms, compiled_flex, count_pairs, workload,  # noqa: E402
-                       write_records)
+from workloads import (ALL_MASKS, B, D, H, ROOT, bench_ms, compiled_flex, count_pairs, fa4_module, first,  # noqa: E402
+                       flex_functions, workload, write_records)
 
 import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
 from maskc import runtime  # noqa: E402
@@ -38,6 +41,30 @@ WORK = {"bwd": 2.5, "fwd_bwd": 3.5}   # work relative to the forward's 4·D FLOP
 
 def rel(a, b) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def _fa4_peers(w, flex_fa4, fa4, block_mask, qg, kg, vg, dout) -> dict:
+    """Forward+backward steps of the FA4-based peers that have this workload: Flex on its FA4 backend (the
+    hand-written mask_mod's block mask), FA4 natively (causal, sliding window) or varlen (documents)."""
+    steps = {}
+    if flex_fa4 is not None:
+        steps["flex_fa4"] = lambda: torch.autograd.grad(flex_fa4(qg, kg, vg, block_mask=block_mask), (qg, kg, vg), dout)
+    if fa4 is None:
+        return steps
+    S = qg.shape[2]
+    q4, k4, v4 = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (qg, kg, vg))   # (B, S, H, D)
+    dout4 = dout.transpose(1, 2).contiguous()
+    kw = w.fa4_native()
+    if kw is not None:
+        steps["fa4"] = lambda: torch.autograd.grad(first(fa4.flash_attn_func(q4, k4, v4, **kw)), (q4, k4, v4), dout4)
+    if w.name == "document":
+        cu = w.tables["cu_seqlens"]
+        maxlen = int((cu[1:] - cu[:-1]).max())
+        qv, kv, vv = (x.view(S, H, D) for x in (q4, k4, v4))
+        steps["fa4_varlen"] = lambda: torch.autograd.grad(first(fa4.flash_attn_varlen_func(
+            qv, kv, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=maxlen, max_seqlen_k=maxlen, causal=True)),
+            (q4, k4, v4), dout4.view(S, H, D))
+    return steps
 
 
 def main():
@@ -56,6 +83,8 @@ def main():
     from torch.nn.attention.flex_attention import create_block_mask
 
     flex, gpu, date = compiled_flex()
+    _, flex_fa4 = flex_functions()
+    fa4 = fa4_module()
     records = []
 
     def record(mask, S, impl, pass_, ms, pairs, correct=None, **extra):
@@ -86,7 +115,7 @@ def main():
             ms_fb = bench_ms(lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=default),
                                                          (qg, kg, vg), dout), **reps)
 
-            bm = create_block_mask(bound.flex_mask_mod("cuda"), None, None, S, S, device="cuda")
+            bm = create_block_mask(w.mask_mod(), None, None, S, S, device="cuda")     # the hand-written mask_mod
             o_flex = flex(qg, kg, vg, block_mask=bm)
             flex_grads = torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True)
             errs = [rel(a, b) for a, b in zip(grads, flex_grads)]
@@ -115,6 +144,12 @@ def main():
                 except Exception as exc:   # an engine that fails is reported, the others still run
                     print(f"# {name} S={S} engine {other}: {type(exc).__name__}: {exc}", flush=True)
             del o_flex, flex_grads
+            for impl, step in _fa4_peers(w, flex_fa4, fa4, bm, qg, kg, vg, dout).items():
+                try:
+                    step()
+                    record(name, S, impl, "fwd_bwd", bench_ms(step, **reps), pairs)
+                except Exception as exc:   # noqa: BLE001 - a peer that cannot run this case is reported, not fatal
+                    print(f"# {impl} {name} S={S}: {exc!r}"[:400], flush=True)
 
             if name == "causal":
                 sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -153,6 +188,16 @@ def print_table(records):
         print(f"| {mask} | {S} | {pass_} | {fmt(r['ms'])} | {fmt(r['tflops'], 0)} | {fmt(d and d['ms'])} | "
               f"{fmt(f and f['ms'])} | {fmt(f and f['tflops'], 0)} | {fmt(f and r['tflops'] / f['tflops'], 2)} | "
               f"{fmt(c and c['tflops'], 0)} | {r['correct']} | {', '.join(alternatives(records, mask, S, pass_))} |")
+    print("\n| mask | S | fwd+bwd TF/s: maskc | flex_fa4 | fa4 | fa4_varlen | maskc / flex_fa4 | maskc / fa4 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (mask, S, impl, pass_), r in by.items():
+        if impl != "maskc" or pass_ != "fwd_bwd":
+            continue
+        peer = {name: by.get((mask, S, name, pass_)) for name in ("flex_fa4", "fa4", "fa4_varlen")}
+        fa4 = peer["fa4"] or peer["fa4_varlen"]
+        print(f"| {mask} | {S} | {r['tflops']:.0f} | " + " | ".join(fmt(p and p["tflops"], 0) for p in peer.values())
+              + f" | {fmt(peer['flex_fa4'] and r['tflops'] / peer['flex_fa4']['tflops'], 2)} | "
+              f"{fmt(fa4 and r['tflops'] / fa4['tflops'], 2)} |")
 
 
 def alternatives(records, mask, S, pass_):
