@@ -23,7 +23,7 @@ from .kernel_ir import BatchParams, BoundParams, SegmentTable
 from .linear import render
 from .resolve import nodes
 from .rows import lin_value
-from .widths import check_bound, check_expr
+from .widths import check_bound, check_expr, fits_32_bits
 
 
 def _is_int(v) -> bool:
@@ -153,7 +153,9 @@ def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,
         if p.const and len({e.int(p.name) for e in elements}) > 1:
             raise BindError(f"parameter '{p.name}' is const (compiled into the kernel): every batch element "
                             "must give it the same value", p.span)
-    return BoundParams(seq_len, kv_len, num_heads, tuple(elements))
+    heads = num_heads if ranges.uses_head and num_heads else 1
+    narrow = all(fits_32_bits(ranges, e, seq_len, kv_len, heads, b) for b, e in enumerate(elements))
+    return BoundParams(seq_len, kv_len, num_heads, tuple(elements), narrow)
 
 
 def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> BatchParams:

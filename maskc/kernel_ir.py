@@ -60,6 +60,7 @@ class BoundParams:
     kv_len: int
     num_heads: int | None       # only for masks that use h
     batch: tuple[BatchParams, ...]
+    narrow: bool = False        # every form of the kernel's predicate fits in 32 bits (maskc.widths.fits_32_bits)
 
     def constants(self, names) -> tuple[tuple[str, int], ...]:
         """The values of the named (const) int parameters, the same in every batch element."""

@@ -167,10 +167,11 @@ class CompiledMask:
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None,
                     constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
-                    arch: str = "sm_90a") -> KernelSpec:
+                    arch: str = "sm_90a", narrow: bool = False) -> KernelSpec:
         """The kernel's spec for a target ``arch`` (maskc.schedule.ARCHES; default an H100/H200); a mask with
         const parameters takes their ``constants`` (a bound mask's), else the defaults its file declares
-        (:meth:`const_values`). Tiles and engine not given come from the schedule for that target."""
+        (:meth:`const_values`). Tiles and engine not given come from the schedule for that target.
+        ``narrow``: the predicate in 32 bits, for a binding that proved it enough (``BoundParams.narrow``)."""
         from .schedule import capability_of, choose_tiles
 
         if block_m is None or block_n is None or num_warps is None or engine is None:
@@ -180,21 +181,21 @@ class CompiledMask:
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         constants = self.const_values(constants)
         return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps,
-                          predicate(self.ranges, tuple(constants), self.offsets), self._summary(constants), engine,
-                          arch)
+                          predicate(self.ranges, tuple(constants), self.offsets, narrow), self._summary(constants),
+                          engine, arch)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
-                      arch: str = "sm_90a", dq_reduction: str | None = None) -> BackwardSpec:
+                      arch: str = "sm_90a", dq_reduction: str | None = None, narrow: bool = False) -> BackwardSpec:
         """The backward kernels' spec for a target ``arch`` (tiles and dK/dV engine from the schedule;
-        ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default); const parameters as
-        for kernel_spec."""
+        ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default); const parameters and
+        ``narrow`` as for kernel_spec."""
         from .schedule import capability_of, choose_backward_tiles, choose_dq_reduction
 
         constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
         return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n,
-                            tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets),
+                            tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets, narrow),
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine, dq_reduction),
                             arch)
 
@@ -380,10 +381,17 @@ class BoundMask:
         return self.params.constants(self.mask.const_params)
 
     def kernel_spec(self, **kwargs) -> KernelSpec:
-        return self.mask.kernel_spec(constants=self.constants, **kwargs)
+        """The mask's kernel_spec for this binding: its const values, and the 32-bit predicate where bind
+        proved it enough."""
+        return self.mask.kernel_spec(constants=self.constants, narrow=self.narrow, **kwargs)
 
     def backward_spec(self, **kwargs) -> BackwardSpec:
-        return self.mask.backward_spec(constants=self.constants, **kwargs)
+        return self.mask.backward_spec(constants=self.constants, narrow=self.narrow, **kwargs)
+
+    @property
+    def narrow(self) -> bool:
+        """Whether this binding's kernels compute the predicate in 32 bits (bind proved it enough)."""
+        return self.params.narrow
 
 
 def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:

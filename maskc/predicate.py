@@ -35,23 +35,30 @@ from . import linear as L
 from .kernel_ir import BoundParams, Predicate
 from .sanitize import comment_text
 
+_WIDTHS = {
+    False: "// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.widths); the\n"
+           "// kernels of bindings proved to fit in 32 bits compute in int instead.\ntypedef long long maskc_int;\n",
+    True: "// Every form is computed in maskc_int, 32 bits: bind proved each intermediate fits in 32 bits for\n"
+          "// positions up to a tile past the ends (maskc.widths.fits_32_bits); 64-bit forms cost several times more.\n"
+          "typedef int maskc_int;\n",
+}
+
 _HELPERS = """\
-// Every form is computed in 64 bits (bind proved each intermediate fits: maskc.widths); key bounds are
-// clamped into [-1, kv_len] before they are narrowed to int.
+// Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
 // Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (64-bit division costs several times more).
-__device__ __forceinline__ long long maskc_floordiv(long long num, long long den) {
+// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
+__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const long long q = num / den;
+    const maskc_int q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ long long maskc_ceildiv(long long num, long long den) {
+__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ long long maskc_floormod(long long num, long long den) {
+__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
     return num - den * maskc_floordiv(num, den);
 }
 
@@ -197,7 +204,7 @@ class _CWriter:
         name = self._hoisted.get(lin)
         if name is None:
             name = self._hoisted[lin] = f"v{len(self._hoisted)}"
-            self.row_values.append((name, "long long", self.lin(lin)))
+            self.row_values.append((name, "maskc_int", self.lin(lin)))
         return f"row.{name}"
 
     def term(self, t, per_element: bool) -> str:
@@ -216,12 +223,12 @@ class _CWriter:
             for a in args[1:]:
                 out = f"{fn}({_wide(out)}, {_wide(a)})"
             return out
-        return f"(long long){self.leaf(t, 'k' if per_element else 'q')}"
+        return f"(maskc_int){self.leaf(t, 'k' if per_element else 'q')}"
 
 
 def _wide(expr: str) -> str:
-    """``expr`` as a 64-bit operand of min/max (CUDA has no mixed-width overloads), cast once."""
-    return expr if expr.startswith("(long long)") and expr.count("(") == 1 else f"(long long){expr}"
+    """``expr`` as a maskc_int operand of min/max (CUDA has no mixed-width overloads), cast once."""
+    return expr if expr.startswith("(maskc_int)") and expr.count("(") == 1 else f"(maskc_int){expr}"
 
 
 def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
@@ -233,10 +240,11 @@ def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
     return lines
 
 
-def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> str:
+def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
+                   narrow: bool = False) -> str:
     """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring), after the helper
     functions they call: :func:`predicate`'s ``source``."""
-    return predicate(mask, constants, offsets).source
+    return predicate(mask, constants, offsets, narrow).source
 
 
 def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offsets: bool) -> str:
@@ -263,8 +271,8 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
                 hi = f"min({_wide(hi)}, {_wide(v)})"
             row_body += ["    " + c for c in _region_comment(region, kind)]
             # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
-            row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((long long)mask[1], {lo})'};")
-            row_body.append(f"    row.hi{i} = {f'(int)max(-1LL, {hi})' if region.upper else hi};")
+            row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((maskc_int)mask[1], {lo})'};")
+            row_body.append(f"    row.hi{i} = {f'(int)max((maskc_int)-1, {hi})' if region.upper else hi};")
             if region.guards or region.static_guards:
                 guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
                 row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
@@ -324,10 +332,12 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
     return "\n".join(out) + "\n"
 
 
-def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False) -> Predicate:
+def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
+              narrow: bool = False) -> Predicate:
     """The mask's :class:`~maskc.kernel_ir.Predicate`: its device code (the shared helpers apart), and its
     regions as data. With ``offsets`` the key intervals of a row are local to the sub-block, as the interval
-    paths need."""
+    paths need. ``narrow``: the forms in 32 bits, for bindings that :func:`maskc.widths.fits_32_bits`
+    accepts (else 64)."""
     regions = mask.allow + mask.deny
     return Predicate(_mask_code(mask, constants, offsets), len(mask.allow), len(mask.deny),
-                     intervals_only=not any(r.opaque for r in regions), helpers=_HELPERS + "\n\n")
+                     intervals_only=not any(r.opaque for r in regions), helpers=_WIDTHS[narrow] + _HELPERS + "\n\n")

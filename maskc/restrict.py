@@ -83,6 +83,7 @@ class RestrictedMask:
     batch = property(lambda self: self.parent.batch)
     num_heads = property(lambda self: self.parent.num_heads)
     constants = property(lambda self: self.parent.constants)
+    narrow = property(lambda self: self.parent.narrow)      # positions stay inside the parent's
 
     @property
     def mask(self):
@@ -116,10 +117,10 @@ class RestrictedMask:
         return cache[block_m, block_n]
 
     def kernel_spec(self, **kwargs):
-        return self.mask.kernel_spec(constants=self.constants, **kwargs)
+        return self.mask.kernel_spec(constants=self.constants, narrow=self.narrow, **kwargs)
 
     def backward_spec(self, **kwargs):
-        return self.mask.backward_spec(constants=self.constants, **kwargs)
+        return self.mask.backward_spec(constants=self.constants, narrow=self.narrow, **kwargs)
 
 
 def _fine_step(block: int, start: int, stop: int, length: int) -> int:

@@ -199,16 +199,15 @@ def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, optio
     """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
     its compiled mask."""
     ddesc = _device_descriptor(bound, tiles.block_m, tiles.block_n, device)
-    # The kernel depends on the compiled mask alone, not on lengths or values: a new bind reuses it.
-    # (Values of const parameters are compiled in: they are part of the key.)
+    # The kernel depends on the compiled mask, not on lengths or values: a new bind reuses it. (Values of
+    # const parameters are compiled in, and the predicate's width follows the binding: both in the key.)
     mask_state = _state_for(bound.mask)
     arch = _arch(device, options)
-    kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, options.forward_switches)
+    kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, bound.narrow, options.forward_switches)
     kernel = mask_state.get(kkey)
     if kernel is None:
-        spec = bound.mask.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,
-                                      num_warps=tiles.num_warps, constants=bound.constants, engine=tiles.engine,
-                                      arch=arch)
+        spec = bound.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,
+                                 num_warps=tiles.num_warps, engine=tiles.engine, arch=arch)
         kernel = mask_state[kkey] = load_kernel(emit_kernel(spec, options), options)
     return ddesc, kernel
 
@@ -264,7 +263,8 @@ def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, dev
                      options: Options) -> LoadedKernel:
     mask_state = _state_for(bound.mask)
     arch = _arch(device, options)
-    kkey = ("backward", head_dim, dtype, device, arch, bound.constants, tiles.engine, options.dq_reduction)
+    kkey = ("backward", head_dim, dtype, device, arch, bound.constants, bound.narrow, tiles.engine,
+            options.dq_reduction)
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=arch,

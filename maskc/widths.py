@@ -12,6 +12,8 @@ silently. Two checks keep all three exact:
   every form (each term, product, quotient and partial sum) of the analysed mask and of the resolved
   expressions dense() evaluates; one that can leave [-LIMIT, LIMIT] is a
   :class:`~maskc.errors.BindError` naming the parameters and the form.
+- ``fits_32_bits(...)``, at bind: the same bounds against 32 bits, for positions a tile past the ends; a
+  binding that passes gets the predicate in int (:attr:`~maskc.kernel_ir.BoundParams.narrow`).
 
 LIMIT = 2**62 leaves head-room for the steps taken after a proven value (ceil division negates it,
 modulo subtracts a product of the quotient).
@@ -26,6 +28,8 @@ from .errors import BindError, MaskError
 from .kernel_ir import BatchParams
 
 LIMIT = 2 ** 62
+NARROW_LIMIT = 2 ** 31 - 1
+TILE_PADDING = 256      # positions a kernel's last tiles evaluate past seq_len and kv_len (tile sides <= 256)
 
 
 class _TooWide(Exception):
@@ -34,9 +38,9 @@ class _TooWide(Exception):
         self.value = value
 
 
-def _fit(*values: int) -> None:
+def _fit(*values: int, limit: int = LIMIT) -> None:
     for v in values:
-        if abs(v) > LIMIT:
+        if abs(v) > limit:
             raise _TooWide(v)
 
 
@@ -64,10 +68,12 @@ def _params_in_expr(e) -> set[str]:
 class _Bounds:
     """Interval bounds (lo, hi), as Python integers, of terms and expressions over the whole domain."""
 
-    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: int, batch_index: int):
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: int, batch_index: int,
+                 limit: int = LIMIT, padding: int = 0):
+        self.limit = limit
         self.params = params
         self.extent = max(seq_len, kv_len)
-        self.leaves = {"q": (0, seq_len - 1), "k": (0, kv_len - 1), "h": (0, max(heads, 1) - 1),
+        self.leaves = {"q": (0, seq_len - 1 + padding), "k": (0, kv_len - 1 + padding), "h": (0, max(heads, 1) - 1),
                        "b": (batch_index, batch_index), "seq_len": (seq_len, seq_len), "kv_len": (kv_len, kv_len)}
 
     # -- leaves shared by both representations --------------------------------------------------
@@ -86,47 +92,44 @@ class _Bounds:
             return (min(int(values.min()), 0), max(int(values.max()), 0)) if len(values) else (0, 0)
         raise TypeError(t)
 
-    @staticmethod
-    def product(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    def product(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
         corners = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
-        _fit(*corners)
+        _fit(*corners, limit=self.limit)
         return min(corners), max(corners)
 
-    @staticmethod
-    def floor(op: str, num: tuple[int, int], den: tuple[int, int]) -> tuple[int, int]:
+    def floor(self, op: str, num: tuple[int, int], den: tuple[int, int]) -> tuple[int, int]:
         mag = max(abs(num[0]), abs(num[1]))
         if den[0] < 1:            # bind refuses a divisor that is not positive; stay sound until then
             dmag = max(abs(den[0]), abs(den[1]))
             return (-mag, mag) if op == "//" else (-dmag, dmag)
         if op == "//":
             return min(num[0] // den[0], num[0] // den[1]), max(num[1] // den[0], num[1] // den[1])
-        _fit(den[1] * (mag // den[0] + 1))      # the kernel's modulo subtracts den * quotient
+        _fit(den[1] * (mag // den[0] + 1), limit=self.limit)      # the kernel's modulo subtracts den * quotient
         return 0, den[1] - 1
 
-    @staticmethod
-    def extreme(fn: str, args: list[tuple[int, int]]) -> tuple[int, int]:
+    def extreme(self, fn: str, args: list[tuple[int, int]]) -> tuple[int, int]:
         pick = min if fn == "min" else max
         return pick(lo for lo, _ in args), pick(hi for _, hi in args)
 
     # -- analysed forms ---------------------------------------------------------------------------
     def lin(self, lin: ir.Lin) -> tuple[int, int]:
-        _fit(lin.const)
+        _fit(lin.const, limit=self.limit)
         lo = hi = lin.const
         partial = abs(lin.const)
         for t, c in lin.terms:
             tlo, thi = self.term(t)
             a, b = sorted((c * tlo, c * thi))
-            _fit(a, b)
+            _fit(a, b, limit=self.limit)
             lo, hi = lo + a, hi + b
             partial += max(abs(a), abs(b))
-            _fit(partial)                         # every partial sum, in whatever order it is added
+            _fit(partial, limit=self.limit)                         # every partial sum, in whatever order it is added
         return lo, hi
 
     def term(self, t) -> tuple[int, int]:
         if isinstance(t, ir.Square):
             lo, hi = self.lin(t.base)
             top = max(lo * lo, hi * hi)
-            _fit(top)
+            _fit(top, limit=self.limit)
             return (0 if lo <= 0 <= hi else min(lo * lo, hi * hi)), top
         if isinstance(t, ir.Product):
             return self.product(self.lin(t.left), self.lin(t.right))
@@ -142,7 +145,7 @@ class _Bounds:
     # -- resolved expressions (what dense() evaluates) -------------------------------------------
     def expr(self, e) -> tuple[int, int]:
         if isinstance(e, ir.Const):
-            _fit(e.value)
+            _fit(e.value, limit=self.limit)
             return e.value, e.value
         if isinstance(e, ir.Func):
             args = [self.expr(a) for a in e.args]
@@ -157,7 +160,7 @@ class _Bounds:
             if e.op in ("//", "%"):
                 return self.floor(e.op, a, b)
             out = (a[0] + b[0], a[1] + b[1]) if e.op == "+" else (a[0] - b[1], a[1] - b[0])
-            _fit(*out)
+            _fit(*out, limit=self.limit)
             return out
         return self.leaf(e)
 
@@ -200,14 +203,32 @@ def _is_expr(node) -> bool:
                              ir.Func))
 
 
+def _kernel_forms(region: ir.RegionBounds) -> list[ir.Lin]:
+    """The forms of a region the kernel's predicate computes."""
+    return [b.lin for b in region.lower + region.upper] + [
+        a.lin for a in region.guards + region.static_guards + region.opaque]
+
+
+def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len: int, heads: int,
+                 batch_index: int) -> bool:
+    """Whether every intermediate of the kernel's forms fits in 32 bits, for q and k up to TILE_PADDING
+    past their ends (the last tiles' rows and keys): the predicate may then be computed in int."""
+    bounds = _Bounds(params, seq_len, kv_len, heads, batch_index, NARROW_LIMIT, TILE_PADDING)
+    try:
+        for region in ranges.allow + ranges.deny:
+            for lin in _kernel_forms(region):
+                bounds.lin(lin)
+    except _TooWide:
+        return False
+    return True
+
+
 def check_bound(resolved: ir.ResolvedMask, ranges: ir.RangeMask, params: BatchParams, seq_len: int,
                 kv_len: int, heads: int, batch_index: int, at: str = "") -> None:
     """Every intermediate of the analysed forms and of the resolved rules fits (see module docstring)."""
     bounds = _Bounds(params, seq_len, kv_len, heads, batch_index)
     for region in ranges.allow + ranges.deny:
-        forms = [b.lin for b in region.lower + region.upper] + [
-            a.lin for a in region.guards + region.static_guards + region.opaque]
-        for lin in forms:
+        for lin in _kernel_forms(region):
             try:
                 bounds.lin(lin)
             except _TooWide as wide:

@@ -65,3 +65,22 @@ def test_old_gpus_and_hopper_engines_elsewhere_are_refused():
     with pytest.raises(ValueError, match="sm_90a"):
         emit_kernel(maskc.load(EXAMPLES[0]).kernel_spec(engine="wgmma_tma", arch="sm_100a",
                                                         block_m=128, block_n=128, num_warps=8))
+
+
+def _build_bound(job) -> int:
+    name, arch, backward = job
+    mask = maskc.load(Path(EXAMPLES[0]).parent / f"{name}.mask")
+    bound = mask.bind(4096, **({"users": [2048, 2048], "targets": [100, 200]} if name == "hstu" else {}))
+    assert bound.narrow
+    spec = bound.backward_spec(head_dim=128, arch=arch) if backward else bound.kernel_spec(head_dim=128, arch=arch)
+    src = emit_backward_kernel(spec) if backward else emit_kernel(spec)
+    assert "typedef int maskc_int;" in src.source
+    return len(compile_to_cubin(src))
+
+
+def test_the_32_bit_predicate_compiles():
+    """Bindings within 32 bits get the int predicate (maskc.widths.fits_32_bits): it compiles on both
+    forward engines and the backward."""
+    jobs = [("clear", "sm_90a", False), ("clear", "sm_80", False), ("hstu", "sm_90a", False), ("hstu", "sm_90a", True)]
+    with ProcessPoolExecutor(2) as pool:
+        assert all(size > 0 for size in pool.map(_build_bound, jobs))

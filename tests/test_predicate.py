@@ -70,7 +70,8 @@ def predicate_dense(lib, data: np.ndarray, offsets: np.ndarray, b: int, seq_len:
 
 
 def check_bound(compiled, bound, heads=(0,)):
-    lib = compile_predicate(emit_predicate(compiled.ranges))
+    """The predicate at the width the binding chose (32 bits where bind proved it enough) against dense()."""
+    lib = compile_predicate(emit_predicate(compiled.ranges, narrow=bound.narrow))
     data, offsets = pack_mask_data(compiled.ranges, bound.params)
     assert data.dtype == np.int32 and len(offsets) == bound.batch + 1
     for b in range(bound.batch):

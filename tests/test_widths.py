@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import maskc
 from maskc.errors import BindError
 
+from conftest import EXAMPLES
 from mask_strategies import binding, mask_text
 from test_predicate import check_bound, needs_gxx
 
@@ -110,3 +111,27 @@ def test_constant_folded_past_64_bits_is_a_located_error():
     with pytest.raises(maskc.errors.MaskError) as err:
         maskc.compile_mask("mask m()\n  allow k <= q * 65536 * 65536 * 65536 * 65536 * 65536 - 1\n")
     assert "2:3" in str(err.value) and "64-bit" in str(err.value)
+
+
+def test_bindings_within_32_bits_get_the_narrow_predicate():
+    """The benchmark's shapes compute in int; a value near 2**31, or positions whose last tile passes
+    2**31 - 1, keep the 64-bit predicate."""
+    compiled = maskc.compile_mask(OVERFLOW)
+    assert compiled.bind(32768, a=5, c=3, w=100).narrow
+    assert not compiled.bind(256, a=INT32_MAX, c=-100, w=100).narrow
+    assert not compiled.bind(256, a=2 ** 30, c=-2 ** 30, w=100).narrow      # a - c = 2**31
+    assert not maskc.compile_mask("mask m()\n  allow k <= q\n").bind(INT32_MAX - 100).narrow
+    for name, params in (("clear", {"radius": 16}), ("causal", {}), ("document", {"docs": [16384, 16384]})):
+        bound = maskc.load(EXAMPLES / f"{name}.mask").bind(32768, **params)
+        assert bound.narrow
+        source = bound.kernel_spec(engine="mma").predicate.source
+        assert "typedef int maskc_int;" in source and "long long" not in source
+
+
+def test_the_width_is_part_of_the_kernel():
+    """Two bindings of one mask at different widths get different kernels (a kernel cached by the mask
+    alone would run a 32-bit predicate on values that need 64)."""
+    compiled = maskc.compile_mask(OVERFLOW)
+    narrow = compiled.bind(64, a=5, c=3, w=10).kernel_spec(engine="mma")
+    wide = compiled.bind(64, a=INT32_MAX, c=-100, w=10).kernel_spec(engine="mma")
+    assert narrow.predicate.source != wide.predicate.source

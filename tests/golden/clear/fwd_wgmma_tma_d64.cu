@@ -80,22 +80,24 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
 static_assert(SMEM_BYTES == 115800, "the launch gives what maskc.plan computed");
 
 // ---- the generated mask predicate (maskc.predicate), verbatim -----------------------------------------
-// Every form is computed in 64 bits (bind proved each intermediate fits: maskc.widths); key bounds are
-// clamped into [-1, kv_len] before they are narrowed to int.
+// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.widths); the
+// kernels of bindings proved to fit in 32 bits compute in int instead.
+typedef long long maskc_int;
+// Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
 // Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (64-bit division costs several times more).
-__device__ __forceinline__ long long maskc_floordiv(long long num, long long den) {
+// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
+__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const long long q = num / den;
+    const maskc_int q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ long long maskc_ceildiv(long long num, long long den) {
+__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ long long maskc_floormod(long long num, long long den) {
+__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
     return num - den * maskc_floordiv(num, den);
 }
 
@@ -124,9 +126,9 @@ struct MaskRow {
     int hi1;
     int lo2;
     int hi2;
-    long long v0;
-    long long v1;
-    long long v2;
+    maskc_int v0;
+    maskc_int v1;
+    maskc_int v2;
 };
 
 __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b, int h, int q) {
@@ -136,23 +138,23 @@ __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b,
     // allow clear.mask:11:3: allow q < text or k < text or (y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < radius ** 2
     row.lo0 = 0;
     row.hi0 = mask[1] - 1;
-    if (!((-(long long)(512) + (long long)q + 1) <= 0)) { row.lo0 = 1; row.hi0 = 0; }   // row guard fails
+    if (!((-(maskc_int)(512) + (maskc_int)q + 1) <= 0)) { row.lo0 = 1; row.hi0 = 0; }   // row guard fails
     // allow clear.mask:11:3: allow q < text or k < text or (y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < radius ** 2
     row.lo1 = 0;
-    row.hi1 = (int)max(-1LL, min((long long)mask[1] - 1, (long long)((long long)(512) - 1)));
+    row.hi1 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)(512) - 1)));
     // allow clear.mask:11:3: allow q < text or k < text or (y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < radius ** 2
     row.lo2 = 0;
     row.hi2 = mask[1] - 1;
-    row.v0 = maskc_floormod((-(long long)(512) + (long long)q), (long long)(128));
-    row.v1 = maskc_floordiv((-(long long)(512) + (long long)q), (long long)(128));
-    row.v2 = ((long long)mask[4] * (long long)mask[4]);
+    row.v0 = maskc_floormod((-(maskc_int)(512) + (maskc_int)q), (maskc_int)(128));
+    row.v1 = maskc_floordiv((-(maskc_int)(512) + (maskc_int)q), (maskc_int)(128));
+    row.v2 = ((maskc_int)mask[4] * (maskc_int)mask[4]);
     return row;
 }
 
 __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ mask, int k) {
     const bool allowed = (k >= row.lo0 && k <= row.hi0) ||
                    (k >= row.lo1 && k <= row.hi1) ||
-                   (k >= row.lo2 && k <= row.hi2 && (((-maskc_floormod((-(long long)(512) + (long long)k), (long long)(128)) + row.v0) * (-maskc_floormod((-(long long)(512) + (long long)k), (long long)(128)) + row.v0)) + ((-maskc_floordiv((-(long long)(512) + (long long)k), (long long)(128)) + row.v1) * (-maskc_floordiv((-(long long)(512) + (long long)k), (long long)(128)) + row.v1)) - row.v2 + 1) <= 0);
+                   (k >= row.lo2 && k <= row.hi2 && (((-maskc_floormod((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v0) * (-maskc_floormod((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v0)) + ((-maskc_floordiv((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v1) * (-maskc_floordiv((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v1)) - row.v2 + 1) <= 0);
     return allowed;
 }
 
