@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .plan import ForwardPlan
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 # Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma fed by the copy engine
@@ -299,7 +303,7 @@ class KernelSource:
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with
     entries: tuple[str, ...] = ()
-    plan: object = None        # the forward kernel's maskc.plan.ForwardPlan (shared memory, parameters)
+    plan: ForwardPlan | None = None   # the forward kernel's plan (shared memory, parameters)
 
     @property
     def functions(self) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -102,6 +103,7 @@ def _shared_by_entry(src: KernelSource) -> dict[str, int]:
         return {spec.entry_prep: 0, spec.entry_dkdv: layout["dkdv"]["total"],
                 spec.entry_dkdv_det: layout["dkdv"]["total"], spec.entry_dq: layout["dq"]["total"],
                 spec.entry_dq_convert: 0}
+    assert src.plan is not None         # a forward source always has its plan
     return {src.entry: src.plan.shared_bytes}
 
 
@@ -167,12 +169,14 @@ def _state_for(bound) -> dict:
 
 @dataclass
 class DeviceDescriptor:
+    """A descriptor's arrays on the GPU (CuPy arrays: untyped)."""
+
     descriptor: Descriptor
-    run_offsets: object
-    runs: object
-    work_order: object
-    mask_data: object
-    mask_offsets: object
+    run_offsets: Any
+    runs: Any
+    work_order: Any
+    mask_data: Any
+    mask_offsets: Any
 
 
 def _device_int32(a, min_len: int = 1):
@@ -191,7 +195,8 @@ def _upload(desc: Descriptor, transposed: bool = False) -> DeviceDescriptor:
         views = (desc.col_offsets, desc.col_runs, desc.col_work_order)
     else:
         views = (desc.run_offsets, desc.runs, desc.work_order)
-    return DeviceDescriptor(desc, *(_device_int32(a) for a in views), _device_int32(desc.mask_data),
+    offsets, runs, order = (_device_int32(a) for a in views)
+    return DeviceDescriptor(desc, offsets, runs, order, _device_int32(desc.mask_data),
                             _device_int32(desc.mask_offsets))
 
 
@@ -278,7 +283,7 @@ def _backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, dev
 @dataclass
 class _Operand:
     name: str
-    obj: object
+    obj: Any                # the torch tensor or CuPy array
     framework: str          # "torch" or "cupy"
     dtype: str              # "bf16" or "fp16"
     shape: tuple[int, ...]
@@ -481,7 +486,8 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
         o, o_ptr = outs.empty(call.out_shape)
         lse, lse_ptr = outs.empty(call.lse_shape, fp32=True) if return_lse else (None, 0)
         index = call.slots.__getitem__
-        maps, pointers = (), [(index(n), ptr) for n, ptr in zip(POINTERS, (qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr))]
+        maps: list = []
+        pointers = [(index(n), ptr) for n, ptr in zip(POINTERS, (qo.ptr, ko.ptr, vo.ptr, o_ptr, lse_ptr))]
         if call.tensor_maps is not None:
             maps = [(index(name), tile_map(op.ptr, op.shape, op.strides, rows))
                     for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), call.tensor_maps)]
@@ -677,6 +683,7 @@ def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _
     with _on_device(qo.device):
         kernel = _backward_kernel(bound, tiles, D, qo.dtype, qo.device, options)
         spec = kernel.source.spec
+        assert isinstance(spec, BackwardSpec)
         cols = _device_descriptor(bound, block_m, block_n, qo.device, transposed=True)
         mask_batch = cols.descriptor.batch
         i64, i32, u64, f32 = np.int64, np.int32, np.uint64, np.float32
