@@ -18,7 +18,7 @@ from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
 from .keys import TooMany, row_keys, values_at
 from .piece_tiles import Breaks, piece_runs, slopes_ok
-from .pieces import piece_hulls, piecewise_regions
+from .pieces import qualifies, runs_from_pieces
 from .rows import RowValues, TileIntervals
 from .tiles import dense_of, merge_runs, runs_of
 
@@ -227,9 +227,9 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     S, K = bound.seq_len, bound.kv_len
     params = bound.batch[b]
     if mask.linear:
-        regions = piecewise_regions(mask)
-        if regions is not None:
-            return (*_piecewise_runs(regions, params, b, head, S, K, block_m, block_n), True)
+        breaks = Breaks()
+        if qualifies(mask.allow + mask.deny, breaks):
+            return (*runs_from_pieces(mask.allow, mask.deny, breaks, params, b, head, S, K, block_m, block_n), True)
         return (*_exact_runs(mask.allow, mask.deny, params, b, head, S, K, block_m, block_n), True)
     if mask.exact:
         try:

@@ -14,20 +14,33 @@ from .rows import RowValues, k_bound_rows
 NONE = np.iinfo(np.int64).max // 4      # the endpoints of an empty interval, sorted last
 
 
-def region_rows(region: ir.RegionBounds, rows: RowValues, kv_len: int):
-    """The row-wise interval [lo, hi) of a region's linear part (lo = hi = NONE where empty)."""
+def region_ends(region: ir.RegionBounds, rows: RowValues, kv_len: int):
+    """The region's interval ends at the rows, unclipped by its guards: ``lo = max(0, lower bounds)``,
+    ``hi = min(kv_len, upper bounds + 1)``, and whether the guards hold (static guards included)."""
     n = rows.q.shape[0]
-    if any(rows.lin(g.lin) > 0 for g in region.static_guards):
-        return np.full(n, NONE), np.full(n, NONE)
     lo = np.zeros(n, np.int64)
     hi = np.full(n, kv_len, np.int64)
     for b in region.lower:
         lo = np.maximum(lo, k_bound_rows(b, rows, lower=True))
     for b in region.upper:
         hi = np.minimum(hi, k_bound_rows(b, rows, lower=False) + 1)
-    ok = lo < hi
-    for g in region.guards:
+    ok = np.ones(n, bool)
+    for g in region.static_guards + region.guards:
         ok = ok & (rows.lin(g.lin) <= 0)
+    return lo, hi, ok
+
+
+def region_rows(region: ir.RegionBounds, rows: RowValues, kv_len: int):
+    """The row-wise interval [lo, hi) of a region's linear part (lo = hi = NONE where empty)."""
+    n = rows.q.shape[0]
+    if any(rows.lin(g.lin) > 0 for g in region.static_guards):
+        return np.full(n, NONE), np.full(n, NONE)
+    return masked(*region_ends(region, rows, kv_len))
+
+
+def masked(lo: np.ndarray, hi: np.ndarray, ok: np.ndarray):
+    """An interval per row, ``lo = hi = NONE`` where ``ok`` is false or it is empty."""
+    ok = ok & (lo < hi)
     return np.where(ok, lo, NONE), np.where(ok, hi, NONE)
 
 
@@ -85,8 +98,14 @@ def subtract(slots, deny):
 def visible_slots(allow, deny, rows: RowValues, kv_len: int):
     """Per row, the keys of exact allow regions minus exact deny regions, as disjoint slots.
     At most len(allow) + len(deny) slots: subtracting m disjoint intervals splits n into n + m."""
-    slots = compact(union([region_rows(r, rows, kv_len) for r in allow]))
+    return combine([region_rows(r, rows, kv_len) for r in allow], [region_rows(r, rows, kv_len) for r in deny])
+
+
+def combine(allow: list, deny: list):
+    """Per row, the union of the ``allow`` intervals minus those of ``deny`` (each a (lo, hi) pair of
+    arrays over the same rows, NONE where empty), as disjoint, non-adjacent slots."""
+    slots = compact(union(allow))
     if deny:
-        for interval in compact(union([region_rows(r, rows, kv_len) for r in deny])):
+        for interval in compact(union(deny)):
             slots = compact(subtract(slots, interval))
     return slots

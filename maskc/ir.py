@@ -19,7 +19,11 @@ def _span() -> Span:
 
 
 class _HashOnce:
-    """For the normal form's nested terms: hash once, then reuse (they key the evaluators' memos)."""
+    """For the normal form's nested terms: hash once, then reuse (they key the evaluators' memos).
+
+    A subclass repeats ``__hash__ = _HashOnce.__hash__`` in its body: a frozen dataclass otherwise gets
+    a generated __hash__ that rehashes the whole tree on every call. The cached hash is not pickled (string
+    hashes differ between processes)."""
 
     def __hash__(self):
         cached = self.__dict__.get("_hash")
@@ -28,6 +32,9 @@ class _HashOnce:
                                                          if self.__dataclass_fields__[f].compare))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,6 +356,8 @@ class Lin(_HashOnce):
     ``ParamRef``, ``SegAttr``, ``SegValue``, or a non-linear ``Arith``/``Func``/``Square``.
     """
 
+    __hash__ = _HashOnce.__hash__
+
     terms: tuple[tuple["Term", int], ...]
     const: int = 0
 
@@ -360,11 +369,15 @@ class Lin(_HashOnce):
 class Square(_HashOnce):
     """``base * base`` kept whole, so interval bounds stay tight (never below zero)."""
 
+    __hash__ = _HashOnce.__hash__
+
     base: Lin
 
 
 @dataclass(frozen=True)
 class Product(_HashOnce):
+    __hash__ = _HashOnce.__hash__
+
     left: Lin
     right: Lin
 
@@ -372,6 +385,8 @@ class Product(_HashOnce):
 @dataclass(frozen=True)
 class Floor(_HashOnce):
     """``num // den`` (op "//") or ``num % den`` (op "%"), floored as in Python; den > 0 at bind."""
+
+    __hash__ = _HashOnce.__hash__
 
     op: str
     num: Lin
@@ -382,6 +397,8 @@ class Floor(_HashOnce):
 class Extreme(_HashOnce):
     """``min``/``max``/``abs`` of linear forms that stayed whole (they do not depend on k)."""
 
+    __hash__ = _HashOnce.__hash__
+
     fn: str
     args: tuple[Lin, ...]
 
@@ -391,6 +408,8 @@ class ChunkVar(_HashOnce):
     """``J<level>``: the index of a chunk of keys, ``J1 = (k + offset) // size``, ``J2 = (J1 + offset) // size``,
     ... (see :class:`ChunkedKeys`). Appears only in the bounds of a ChunkedKeys nest."""
 
+    __hash__ = _HashOnce.__hash__
+
     level: int
 
 
@@ -398,6 +417,8 @@ class ChunkVar(_HashOnce):
 class Root(_HashOnce):
     """``isqrt(arg)``: the floor of the square root of a form; read only where the form is >= 0 (a bound
     with a Root comes with the atom ``-arg <= 0`` that guarantees it)."""
+
+    __hash__ = _HashOnce.__hash__
 
     arg: Lin
 

@@ -156,6 +156,22 @@ def subtract(keys, deny, kv_len: int):
     return union(row, seg_lo - row * width, seg_hi - row * width, kv_len)
 
 
+def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray, width: int):
+    """Flat intervals of the points covered ``need[row]`` times by ``[lo, hi)``: where each of a row's
+    owners (its rows of keys, or pieces of them) gives disjoint ranges and ``need[row]`` counts the owners,
+    the points every owner covers."""
+    if not len(row):
+        return row, lo, hi
+    stride = width + 1
+    at, inverse = np.unique(np.concatenate([row * stride + lo, row * stride + hi]), return_inverse=True)
+    count = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(len(row)), -np.ones(len(row))]),
+                                  minlength=len(at)))
+    seg_row = at[:-1] // stride
+    full = np.flatnonzero(np.abs(count[:-1] - need[seg_row]) < 0.5)
+    out_row = seg_row[full]
+    return union(out_row, at[full] - out_row * stride, at[full + 1] - out_row * stride, width)
+
+
 def region_keys(region: ir.RegionBounds, make, q: np.ndarray, kv_len: int, budget: int):
     """The flat intervals of one exact region at the rows ``q`` (unsorted; disjoint within a row)."""
     owner, lo, hi, _, _ = enumerate_keys(region, make, [q], kv_len, budget)

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import ir
 from . import linear as L
-from .keys import enumerate_keys, nest_of, subtract, union
+from .keys import covered_by_all, enumerate_keys, nest_of, subtract, union
 from .kernel_ir import FULL, PARTIAL
 from .rows import RowValues, lin_value
 
@@ -176,25 +176,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     touched = union(block[piece[ok]], h0[ok] // block_n, -((-h1[ok]) // block_n), kt)
     k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
     ok = ~bad[block[c_piece]] & (k0 < k1)
-    covered = _covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
+    covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
     partial = subtract(touched, covered, kt)
     return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
                                                         partial + (np.full(len(partial[0]), PARTIAL),))), bad
-
-
-def _covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray, width: int):
-    """Flat intervals of the points covered ``need[row]`` times by ``[lo, hi)`` (each piece's ranges are
-    disjoint, so a count of ``need`` means every piece of the row covers them)."""
-    if not len(row):
-        return row, lo, hi
-    stride = width + 1
-    at, inverse = np.unique(np.concatenate([row * stride + lo, row * stride + hi]), return_inverse=True)
-    count = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(len(row)), -np.ones(len(row))]),
-                                  minlength=len(at)))
-    seg_row = at[:-1] // stride
-    full = np.flatnonzero(np.abs(count[:-1] - need[seg_row]) < 0.5)
-    out_row = seg_row[full]
-    return union(out_row, at[full] - out_row * stride, at[full + 1] - out_row * stride, width)
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-EMPTY, PARTIAL = 0, 1
+from .keys import covered_by_all, subtract, union
+from .kernel_ir import EMPTY, FULL, PARTIAL
+
 PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
 
 
@@ -64,3 +66,29 @@ def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.nda
     np.cumsum(np.bincount(row, minlength=rows), out=offsets[1:])
     runs = np.stack([begin, end, kind]).T.astype(np.int32) if len(row) else np.zeros((0, 3), np.int32)
     return offsets, np.ascontiguousarray(runs)
+
+
+def runs_of_keys(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray, kv_len: int,
+                 block_n: int, rows: int, last: tuple[np.ndarray, np.ndarray] | None = None):
+    """CSR runs of ``rows`` q_blocks from the key intervals of their *owners* (rows, or pieces of rows).
+
+    Interval i belongs to an owner in q_block ``block[i]``: keys ``[lo, hi)`` at the owner's first row and
+    ``last`` = ``(lo_b, hi_b)`` at its last (the same row when omitted), with every row between seeing an
+    interval that moves monotonically from one to the other, one key per row at most (so the rows' union is
+    the hull of the two, their intersection the intersection). An owner's intervals are disjoint and not
+    adjacent; ``need[q]`` counts q_block q's owners, those that see nothing included. A key block is FULL
+    where every owner covers it at every row, PARTIAL where some row touches it. Work and memory are
+    O(intervals log intervals): the tile grid is never built."""
+    kt = -(-kv_len // block_n)
+    lo_b, hi_b = (lo, hi) if last is None else last
+    live = lo < hi
+    block, outer_lo, outer_hi = block[live], np.minimum(lo, lo_b)[live], np.maximum(hi, hi_b)[live]
+    inner_lo, inner_hi = np.maximum(lo, lo_b)[live], np.minimum(hi, hi_b)[live]
+    touched = union(block, outer_lo // block_n, -(-outer_hi // block_n), kt)
+    c0 = -(-inner_lo // block_n)
+    c1 = np.where(inner_hi >= kv_len, kt, inner_hi // block_n)       # the last, short tile ends at kv_len
+    ok = c0 < c1
+    covered = covered_by_all(block[ok], c0[ok], c1[ok], need, kt)
+    partial = subtract(touched, covered, kt)
+    kinds = (np.full(len(covered[0]), FULL), np.full(len(partial[0]), PARTIAL))
+    return merge_runs(*(np.concatenate(x) for x in zip(covered + kinds[:1], partial + kinds[1:])), rows)
