@@ -18,7 +18,7 @@ from .kernel_ir import EMPTY, FULL, PARTIAL, BoundParams, TileMap
 from .intervals import compact, region_rows, union, visible_slots
 from .keys import TooMany, row_keys, values_at
 from .piece_tiles import Breaks, piece_runs, slopes_ok
-from .pieces import qualifies, runs_from_pieces
+from .pieces import plan_of, runs_from_pieces
 from .rows import RowValues, TileIntervals
 from .tiles import dense_of, merge_runs, runs_of
 
@@ -227,9 +227,9 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
     S, K = bound.seq_len, bound.kv_len
     params = bound.batch[b]
     if mask.linear:
-        breaks = Breaks()
-        if qualifies(mask.allow + mask.deny, breaks):
-            return (*runs_from_pieces(mask.allow, mask.deny, breaks, params, b, head, S, K, block_m, block_n), True)
+        plan = _piece_plan(mask)
+        if plan is not None:
+            return (*runs_from_pieces(plan, params, b, head, S, K, block_m, block_n), True)
         return (*_exact_runs(mask.allow, mask.deny, params, b, head, S, K, block_m, block_n), True)
     if mask.exact:
         try:
@@ -237,6 +237,14 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
         except TooMany:
             pass
     return (*runs_of(_sound_classes(mask, params, b, head, heads, S, K, block_m, block_n)), False)
+
+
+def _piece_plan(mask: ir.RangeMask):
+    """The mask's :class:`~maskc.pieces.PiecePlan` (None where its forms are not affine on pieces), worked
+    out on its first classification and kept on it (a RangeMask is immutable)."""
+    if "_piece_plan" not in mask.__dict__:
+        object.__setattr__(mask, "_piece_plan", plan_of(mask.allow, mask.deny))
+    return mask.__dict__["_piece_plan"]
 
 
 def _rows_of_blocks(blocks: np.ndarray, block_m: int, seq_len: int):

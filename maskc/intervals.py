@@ -67,20 +67,15 @@ def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
 
 def compact(slots):
     """Ascending slots with empties in between → the same slots with each row's non-empty ones first;
-    columns empty in every row dropped. Stable: empties bubble to the end by pairwise swaps."""
+    columns empty in every row dropped. Empties have lo = NONE, above every key, so a stable sort of each
+    row's slots by lo moves them to the end and keeps the others in order."""
     slots = [s for s in slots if (s[0] < s[1]).any()]
-    for done in range(len(slots) - 1):
-        moved = False
-        for j in range(len(slots) - 1 - done):
-            (lo_a, hi_a), (lo_b, hi_b) = slots[j], slots[j + 1]
-            swap = (lo_a >= hi_a) & (lo_b < hi_b)
-            if swap.any():
-                moved = True
-                slots[j] = (np.where(swap, lo_b, lo_a), np.where(swap, hi_b, hi_a))
-                slots[j + 1] = (np.where(swap, lo_a, lo_b), np.where(swap, hi_a, hi_b))
-        if not moved:
-            break
-    return [s for s in slots if (s[0] < s[1]).any()]
+    if len(slots) <= 1:
+        return slots
+    lo, hi = np.stack([s[0] for s in slots]), np.stack([s[1] for s in slots])
+    order = np.argsort(lo, axis=0, kind="stable")
+    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
+    return [(lo[j], hi[j]) for j in range(len(slots)) if (lo[j] < hi[j]).any()]
 
 
 def subtract(slots, deny):

@@ -32,69 +32,66 @@ from .rows import RowValues, k_bound_rows
 from .tiles import runs_of_keys
 
 
-def qualifies(regions, breaks: Breaks) -> bool:
-    """Whether every region is linear with forms affine on pieces (bounds of slope -1, 0 or 1, divided only
-    where constant); records in ``breaks`` where pieces must end."""
-    for region in regions:
-        if not region.linear:
-            return False
-        for g in region.guards + region.static_guards:
-            if slopes(g.lin, breaks) is None:
-                return False
-        for b in region.lower + region.upper:
-            s = slopes(b.lin, breaks)
-            if s is None or any(abs(x) > 1 for x in s) or (s != {0} and b.den != 1):
-                return False
-    return True
+class PiecePlan:
+    """What :func:`runs_from_pieces` needs of a mask's regions, worked out once: where pieces end
+    (``breaks``), every bound and guard once (shared forms evaluated once) as rows of a table after the
+    constants 0 and kv_len - 1 that clip the bounds, each region's rows of it, and the pairs of rows
+    whose order the two rounds of cuts follow."""
 
+    ZERO, LAST = 0, 1
 
-class _Forms:
-    """Every bound and guard of the regions once (shared forms evaluated once), as rows of a table, with
-    the constants 0 and kv_len - 1 that clip the bounds."""
-
-    def __init__(self, regions, kv_len: int):
-        self.index: dict = {}
-        self.forms: list = [np.int64(0), np.int64(kv_len - 1)]
-        self.zero, self.last = 0, 1
-        # per region: (lower rows, upper rows, guard rows), each list including the clipping constant
-        self.regions = [([self.zero] + [self._add(b, True) for b in r.lower],
-                         [self.last] + [self._add(b, False) for b in r.upper],
-                         [self._add(g, None) for g in r.guards + r.static_guards]) for r in regions]
+    def __init__(self, allow, deny, breaks: Breaks):
+        self.allow, self.deny, self.breaks = tuple(allow), tuple(deny), breaks
+        self._index: dict = {}
+        self.forms: list = ["0", "kv_len - 1"]
+        # per region: (lower rows, upper rows, guard rows), the first two with their clipping constant
+        self.regions = [([self.ZERO] + [self._add(b, True) for b in r.lower],
+                         [self.LAST] + [self._add(b, False) for b in r.upper],
+                         [self._add(g, None) for g in r.guards + r.static_guards]) for r in self.allow + self.deny]
+        self.first_pairs = _pairs([g for lower, upper, guards in self.regions
+                                   for g in [lower, upper] + [[x, self.ZERO] for x in guards]])
+        self.end_pairs = _pairs([list(range(2 * len(self.regions)))])
+        # The rows of each region's lower bounds, upper bounds and guards, one after the other, and where
+        # each region's start (for reduceat); every region's guards start with 0 <= 0, so none is empty.
+        self.lower, self.lower_at = _flat([lower for lower, _, _ in self.regions])
+        self.upper, self.upper_at = _flat([upper for _, upper, _ in self.regions])
+        self.guard, self.guard_at = _flat([[self.ZERO] + guards for _, _, guards in self.regions])
 
     def _add(self, item, lower) -> int:
         key = (item.lin, getattr(item, "den", 1), lower)
-        if key not in self.index:
-            self.index[key] = len(self.forms)
+        if key not in self._index:
+            self._index[key] = len(self.forms)
             self.forms.append((item, lower))
-        return self.index[key]
+        return self._index[key]
 
-    def values(self, rows: RowValues, n: int) -> np.ndarray:
+    def values(self, rows: RowValues, n: int, kv_len: int) -> np.ndarray:
         """int64[forms, n]: every form at the rows (bounds rounded inward: ceil for lower, floor for upper)."""
         out = np.empty((len(self.forms), n), np.int64)
-        for i, form in enumerate(self.forms):
-            if isinstance(form, tuple):
-                item, lower = form
-                form = rows.lin(item.lin) if lower is None else k_bound_rows(item, rows, lower=lower)
-            out[i] = form
+        out[self.ZERO], out[self.LAST] = 0, kv_len - 1
+        for i, (item, lower) in enumerate(self.forms[2:], 2):
+            out[i] = rows.lin(item.lin) if lower is None else k_bound_rows(item, rows, lower=lower)
         return out
 
 
-def _order_changes(starts: np.ndarray, span: np.ndarray, value: np.ndarray, slope: np.ndarray, pairs):
-    """The rows, inside their pieces, where the order of a pair of forms changes: ``value`` and ``slope``
-    are [forms, pieces] (the forms affine on each piece), ``pairs`` two index arrays."""
-    i, j = pairs
-    step = slope[i] - slope[j]
-    pair, piece = np.nonzero(step)
-    if not len(pair):
-        return np.zeros(0, np.int64)
-    m = step[pair, piece]
-    e = (value[i[pair], piece] - value[j[pair], piece]) * np.sign(m)     # e + |m| t rises with the row t
-    m = np.abs(m)
-    cuts = []
-    for t in (-(e // m), (-e) // m + 1):          # the first t with e + |m| t >= 0, then > 0
-        inside = (t > 0) & (t <= span[piece])
-        cuts.append(starts[piece[inside]] + t[inside])
-    return np.concatenate(cuts)
+def plan_of(allow, deny) -> PiecePlan | None:
+    """The plan of regions whose forms are affine on pieces (every region linear, bounds of slope -1, 0 or 1
+    and divided only where constant, guards affine), else None."""
+    breaks = Breaks()
+    for region in tuple(allow) + tuple(deny):
+        if not region.linear:
+            return None
+        for g in region.guards + region.static_guards:
+            if slopes(g.lin, breaks) is None:
+                return None
+        for b in region.lower + region.upper:
+            s = slopes(b.lin, breaks)
+            if s is None or any(abs(x) > 1 for x in s) or (s != {0} and b.den != 1):
+                return None
+    return PiecePlan(allow, deny, breaks)
+
+
+def _flat(groups) -> tuple[np.ndarray, np.ndarray]:
+    return np.array([x for g in groups for x in g], np.intp), np.cumsum([0] + [len(g) for g in groups[:-1]])
 
 
 def _pairs(groups) -> tuple[np.ndarray, np.ndarray]:
@@ -106,70 +103,86 @@ def _pairs(groups) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
-def _refine(starts: np.ndarray, seq_len: int, value_slope, pairs) -> np.ndarray:
-    """``starts`` with the rows where a pair's order changes added (``value_slope(starts)`` gives the
-    forms' values at each piece's first row and their slopes)."""
-    if not len(pairs[0]):
+def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.ndarray, pairs) -> np.ndarray:
+    """``starts`` with the rows added where a pair of forms changes order: ``first`` and ``last`` are the
+    forms' values [forms, pieces] at each piece's first and last row (``span`` rows after the first; the
+    forms affine on each piece), ``pairs`` two index arrays. Affine forms keep their order (<, = or >) over
+    a piece when they have it at both ends, so only those pairs and pieces are searched; with many pairs,
+    first only the pieces where the order of all the forms, ties included, differs between the ends."""
+    i, j = pairs
+    pieces = np.arange(len(starts))
+    if len(i) > _FEW_PAIRS:
+        order = np.argsort(first, axis=0, kind="stable")
+        a, b = np.take_along_axis(first, order, 0), np.take_along_axis(last, order, 0)
+        pieces = np.flatnonzero(((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0))
+        first, last = first[:, pieces], last[:, pieces]
+    d0, d1 = first[i] - first[j], last[i] - last[j]
+    pair, piece = np.nonzero(np.sign(d0) != np.sign(d1))
+    if not len(pair):
         return starts
-    span = np.append(starts[1:], seq_len) - 1 - starts
-    value, slope = value_slope(starts)
-    cuts = _order_changes(starts, span, value, slope, pairs)
-    return np.union1d(starts, cuts) if len(cuts) else starts
+    d0, d1, piece = d0[pair, piece], d1[pair, piece], pieces[piece]
+    span = span[piece]
+    step = (d1 - d0) // span                      # exact: the forms are affine on the piece
+    e, m = d0 * np.sign(step), np.abs(step)       # e + m t rises with the row t
+    cuts = [starts]
+    for t in (-(e // m), (-e) // m + 1):          # the first t with e + m t >= 0, then > 0
+        inside = (t > 0) & (t <= span)
+        cuts.append(starts[piece[inside]] + t[inside])
+    return np.unique(np.concatenate(cuts))
 
 
-def runs_from_pieces(allow, deny, breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int,
-               block_m: int, block_n: int):
-    """CSR tile runs (offsets int32[QT + 1], runs int32[n, 3]) of one batch element and head, exact, for
-    regions that :func:`qualifies` accepted with ``breaks`` (see the module docstring)."""
+# Pairs searched piece by piece without first looking for the pieces where some order changes.
+_FEW_PAIRS = 8
+
+
+def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, kv_len: int,
+                     block_m: int, block_n: int):
+    """CSR tile runs (offsets int32[QT + 1], runs int32[n, 3]) of one batch element and head, exact (see the
+    module docstring)."""
     qt = -(-seq_len // block_m)
-    regions = tuple(allow) + tuple(deny)
-    forms = _Forms(regions, kv_len)
-    base = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
-    base_end = np.append(base[1:], seq_len) - 1
-    rows = RowValues(params, seq_len, kv_len, head, b, np.concatenate([base, np.minimum(base + 1, base_end)]))
-    both = forms.values(rows, 2 * len(base))
+    if not plan.allow:                              # nothing is ever visible
+        return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
+    base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m)
+    span = np.append(base[1:], seq_len) - 1 - base
+    rows = RowValues(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)]))
+    both = plan.values(rows, 2 * len(base), kv_len)
     value0, slope0 = both[:, :len(base)], both[:, len(base):] - both[:, :len(base)]
 
-    def at(positions: np.ndarray) -> np.ndarray:
-        """Every form at the rows ``positions`` (extrapolated along the pieces of the first cut)."""
-        p = np.searchsorted(base, positions, side="right") - 1
-        return value0[:, p] + slope0[:, p] * (positions - base[p])
+    def ends(starts: np.ndarray):
+        """Each piece's last row, and every form at the pieces' first and last rows (extrapolated along the
+        pieces of the first cut, exactly: the forms are affine there)."""
+        last = np.append(starts[1:], seq_len) - 1
+        at = np.concatenate([starts, last])
+        p = np.searchsorted(base, at, side="right") - 1
+        return last - starts, value0[:, p] + slope0[:, p] * (at - base[p])
 
     def region_ends(values: np.ndarray):
         """[regions, n] lower ends, upper ends (exclusive) and guards, from the forms' values."""
-        lo = np.stack([values[lower].max(axis=0) for lower, _, _ in forms.regions])
-        hi = np.stack([values[upper].min(axis=0) for _, upper, _ in forms.regions]) + 1
-        ok = np.stack([(values[guards] <= 0).all(axis=0) for _, _, guards in forms.regions])
-        return lo, hi, ok
+        return (np.maximum.reduceat(values[plan.lower], plan.lower_at, axis=0),
+                np.minimum.reduceat(values[plan.upper], plan.upper_at, axis=0) + 1,
+                np.logical_and.reduceat(values[plan.guard] <= 0, plan.guard_at, axis=0))
 
     # 1: the winners of each region's max and min, and its guards' truth, constant on every piece.
-    groups = [g for lower, upper, guards in forms.regions for g in [lower, upper] + [[x, forms.zero] for x in guards]]
-    starts = _refine(base, seq_len, lambda _: (value0, slope0), _pairs(groups))
-
+    starts = _refine(base, span, value0, value0 + slope0 * span, plan.first_pairs)
     # 2: every region end against every other.
-    def ends_value_slope(s: np.ndarray):
-        lo0, hi0, _ = region_ends(at(s))
-        lo1, hi1, _ = region_ends(at(s + 1))
-        return np.concatenate([lo0, hi0]), np.concatenate([lo1 - lo0, hi1 - hi0])
-
-    starts = _refine(starts, seq_len, ends_value_slope, _pairs([list(range(2 * len(regions)))]))
-
-    # The slots at each piece's first and last rows, one structure per piece.
+    span, values = ends(starts)
+    lo, hi, _ = region_ends(values)
     n = len(starts)
-    lo, hi, ok = region_ends(at(np.concatenate([starts, np.append(starts[1:], seq_len) - 1])))
-    intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(regions))]
-    slots = combine(intervals[:len(allow)], intervals[len(allow):])
-    block = starts // block_m
-    need = np.bincount(block, minlength=qt)
+    starts = _refine(starts, span, np.concatenate([lo[:, :n], hi[:, :n]]), np.concatenate([lo[:, n:], hi[:, n:]]),
+                     plan.end_pairs)
+    # The slots at each piece's first and last rows, one structure per piece.
+    if len(starts) != n:
+        n = len(starts)
+        lo, hi, ok = region_ends(ends(starts)[1])
+    else:
+        ok = np.logical_and.reduceat(values[plan.guard] <= 0, plan.guard_at, axis=0)
+    intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(plan.regions))]
+    slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:
-        return runs_of_keys(block[:0], block[:0], block[:0], need, kv_len, block_n, qt)
-    first = [(s_lo[:n], s_hi[:n]) for s_lo, s_hi in slots]
-    last = [(s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots]
-    for (a_lo, a_hi), (b_lo, b_hi) in zip(first, last):
-        if np.any((a_lo < a_hi) != (b_lo < b_hi)):
+        return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
+    block = starts // block_m
+    for s_lo, s_hi in slots:
+        if np.any((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])):
             raise AssertionError("a piece's slots differ between its first and last rows")
-    cat = lambda pairs, k: np.concatenate([p[k] for p in pairs])                  # noqa: E731
-    owner_block = np.tile(block, len(slots))
-    return runs_of_keys(owner_block, cat(first, 0), cat(first, 1), need, kv_len, block_n, qt,
-                        last=(cat(last, 0), cat(last, 1)))
-
+    return runs_of_keys(block, [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots],
+                        np.bincount(block, minlength=qt), kv_len, block_n, qt)

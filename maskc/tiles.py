@@ -55,40 +55,99 @@ def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.nda
     keep = begin < end
     row, begin, end, kind = row[keep], begin[keep], end[keep], kind[keep]
     order = np.lexsort((begin, row))
-    row, begin, end, kind = row[order], begin[order], end[order], kind[order]
-    joins = np.zeros(len(row), bool)
-    joins[1:] = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] == end[:-1])
-    head = np.nonzero(~joins)[0]
-    if len(head):
+    return _joined(row[order], begin[order], end[order], kind[order], rows)
+
+
+def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
+    """CSR from non-empty runs sorted by row and begin, adjacent runs of one kind merged."""
+    joins = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] == end[:-1])
+    if joins.any():
+        head = np.flatnonzero(np.concatenate([[True], ~joins]))
         end = np.maximum.reduceat(end, head)
         row, begin, kind = row[head], begin[head], kind[head]
     offsets = np.zeros(rows + 1, np.int32)
     np.cumsum(np.bincount(row, minlength=rows), out=offsets[1:])
-    runs = np.stack([begin, end, kind]).T.astype(np.int32) if len(row) else np.zeros((0, 3), np.int32)
-    return offsets, np.ascontiguousarray(runs)
+    runs = np.empty((len(row), 3), np.int32)
+    runs[:, 0], runs[:, 1], runs[:, 2] = begin, end, kind
+    return offsets, runs
 
 
-def runs_of_keys(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray, kv_len: int,
-                 block_n: int, rows: int, last: tuple[np.ndarray, np.ndarray] | None = None):
+def starts_of(block: np.ndarray) -> np.ndarray:
+    """The index of the first element of each run of equal values of ``block``."""
+    new = np.empty(len(block), bool)
+    new[:1] = True
+    np.not_equal(block[1:], block[:-1], out=new[1:])
+    return np.flatnonzero(new)
+
+
+def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_n: int, rows: int):
     """CSR runs of ``rows`` q_blocks from the key intervals of their *owners* (rows, or pieces of rows).
 
-    Interval i belongs to an owner in q_block ``block[i]``: keys ``[lo, hi)`` at the owner's first row and
-    ``last`` = ``(lo_b, hi_b)`` at its last (the same row when omitted), with every row between seeing an
-    interval that moves monotonically from one to the other, one key per row at most (so the rows' union is
-    the hull of the two, their intersection the intersection). An owner's intervals are disjoint and not
-    adjacent; ``need[q]`` counts q_block q's owners, those that see nothing included. A key block is FULL
-    where every owner covers it at every row, PARTIAL where some row touches it. Work and memory are
-    O(intervals log intervals): the tile grid is never built."""
+    Owner i lies in q_block ``block[i]`` (``block`` ascending). ``slots`` is a list of ``(lo, hi, lo_b, hi_b)``
+    arrays over the owners: slot j of owner i holds keys ``[lo, hi)`` at the owner's first row and
+    ``[lo_b, hi_b)`` at its last (empty at both or at neither), every row between seeing an interval that
+    moves from one to the other by one key per row at most, so that the rows' union is the hull of the two
+    and their intersection the intersection. An owner's slots are disjoint and not adjacent; ``need[q]``
+    counts q_block q's owners. A key block is FULL where every owner covers it at every row, PARTIAL where
+    some row touches it. Work and memory are O(owners x slots): the tile grid is never built.
+
+    Most q_blocks are settled from per-slot hulls (the keys touched are the hull of each slot's intervals
+    where consecutive owners' intervals chain; a block every owner covers lies in one slot where the slots'
+    hulls are disjoint); the others from the intervals themselves (:func:`_counted_runs`)."""
     kt = -(-kv_len // block_n)
-    lo_b, hi_b = (lo, hi) if last is None else last
-    live = lo < hi
-    block, outer_lo, outer_hi = block[live], np.minimum(lo, lo_b)[live], np.maximum(hi, hi_b)[live]
-    inner_lo, inner_hi = np.maximum(lo, lo_b)[live], np.minimum(hi, hi_b)[live]
-    touched = union(block, outer_lo // block_n, -(-outer_hi // block_n), kt)
-    c0 = -(-inner_lo // block_n)
-    c1 = np.where(inner_hi >= kv_len, kt, inner_hi // block_n)       # the last, short tile ends at kv_len
-    ok = c0 < c1
-    covered = covered_by_all(block[ok], c0[ok], c1[ok], need, kt)
+    first = starts_of(block)                                  # each q_block's first owner
+    present = block[first]
+    bad = np.zeros(len(first), bool)
+    big = np.int64(1) << 40
+    hulls, flat = [], []
+    for lo, hi, lo_b, hi_b in slots:
+        live = lo < hi
+        t0 = np.where(live, np.minimum(lo, lo_b) // block_n, big)       # touched key blocks [t0, t1)
+        t1 = np.where(live, -(-np.maximum(hi, hi_b) // block_n), -1)
+        inner_hi = np.minimum(hi, hi_b)
+        c0 = np.where(live, -(-np.maximum(lo, lo_b) // block_n), big)   # covered key blocks [c0, c1)
+        c1 = np.where(live, np.where(inner_hi >= kv_len, kt, inner_hi // block_n), -1)   # short last tile
+        idx = np.flatnonzero(live)            # a hole: consecutive live owners' intervals apart
+        a, b = idx[:-1], idx[1:]
+        hole = (block[a] == block[b]) & ((t0[b] > t1[a]) | (t0[a] > t1[b]))
+        bad[np.searchsorted(present, block[a[hole]])] = True
+        hulls.append((np.minimum.reduceat(t0, first), np.maximum.reduceat(t1, first),
+                      np.maximum.reduceat(c0, first), np.minimum.reduceat(c1, first)))
+        flat.append((live, t0, t1, c0, c1))
+    h0, h1, f0, f1 = (np.array(x) for x in zip(*hulls))          # [slots, q_blocks]
+    for i in range(len(slots)):                               # a key block two slots' hulls share
+        for j in range(i + 1, len(slots)):
+            bad |= (h0[i] < h1[i]) & (h0[j] < h1[j]) & (h0[i] < h1[j]) & (h0[j] < h1[i])
+    some = h0 < h1
+    h0, h1 = np.where(some, h0, 0), np.where(some, h1, 0)
+    cut0, cut1 = np.maximum(f0, h0), np.minimum(f1, h1)
+    has_full = cut0 < cut1
+    cut0, cut1 = np.where(has_full, cut0, h1), np.where(has_full, cut1, h1)
+    # Per q_block, each slot's PARTIAL, FULL, PARTIAL runs, slot after slot: already in order.
+    begin, end = np.empty((len(first), 3 * len(slots)), np.int64), np.empty((len(first), 3 * len(slots)), np.int64)
+    begin[:, 0::3], begin[:, 1::3], begin[:, 2::3] = h0.T, cut0.T, cut1.T
+    end[:, 0::3], end[:, 1::3], end[:, 2::3] = cut0.T, cut1.T, h1.T
+    keep = begin < end
+    keep[bad] = False
+    at, col = np.nonzero(keep)
+    out = (present[at], begin[at, col], end[at, col], np.where(col % 3 == 1, FULL, PARTIAL))
+    if not bad.any():
+        return _joined(*out, rows)
+    owners = np.isin(block, present[bad])
+    counted = _counted_runs(block, owners, [np.stack(x) for x in zip(*flat)], need, kt)
+    return merge_runs(*(np.concatenate([o, c]) for o, c in zip(out, counted)), rows)
+
+
+def _counted_runs(block, owners, flat, need, kt: int):
+    """Runs ``(q_block, begin, end, kind)`` of the q_blocks of the ``owners`` from their slots' touched
+    ``[t0, t1)`` and covered ``[c0, c1)`` key blocks ([slots, owners]): touched blocks the union, FULL those
+    every owner covers (each owner's covered ranges are disjoint, so a count of ``need`` is every owner)."""
+    live, t0, t1, c0, c1 = flat
+    pick = live & owners
+    rows = np.broadcast_to(block, live.shape)
+    touched = union(rows[pick], t0[pick], t1[pick], kt)
+    pick &= c0 < c1
+    covered = covered_by_all(rows[pick], c0[pick], c1[pick], need, kt)
     partial = subtract(touched, covered, kt)
-    kinds = (np.full(len(covered[0]), FULL), np.full(len(partial[0]), PARTIAL))
-    return merge_runs(*(np.concatenate(x) for x in zip(covered + kinds[:1], partial + kinds[1:])), rows)
+    return tuple(np.concatenate([c, p]) for c, p in zip(covered + (np.full(len(covered[0]), FULL),),
+                                                     partial + (np.full(len(partial[0]), PARTIAL),)))

@@ -171,11 +171,11 @@ def piecewise_mask(draw):
 @given(st.lists(piecewise_mask(), min_size=1, max_size=3), binding(max_len=300), tile_shape)
 def test_piecewise_path_is_exact(rules, bind_args, shape):
     """One or more such rules: the piecewise path (with its row fallback per q_block) stays exact."""
-    from maskc.pieces import piecewise_regions
+    from maskc.pieces import plan_of
     text = rules[0] + "".join(r.split("\n", 1)[1] for r in rules[1:])
     mask = _compile_or_skip(text)
     bound = _bind(mask, *bind_args)
     if bound is None:
         return
-    event(f"piecewise path taken: {piecewise_regions(mask.ranges) is not None}")
+    event(f"piecewise path taken: {plan_of(mask.ranges.allow, mask.ranges.deny) is not None}")
     _check(bound, *shape, expect_exact=True)
