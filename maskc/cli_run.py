@@ -211,10 +211,10 @@ def _run_backward(bound, q, k, v, dtype, rng, device: str, tolerance: float | No
 
 
 def _tile_summary(bound, block_m: int, block_n: int) -> str:
-    from .show import legend, tile_counts
+    from .show import legend
     tiles = bound.tile_map(block_m, block_n)
     exact = "exact" if tiles.exact else "sound, not exact (some PARTIAL tiles may be full or empty)"
-    lines = [f"tiles {block_m}x{block_n}: {legend(tile_counts(tiles.classes))}", f"tile classes: {exact}"]
+    lines = [f"tiles {block_m}x{block_n}: {legend(tiles.counts())}", f"tile classes: {exact}"]
     pairs = _visible_pairs(bound)
     if pairs is not None:
         total = bound.batch * bound.seq_len * bound.kv_len

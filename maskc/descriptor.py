@@ -3,21 +3,32 @@
 Invariant: the runs list exactly the non-EMPTY tiles of each row block with their classes (sorted,
 disjoint, adjacent runs of different kinds), the transposed view lists the same tiles by column
 block, and ``work_order`` is a permutation of the row blocks by non-increasing cost, empty row
-blocks last. Packing is O(runs); the transposed view, O(tiles), is built when first asked for.
+blocks last. Packing is O(runs + row blocks); the transposed view, O(runs log runs + its own runs), is
+built from the runs when first asked for. Neither builds the tile grid; the descriptor's bytes stay
+within ``max_bytes`` (a BindError naming it otherwise).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .kernel_ir import FULL, PARTIAL, Descriptor, TileMap
-from .tiles import heaviest_first
+from .kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, PARTIAL, Descriptor, TileMap, sizes_text
+from .tiles import RunBudget, heaviest_first
 
 
-def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray) -> Descriptor:
+def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray,
+         max_bytes: int = MAX_DESCRIPTOR_BYTES) -> Descriptor:
     """Pack tile runs and the predicate's parameter tables (see the module docstring)."""
     work_order = heaviest_first(tile_map.run_offsets, tile_map.runs)
-    return Descriptor(tile_map, work_order, np.ascontiguousarray(mask_data, np.int32),
-                      np.ascontiguousarray(mask_offsets, np.int32))
+    desc = Descriptor(tile_map, work_order, np.ascontiguousarray(mask_data, np.int32),
+                      np.ascontiguousarray(mask_offsets, np.int32), max_bytes)
+    check_size(desc, max_bytes)
+    return desc
+
+
+def check_size(desc: Descriptor | TileMap, max_bytes: int) -> None:
+    """A BindError naming ``max_bytes`` where the descriptor (or tile map) takes more bytes."""
+    RunBudget(max_bytes, sizes_text(desc.seq_len, desc.kv_len, desc.block_m, desc.block_n, desc.batch),
+              desc.nbytes)
 
 
 def unpack(desc: Descriptor) -> np.ndarray:

@@ -15,7 +15,7 @@ from .linear import render, render_term
 from .errors import MaskError
 from .options import DEFAULT, Options
 from .pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
-from .show import legend, tile_counts
+from .show import legend
 
 _OPS = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
 
@@ -211,7 +211,7 @@ def classify_text(bound: BoundMask, block_m: int = 128, block_n: int = 128) -> s
     else:
         why = "sound (not exact)" + (": tiles hold for every head" if bound.mask.ranges.uses_head else
                                      ": see the ranges stage for the cause")
-    return "\n".join([f"tiles {block_m}x{block_n}: {legend(tile_counts(tiles.classes))}", f"classes are {why}"])
+    return "\n".join([f"tiles {block_m}x{block_n}: {legend(tiles.counts())}", f"classes are {why}"])
 
 
 def pack_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descriptor_lines: int = 8) -> str:

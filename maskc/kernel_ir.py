@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from .plan import ForwardPlan
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
+# The default cap on a descriptor's bytes (maskc.tiles.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
+# and Options(max_descriptor_bytes=) raise it.
+MAX_DESCRIPTOR_BYTES = 1 << 30
 # Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma fed by the copy engine
 # (TMA) from a producer warp.
 ENGINES = ("mma", "wgmma_tma")
@@ -105,6 +108,11 @@ class TileMap:
         total = self.batch * self.n_q_blocks * self.n_kv_blocks
         return {"FULL": full, "PARTIAL": partial, "EMPTY": total - full - partial}
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the run-length rows."""
+        return self.run_offsets.nbytes + self.runs.nbytes
+
     def __repr__(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.counts().items())
         return (f"TileMap({self.block_m}x{self.block_n} tiles, seq_len {self.seq_len}, kv_len {self.kv_len}, "
@@ -112,6 +120,8 @@ class TileMap:
 
     @functools.cached_property
     def classes(self) -> np.ndarray:
+        """The dense int8[B, QT, KT] grid, built on first use from the runs (for those who ask: nothing on
+        the way to a descriptor does)."""
         from .tiles import dense_of
         grid = dense_of(self.run_offsets, self.runs, self.n_kv_blocks)
         return grid.reshape(self.batch, self.n_q_blocks, self.n_kv_blocks)
@@ -142,7 +152,10 @@ class Descriptor:
     ``col_offsets`` int32[B*KT + 1], ``col_runs`` int32[n_col_runs, 3], ``col_work_order`` int32[B*KT]
         The transposed view for the backward pass: for column block ``b * KT + j``, runs of
         ``(q_begin, q_end, kind)`` over query blocks, and the column blocks heaviest first (built on
-        first use).
+        first use, from the runs: never the tile grid).
+
+    Every array grows with the runs and the blocks, never with the tile grid; ``nbytes`` is their total,
+    at most ``max_bytes`` (a BindError otherwise, also when the transposed view is built).
 
     The loop that rebuilds the tile classes (and so, with the predicate, the mask)::
 
@@ -156,6 +169,7 @@ class Descriptor:
     work_order: np.ndarray
     mask_data: np.ndarray
     mask_offsets: np.ndarray
+    max_bytes: int = MAX_DESCRIPTOR_BYTES
 
     # The tile shape, sizes and runs are the tile map's.
     block_m = property(lambda self: self.tile_map.block_m)
@@ -173,12 +187,20 @@ class Descriptor:
                 f"batch {self.batch}: {self.runs.shape[0]} runs over {self.run_offsets.size - 1} row blocks, "
                 f"{self.mask_data.size} mask_data ints)")
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of every array (the transposed view's once built)."""
+        arrays = (self.run_offsets, self.runs, self.work_order, self.mask_data, self.mask_offsets)
+        return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in self.__dict__.get("_transposed", ()))
+
     @functools.cached_property
     def _transposed(self):
-        from .tiles import heaviest_first, runs_of
-        classes = self.tile_map.classes.transpose(0, 2, 1)
-        offsets, runs = runs_of(np.ascontiguousarray(classes).reshape(self.batch * self.n_kv_blocks, self.n_q_blocks))
-        return offsets, runs, heaviest_first(offsets, runs)
+        from .tiles import RunBudget, heaviest_first, transposed
+        offsets, runs = transposed(self.run_offsets, self.runs, self.batch, self.n_q_blocks, self.n_kv_blocks)
+        work = heaviest_first(offsets, runs)
+        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+        RunBudget(self.max_bytes, what, self.nbytes + offsets.nbytes + runs.nbytes + work.nbytes)
+        return offsets, runs, work
 
     @property
     def col_offsets(self) -> np.ndarray:
@@ -192,6 +214,12 @@ class Descriptor:
     @property
     def col_work_order(self) -> np.ndarray:
         return self._transposed[2]
+
+
+def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int) -> str:
+    """The sizes of a tile map as messages name them."""
+    return (f"seq_len = {seq_len}, kv_len = {kv_len} at {block_m} x {block_n} tiles"
+            + (f" x {batch} batch elements" if batch > 1 else ""))
 
 
 @dataclass(frozen=True)

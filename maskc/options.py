@@ -2,7 +2,7 @@
 
 Everything that is not the mask, the shapes or the dtype: the forward engine and tiles, autotuning, the
 backward's engine and dQ reduction, the wgmma_tma kernel's experiment switches, waiting after each launch,
-the disk cache's directory and the target architecture. ``Options()`` is the product's defaults. The API
+the disk cache's directory, the target architecture and the memory cap on descriptors. ``Options()`` is the product's defaults. The API
 (``maskc.attention(..., options=...)``, :mod:`maskc.runtime`, :mod:`maskc.torch_ops`) and the CLI take an
 Options; the passes below them take the values decided from it (``choose_tiles(..., engine=)``,
 ``plan_forward(spec, overlap=, ...)``, ``emit_kernel(spec, options)``).
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES
+from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, MAX_DESCRIPTOR_BYTES
 from .schedule import Tiles, capability_of
 
 # variable -> the Options field it sets
@@ -41,6 +41,7 @@ ENVIRONMENT = {
     "MASKC_SYNC": "sync",
     "MASKC_CACHE_DIR": "cache_dir",
     "MASKC_ARCH": "arch",
+    "MASKC_MAX_DESCRIPTOR_BYTES": "max_descriptor_bytes",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -64,6 +65,8 @@ class Options:
     sync: bool = False                  # wait after each launch: an asynchronous fault surfaces at its call
     cache_dir: str | None = None        # compiled kernels and autotuning results; None: ~/.cache/maskc
     arch: str | None = None             # build target (schedule.ARCHES, compute_XY); None: the GPU's own
+    # the most bytes a bound mask's descriptor may take (BoundMask.descriptor's max_bytes): a BindError past it
+    max_descriptor_bytes: int = MAX_DESCRIPTOR_BYTES
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.
@@ -86,6 +89,9 @@ class Options:
             object.__setattr__(self, "tiles", tiles)
         if self.arch is not None:
             capability_of(self.arch)      # ValueError unless sm_XY[a] or compute_XY
+        cap = self.max_descriptor_bytes
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+            raise ValueError(f"max_descriptor_bytes {cap!r}: expected a positive number of bytes")
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
         # A plain attribute, not a property: torch.compile reads it while tracing (maskc.torch_ops).
@@ -163,6 +169,10 @@ def _from_values(values: tuple[str | None, ...]) -> Options:
         value = raw[name]
         if isinstance(getattr(defaults, field), bool):
             fields[field] = _switch(name, value, getattr(defaults, field))
+        elif value is None:
+            fields[field] = getattr(defaults, field)
+        elif isinstance(getattr(defaults, field), int):
+            fields[field] = int(value) if value.strip().isdigit() else value    # else refused below, named
         else:
             fields[field] = value
     for name, field in ENVIRONMENT.items():     # each variable alone first, so that an error names it

@@ -106,20 +106,22 @@ def slopes_ok(regions, breaks: Breaks) -> bool:
     return True
 
 
-def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int):
-    """The first row of every piece."""
-    parts = [np.arange(0, seq_len, block_m, dtype=np.int64)]
+def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int,
+                 rows: tuple[int, int] | None = None):
+    """The first row of every piece (of the rows ``[row0, row1)``, whole q_blocks, when given)."""
+    row0, row1 = rows or (0, seq_len)
+    parts = [np.arange(row0, row1, block_m, dtype=np.int64)]
     for seg in sorted(breaks.segments):
         parts.append(params.segment(seg).bounds)
     for sign, offset, den in breaks.floors:
         r = lin_value(offset, params, seq_len, kv_len, head, b)
         d = lin_value(den, params, seq_len, kv_len, head, b)
         first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
-        parts.append(np.arange(first, seq_len, d, dtype=np.int64))
+        parts.append(np.arange(first + max(0, -(-(row0 - first) // d)) * d, row1, d, dtype=np.int64))
     starts = np.unique(np.concatenate(parts))
-    starts = starts[(starts >= 0) & (starts < seq_len)]
+    starts = starts[(starts >= row0) & (starts < row1)]
     for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
-        ends = np.append(starts[1:], seq_len) - 1
+        ends = np.append(starts[1:], row1) - 1
         at_start = RowValues(params, seq_len, kv_len, head, b, starts)
         at_next = RowValues(params, seq_len, kv_len, head, b, np.minimum(starts + 1, ends))
         values = [(np.broadcast_to(at_start.lin(a), starts.shape), np.broadcast_to(at_next.lin(a), starts.shape))

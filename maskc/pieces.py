@@ -136,22 +136,23 @@ _FEW_PAIRS = 8
 
 
 def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, kv_len: int,
-                     block_m: int, block_n: int):
-    """CSR tile runs (offsets int32[QT + 1], runs int32[n, 3]) of one batch element and head, exact (see the
-    module docstring)."""
-    qt = -(-seq_len // block_m)
+                     block_m: int, block_n: int, rows: tuple[int, int] | None = None):
+    """CSR tile runs (offsets int32[q_blocks + 1], runs int32[n, 3]) of one batch element and head, exact (see
+    the module docstring), for the q_blocks of the rows ``[row0, row1)`` (whole q_blocks; default all)."""
+    row0, row1 = rows or (0, seq_len)
+    qt = -(-(row1 - row0) // block_m)
     if not plan.allow:                              # nothing is ever visible
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
-    base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m)
-    span = np.append(base[1:], seq_len) - 1 - base
-    rows = RowValues(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)]))
-    both = plan.values(rows, 2 * len(base), kv_len)
+    base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m, (row0, row1))
+    span = np.append(base[1:], row1) - 1 - base
+    rows_ = RowValues(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)]))
+    both = plan.values(rows_, 2 * len(base), kv_len)
     value0, slope0 = both[:, :len(base)], both[:, len(base):] - both[:, :len(base)]
 
     def ends(starts: np.ndarray):
         """Each piece's last row, and every form at the pieces' first and last rows (extrapolated along the
         pieces of the first cut, exactly: the forms are affine there)."""
-        last = np.append(starts[1:], seq_len) - 1
+        last = np.append(starts[1:], row1) - 1
         at = np.concatenate([starts, last])
         p = np.searchsorted(base, at, side="right") - 1
         return last - starts, value0[:, p] + slope0[:, p] * (at - base[p])
@@ -180,7 +181,7 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
-    block = starts // block_m
+    block = (starts - row0) // block_m
     for s_lo, s_hi in slots:
         if np.any((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])):
             raise AssertionError("a piece's slots differ between its first and last rows")

@@ -17,10 +17,10 @@ from . import handles, ir
 from .bind import bind as bind_params
 from .bind import check_blocks, check_constants, check_index
 from .classify import classify
-from .descriptor import pack, to_flex_block_mask_arrays
+from .descriptor import check_size, pack, to_flex_block_mask_arrays
 from .errors import BindError, MaskError, MaskSyntaxError
 from .evaluate import dense_mask
-from .kernel_ir import BackwardSpec, BoundParams, Descriptor, KernelSource, KernelSpec, TileMap
+from .kernel_ir import MAX_DESCRIPTOR_BYTES, BackwardSpec, BoundParams, Descriptor, KernelSource, KernelSpec, TileMap
 from .normalize import normalize, specialize
 from .options import DEFAULT, Options
 from .parse import parse
@@ -282,7 +282,9 @@ def _summary_lines(mask: ir.ResolvedMask):
 
 @dataclass(frozen=True, eq=False)
 class BoundMask:
-    """A compiled mask with lengths and parameter values; everything here is O(N) + O(tiles)."""
+    """A compiled mask with lengths and parameter values. Everything on the way to a descriptor grows with the
+    sequence and the runs of visible tiles, never with the tile grid (only ``tiles()``, ``dense()`` and
+    ``to_flex_block_mask()``, which return dense arrays, build them)."""
 
     mask: CompiledMask
     params: BoundParams
@@ -290,6 +292,7 @@ class BoundMask:
     def __post_init__(self):
         # An int that names this object where only numbers may pass (torch custom ops: maskc.torch_ops).
         object.__setattr__(self, "handle", handles.register(self))
+        object.__setattr__(self, "handle_array", handles.as_array(self.handle))   # the same, as data
 
     def __repr__(self) -> str:
         shown = [f"seq_len={self.seq_len}"] + ([f"kv_len={self.kv_len}"] if self.kv_len != self.seq_len else [])
@@ -322,16 +325,21 @@ class BoundMask:
         return dense_mask(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len,
                           head, batch_index)
 
-    def tile_map(self, block_m: int = 128, block_n: int = 128) -> TileMap:
-        return _tile_map(self, block_m, block_n)
+    def tile_map(self, block_m: int = 128, block_n: int = 128, max_bytes: int = MAX_DESCRIPTOR_BYTES) -> TileMap:
+        """Every batch element's tile classes as run-length rows: memory grows with the runs, never with the
+        tile grid; more than ``max_bytes`` of them is a BindError (raise the cap for very long sequences)."""
+        return _tile_map(self, block_m, block_n, max_bytes)
 
     def tiles(self, block_m: int = 128, block_n: int = 128) -> np.ndarray:
         """int8[ceil(S/block_m), ceil(K/block_n)]: 0 EMPTY, 1 PARTIAL, 2 FULL (batch element 0;
-        ``tile_map().classes`` has every batch element)."""
+        ``tile_map().classes`` has every batch element). A dense grid, for those who ask: the descriptor never
+        builds it."""
         return self.tile_map(block_m, block_n).classes[0]
 
-    def descriptor(self, block_m: int = 128, block_n: int = 128) -> Descriptor:
-        return _descriptor(self, block_m, block_n)
+    def descriptor(self, block_m: int = 128, block_n: int = 128, max_bytes: int = MAX_DESCRIPTOR_BYTES) -> Descriptor:
+        """The kernels' descriptor for these tiles (cached per tile shape): its bytes grow with the runs, at
+        most ``max_bytes`` (default 1 GiB), else a BindError before or while it is built."""
+        return _descriptor(self, block_m, block_n, max_bytes)
 
     def restrict(self, q_range, kv_range) -> "RestrictedMask":
         """The sub-block of query rows ``q_range`` and keys ``kv_range`` (``(start, stop)`` pairs or
@@ -394,21 +402,25 @@ class BoundMask:
         return self.params.narrow
 
 
-def _tile_map(bound: "BoundMask", block_m: int, block_n: int) -> TileMap:
+def _tile_map(bound: "BoundMask", block_m: int, block_n: int, max_bytes: int) -> TileMap:
     block_m, block_n = check_blocks(block_m, block_n)
     cache = bound.__dict__.setdefault("_tile_maps", {})      # lives and dies with the bound mask
     if (block_m, block_n) not in cache:
         per_element = [bound.mask.specialized(e.ints) for e in bound.params.batch]
-        cache[block_m, block_n] = classify(per_element, bound.params, block_m, block_n)
+        cache[block_m, block_n] = classify(per_element, bound.params, block_m, block_n, max_bytes)
+    else:
+        check_size(cache[block_m, block_n], max_bytes)
     return cache[block_m, block_n]
 
 
-def _descriptor(bound: "BoundMask", block_m: int, block_n: int) -> Descriptor:
+def _descriptor(bound: "BoundMask", block_m: int, block_n: int, max_bytes: int) -> Descriptor:
     block_m, block_n = check_blocks(block_m, block_n)
     cache = bound.__dict__.setdefault("_descriptors", {})
     if (block_m, block_n) not in cache:
         data, offsets = pack_mask_data(bound.mask.ranges, bound.params)
-        cache[block_m, block_n] = pack(_tile_map(bound, block_m, block_n), data, offsets)
+        cache[block_m, block_n] = pack(_tile_map(bound, block_m, block_n, max_bytes), data, offsets, max_bytes)
+    else:
+        check_size(cache[block_m, block_n], max_bytes)
     return cache[block_m, block_n]
 
 

@@ -12,7 +12,7 @@ Tiles: a tile of the sub-block, ``block_m x block_n`` from its own origin, is cl
 tiles at the finest grid that lines up with both (block gcd with the offsets): FULL where all of those are
 FULL, EMPTY where all are EMPTY, else PARTIAL. So the classes are sound, and exact when the parent's are;
 when q0 and k0 are multiples of the blocks (the usual case) the parent's cached tile map is reused as it
-is. Kernels: the compiled mask's twin with ``offsets`` (:meth:`CompiledMask.with_offsets`, one per
+is. The sub-block's runs come from the parent's runs, never from a grid of tiles. Kernels: the compiled mask's twin with ``offsets`` (:meth:`CompiledMask.with_offsets`, one per
 compiled mask, shared by every sub-block) reads (q0, k0) from the head of the mask table
 (:mod:`maskc.predicate`). This object offers what the GPU runtime and the torch ops ask of a bound mask
 (:mod:`maskc.runtime`'s docstring) plus ``dense``, ``tiles`` and ``restrict``.
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import handles
-from .descriptor import pack
+from .descriptor import check_size, pack
 from .evaluate import dense_mask
-from .kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
+from .kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, Descriptor, TileMap
 from .predicate import pack_mask_data
-from .tiles import dense_of, runs_of
+from .tiles import block_runs, merge_runs
 
 if TYPE_CHECKING:
     from .pipeline import BoundMask
@@ -73,6 +73,7 @@ class RestrictedMask:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "handle", handles.register(self))
+        object.__setattr__(self, "handle_array", handles.as_array(self.handle))   # the same, as data
 
     def restrict(self, q_range, kv_range) -> "RestrictedMask":
         return RestrictedMask.of(self, q_range, kv_range)
@@ -100,20 +101,24 @@ class RestrictedMask:
         return dense_mask(p.mask.resolved, p.params.batch[batch_index], p.seq_len, p.kv_len, head, batch_index,
                           rows=range(self.q_start, self.q_stop), cols=range(self.kv_start, self.kv_stop))
 
-    def tile_map(self, block_m: int = 128, block_n: int = 128) -> TileMap:
+    def tile_map(self, block_m: int = 128, block_n: int = 128, max_bytes: int = MAX_DESCRIPTOR_BYTES) -> TileMap:
         cache = self.__dict__.setdefault("_tile_maps", {})
         if (block_m, block_n) not in cache:
-            cache[block_m, block_n] = _restricted_tile_map(self, block_m, block_n)
+            cache[block_m, block_n] = _restricted_tile_map(self, block_m, block_n, max_bytes)
+        else:
+            check_size(cache[block_m, block_n], max_bytes)
         return cache[block_m, block_n]
 
     def tiles(self, block_m: int = 128, block_n: int = 128) -> np.ndarray:
         return self.tile_map(block_m, block_n).classes[0]
 
-    def descriptor(self, block_m: int = 128, block_n: int = 128) -> Descriptor:
+    def descriptor(self, block_m: int = 128, block_n: int = 128, max_bytes: int = MAX_DESCRIPTOR_BYTES) -> Descriptor:
         cache = self.__dict__.setdefault("_descriptors", {})
         if (block_m, block_n) not in cache:
             data, offsets = pack_mask_data(self.parent.mask.ranges, self.parent.params, origin=self.origin)
-            cache[block_m, block_n] = pack(self.tile_map(block_m, block_n), data, offsets)
+            cache[block_m, block_n] = pack(self.tile_map(block_m, block_n, max_bytes), data, offsets, max_bytes)
+        else:
+            check_size(cache[block_m, block_n], max_bytes)
         return cache[block_m, block_n]
 
     def kernel_spec(self, **kwargs):
@@ -128,46 +133,36 @@ def _fine_step(block: int, start: int, stop: int, length: int) -> int:
     return math.gcd(block, start, stop if stop < length else 0)
 
 
-def window_classes(tile_map: TileMap, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
-    """int8[B, rows, cols]: the classes of q_blocks [rows) x kv_blocks [cols) of ``tile_map``, from its runs
-    (O(runs of those q_blocks + the window), never the whole grid)."""
-    qt = tile_map.n_q_blocks
-    r0, r1 = rows
-    c0, c1 = cols
-    out = np.zeros((tile_map.batch, r1 - r0, c1 - c0), np.int8)
-    for b in range(tile_map.batch):
-        first, last = b * qt + r0, b * qt + r1
-        o = tile_map.run_offsets[first:last + 1]
-        runs = tile_map.runs[o[0]:o[-1]]
-        row = np.repeat(np.arange(r1 - r0), np.diff(o))
-        begin, end = np.maximum(runs[:, 0], c0) - c0, np.minimum(runs[:, 1], c1) - c0
-        keep = begin < end
-        offsets = np.zeros(r1 - r0 + 1, np.int32)
-        np.cumsum(np.bincount(row[keep], minlength=r1 - r0), out=offsets[1:])
-        clipped = np.stack([begin[keep], end[keep], runs[keep, 2]], axis=1).astype(np.int32)
-        out[b] = dense_of(offsets, clipped, c1 - c0)
-    return out
-
-
-def _restricted_tile_map(sub: RestrictedMask, block_m: int, block_n: int) -> TileMap:
-    """Sound (exact when the parent's are) classes of the sub-block's tiles, from the parent's at a grid
-    that lines up with the sub-block's ends and tiles (see the module docstring)."""
+def _restricted_tile_map(sub: RestrictedMask, block_m: int, block_n: int, max_bytes: int) -> TileMap:
+    """Sound (exact when the parent's are) classes of the sub-block's tiles, from the parent's runs at a grid
+    that lines up with the sub-block's ends and tiles (see the module docstring): a tile is PARTIAL or FULL
+    where a fine tile of it is not EMPTY, FULL where every fine tile is FULL (those past the sub-block's
+    ends count as FULL). O(runs of the window's rows), never a grid."""
     parent = sub.parent
     gm = _fine_step(block_m, sub.q_start, sub.q_stop, parent.seq_len)
     gn = _fine_step(block_n, sub.kv_start, sub.kv_stop, parent.kv_len)
-    fine = parent.tile_map(gm, gn)
-    rows = (sub.q_start // gm, -(-sub.q_stop // gm))
-    cols = (sub.kv_start // gn, -(-sub.kv_stop // gn))
-    grid = window_classes(fine, rows, cols)
+    fine = parent.tile_map(gm, gn, max_bytes)
+    r0, r1 = sub.q_start // gm, -(-sub.q_stop // gm)
+    c0, c1 = sub.kv_start // gn, -(-sub.kv_stop // gn)
     fm, fn = block_m // gm, block_n // gn
-    qt, kt = -(-grid.shape[1] // fm), -(-grid.shape[2] // fn)
-    # Tiles past the block's end count as FULL for "all full" and EMPTY for "any visible".
-    seen = np.zeros((grid.shape[0], qt * fm, kt * fn), bool)
-    full = np.ones_like(seen)
-    seen[:, :grid.shape[1], :grid.shape[2]] = grid != EMPTY
-    full[:, :grid.shape[1], :grid.shape[2]] = grid == FULL
-    any_seen = seen.reshape(-1, qt, fm, kt, fn).any(axis=(2, 4))
-    all_full = full.reshape(-1, qt, fm, kt, fn).all(axis=(2, 4))
-    classes = np.where(all_full, FULL, np.where(any_seen, PARTIAL, EMPTY)).astype(np.int8)
-    offsets, runs = runs_of(classes.reshape(-1, kt))
-    return TileMap(block_m, block_n, sub.seq_len, sub.kv_len, parent.batch, offsets, runs, exact=fine.exact)
+    qt, kt = -(-(r1 - r0) // fm), -(-(c1 - c0) // fn)
+    fine_qt = fine.n_q_blocks
+    row = np.concatenate([np.repeat(np.arange(b * fine_qt + r0, b * fine_qt + r1),
+                                    np.diff(fine.run_offsets[b * fine_qt + r0: b * fine_qt + r1 + 1]))
+                          for b in range(parent.batch)])
+    runs = np.concatenate([fine.runs[fine.run_offsets[b * fine_qt + r0]: fine.run_offsets[b * fine_qt + r1]]
+                           for b in range(parent.batch)]).astype(np.int64)
+    begin, end = np.maximum(runs[:, 0], c0) - c0, np.minimum(runs[:, 1], c1) - c0
+    keep = begin < end
+    row, begin, end, kind = row[keep], begin[keep], end[keep], runs[keep, 2]
+    coarse = (row // fine_qt) * qt + (row % fine_qt - r0) // fm
+    full = kind == FULL
+    c_lo = -(-begin[full] // fn)
+    c_hi = np.where(end[full] >= c1 - c0, kt, end[full] // fn)     # past the sub-block's end counts as FULL
+    ok = c_lo < c_hi
+    need = np.tile(np.minimum(fm, (r1 - r0) - np.arange(qt) * fm), parent.batch)   # fine rows per tile row
+    found = block_runs((coarse, begin // fn, -(-end // fn)), (coarse[full][ok], c_lo[ok], c_hi[ok]), need, kt)
+    offsets, runs = merge_runs(*found, parent.batch * qt)
+    tile_map = TileMap(block_m, block_n, sub.seq_len, sub.kv_len, parent.batch, offsets, runs, exact=fine.exact)
+    check_size(tile_map, max_bytes)
+    return tile_map

@@ -203,7 +203,7 @@ def _upload(desc: Descriptor, transposed: bool = False) -> DeviceDescriptor:
 def _prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, options: Options):
     """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
     its compiled mask."""
-    ddesc = _device_descriptor(bound, tiles.block_m, tiles.block_n, device)
+    ddesc = _device_descriptor(bound, tiles.block_m, tiles.block_n, device, options)
     # The kernel depends on the compiled mask, not on lengths or values: a new bind reuses it. (Values of
     # const parameters are compiled in, and the predicate's width follows the binding: both in the key.)
     mask_state = _state_for(bound.mask)
@@ -251,13 +251,15 @@ def _sm_count(device: int) -> int:
     return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
-def _device_descriptor(bound, block_m: int, block_n: int, device: int, transposed: bool = False) -> DeviceDescriptor:
-    """The bound mask's descriptor for these tiles on ``device``, uploaded once per bound mask."""
+def _device_descriptor(bound, block_m: int, block_n: int, device: int, options: Options,
+                       transposed: bool = False) -> DeviceDescriptor:
+    """The bound mask's descriptor for these tiles on ``device``, uploaded once per bound mask; at most
+    ``options.max_descriptor_bytes`` (a BindError past it)."""
     state = _state_for(bound)
     dkey = ("descriptor", block_m, block_n, device, transposed)
     ddesc = state.get(dkey)
     if ddesc is None:
-        desc = bound.descriptor(block_m, block_n)
+        desc = bound.descriptor(block_m, block_n, max_bytes=options.max_descriptor_bytes)
         if (desc.block_m, desc.block_n) != (block_m, block_n):
             raise RuntimeError(f"bound.descriptor({block_m}, {block_n}) returned tiles {desc.block_m}x{desc.block_n}")
         ddesc = state[dkey] = _upload(desc, transposed)
@@ -684,7 +686,7 @@ def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _
         kernel = _backward_kernel(bound, tiles, D, qo.dtype, qo.device, options)
         spec = kernel.source.spec
         assert isinstance(spec, BackwardSpec)
-        cols = _device_descriptor(bound, block_m, block_n, qo.device, transposed=True)
+        cols = _device_descriptor(bound, block_m, block_n, qo.device, options, transposed=True)
         mask_batch = cols.descriptor.batch
         i64, i32, u64, f32 = np.int64, np.int32, np.uint64, np.float32
         strides = lambda op: tuple(i64(s) for s in op.strides[:3])   # noqa: E731
@@ -709,7 +711,7 @@ def _backward_plan(qo: _Operand, ko: _Operand, vo: _Operand, oo: _Operand, do: _
             *common, cols.run_offsets, cols.runs, cols.work_order, cols.mask_data, cols.mask_offsets, *scales),
             (int(cols.work_order.size) * Hkv, batch_grid, 1), (block_n // 16 * 32, 1, 1)))
         if deterministic:
-            rows_view = _device_descriptor(bound, block_m, dq_block_n, qo.device)
+            rows_view = _device_descriptor(bound, block_m, dq_block_n, qo.device, options)
             plan.append(packed(spec.entry_dq, ("q", "k", "v", "dout", "lse_log2", "delta", "dq"), (
                 *common, rows_view.run_offsets, rows_view.runs, rows_view.work_order, rows_view.mask_data,
                 rows_view.mask_offsets, *scales), (int(rows_view.work_order.size) * Hq, batch_grid, 1),

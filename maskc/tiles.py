@@ -3,10 +3,43 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import BindError
 from .keys import covered_by_all, subtract, union
 from .kernel_ir import EMPTY, FULL, PARTIAL
 
 PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
+
+
+class RunBudget:
+    """The bytes a descriptor may take, counted as its runs are made: a BindError naming ``max_bytes`` (what
+    a user raises) as soon as the total passes it. ``what`` names the sizes; ``used``: bytes already taken."""
+
+    RUN_BYTES = 12                  # (begin, end, kind), int32
+
+    def __init__(self, max_bytes, what: str, used: int = 0):
+        if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) or max_bytes < 1:
+            raise BindError(f"max_bytes (the descriptor memory cap) must be a positive integer, got {max_bytes!r}")
+        self.max_bytes, self.what, self.used = int(max_bytes), what, 0
+        self.add_bytes(used)
+
+    def add(self, runs: np.ndarray) -> None:
+        self.add_bytes(self.RUN_BYTES * len(runs))
+
+    def add_bytes(self, n: int) -> None:
+        self.used += n
+        if self.used > self.max_bytes:
+            raise BindError(f"the descriptor of {self.what} takes more than max_bytes = {self.max_bytes} bytes "
+                            f"({_size(self.max_bytes)}), the memory cap on descriptors",
+                            hint="raise it: bound.descriptor(..., max_bytes=N), or maskc.Options("
+                                 "max_descriptor_bytes=N) for maskc.attention (MASKC_MAX_DESCRIPTOR_BYTES); or "
+                                 "use larger tiles, or split the sequence with restrict() (context parallelism)")
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
 
 
 def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
@@ -135,19 +168,131 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
         return _joined(*out, rows)
     owners = np.isin(block, present[bad])
     counted = _counted_runs(block, owners, [np.stack(x) for x in zip(*flat)], need, kt)
-    return merge_runs(*(np.concatenate([o, c]) for o, c in zip(out, counted)), rows)
+    return merge_runs(*_cat(out, counted), rows)
 
 
 def _counted_runs(block, owners, flat, need, kt: int):
     """Runs ``(q_block, begin, end, kind)`` of the q_blocks of the ``owners`` from their slots' touched
-    ``[t0, t1)`` and covered ``[c0, c1)`` key blocks ([slots, owners]): touched blocks the union, FULL those
-    every owner covers (each owner's covered ranges are disjoint, so a count of ``need`` is every owner)."""
+    ``[t0, t1)`` and covered ``[c0, c1)`` key blocks ([slots, owners]): see :func:`block_runs`."""
     live, t0, t1, c0, c1 = flat
     pick = live & owners
     rows = np.broadcast_to(block, live.shape)
-    touched = union(rows[pick], t0[pick], t1[pick], kt)
-    pick &= c0 < c1
-    covered = covered_by_all(rows[pick], c0[pick], c1[pick], need, kt)
+    cover = pick & (c0 < c1)
+    return block_runs((rows[pick], t0[pick], t1[pick]), (rows[cover], c0[cover], c1[cover]), need, kt)
+
+
+Runs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (row, begin, end, kind), flat
+
+
+def _cat(a: Runs, b: Runs) -> Runs:
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), np.concatenate([a[2], b[2]]), \
+        np.concatenate([a[3], b[3]])
+
+
+def block_runs(touch, cover, need: np.ndarray, kt: int) -> Runs:
+    """Runs ``(q_block, begin, end, kind)``, unsorted, from flat lists of key blocks: ``touch`` =
+    (q_block, begin, end) ranges some row touches, ``cover`` = ranges of ``need[q_block]`` owners (rows, or
+    pieces of rows) each of which covers them at every row, an owner's ranges disjoint. FULL where every
+    owner covers (a count of ``need``), PARTIAL where touched and not FULL."""
+    touched = union(touch[0], touch[1], touch[2], kt)
+    covered = covered_by_all(cover[0], cover[1], cover[2], need, kt)
     partial = subtract(touched, covered, kt)
-    return tuple(np.concatenate([c, p]) for c, p in zip(covered + (np.full(len(covered[0]), FULL),),
-                                                     partial + (np.full(len(partial[0]), PARTIAL),)))
+    return _cat((*covered, np.full(len(covered[0]), FULL)), (*partial, np.full(len(partial[0]), PARTIAL)))
+
+
+def key_block_runs(row_block: np.ndarray, row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray,
+                   kv_len: int, block_n: int, rows: int):
+    """CSR runs of ``rows`` q_blocks from flat key intervals ``[lo, hi)`` of rows ``row`` (a row's
+    intervals disjoint, not adjacent; ``row_block[r]`` is row r's q_block, ``need[q]`` q_block q's rows)."""
+    kt = -(-kv_len // block_n)
+    live = lo < hi
+    block, lo, hi = row_block[row[live]], lo[live], hi[live]
+    c0, c1 = -(-lo // block_n), np.where(hi >= kv_len, kt, hi // block_n)      # the short last tile
+    ok = c0 < c1
+    found = block_runs((block, lo // block_n, -(-hi // block_n)), (block[ok], c0[ok], c1[ok]), need, kt)
+    return merge_runs(*found, rows)
+
+
+def concat_csr(parts, rows: int):
+    """One CSR from consecutive ones (each ``(offsets, runs)`` for the next rows), ``rows`` rows in all."""
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.zeros(rows + 1, np.int32)
+    at, base = 0, 0
+    for o, r in parts:
+        offsets[at + 1: at + len(o)] = o[1:] + base
+        at, base = at + len(o) - 1, base + len(r)
+    runs = np.concatenate([r for _, r in parts]) if parts else np.zeros((0, 3), np.int32)
+    return offsets, np.ascontiguousarray(runs, np.int32)
+
+
+def agree(csrs, cols: int):
+    """Runs where several CSRs of the same rows (one per head) agree on a class, PARTIAL where they differ
+    (a tile FULL for one head and EMPTY for another is PARTIAL): O(runs log runs), no grid."""
+    stride = cols + 1
+    keyed = []
+    for offsets, runs in csrs:
+        row = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)).astype(np.int64)
+        keyed.append((row * stride + runs[:, 0], row * stride + runs[:, 1], runs[:, 2]))
+    cuts = np.unique(np.concatenate([k for b, e, _ in keyed for k in (b, e)]))
+    if not len(cuts):
+        return csrs[0]
+    seg_lo, seg_hi = cuts[:-1], cuts[1:]
+    inside = seg_lo // stride == (seg_hi - 1) // stride           # elementary segments within one row
+    seg_lo, seg_hi = seg_lo[inside], seg_hi[inside]
+    found = []
+    for begin, end, kind in keyed:              # each CSR's class on each segment (runs sorted and disjoint)
+        at = np.searchsorted(begin, seg_lo, side="right") - 1
+        hit = (at >= 0) & (end[np.maximum(at, 0)] >= seg_hi)
+        found.append(np.where(hit, kind[np.maximum(at, 0)], EMPTY))
+    kinds = np.array(found)
+    kind = np.where((kinds == kinds[0]).all(axis=0), kinds[0], PARTIAL)
+    live = kind != EMPTY
+    row = seg_lo[live] // stride
+    return _joined(row, seg_lo[live] - row * stride, seg_hi[live] - row * stride, kind[live],
+                   len(csrs[0][0]) - 1)
+
+
+def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: int):
+    """The CSR of the same tiles by column: for column block ``b * kt + j``, runs of ``(q_begin, q_end, kind)``
+    over the q_blocks of batch element b. Built from the row runs: a column's class changes between
+    consecutive q_blocks only where their runs differ, so the work is O(runs log runs + column runs), never
+    the tile grid."""
+    row = np.repeat(np.arange(batch * qt), np.diff(offsets)).astype(np.int64)
+    b, i = row // qt, row % qt
+    stride = kt + 1
+    # Pair p = b * (qt + 1) + i compares q_block i - 1 ("before", empty for i = 0) with q_block i ("now",
+    # empty for i = qt); a run of q_block i is "now" in pair p and "before" in pair p + 1.
+    pair_now = b * (qt + 1) + i
+    now = (pair_now * stride + runs[:, 0], pair_now * stride + runs[:, 1], runs[:, 2])
+    before = ((pair_now + 1) * stride + runs[:, 0], (pair_now + 1) * stride + runs[:, 1], runs[:, 2])
+    cuts = np.unique(np.concatenate([now[0], now[1], before[0], before[1]]))
+    seg_lo, seg_hi = cuts[:-1], cuts[1:]
+    inside = seg_lo // stride == (seg_hi - 1) // stride          # elementary segments of one pair
+    seg_lo, seg_hi = seg_lo[inside], seg_hi[inside]
+
+    def kind_on(keyed):
+        begin, end, kind = keyed
+        at = np.maximum(np.searchsorted(begin, seg_lo, side="right") - 1, 0)
+        hit = (begin[at] <= seg_lo) & (end[at] >= seg_hi) if len(begin) else np.zeros(len(seg_lo), bool)
+        return np.where(hit, kind[at] if len(begin) else 0, EMPTY)
+
+    k_before, k_now = kind_on(before), kind_on(now)
+    change = k_before != k_now
+    seg_lo, seg_hi, k_now = seg_lo[change], seg_hi[change], k_now[change]
+    pair = seg_lo // stride
+    width = seg_hi - seg_lo
+    # One event per column at each change: (column, q_block, new kind), columns numbered b * kt + j.
+    first = np.repeat(seg_lo - pair * stride - np.cumsum(width) + width, width) + np.arange(int(width.sum()))
+    pair = np.repeat(pair, width)
+    col = (pair // (qt + 1)) * kt + first
+    at_row = pair % (qt + 1)
+    kind = np.repeat(k_now, width)
+    order = np.lexsort((at_row, col))
+    col, at_row, kind = col[order], at_row[order], kind[order]
+    starts = np.flatnonzero(kind != EMPTY)            # every run ends at its column's next event
+    col_offsets = np.zeros(batch * kt + 1, np.int32)
+    np.cumsum(np.bincount(col[starts], minlength=batch * kt), out=col_offsets[1:])
+    col_runs = np.empty((len(starts), 3), np.int32)
+    col_runs[:, 0], col_runs[:, 1], col_runs[:, 2] = at_row[starts], at_row[starts + 1], kind[starts]
+    return col_offsets, col_runs

@@ -7,9 +7,14 @@ Under torch.compile two ops carry the work: ``maskc::attention_forward`` (O and 
 ``maskc::attention_backward`` (dQ, dK, dV), each with a fake (meta) implementation so that torch.compile
 traces shapes without running them, and tied together by ``register_autograd``. In eager mode the same
 implementation runs as a ``torch.autograd.Function``: the custom ops' Python dispatch cost about 1 ms per
-forward and backward (bench/bench_overhead.py, run 14), several times the kernels at a few thousand tokens. The bound mask travels as its integer handle
-(:mod:`maskc.handles`); a new bound mask of the same shapes gives a new handle, which torch.compile turns
-into a symbolic int after one recompile rather than specializing on every mask. The
+forward and backward (bench/bench_overhead.py, run 14), several times the kernels at a few thousand tokens.
+
+The bound mask crosses the compiled graph as data: its handle (:mod:`maskc.handles`) in a 0-d int64
+tensor, which torch.compile reads from the mask's ``handle_array`` as a tensor input and never guards by
+value. A new bound mask every step (new document lengths, same shapes of q, k and v) so runs the same
+compiled graph: no recompile, no graph break. Nothing else of the mask is read while tracing, so nothing
+else is guarded; the ops look the mask up when they run (on the CPU: its dense reference; on the GPU: its
+descriptor, built on the host). The
 :class:`~maskc.options.Options` travel as their ``token`` (a string; ``""``: the environment's, read when the op
 runs).
 
@@ -156,12 +161,17 @@ class _Attention(torch.autograd.Function):
 
 # ---- torch.compile: custom ops with fake implementations, tied together by register_autograd ----------
 
+def _bound(mask: torch.Tensor):
+    """The bound mask whose handle the 0-d tensor ``mask`` holds."""
+    return handles.lookup(int(mask))
+
+
 @torch.library.custom_op("maskc::attention_forward", mutates_args=())
-def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: int, scale: float,
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
                       deterministic: bool, options: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) for the bound mask with handle ``mask``; ``deterministic`` is for the backward; ``options``:
-    an Options token ("": the environment's)."""
-    bound = handles.lookup(mask)
+    """(O, LSE) for the bound mask whose handle the 0-d int64 tensor ``mask`` holds; ``deterministic`` is for
+    the backward; ``options``: an Options token ("": the environment's)."""
+    bound = _bound(mask)
     handles.keep_alive(bound)   # the autograd graph holds only the handle; its backward needs the mask
     return _forward(q, k, v, bound, scale, from_token(options))
 
@@ -174,11 +184,10 @@ def _(q, k, v, mask, scale, deterministic, options):
 
 @torch.library.custom_op("maskc::attention_backward", mutates_args=())
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                       lse: torch.Tensor, dlse: Optional[torch.Tensor], mask: int, scale: float,
+                       lse: torch.Tensor, dlse: Optional[torch.Tensor], mask: torch.Tensor, scale: float,
                        deterministic: bool, options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV) of attention_forward for the output gradient ``dout`` (and ``dlse``, may be None)."""
-    return _backward_of(dout, q, k, v, out, lse, dlse, handles.lookup(mask), scale, deterministic,
-                        from_token(options))
+    return _backward_of(dout, q, k, v, out, lse, dlse, _bound(mask), scale, deterministic, from_token(options))
 
 
 @attention_backward.register_fake
@@ -218,7 +227,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: f
         scale = 1.0 / math.sqrt(q.shape[-1])
     if torch.compiler.is_compiling():
         token = "" if options is None else options.token
-        out, lse = attention_forward(q, k, v, bound.handle, float(scale), bool(deterministic), token)
+        handle = torch.from_numpy(bound.handle_array)          # data, not a guarded constant
+        out, lse = attention_forward(q, k, v, handle, float(scale), bool(deterministic), token)
     elif not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # Inference: no graph to record, and on CUDA no LSE to compute unless it is asked for.
         if q.is_cuda:

@@ -133,8 +133,64 @@ def test_the_largest_lengths_and_heads_are_accepted():
 
 
 @pytest.mark.parametrize("name", sorted(LONGEST))
-def test_a_tile_grid_past_the_cap_is_refused_before_any_work(name):
+def test_a_descriptor_past_the_memory_cap_is_refused_before_any_work(name):
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(INT32_MAX, **LONGEST[name])
+
+    def refused():
+        with pytest.raises(BindError) as info:
+            bound.descriptor(128, 128, max_bytes=1 << 20)   # its offsets alone take 128 MiB
+        message = info.value.message
+        assert "max_bytes = 1048576" in message and "seq_len = 2147483647" in message and info.value.hint
+    assert _peak_bytes(refused) < 1 << 20
+
+
+def test_the_memory_cap_counts_runs_as_they_are_made():
+    # 2**24 tokens: 131072 row blocks, whose offsets and work order take 1 MiB and whose runs take 3 MiB;
+    # the dense tile grid would take 16 GiB
+    bound = maskc.load(EXAMPLES / "causal.mask").bind(1 << 24)
+    peak = []
+
+    def refused():
+        with pytest.raises(BindError, match="max_bytes = 2097152"):
+            bound.tile_map(128, 128, max_bytes=2 << 20)
+    peak.append(_peak_bytes(refused))
+    desc = bound.descriptor(128, 128, max_bytes=8 << 20)        # raised: accepted, then cached
+    assert desc.runs.shape == (2 * (1 << 17) - 1, 3) and desc.nbytes < 8 << 20
+    with pytest.raises(BindError, match="max_bytes = 4194304"):   # a smaller cap refuses the cached one too
+        bound.descriptor(128, 128, max_bytes=4 << 20)
+    assert bound.descriptor(128, 128) is desc
+    assert peak[0] < 64 << 20, peak      # chunks of q_blocks: never near the grid
+
+
+def test_a_long_sequence_classifies_in_memory_linear_in_its_runs():
+    bound = maskc.load(EXAMPLES / "document.mask").bind(1 << 24, docs=[1 << 22] * 4)
+    peak = _peak_bytes(lambda: bound.descriptor(128, 128))
+    desc = bound.descriptor(128, 128)
+    assert peak < 16 * desc.nbytes + (32 << 20), (peak, desc.nbytes)
+    assert int(desc.tile_map.counts()["FULL"]) == 4 * ((1 << 15) * ((1 << 15) - 1) // 2)
+
+
+def test_the_transposed_view_counts_against_the_cap():
+    bound = maskc.load(EXAMPLES / "causal.mask").bind(128, kv_len=1 << 24)
+    desc = bound.descriptor(128, 128, max_bytes=256 << 10)      # one row block: a few bytes
+    with pytest.raises(BindError, match="max_bytes = 262144"):
+        desc.col_offsets                                          # 131072 column blocks: 1 MiB of offsets
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "1GiB", True])
+def test_the_cap_must_be_a_positive_integer(bad):
+    bound = maskc.load(EXAMPLES / "causal.mask").bind(256)
+    with pytest.raises(BindError, match="max_bytes"):
+        bound.descriptor(128, 128, max_bytes=bad)
+
+
+OPAQUE = "mask m()\n  allow (k * q) % 7 == 0\n"       # k times q: bounded tile by tile
+
+
+def test_a_tile_grid_of_a_mask_bounded_per_tile_past_the_cap_is_refused_before_any_work():
+    mask = maskc.compile_mask(OPAQUE)
+    assert not mask.exact
+    bound = mask.bind(INT32_MAX)
 
     def classify():
         with pytest.raises(BindError, match=str(MAX_TILES)) as info:
@@ -144,7 +200,7 @@ def test_a_tile_grid_past_the_cap_is_refused_before_any_work(name):
 
 
 def test_heads_count_against_the_tile_cap_when_the_mask_reads_h():
-    mask = maskc.compile_mask("mask m()\n  allow k <= q + h\n")
+    mask = maskc.compile_mask("mask m()\n  allow (k * q) % 7 == h\n")
     side = 128 * 4096                                     # 4096 x 4096 tiles = 2**24: under the cap alone
     with pytest.raises(BindError, match="32 heads"):
         mask.bind(side, num_heads=32).tile_map(128, 128)

@@ -28,6 +28,7 @@ SETTINGS = [
     ("MASKC_SYNC", "1", "sync", True),
     ("MASKC_CACHE_DIR", "/tmp/maskc-elsewhere", "cache_dir", "/tmp/maskc-elsewhere"),
     ("MASKC_ARCH", "compute_80", "arch", "compute_80"),
+    ("MASKC_MAX_DESCRIPTOR_BYTES", "4096", "max_descriptor_bytes", 4096),
 ]
 
 
@@ -57,7 +58,8 @@ def test_switches_read_the_usual_words(word, value):
 
 @pytest.mark.parametrize("variable,value", [("MASKC_ENGINE", "tensor-cores"), ("MASKC_ENGINE", "wgmma"),
                                             ("MASKC_BWD_DQ_REDUCTION", "none"), ("MASKC_SYNC", "maybe"),
-                                            ("MASKC_ARCH", "sm90"), ("MASKC_BWD_ENGINE", "wgmma_tma")])
+                                            ("MASKC_ARCH", "sm90"), ("MASKC_BWD_ENGINE", "wgmma_tma"),
+                                            ("MASKC_MAX_DESCRIPTOR_BYTES", "1GiB"), ("MASKC_MAX_DESCRIPTOR_BYTES", "0")])
 def test_a_bad_value_is_an_error_that_names_the_variable(variable, value):
     others = {"MASKC_SYNC": "1"} if variable != "MASKC_SYNC" else {}    # a good one beside it is not blamed
     with pytest.raises(ValueError, match=f"^{variable}={value!r}: "):
@@ -68,14 +70,16 @@ def test_values_are_checked_when_made():
     assert Options(tiles=(128, 64, 4)).tiles == Tiles(128, 64, 4, "mma")
     assert Options(cache_dir=Path("/x")).cache_dir == "/x"
     for bad in (dict(tiles=(128, 64)), dict(tiles=(128, 0, 4)), dict(tiles=(128, 64, 4, "tensor")),
-                dict(tiles=(128, 64, 4), autotune=True), dict(engine="wgmma"), dict(arch="hopper")):
+                dict(tiles=(128, 64, 4), autotune=True), dict(engine="wgmma"), dict(arch="hopper"),
+                dict(max_descriptor_bytes=0), dict(max_descriptor_bytes="1024"), dict(max_descriptor_bytes=True)):
         with pytest.raises(ValueError):
             Options(**bad)
 
 
 @pytest.mark.parametrize("options", [DEFAULT, Options(tiles=(64, 32, 4, "mma"), sync=True),
                                      Options(engine="wgmma_tma", overlap=False, cache_dir="/c", arch="sm_90a"),
-                                     Options(backward_engine="mma", dq_reduction="red2", autotune=True)])
+                                     Options(backward_engine="mma", dq_reduction="red2", autotune=True),
+                                     Options(max_descriptor_bytes=1 << 33)])
 def test_token_round_trips(options):
     assert isinstance(options.token, str) and from_token(options.token) == options
     assert hash(from_token(options.token)) == hash(options)
