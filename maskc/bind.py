@@ -154,7 +154,7 @@ def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,
             raise BindError(f"parameter '{p.name}' is const (compiled into the kernel): every batch element "
                             "must give it the same value", p.span)
     heads = num_heads if ranges.uses_head and num_heads else 1
-    narrow = all(fits_32_bits(ranges, e, seq_len, kv_len, heads, b) for b, e in enumerate(elements))
+    narrow = all(fits_32_bits(ranges, e, seq_len, kv_len, heads, b, mask) for b, e in enumerate(elements))
     return BoundParams(seq_len, kv_len, num_heads, tuple(elements), narrow)
 
 

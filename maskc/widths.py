@@ -112,67 +112,153 @@ class _Bounds:
         return pick(lo for lo, _ in args), pick(hi for _, hi in args)
 
     # -- analysed forms ---------------------------------------------------------------------------
-    def lin(self, lin: ir.Lin) -> tuple[int, int]:
+    # -- combinations of proven children (shared by the recursive walk and the compiled check) ----------
+    def of_lin(self, lin: ir.Lin, terms: list[tuple[int, int]]) -> tuple[int, int]:
         _fit(lin.const, limit=self.limit)
         lo = hi = lin.const
         partial = abs(lin.const)
-        for t, c in lin.terms:
-            tlo, thi = self.term(t)
+        for (_, c), (tlo, thi) in zip(lin.terms, terms):
             a, b = sorted((c * tlo, c * thi))
             _fit(a, b, limit=self.limit)
             lo, hi = lo + a, hi + b
             partial += max(abs(a), abs(b))
-            _fit(partial, limit=self.limit)                         # every partial sum, in whatever order it is added
+            _fit(partial, limit=self.limit)       # every partial sum, in whatever order it is added
         return lo, hi
 
-    def term(self, t) -> tuple[int, int]:
+    def of_term(self, t, lins: list[tuple[int, int]]) -> tuple[int, int]:
+        """A non-leaf term from its inner forms' (linear.inner_lins) bounds."""
         if isinstance(t, ir.Square):
-            lo, hi = self.lin(t.base)
+            lo, hi = lins[0]
             top = max(lo * lo, hi * hi)
             _fit(top, limit=self.limit)
             return (0 if lo <= 0 <= hi else min(lo * lo, hi * hi)), top
         if isinstance(t, ir.Product):
-            return self.product(self.lin(t.left), self.lin(t.right))
+            return self.product(lins[0], lins[1])
         if isinstance(t, ir.Floor):
-            return self.floor(t.op, self.lin(t.num), self.lin(t.den))
+            return self.floor(t.op, lins[0], lins[1])
         if isinstance(t, ir.Extreme):
-            return self.extreme(t.fn, [self.lin(a) for a in t.args])
+            return self.extreme(t.fn, lins)
         if isinstance(t, ir.Root):                  # monotone; read only where its argument is >= 0
-            lo, hi = self.lin(t.arg)
+            lo, hi = lins[0]
             return math.isqrt(max(lo, 0)), math.isqrt(max(hi, 0))
-        return self.leaf(t)
+        raise TypeError(t)
 
-    # -- resolved expressions (what dense() evaluates) -------------------------------------------
-    def expr(self, e) -> tuple[int, int]:
+    def of_expr(self, e, args: list[tuple[int, int]]) -> tuple[int, int]:
+        """A resolved expression that is not a leaf from its operands' (:func:`_operands`) bounds."""
         if isinstance(e, ir.Const):
             _fit(e.value, limit=self.limit)
             return e.value, e.value
         if isinstance(e, ir.Func):
-            args = [self.expr(a) for a in e.args]
             if e.fn == "abs":
                 lo, hi = args[0]
                 return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
             return self.extreme(e.fn, args)
-        if isinstance(e, ir.Arith):
-            a, b = self.expr(e.left), self.expr(e.right)
-            if e.op == "*":
-                return self.product(a, b)
-            if e.op in ("//", "%"):
-                return self.floor(e.op, a, b)
-            out = (a[0] + b[0], a[1] + b[1]) if e.op == "+" else (a[0] - b[1], a[1] - b[0])
-            _fit(*out, limit=self.limit)
-            return out
+        a, b = args
+        if e.op == "*":
+            return self.product(a, b)
+        if e.op in ("//", "%"):
+            return self.floor(e.op, a, b)
+        out = (a[0] + b[0], a[1] + b[1]) if e.op == "+" else (a[0] - b[1], a[1] - b[0])
+        _fit(*out, limit=self.limit)
+        return out
+
+    # -- the recursive walk -----------------------------------------------------------------------------
+    def lin(self, lin: ir.Lin) -> tuple[int, int]:
+        return self.of_lin(lin, [self.term(t) for t, _ in lin.terms])
+
+    def term(self, t) -> tuple[int, int]:
+        if isinstance(t, ir._HashOnce):
+            return self.of_term(t, [self.lin(a) for a in L.inner_lins(t)])
+        return self.leaf(t)
+
+    def expr(self, e) -> tuple[int, int]:
+        if isinstance(e, (ir.Const, ir.Func, ir.Arith)):
+            return self.of_expr(e, [self.expr(a) for a in _operands(e)])
         return self.leaf(e)
 
     def cond(self, c) -> None:
-        if isinstance(c, ir.Cmp):
-            self.expr(c.left)
-            self.expr(c.right)
-        elif isinstance(c, ir.Negate):
-            self.cond(c.item)
-        elif isinstance(c, (ir.All, ir.Any_)):
-            for item in c.items:
-                self.cond(item)
+        for e in _cond_exprs(c):
+            self.expr(e)
+
+
+def _operands(e) -> tuple:
+    return e.args if isinstance(e, ir.Func) else (e.left, e.right) if isinstance(e, ir.Arith) else ()
+
+
+def _cond_exprs(c):
+    """The expressions a condition compares, left to right."""
+    if isinstance(c, ir.Cmp):
+        yield c.left
+        yield c.right
+    elif isinstance(c, ir.Negate):
+        yield from _cond_exprs(c.item)
+    elif isinstance(c, (ir.All, ir.Any_)):
+        for item in c.items:
+            yield from _cond_exprs(item)
+
+
+class _Program:
+    """The interval arithmetic of check_bound and fits_32_bits for one mask, compiled once: every distinct
+    form, term and resolved expression (by value) as a step, children before parents, so that a bind
+    evaluates each once. The checked items are the kernel's forms (``forms`` of them), then the rules;
+    ``roots[i]`` is the number of steps the first i + 1 items need."""
+
+    def __init__(self, resolved: ir.ResolvedMask, ranges: ir.RangeMask):
+        self.steps: list[tuple[str, object, tuple[int, ...]]] = []
+        self._index: dict = {}
+        self.roots: list[int] = []
+        for lin, _ in _checked_forms(ranges):
+            self._add("lin", lin)
+            self.roots.append(len(self.steps))
+        self.forms = len(self.roots)
+        for rule in resolved.rules:
+            for e in _cond_exprs(rule.cond):
+                self._add("expr", e)
+            self.roots.append(len(self.steps))
+
+    def _add(self, kind: str, node) -> int:
+        key = (kind, node)
+        hit = self._index.get(key)
+        if hit is None:
+            if kind == "lin":
+                kids = tuple(self._add("term", t) for t, _ in node.terms)
+            elif kind == "term" and isinstance(node, ir._HashOnce):
+                kids = tuple(self._add("lin", a) for a in L.inner_lins(node))
+            elif kind == "expr" and isinstance(node, (ir.Const, ir.Func, ir.Arith)):
+                kids = tuple(self._add("expr", a) for a in _operands(node))
+            else:
+                kind, kids = "leaf", ()
+            hit = self._index[key] = len(self.steps)
+            self.steps.append((kind, node, kids))
+        return hit
+
+    def first_failing(self, bounds: _Bounds, forms_only: bool = False) -> int | None:
+        """The index of the first checked item some step of which leaves the bounds' limit, else None."""
+        values: list = []
+        combine: dict = {"lin": bounds.of_lin, "term": bounds.of_term, "expr": bounds.of_expr}
+        end = (self.roots[self.forms - 1] if self.forms else 0) if forms_only else len(self.steps)
+        try:
+            for kind, node, kids in self.steps[:end]:
+                values.append(bounds.leaf(node) if kind == "leaf" else combine[kind](node, [values[i] for i in kids]))
+        except _TooWide:
+            return next(i for i, end in enumerate(self.roots) if end > len(values))
+        return None
+
+
+def _checked_forms(ranges: ir.RangeMask):
+    """(form, its region) for every form of the kernel's predicate, in order."""
+    for region in ranges.allow + ranges.deny:
+        for lin in _kernel_forms(region):
+            yield lin, region
+
+
+def _program(resolved: ir.ResolvedMask, ranges: ir.RangeMask) -> _Program:
+    """The mask's compiled check, kept on ``ranges`` (an immutable RangeMask) for the next binds."""
+    cached = ranges.__dict__.get("_width_program")
+    if cached is None or cached[0] is not resolved:
+        cached = (resolved, _Program(resolved, ranges))
+        object.__setattr__(ranges, "_width_program", cached)
+    return cached[1]
 
 
 def _refuse(mask_name: str, params: BatchParams, names: set[str], form: str, value: int, span, at: str):
@@ -210,14 +296,16 @@ def _kernel_forms(region: ir.RegionBounds) -> list[ir.Lin]:
 
 
 def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len: int, heads: int,
-                 batch_index: int) -> bool:
+                 batch_index: int, resolved: ir.ResolvedMask | None = None) -> bool:
     """Whether every intermediate of the kernel's forms fits in 32 bits, for q and k up to TILE_PADDING
-    past their ends (the last tiles' rows and keys): the predicate may then be computed in int."""
+    past their ends (the last tiles' rows and keys): the predicate may then be computed in int. With the
+    ``resolved`` mask, from the steps :func:`check_bound` compiled."""
     bounds = _Bounds(params, seq_len, kv_len, heads, batch_index, NARROW_LIMIT, TILE_PADDING)
+    if resolved is not None:
+        return _program(resolved, ranges).first_failing(bounds, forms_only=True) is None
     try:
-        for region in ranges.allow + ranges.deny:
-            for lin in _kernel_forms(region):
-                bounds.lin(lin)
+        for lin, _ in _checked_forms(ranges):
+            bounds.lin(lin)
     except _TooWide:
         return False
     return True
@@ -225,20 +313,28 @@ def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len
 
 def check_bound(resolved: ir.ResolvedMask, ranges: ir.RangeMask, params: BatchParams, seq_len: int,
                 kv_len: int, heads: int, batch_index: int, at: str = "") -> None:
-    """Every intermediate of the analysed forms and of the resolved rules fits (see module docstring)."""
+    """Every intermediate of the analysed forms and of the resolved rules fits (see module docstring).
+
+    The steps are compiled once per mask (:class:`_Program`, kept on ``ranges``); a failure is then
+    reported by walking the item that failed."""
     bounds = _Bounds(params, seq_len, kv_len, heads, batch_index)
-    for region in ranges.allow + ranges.deny:
-        for lin in _kernel_forms(region):
-            try:
-                bounds.lin(lin)
-            except _TooWide as wide:
-                _refuse(resolved.name, params, _params_in_lin(lin), L.render(lin), wide.value, region.span, at)
-    for rule in resolved.rules:
-        try:
+    failing = _program(resolved, ranges).first_failing(bounds)
+    if failing is None:
+        return
+    forms = list(_checked_forms(ranges))
+    try:
+        if failing < len(forms):
+            lin, region = forms[failing]
+            what = (_params_in_lin(lin), L.render(lin), region.span)
+            bounds.lin(lin)
+        else:
+            rule = resolved.rules[failing - len(forms)]
+            what = (_params_in_expr(rule.cond), rule.span.source_line.strip() if rule.span.source_line else rule.kind,
+                    rule.span)
             bounds.cond(rule.cond)
-        except _TooWide as wide:
-            text = rule.span.source_line.strip() if rule.span.source_line else rule.kind
-            _refuse(resolved.name, params, _params_in_expr(rule.cond), text, wide.value, rule.span, at)
+    except _TooWide as wide:
+        _refuse(resolved.name, params, what[0], what[1], wide.value, what[2], at)
+    raise AssertionError("the compiled width check failed where the walk does not")
 
 
 def check_static(ranges: ir.RangeMask) -> ir.RangeMask:
