@@ -242,6 +242,9 @@ def agree(csrs, cols: int):
     seg_lo, seg_hi = seg_lo[inside], seg_hi[inside]
     found = []
     for begin, end, kind in keyed:              # each CSR's class on each segment (runs sorted and disjoint)
+        if not len(begin):
+            found.append(np.full(len(seg_lo), EMPTY))
+            continue
         at = np.searchsorted(begin, seg_lo, side="right") - 1
         hit = (at >= 0) & (end[np.maximum(at, 0)] >= seg_hi)
         found.append(np.where(hit, kind[np.maximum(at, 0)], EMPTY))

@@ -122,13 +122,13 @@ def test_audit_counts_clear_partial_tiles_that_are_not():
 def _classes_in_chunks(mask, bound, shape, chunk_blocks):
     """Classes computed with rows in chunks of ``chunk_blocks`` q_blocks."""
     import maskc.classify as classify_module
-    saved = classify_module._CHUNK_ROWS
-    classify_module._CHUNK_ROWS = chunk_blocks * shape[0]
+    saved = classify_module._CHUNK_ROWS, classify_module._PIECE_BLOCKS
+    classify_module._CHUNK_ROWS, classify_module._PIECE_BLOCKS = chunk_blocks * shape[0], chunk_blocks
     try:
         per_element = [mask.specialized(e.ints) for e in bound.params.batch]   # as the pipeline does
         return classify_module.classify(per_element, bound.params, *shape).classes[0]
     finally:
-        classify_module._CHUNK_ROWS = saved
+        classify_module._CHUNK_ROWS, classify_module._PIECE_BLOCKS = saved
 
 
 @given(mask_text(exact=True), binding(), tile_shape, st.integers(1, 4))
@@ -151,31 +151,58 @@ def test_sound_when_rows_are_classified_in_small_chunks(text, bind_args, shape, 
         np.testing.assert_array_equal(got, bound.tiles(*shape))     # chunking changes nothing
 
 
-# Masks of one region, affine in q between segment boundaries: the piecewise path's territory.
+# Masks whose bounds are affine in q between segment boundaries, floor steps and the crossings of min/max
+# arguments: the piecewise path's territory (maskc/pieces.py), regions overlapping and denied.
 _Q_PART = st.sampled_from(["q", "-q", "", "docs.start(q)", "docs.end(q)", "sub.start(q)", "a", "c", "t(q)",
-                           "docs.length(q)", "seq_len"])
+                           "docs.length(q)", "seq_len", "min(q, a)", "max(q - c, docs.start(q))",
+                           "clamp(q - docs.start(q), 0, t(q)) + docs.start(q)", "(q - a) // 3 + q", "min(q, 2)"])
 _ATOM = st.builds(lambda side, op, shift, extra: f"k {op} {side} {'+' if shift >= 0 else '-'} {abs(shift)}"
                   + (f" + {extra}" if extra else ""),
                   _Q_PART.filter(bool), st.sampled_from(["<", "<=", ">", ">=", "=="]), st.integers(-9, 9),
                   st.sampled_from(["", "docs.start(q)", "a", "t(q)"]))
-_GUARD = st.sampled_from(["same(docs)", "docs.index(q) >= 1", "a > 3", "t(q) < 5", "true", "same(sub)"])
+_GUARD = st.sampled_from(["same(docs)", "docs.index(q) >= 1", "a > 3", "t(q) < 5", "true", "same(sub)",
+                          "q >= a", "min(q, c) < 7", "q - docs.start(q) <= t(q)"])
 
 
 @st.composite
 def piecewise_mask(draw):
     atoms = draw(st.lists(_ATOM, min_size=1, max_size=3)) + draw(st.lists(_GUARD, max_size=2))
-    return "mask m(a: int, c: int, docs: segments, t: per docs, sub: segments from a)\n  allow " + \
+    rule = "deny" if draw(st.integers(0, 3)) == 0 else "allow"
+    return f"mask m(a: int, c: int, docs: segments, t: per docs, sub: segments from a)\n  {rule} " + \
         ", ".join(atoms) + "\n"
 
 
 @given(st.lists(piecewise_mask(), min_size=1, max_size=3), binding(max_len=300), tile_shape)
 def test_piecewise_path_is_exact(rules, bind_args, shape):
-    """One or more such rules: the piecewise path (with its row fallback per q_block) stays exact."""
+    """One or more such rules: the piecewise path stays exact (the classes equal the brute-force ones)."""
     from maskc.pieces import plan_of
-    text = rules[0] + "".join(r.split("\n", 1)[1] for r in rules[1:])
+    text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
     mask = _compile_or_skip(text)
     bound = _bind(mask, *bind_args)
     if bound is None:
         return
-    event(f"piecewise path taken: {plan_of(mask.ranges.allow, mask.ranges.deny) is not None}")
+    special = mask.specialized(bound.params.batch[0].ints)
+    event(f"piecewise path taken: {special.linear and plan_of(special.allow, special.deny) is not None}")
     _check(bound, *shape, expect_exact=True)
+
+
+_HEAD_RULES = st.sampled_from(["k <= q + h", "k >= q - 2 * h", "k <= q, k >= q - h - 1", "k == h", "q - k <= a * h",
+                               "k < docs.start(q) + h", "same(docs), k <= q - h"])
+
+
+@given(st.lists(_HEAD_RULES, min_size=1, max_size=2), binding(max_len=120), tile_shape, st.integers(1, 4))
+def test_heads_agree_on_runs(rules, bind_args, shape, heads):
+    """A mask that reads h: each head classified exactly, then a tile keeps its class where every head gives
+    it, PARTIAL elsewhere: against the same combination of every head's brute-force classes."""
+    text = "mask m(a: int, c: int, docs: segments, t: per docs, sub: segments from a)\n" + "".join(
+        f"  allow {r}\n" for r in rules)
+    mask = _compile_or_skip(text)
+    seq_len, kv_len, params = bind_args
+    try:
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads, **params)
+    except maskc.BindError:
+        return
+    for b in range(bound.batch):
+        truths = [tile_truth(bound.dense(b, h), *shape) for h in range(heads)]
+        want = np.where(np.all([t == truths[0] for t in truths], axis=0), truths[0], maskc.PARTIAL)
+        np.testing.assert_array_equal(bound.tile_map(*shape).classes[b], want)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc.descriptor import check_descriptor, pack, to_flex_block_mask_arrays, unpack
-from maskc.tiles import PARTIAL_COST
+from maskc.tiles import PARTIAL_COST, heaviest_first, runs_of, transposed
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL, TileMap
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params, tile_truth
@@ -208,3 +208,59 @@ def test_backward_walk_of_the_transposed_view_gives_the_gradients(text, bind_arg
     got = blocked_attention_backward(q, k, v, dout, bound, *shape)
     for g, ref in zip(got, reference_attention_backward(q, k, v, dout, bound)):
         assert relative_error(g, ref) < 1e-4 or np.abs(ref).max() < 1e-6
+
+
+def _dense_descriptor(bound, block_m, block_n):
+    """The oracle: the descriptor's arrays as they were built before linear memory, from every batch
+    element's brute-force tile grid (bound.dense())."""
+    grid = np.stack([tile_truth(bound.dense(b), block_m, block_n) for b in range(bound.batch)])
+    offsets, runs = runs_of(grid.reshape(-1, grid.shape[-1]))
+    cols = np.ascontiguousarray(grid.transpose(0, 2, 1)).reshape(-1, grid.shape[1])
+    col_offsets, col_runs = runs_of(cols)
+    return (offsets, runs, heaviest_first(offsets, runs), col_offsets, col_runs,
+            heaviest_first(col_offsets, col_runs))
+
+
+def _arrays(desc):
+    return (desc.run_offsets, desc.runs, desc.work_order, desc.col_offsets, desc.col_runs, desc.col_work_order)
+
+
+@given(text=mask_text(exact=True), b=binding(), shape=tile_shape)
+def test_linear_memory_descriptor_equals_the_dense_derived_one(text, b, shape):
+    """Exact masks: the descriptor built from runs (never a tile grid) has exactly the arrays the
+    dense-grid construction gives, the transposed view and both work orders included."""
+    try:
+        mask = maskc.compile_mask(text)
+        bound = mask.bind(seq_len=b[0], kv_len=b[1], **b[2])
+    except maskc.MaskError:
+        return
+    desc = bound.descriptor(*shape)
+    assert desc.tile_map.exact
+    for got, want in zip(_arrays(desc), _dense_descriptor(bound, *shape)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+@given(seed=st.integers(0, 2**32 - 1), seq_len=st.integers(1, 400), shape=tile_shape)
+def test_example_descriptors_equal_the_dense_derived_ones(name, seed, seq_len, shape):
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    try:
+        bound = mask.bind(seq_len=seq_len, **example_params(name, seq_len, np.random.default_rng(seed)))
+    except maskc.MaskError:
+        return
+    desc = bound.descriptor(*shape)
+    assert desc.tile_map.exact == mask.exact
+    if desc.tile_map.exact:
+        for got, want in zip(_arrays(desc), _dense_descriptor(bound, *shape)):
+            np.testing.assert_array_equal(got, want)
+
+
+@given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.data())
+def test_transposed_runs_equal_the_transposed_grid(batch, qt, kt, data):
+    grid = np.array(data.draw(st.lists(st.sampled_from([EMPTY, PARTIAL, FULL]), min_size=batch * qt * kt,
+                                       max_size=batch * qt * kt)), np.int8).reshape(batch * qt, kt)
+    offsets, runs = runs_of(grid)
+    want = runs_of(np.ascontiguousarray(grid.reshape(batch, qt, kt).transpose(0, 2, 1)).reshape(batch * kt, qt))
+    got = transposed(offsets, runs, batch, qt, kt)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
