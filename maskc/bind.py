@@ -19,6 +19,7 @@ from . import ir
 from . import linear as L
 from .errors import BindError, did_you_mean
 from .evaluate import Evaluator
+from .keys import sorted_unique
 from .kernel_ir import BatchParams, BoundParams, SegmentTable
 from .linear import render
 from .resolve import nodes
@@ -257,6 +258,6 @@ def _piece_starts(cond: ir.Cond, params, seq_len: int) -> np.ndarray | None:
         if isinstance(n, (ir.SegAttr, ir.SegValue)):
             segs.add(n.seg)
     cuts = [np.zeros(1, np.int64)] + [params.segment(s).bounds for s in sorted(segs)]
-    starts = np.unique(np.concatenate(cuts))
+    starts = sorted_unique(np.concatenate(cuts))
     return starts[(starts >= 0) & (starts < seq_len)]
 

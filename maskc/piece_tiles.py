@@ -29,7 +29,7 @@ import numpy as np
 
 from . import ir
 from . import linear as L
-from .keys import covered_by_all, enumerate_keys, nest_of, subtract, union
+from .keys import covered_by_all, enumerate_keys, nest_of, sorted_unique, subtract, union
 from .kernel_ir import FULL, PARTIAL
 from .rows import RowValues, lin_value
 
@@ -118,7 +118,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         d = lin_value(den, params, seq_len, kv_len, head, b)
         first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
         parts.append(np.arange(first + max(0, -(-(row0 - first) // d)) * d, row1, d, dtype=np.int64))
-    starts = np.unique(np.concatenate(parts))
+    starts = sorted_unique(np.concatenate(parts))
     starts = starts[(starts >= row0) & (starts < row1)]
     for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
         ends = np.append(starts[1:], row1) - 1
@@ -134,7 +134,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
                 ahead = (step != 0) & (d0 * step < 0)
                 at = starts[ahead] - (d0[ahead] // step[ahead])      # the first row past the crossing
                 cuts.append(at[at <= ends[ahead]])
-        starts = np.unique(np.concatenate(cuts))
+        starts = sorted_unique(np.concatenate(cuts))
     return starts
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .intervals import combine, masked
+from .keys import sorted_unique
 from .piece_tiles import Breaks, piece_starts, slopes
 from .rows import RowValues, k_bound_rows
 from .tiles import runs_of_keys
@@ -51,11 +52,6 @@ class PiecePlan:
         self.first_pairs = _pairs([g for lower, upper, guards in self.regions
                                    for g in [lower, upper] + [[x, self.ZERO] for x in guards]])
         self.end_pairs = _pairs([list(range(2 * len(self.regions)))])
-        # The rows of each region's lower bounds, upper bounds and guards, one after the other, and where
-        # each region's start (for reduceat); every region's guards start with 0 <= 0, so none is empty.
-        self.lower, self.lower_at = _flat([lower for lower, _, _ in self.regions])
-        self.upper, self.upper_at = _flat([upper for _, upper, _ in self.regions])
-        self.guard, self.guard_at = _flat([[self.ZERO] + guards for _, _, guards in self.regions])
 
     def _add(self, item, lower) -> int:
         key = (item.lin, getattr(item, "den", 1), lower)
@@ -88,10 +84,6 @@ def plan_of(allow, deny) -> PiecePlan | None:
             if s is None or any(abs(x) > 1 for x in s) or (s != {0} and b.den != 1):
                 return None
     return PiecePlan(allow, deny, breaks)
-
-
-def _flat(groups) -> tuple[np.ndarray, np.ndarray]:
-    return np.array([x for g in groups for x in g], np.intp), np.cumsum([0] + [len(g) for g in groups[:-1]])
 
 
 def _pairs(groups) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +120,7 @@ def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.nd
     for t in (-(e // m), (-e) // m + 1):          # the first t with e + m t >= 0, then > 0
         inside = (t > 0) & (t <= span)
         cuts.append(starts[piece[inside]] + t[inside])
-    return np.unique(np.concatenate(cuts))
+    return sorted_unique(np.concatenate(cuts))
 
 
 # Pairs searched piece by piece without first looking for the pieces where some order changes.
@@ -157,11 +149,19 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
         p = np.searchsorted(base, at, side="right") - 1
         return last - starts, value0[:, p] + slope0[:, p] * (at - base[p])
 
+    def extreme(values: np.ndarray, rows: list, fn) -> np.ndarray:
+        return values[rows[0]] if len(rows) == 1 else fn.reduce(values[rows], axis=0)
+
     def region_ends(values: np.ndarray):
         """[regions, n] lower ends, upper ends (exclusive) and guards, from the forms' values."""
-        return (np.maximum.reduceat(values[plan.lower], plan.lower_at, axis=0),
-                np.minimum.reduceat(values[plan.upper], plan.upper_at, axis=0) + 1,
-                np.logical_and.reduceat(values[plan.guard] <= 0, plan.guard_at, axis=0))
+        return (np.array([extreme(values, lower, np.maximum) for lower, _, _ in plan.regions]),
+                np.array([extreme(values, upper, np.minimum) for _, upper, _ in plan.regions]) + 1,
+                guards(values))
+
+    def guards(values: np.ndarray) -> np.ndarray:
+        truth = values <= 0
+        return np.array([truth[rows].all(axis=0) if rows else np.ones(values.shape[1], bool)
+                         for _, _, rows in plan.regions])
 
     # 1: the winners of each region's max and min, and its guards' truth, constant on every piece.
     starts = _refine(base, span, value0, value0 + slope0 * span, plan.first_pairs)
@@ -176,7 +176,7 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
         n = len(starts)
         lo, hi, ok = region_ends(ends(starts)[1])
     else:
-        ok = np.logical_and.reduceat(values[plan.guard] <= 0, plan.guard_at, axis=0)
+        ok = guards(values)
     intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(plan.regions))]
     slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:

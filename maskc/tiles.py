@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import BindError
-from .keys import covered_by_all, subtract, union
+from .keys import covered_by_all, sorted_unique, subtract, union
 from .kernel_ir import EMPTY, FULL, PARTIAL
 
 PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
@@ -234,7 +234,7 @@ def agree(csrs, cols: int):
     for offsets, runs in csrs:
         row = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)).astype(np.int64)
         keyed.append((row * stride + runs[:, 0], row * stride + runs[:, 1], runs[:, 2]))
-    cuts = np.unique(np.concatenate([k for b, e, _ in keyed for k in (b, e)]))
+    cuts = sorted_unique(np.concatenate([k for b, e, _ in keyed for k in (b, e)]))
     if not len(cuts):
         return csrs[0]
     seg_lo, seg_hi = cuts[:-1], cuts[1:]
@@ -269,7 +269,7 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
     pair_now = b * (qt + 1) + i
     now = (pair_now * stride + runs[:, 0], pair_now * stride + runs[:, 1], runs[:, 2])
     before = ((pair_now + 1) * stride + runs[:, 0], (pair_now + 1) * stride + runs[:, 1], runs[:, 2])
-    cuts = np.unique(np.concatenate([now[0], now[1], before[0], before[1]]))
+    cuts = sorted_unique(np.concatenate([now[0], now[1], before[0], before[1]]))
     seg_lo, seg_hi = cuts[:-1], cuts[1:]
     inside = seg_lo // stride == (seg_hi - 1) // stride          # elementary segments of one pair
     seg_lo, seg_hi = seg_lo[inside], seg_hi[inside]
