@@ -127,6 +127,30 @@ def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.nd
 _FEW_PAIRS = 8
 
 
+def _one_region(plan: PiecePlan, value0: np.ndarray, slope0: np.ndarray, span: np.ndarray):
+    """The slot of a mask of one allow region at each piece's first and last rows, when no piece needs cuts,
+    else None. No cut is needed where on every piece the lower bounds' slopes have one sign (so have the upper
+    bounds'), every guard holds at both ends or at neither, and the rows see keys at both ends or provably at
+    neither: the region's ends are then monotone by one key per row at most, and its width, a min of affine
+    forms minus a max of them, is concave, so rows seeing keys at both ends see keys throughout (and an upper
+    bound below a lower bound at both ends stays below between them)."""
+    lower, upper, guards = plan.regions[0]
+    last = value0 + slope0 * span
+    s_lo, s_hi = slope0[lower], slope0[upper]
+    monotone = ((s_lo >= 0).all(axis=0) | (s_lo <= 0).all(axis=0)) & ((s_hi >= 0).all(axis=0) | (s_hi <= 0).all(axis=0))
+    g_first, g_last = value0[guards] <= 0, last[guards] <= 0
+    ok = g_first.all(axis=0)
+    lo_a, lo_b = value0[lower].max(axis=0), last[lower].max(axis=0)
+    hi_a, hi_b = value0[upper].min(axis=0) + 1, last[upper].min(axis=0) + 1
+    seen_a, seen_b = ok & (lo_a < hi_a), ok & (lo_b < hi_b)
+    below = ((value0[upper][:, None] < value0[lower][None]) & (last[upper][:, None] < last[lower][None])).any(axis=(0, 1))
+    settled = monotone & (g_first == g_last).all(axis=0) & np.where(seen_a, seen_b, ~seen_b & (~ok | below))
+    if not settled.all():
+        return None
+    (lo_a, hi_a), (lo_b, hi_b) = masked(lo_a, hi_a, seen_a), masked(lo_b, hi_b, seen_b)
+    return lo_a, hi_a, lo_b, hi_b
+
+
 def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, kv_len: int,
                      block_m: int, block_n: int, rows: tuple[int, int] | None = None):
     """CSR tile runs (offsets int32[q_blocks + 1], runs int32[n, 3]) of one batch element and head, exact (see
@@ -162,6 +186,12 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
         truth = values <= 0
         return np.array([truth[rows].all(axis=0) if rows else np.ones(values.shape[1], bool)
                          for _, _, rows in plan.regions])
+
+    if len(plan.regions) == 1:                     # one allow region: often settled without cuts
+        ends_ = _one_region(plan, value0, slope0, span)
+        if ends_ is not None:
+            block = (base - row0) // block_m
+            return runs_of_keys(block, [ends_], np.bincount(block, minlength=qt), kv_len, block_n, qt)
 
     # 1: the winners of each region's max and min, and its guards' truth, constant on every piece.
     starts = _refine(base, span, value0, value0 + slope0 * span, plan.first_pairs)
