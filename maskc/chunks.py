@@ -183,6 +183,11 @@ def _why(reading, var) -> str:
         return f"{L.render_term(t)}: a product in which {name} is multiplied by a form that is not constant"
     if isinstance(t, ir.Floor):
         return f"{L.render_term(t)}: a floor division whose numerator is not linear in {name}"
+    if isinstance(t, ir.Bits):
+        return (f"{L.render_term(t)}: a bit operation on {name} (maskc solves shifts by a constant and & with a "
+                "constant 2**n - 1 or -2**n, which are // and %, and no other)")
+    if isinstance(t, ir.Lookup):
+        return f"{L.render_term(t)}: a table entry at an index that depends on {name}"
     return f"{L.render_term(t)} is not linear in {name}"
 
 
