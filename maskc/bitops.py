@@ -7,7 +7,9 @@ complement gives Python's results: the dense reference, classification and the k
 
 :func:`interval` bounds ``a op b`` given bounds on ``a`` and ``b`` (numpy arrays or scalars, broadcast):
 the true value of every pair of operands in their bounds lies inside; exact when both operands are known
-(lower == upper), which is what keeps tiles over which an operand is constant tight.
+(lower == upper). The bits above the highest bit in which an operand's bounds differ are the same for every
+value between them, so over a tile where only an operand's low bits vary (Morton codes over aligned tiles)
+the result's high bits are known too.
 """
 from __future__ import annotations
 
@@ -43,6 +45,31 @@ def _span(a0, a1, b0, b1):
     return -top - 1, top
 
 
+def _common_bits(lo, hi):
+    """d per interval: every value in [lo, hi] has the bits of ``lo`` above the lowest d (63 where lo and hi
+    differ in sign: no bit is known)."""
+    x = lo ^ hi
+    return np.where(x >= 0, bit_length(np.maximum(x, 0)), 63)
+
+
+def _known_high_bits(op: str, a0, a1, b0, b1):
+    """(lo, hi) from the operands' common high bits, and where that is defined (their low bits below 2**61)."""
+    d = np.maximum(_common_bits(a0, a1), _common_bits(b0, b1))
+    usable = d <= 61
+    low = (np.int64(1) << np.minimum(d, 61)) - 1
+    high = _EXACT[op](a0 & ~low, b0 & ~low)           # the result's bits above the lowest d, exactly
+    a_known, b_known = a0 == a1, b0 == b1              # a known operand's low bits are known too
+    a_max, b_max = np.where(a_known, a0 & low, low), np.where(b_known, b0 & low, low)
+    a_min, b_min = np.where(a_known, a0 & low, 0), np.where(b_known, b0 & low, 0)
+    if op == "&":
+        part = (0, np.minimum(a_max, b_max))
+    elif op == "|":
+        part = (np.maximum(a_min, b_min), low)
+    else:
+        part = (0, low)
+    return high + part[0], high + part[1], usable
+
+
 def _shift_bounds(op: str, a, s):
     """``a << s`` or ``a >> s``: monotone in a, and in s for a fixed a, so the corners bound it."""
     s0, s1 = (np.clip(x, 0, MAX_SHIFT) for x in s)
@@ -69,6 +96,8 @@ def interval(op: str, a: tuple, b: tuple) -> tuple:
         else:                   # a ^ b <= a | b <= a + b for a, b >= 0
             lo = np.where(both, 0, low)
             hi = np.where(both, np.minimum(top, a1 + b1), top)
+        high_lo, high_hi, usable = _known_high_bits(op, a0, a1, b0, b1)
+        lo, hi = np.where(usable, np.maximum(lo, high_lo), lo), np.where(usable, np.minimum(hi, high_hi), hi)
     known = (a0 == a1) & (b0 == b1)
     if np.any(known):
         exact = apply(op, a0, np.clip(b0, 0, MAX_SHIFT) if op in ("<<", ">>") else b0)

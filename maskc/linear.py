@@ -109,6 +109,10 @@ def floor_op(op: str, num: ir.Lin, den: ir.Lin) -> ir.Lin:
     quotient = divide(num, den)
     if quotient is not None:                # (c*x) // c == x, (c*x) % c == 0
         return quotient if op == "//" else ZERO
+    inner = single_term(num)
+    if (op == "//" and isinstance(inner, ir.Floor) and inner.op == "//" and is_const(inner.den) and is_const(den)
+            and inner.den.const > 0 and den.const > 0):     # (x // a) // b == x // (a*b): x >> 1 >> 5 is x >> 6
+        return floor_op("//", inner.num, const(inner.den.const * den.const))
     return _compound(ir.Floor(op, num, den))
 
 

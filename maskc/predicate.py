@@ -208,7 +208,10 @@ class _CWriter:
 
     @staticmethod
     def _is_leafish(lin: ir.Lin) -> bool:
-        return len(lin.terms) <= 1 and isinstance(L.single_term(lin), (ir.Pos, ir.Builtin, ir.ParamRef))
+        """A constant or a single leaf: cheaper to write out than to read from the row (and a constant
+        divisor stays a literal, which the compiler turns into a multiply and shift)."""
+        return L.is_const(lin) or (len(lin.terms) <= 1 and isinstance(L.single_term(lin), (ir.Pos, ir.Builtin,
+                                                                                             ir.ParamRef)))
 
     def hoist(self, lin: ir.Lin) -> str:
         """A per-row value: computed once in mask_row, read by mask_visible."""
