@@ -239,8 +239,10 @@ def _nest(lower: list[ir.KBound], upper: list[ir.KBound], pending: list[ir.Atom]
           levels: list[ir.ChunkLevel]) -> ir.ChunkedKeys:
     var: ir.Term = L.K
     for level in range(_MAX_LEVELS + 1):
-        here = [_canonical(a, var) for a in pending if L.reads(a.lin, var)]
-        up = [a for a in pending if not L.reads(a.lin, var)]
+        # canonical floors may cancel var ((-q - 2*k) % 2 == q % 2, free of k): those atoms go up too
+        canonical = [_canonical(a, var) if L.reads(a.lin, var) else a for a in pending]
+        here = [a for a in canonical if L.reads(a.lin, var)]
+        up = [a for a in canonical if not L.reads(a.lin, var)]
         chunk = _choose_chunk(here, var)
         nxt = ir.ChunkVar(level + 1)
         if chunk is not None:
