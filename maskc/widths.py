@@ -105,11 +105,21 @@ class _Bounds:
             v = self.params.int(t.name)
             return v, v
         if isinstance(t, ir.SegAttr):
-            return (-1, self.params.segment(t.seg).count) if t.attr == "index" else (0, self.extent)
+            return self.segment_index(t) if t.attr == "index" else (0, self.extent)
         if isinstance(t, ir.SegValue):
             values = self.params.segment(t.seg).value(t.array)
             return (min(int(values.min()), 0), max(int(values.max()), 0)) if len(values) else (0, 0)
         raise TypeError(t)
+
+    def segment_index(self, t: ir.SegAttr) -> tuple[int, int]:
+        """The index of the segment holding q (or k): -1 only where positions lie outside the partitioned range
+        (so a table may be read at ``docs.index(q)`` when the segments cover [0, seq_len))."""
+        table = self.params.segment(t.seg)
+        first, last = self.leaves[t.pos]
+        bounds = table.bounds
+        outside = first < bounds[0] or last >= bounds[-1]
+        inside = table.count > 0 and first < bounds[-1] and last >= bounds[0]
+        return (-1 if outside else 0), (table.count - 1 if inside else -1)
 
     def product(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
         corners = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
