@@ -81,22 +81,24 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
 static_assert(SMEM_BYTES == 198744, "the launch gives what maskc.plan computed");
 
 // ---- the generated mask predicate (maskc.predicate), verbatim -----------------------------------------
-// Every form is computed in 64 bits (bind proved each intermediate fits: maskc.widths); key bounds are
-// clamped into [-1, kv_len] before they are narrowed to int.
+// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.widths); the
+// kernels of bindings proved to fit in 32 bits compute in int instead.
+typedef long long maskc_int;
+// Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
 // Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (64-bit division costs several times more).
-__device__ __forceinline__ long long maskc_floordiv(long long num, long long den) {
+// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
+__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const long long q = num / den;
+    const maskc_int q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ long long maskc_ceildiv(long long num, long long den) {
+__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ long long maskc_floormod(long long num, long long den) {
+__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
     return num - den * maskc_floordiv(num, den);
 }
 
@@ -128,8 +130,8 @@ __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b,
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     // allow per_head_window.mask:7:3: allow k <= q, q - k < window
-    row.lo0 = (int)min((long long)mask[1], max((long long)0, (long long)(-(long long)(mask + mask[2])[1 + (long long)h] + (long long)q + 1)));
-    row.hi0 = (int)max(-1LL, min((long long)mask[1] - 1, (long long)q));
+    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)(-(maskc_int)(mask + mask[2])[1 + min(max((maskc_int)h, (maskc_int)0), (maskc_int)(mask + mask[2])[0] - 1)] + (maskc_int)q + 1)));
+    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)q));
     return row;
 }
 
