@@ -2,9 +2,10 @@
 
 Invariant: every parameter of the mask has a value for every batch element; int values are
 integers; segments are non-negative lengths that exactly partition their range [origin, seq_len)
-with 0 <= origin <= seq_len; per-segment arrays have one entry per segment; every divisor is
-positive; every ``require`` check holds at every query position; every intermediate of the mask's
-forms fits in 64 bits (:mod:`maskc.widths`). Memory is O(seq_len + kv_len):
+with 0 <= origin <= seq_len; per-segment arrays have one entry per segment; tables are non-empty lists
+of 32-bit integers (a table per h: one per head); every divisor is positive; every ``require`` check holds at
+every query position; every intermediate of the mask's forms fits in 64 bits, every shift amount lies in
+[0, MAX_SHIFT] and every table index in its table, for every position and head (:mod:`maskc.widths`). Memory is O(seq_len + kv_len):
 nothing of size seq_len x kv_len is built; a ``const`` int has one value across the batch. Values that
 break this raise one
 :class:`~maskc.errors.BindError` that names the parameter.
@@ -20,7 +21,7 @@ from . import linear as L
 from .errors import BindError, did_you_mean
 from .evaluate import Evaluator
 from .keys import sorted_unique
-from .kernel_ir import BatchParams, BoundParams, SegmentTable
+from .kernel_ir import BatchParams, BoundParams, SegmentTable, Table
 from .linear import render
 from .resolve import nodes
 from .rows import lin_value
@@ -33,6 +34,7 @@ def _is_int(v) -> bool:
 
 _INT32 = 2 ** 31 - 1
 MAX_HEADS = 1024                  # num_heads accepted (the largest models have 128 query heads)
+MAX_TABLE = 1 << 24               # entries of one table parameter (the kernels' table is int32-indexed)
 _REQUIRE_CHUNK = 1 << 16          # query positions per evaluation of the `require` checks
 
 
@@ -70,7 +72,7 @@ def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -
     known = BatchParams(out, ())
 
     def unknown(leaf) -> bool:      # what a kernel learns only at run time
-        return isinstance(leaf, (ir.Pos, ir.Builtin, ir.SegAttr, ir.SegValue)) or (
+        return isinstance(leaf, (ir.Pos, ir.Builtin, ir.SegAttr, ir.SegValue, ir.TableAt, ir.Lookup)) or (
             isinstance(leaf, ir.ParamRef) and leaf.name not in values)
 
     def named(read) -> str:
@@ -83,6 +85,13 @@ def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -
                 reads = {t.name for t in L.terms_of(lin) if isinstance(t, ir.ParamRef)}
                 raise BindError(f"const parameter {named(reads.__contains__)} makes the divisor '{render(lin)}' = "
                                 f"{value}, and a divisor must be positive", const[min(reads)].span)
+    for lin in L.shift_amounts(f for r in ranges.allow + ranges.deny for f in r.forms):
+        if not L.lin_mentions(lin, unknown):
+            value = lin_value(lin, known, 1, 1, 0, 0)
+            if not 0 <= value <= ir.MAX_SHIFT:
+                reads = {t.name for t in L.terms_of(lin) if isinstance(t, ir.ParamRef)}
+                raise BindError(f"const parameter {named(reads.__contains__)} makes the shift amount '{render(lin)}' "
+                                f"= {value}; shifts take 0 to {ir.MAX_SHIFT}", const[min(reads)].span)
     for r in mask.requires:
         if not mentions(r.cond, unknown):
             check_expr(mask.name, r.cond, known, 1, 1, 0, r.span)
@@ -110,7 +119,7 @@ def _int_list(value, what: str, span) -> list[int]:
 
 
 def _is_batched(param: ir.Param, value) -> bool:
-    """A list of lists for segments and per-arrays, a list for ints: one value per batch element."""
+    """A list of lists for segments, per-arrays and tables, a list for ints: one value per batch element."""
     if param.kind == "int":
         return isinstance(value, (list, tuple, np.ndarray))
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(
@@ -164,6 +173,7 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
     ints: dict[str, int] = {}
     segments: dict[str, SegmentTable] = {}
     arrays: dict[str, dict[str, np.ndarray]] = {}
+    tables: dict[str, Table] = {}
     for p in mask.params:
         v = value_of(p)
         if p.kind == "int":
@@ -179,10 +189,13 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
                 check_expr(mask.name, p.origin, known, seq_len, kv_len, b, p.span, at)
                 origin = int(Evaluator(mask, known, seq_len, kv_len, 0, b).int(p.origin, None, None))
             segments[p.name] = _segments(mask, p, v, origin, seq_len, at)
+        elif p.kind == "table":
+            tables[p.name] = _table(mask, p, v, num_heads, at)
         else:
             arrays.setdefault(p.of, {})[p.name] = _per_segment(mask, p, v, segments[p.of].count, at)
     params = BatchParams(tuple(ints.items()), tuple(
-        (name, SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))) for name, table in segments.items()))
+        (name, SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))) for name, table in segments.items()),
+        tuple(tables.items()))
     uses_head = ranges.uses_head
     if uses_head and num_heads is None:
         raise BindError(f"mask '{mask.name}' depends on the head h: bind it with num_heads=", mask.span)
@@ -222,6 +235,25 @@ def _per_segment(mask, p, value, count: int, at: str) -> np.ndarray:
     if len(values) != count:
         raise BindError(f"'{p.name}' has {len(values)} entries but '{p.of}' has {count} segments{at}", p.span)
     return np.asarray(values, np.int64)
+
+
+def _table(mask, p, value, num_heads: int | None, at: str) -> Table:
+    """A table: a non-empty list of integers; a table per h has one per head (its default for every head)."""
+    per_head = p.of == "h"
+    if value is None:
+        if not per_head or p.default is None:
+            what = "one integer per head" if per_head else "a list of integers"
+            raise BindError(f"mask '{mask.name}' needs '{p.name}' ({what})", p.span)
+        value = [p.default] * (num_heads or 0)
+    if isinstance(value, (list, tuple, np.ndarray)) and len(value) > MAX_TABLE:
+        raise BindError(f"table '{p.name}' has {len(value)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
+                        p.span)
+    values = _int_list(value, f"'{p.name}'{at}", p.span)
+    if per_head and num_heads is not None and len(values) != num_heads:
+        raise BindError(f"'{p.name}' has {len(values)} entries, one per head, but num_heads = {num_heads}{at}", p.span)
+    if not values and not per_head:
+        raise BindError(f"table '{p.name}' is empty{at}", p.span)
+    return Table(np.asarray(values, np.int64))
 
 
 def _check(mask, divisors, params, seq_len, kv_len, h, b, at):

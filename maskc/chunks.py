@@ -183,6 +183,11 @@ def _why(reading, var) -> str:
         return f"{L.render_term(t)}: a product in which {name} is multiplied by a form that is not constant"
     if isinstance(t, ir.Floor):
         return f"{L.render_term(t)}: a floor division whose numerator is not linear in {name}"
+    if isinstance(t, ir.Bits):
+        return (f"{L.render_term(t)}: a bit operation on {name} (maskc solves shifts by a constant and & with a "
+                "constant 2**n - 1 or -2**n, which are // and %, and no other)")
+    if isinstance(t, ir.Lookup):
+        return f"{L.render_term(t)}: a table entry at an index that depends on {name}"
     return f"{L.render_term(t)} is not linear in {name}"
 
 
@@ -234,8 +239,10 @@ def _nest(lower: list[ir.KBound], upper: list[ir.KBound], pending: list[ir.Atom]
           levels: list[ir.ChunkLevel]) -> ir.ChunkedKeys:
     var: ir.Term = L.K
     for level in range(_MAX_LEVELS + 1):
-        here = [_canonical(a, var) for a in pending if L.reads(a.lin, var)]
-        up = [a for a in pending if not L.reads(a.lin, var)]
+        # canonical floors may cancel var ((-q - 2*k) % 2 == q % 2, free of k): those atoms go up too
+        canonical = [_canonical(a, var) if L.reads(a.lin, var) else a for a in pending]
+        here = [a for a in canonical if L.reads(a.lin, var)]
+        up = [a for a in canonical if not L.reads(a.lin, var)]
         chunk = _choose_chunk(here, var)
         nxt = ir.ChunkVar(level + 1)
         if chunk is not None:

@@ -63,8 +63,8 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
-    """``name=value`` strings to bind's keyword arguments: an int, or a comma list for segments and
-    per arrays; ``;`` separates batch elements (jagged batches). Names the mask does not declare pass
+    """``name=value`` strings to bind's keyword arguments: an int, or a comma list for segments, per
+    arrays and tables; ``;`` separates batch elements (jagged batches). Names the mask does not declare pass
     through: bind reports them, with the names it does declare."""
     kinds = {p.name: p.kind for p in mask.params}
     values: dict[str, Any] = {}

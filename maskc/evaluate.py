@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ir
+from . import bitops, ir
 from .errors import BindError
 from .kernel_ir import BatchParams
 from .rows import segment_lookup
@@ -69,6 +69,12 @@ class Evaluator:
             return self._segment(e.seg, e.attr, q if e.pos == "q" else k)
         if isinstance(e, ir.SegValue):
             return self._segment(e.seg, "value:" + e.array, q if e.pos == "q" else k)
+        if isinstance(e, ir.TableAt):
+            values, index = self.params.table(e.table).values, self.int(e.index, q, k)
+            if np.any((index < 0) | (index >= len(values))):
+                raise BindError(f"an index of table '{e.table}' in mask '{self.mask.name}' is outside [0, "
+                                f"{len(values)})", e.span)
+            return values[index]
         if isinstance(e, ir.Func):
             args = [self.int(a, q, k) for a in e.args]
             if e.fn == "abs":
@@ -84,6 +90,10 @@ class Evaluator:
             return a - b
         if e.op == "*":
             return a * b
+        if e.op in ir.BIT_OPS:
+            if e.op in ("<<", ">>") and np.any((np.asarray(b) < 0) | (np.asarray(b) > ir.MAX_SHIFT)):
+                raise BindError(f"a shift amount in mask '{self.mask.name}' is outside [0, {ir.MAX_SHIFT}]", e.span)
+            return bitops.apply(e.op, a, b)
         if np.any(np.asarray(b) <= 0):
             raise BindError(f"a divisor in mask '{self.mask.name}' is not positive", e.span)
         return np.floor_divide(a, b) if e.op == "//" else np.mod(a, b)

@@ -17,7 +17,8 @@ from .options import DEFAULT, Options
 from .pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
 from .show import legend
 
-_OPS = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
+_OPS = {"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5, "*": 6, "//": 6, "%": 6}    # Python's
+_UNARY = 7
 
 
 # -- stage 1: what the user wrote -------------------------------------------------------------
@@ -34,7 +35,9 @@ def _line_text(span) -> str:
 
 def _param_decl(p: ir.ParamDecl) -> str:
     if p.kind == "per":
-        return f"{p.name}: per {p.of}"
+        return f"{p.name}: per {p.of}" + (f" = {_span_text(p.default.span)}" if p.default is not None else "")
+    if p.kind == "table":
+        return f"{p.name}: table"
     if p.kind == "segments":
         return f"{p.name}: segments" + (f" from {_span_text(p.origin.span)}" if p.origin is not None else "")
     return f"{p.name}: int" + (f" = {_span_text(p.default.span)}" if p.default is not None else "")
@@ -67,11 +70,13 @@ def expr_text(e: ir.IntExpr, outer: int = 0) -> str:
         return f"{e.seg}.{e.attr}({e.pos})"
     if isinstance(e, ir.SegValue):
         return f"{e.array}({e.pos})"
+    if isinstance(e, ir.TableAt):
+        return f"{e.table}[{expr_text(e.index)}]"
     if isinstance(e, ir.Func):
         return f"{e.fn}({', '.join(expr_text(a) for a in e.args)})"
     if isinstance(e, ir.Arith):
         if e.op == "-" and isinstance(e.left, ir.Const) and e.left.value == 0:
-            return f"-{expr_text(e.right, 3)}"
+            return f"-{expr_text(e.right, _UNARY)}"
         prec = _OPS[e.op]
         text = f"{expr_text(e.left, prec)} {e.op} {expr_text(e.right, prec + 1)}"
         return f"({text})" if prec < outer else text
@@ -98,6 +103,8 @@ def _param_text(p: ir.Param) -> str:
         return f"{p.name}: int" + (f" = {p.default}" if p.default is not None else "")
     if p.kind == "segments":
         return f"{p.name}: segments" + (f" from {expr_text(p.origin)}" if p.origin is not None else "")
+    if p.kind == "table" and p.of is None:
+        return f"{p.name}: table"
     return f"{p.name}: per {p.of}" + (f" = {p.default}" if p.default is not None else "")
 
 
@@ -196,6 +203,9 @@ def bind_text(bound: BoundMask) -> str:
             bounds = np.asarray(table.bounds).tolist()
             shown = bounds if len(bounds) <= 9 else bounds[:8] + ["..."]
             values.append(f"{n}: {table.count} segment(s), bounds {shown}")
+        for n, lookup in element.tables:
+            entries = lookup.values.tolist()
+            values.append(f"{n}: {lookup.count} entries {entries if len(entries) <= 9 else entries[:8] + ['...']}")
         lines.append(f"  element {b}: " + ("; ".join(values) or "(no parameters)"))
     if bound.batch > 4:
         lines.append(f"  ... {bound.batch - 4} more batch elements")

@@ -5,7 +5,7 @@ with a .mask file where Flex takes a mask_mod.
     flex_attention(q, k, v, block_mask=block_mask)        # or maskc.attention(q, k, v, block_mask=block_mask)
 
 The mask_mod reads only O(seq_len + kv_len) per-position tables (segment index/start/end and
-per-segment values, one row per batch element), so it works at any length, under torch.compile,
+per-segment values, one row per batch element) and the table parameters, so it works at any length, under torch.compile,
 and agrees pair for pair with :func:`maskc.evaluate.dense_mask` (tests check it). Its tables follow
 the positions it is called with to their device.
 """
@@ -100,10 +100,15 @@ class FlexMaskMod:
         self.ints = {p.name: as_tensor([[e.int(p.name)] for e in params.batch])[:, 0]
                      for p in self.mask.params if p.kind == "int"}
         self.tables = {}
+        self.lookups = {}             # table parameters: one row per batch element, padded to the longest
         for p in self.mask.params:
             if p.kind == "segments":
                 per = [segment_tables(e.segment(p.name), self.extent) for e in params.batch]
                 self.tables[p.name] = {key: as_tensor([t[key] for t in per]) for key in per[0]}
+            elif p.kind == "table":
+                rows = [e.table(p.name).values for e in params.batch]
+                width = max(1, max(len(r) for r in rows))
+                self.lookups[p.name] = as_tensor([np.pad(r, (0, width - len(r))) for r in rows])
         self.builtins = {"seq_len": bound.seq_len, "kv_len": bound.kv_len}
 
     def _row(self, b):
@@ -121,6 +126,8 @@ class FlexMaskMod:
         if isinstance(e, (ir.SegAttr, ir.SegValue)):
             key = e.attr if isinstance(e, ir.SegAttr) else "value:" + e.array
             return self.tables[e.seg][key][self._row(b), q if e.pos == "q" else k]
+        if isinstance(e, ir.TableAt):          # bind proved the index in range
+            return self.lookups[e.table][self._row(b), self.int(e.index, b, h, q, k)]
         if isinstance(e, ir.Func):
             import torch
             args = [torch.as_tensor(self.int(a, b, h, q, k)) for a in e.args]
@@ -132,7 +139,9 @@ class FlexMaskMod:
             return out
         left, right = self.int(e.left, b, h, q, k), self.int(e.right, b, h, q, k)
         return {"+": lambda: left + right, "-": lambda: left - right, "*": lambda: left * right,
-                "//": lambda: left // right, "%": lambda: left % right}[e.op]()
+                "//": lambda: left // right, "%": lambda: left % right, "&": lambda: left & right,
+                "|": lambda: left | right, "^": lambda: left ^ right, "<<": lambda: left << right,
+                ">>": lambda: left >> right}[e.op]()
 
     def cond(self, c, b, h, q, k):
         import torch

@@ -61,7 +61,7 @@ class BoolLit:
 
 @dataclass(frozen=True)
 class BinOp:
-    op: str                     # + - * // % **
+    op: str                     # + - * // % ** & | ^ << >>
     left: "Syntax"
     right: "Syntax"
     span: Span = _span()
@@ -70,6 +70,23 @@ class BinOp:
 @dataclass(frozen=True)
 class UnaryMinus:
     operand: "Syntax"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Invert:
+    """``~operand``: Python's bitwise not, ``-operand - 1``."""
+
+    operand: "Syntax"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Subscript:
+    """``table[index]``: an entry of a table parameter."""
+
+    table: str
+    index: "Syntax"
     span: Span = _span()
 
 
@@ -128,16 +145,17 @@ class Not:
     span: Span = _span()
 
 
-Syntax = Union[Num, Name, BoolLit, BinOp, UnaryMinus, Call, MethodCall, Compare, InRange, BoolOp, Not]
+Syntax = Union[Num, Name, BoolLit, BinOp, UnaryMinus, Invert, Subscript, Call, MethodCall, Compare, InRange, BoolOp,
+               Not]
 
 
 @dataclass(frozen=True)
 class ParamDecl:
     name: str
-    kind: str                   # "int", "const" (an int fixed when the kernel is built), "segments", "per"
-    default: Syntax | None      # int parameters only
+    kind: str                   # "int", "const" (an int fixed when the kernel is built), "segments", "per", "table"
+    default: Syntax | None      # int parameters and per-arrays only
     origin: Syntax | None       # segments: where the partitioned range starts (default 0)
-    of: str | None              # per: the segments parameter it is indexed by
+    of: str | None              # per: the segments parameter it is indexed by, or "h" (one value per head)
     span: Span = _span()
 
 
@@ -239,8 +257,23 @@ class SegValue:
 
 
 @dataclass(frozen=True)
+class TableAt:
+    """``table[index]``: an entry of a table parameter (a per-head parameter ``w: per h`` reads as ``w[h]``);
+    bind proves the index in range for every position and head."""
+
+    table: str
+    index: "IntExpr"
+    span: Span = _span()
+
+
+BIT_OPS = ("&", "|", "^", "<<", ">>")
+MAX_SHIFT = 62
+"""Shift amounts run from 0 to MAX_SHIFT: every value maskc computes fits in 63 bits (:mod:`maskc.widths`)."""
+
+
+@dataclass(frozen=True)
 class Arith:
-    op: str                     # + - * // %
+    op: str                     # + - * // % and the BIT_OPS
     left: "IntExpr"
     right: "IntExpr"
     span: Span = _span()
@@ -253,7 +286,7 @@ class Func:
     span: Span = _span()
 
 
-IntExpr = Union[Const, Pos, Builtin, ParamRef, SegAttr, SegValue, Arith, Func]
+IntExpr = Union[Const, Pos, Builtin, ParamRef, SegAttr, SegValue, TableAt, Arith, Func]
 
 
 @dataclass(frozen=True)
@@ -304,11 +337,11 @@ class Param:
     """A typed run-time parameter of a mask."""
 
     name: str
-    kind: str                   # "int", "segments", "per"
-    default: int | None = None  # int: the default value; per: the value of every entry
+    kind: str                   # "int", "segments", "per" (one value per segment), "table" (a list of values)
+    default: int | None = None  # int: the default value; per, and tables per h: the value of every entry
     const: bool = False         # int: its value is compiled into the kernel (one kernel per value)
     origin: IntExpr | None = None   # segments: start of the partitioned range (k- and q-free)
-    of: str | None = None       # per: the segments parameter
+    of: str | None = None       # per: the segments parameter; table: "h" for one value per head, else None
     span: Span = _span()
 
 
@@ -353,7 +386,8 @@ class Lin(_HashOnce):
     """``sum(coef * term) + const`` with integer coefficients; terms sorted, no zero coefficients.
 
     A term is any IntExpr that is not itself a sum or a constant multiple: ``Pos``, ``Builtin``,
-    ``ParamRef``, ``SegAttr``, ``SegValue``, or a non-linear ``Arith``/``Func``/``Square``.
+    ``ParamRef``, ``SegAttr``, ``SegValue``, or a non-linear ``Square``, ``Product``, ``Floor``, ``Extreme``,
+    ``Bits``, ``Lookup``, ``Root``.
     """
 
     __hash__ = _HashOnce.__hash__
@@ -404,6 +438,25 @@ class Extreme(_HashOnce):
 
 
 @dataclass(frozen=True)
+class Bits(_HashOnce):
+    """``left op right`` for a bit operation (:data:`BIT_OPS`) that stayed whole: as in Python (two's
+    complement of any width; ``>>`` floors). Shifts by a constant and ``x & (2**n - 1)`` never stay whole
+    (they are ``//``, ``*`` and ``%``); shift amounts lie in [0, MAX_SHIFT] at bind."""
+
+    op: str
+    left: Lin
+    right: Lin
+
+
+@dataclass(frozen=True)
+class Lookup(_HashOnce):
+    """``table[index]``: the entry of a table parameter at a form; in range at bind."""
+
+    table: str
+    index: Lin
+
+
+@dataclass(frozen=True)
 class ChunkVar(_HashOnce):
     """``J<level>``: the index of a chunk of keys, ``J1 = (k + offset) // size``, ``J2 = (J1 + offset) // size``,
     ... (see :class:`ChunkedKeys`). Appears only in the bounds of a ChunkedKeys nest."""
@@ -423,7 +476,7 @@ class Root(_HashOnce):
     arg: Lin
 
 
-Term = Union[Pos, Builtin, ParamRef, SegAttr, SegValue, Square, Product, Floor, Extreme, ChunkVar, Root]
+Term = Union[Pos, Builtin, ParamRef, SegAttr, SegValue, Square, Product, Floor, Extreme, Bits, Lookup, ChunkVar, Root]
 
 
 @dataclass(frozen=True)
@@ -542,6 +595,12 @@ class RegionBounds:
     chunks: ChunkedKeys | None = None      # opaque regions only: exact keys, one interval per chunk
     inexact: Inexact | None = None         # opaque regions without chunks: why
     span: Span = _span()
+
+    @property
+    def forms(self) -> tuple[Lin, ...]:
+        """Every form the region's bounds, guards and opaque atoms read (what the kernels compute)."""
+        return tuple(b.lin for b in self.lower + self.upper) + tuple(
+            a.lin for a in self.guards + self.static_guards + self.opaque)
 
     @property
     def linear(self) -> bool:

@@ -46,17 +46,32 @@ class SegmentTable:
 
 
 @dataclass(frozen=True, eq=False)
+class Table:
+    """One table parameter of one batch element (a table per h: one entry per head)."""
+
+    values: np.ndarray          # int64[n], n >= 1
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True, eq=False)
 class BatchParams:
     """The validated parameter values of one batch element."""
 
     ints: tuple[tuple[str, int], ...]
     segments: tuple[tuple[str, SegmentTable], ...]
+    tables: tuple[tuple[str, Table], ...] = ()
 
     def int(self, name: str) -> int:
         return next(v for n, v in self.ints if n == name)
 
     def segment(self, name: str) -> SegmentTable:
         return next(v for n, v in self.segments if n == name)
+
+    def table(self, name: str) -> Table:
+        return next(v for n, v in self.tables if n == name)
 
 
 @dataclass(frozen=True, eq=False)

@@ -109,7 +109,63 @@ def floor_op(op: str, num: ir.Lin, den: ir.Lin) -> ir.Lin:
     quotient = divide(num, den)
     if quotient is not None:                # (c*x) // c == x, (c*x) % c == 0
         return quotient if op == "//" else ZERO
+    inner = single_term(num)
+    if (op == "//" and isinstance(inner, ir.Floor) and inner.op == "//" and is_const(inner.den) and is_const(den)
+            and inner.den.const > 0 and den.const > 0):     # (x // a) // b == x // (a*b): x >> 1 >> 5 is x >> 6
+        return floor_op("//", inner.num, const(inner.den.const * den.const))
     return _compound(ir.Floor(op, num, den))
+
+
+def _low_ones(value: int) -> int | None:
+    """``n`` when ``value == 2**n - 1`` (n >= 1), else None."""
+    return value.bit_length() if value > 0 and value & (value + 1) == 0 else None
+
+
+_FOLD = {"&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b,
+         "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b}
+
+
+def bits(op: str, a: ir.Lin, b: ir.Lin) -> ir.Lin:
+    """``a op b`` for a bit operation (:data:`~maskc.ir.BIT_OPS`), as a form where it is one: a shift by a
+    constant is ``a // 2**n`` or ``a * 2**n`` (so ``>>`` gets the chunk analysis of floors); with ``m = 2**n - 1``
+    and ``r = a % 2**n`` (a's low bits), ``a & m == r``, ``a & ~m == a - r``, ``a | m == a - r + m`` and
+    ``a ^ m == a - 2*r + m``; constants folded; else a :class:`~maskc.ir.Bits` term (the operands of ``&``,
+    ``|`` and ``^`` in canonical order). A constant shift amount outside [0, MAX_SHIFT]
+    stays whole, for bind to refuse."""
+    if op in ("<<", ">>"):
+        if is_const(b) and 0 <= b.const <= ir.MAX_SHIFT:
+            if is_const(a):
+                return const(_FOLD[op](a.const, b.const))
+            return scale(a, 2 ** b.const) if op == "<<" else floor_op("//", a, const(2 ** b.const))
+        return _compound(ir.Bits(op, a, b))
+    if is_const(a) and is_const(b):
+        return const(_FOLD[op](a.const, b.const))
+    if is_const(a):
+        a, b = b, a                               # the constant, if any, on the right
+    if is_const(b):
+        m = b.const
+        if op == "&" and m == 0 or op == "|" and m == -1:
+            return b
+        if op in ("|", "^") and m == 0 or op == "&" and m == -1:
+            return a
+        if op == "^" and m == -1:
+            return sub(const(-1), a)
+        n = (_low_ones(m) or _low_ones(-m - 1)) if op == "&" else _low_ones(m)
+        if n is not None:
+            low = floor_op("%", a, const(2 ** n))
+            if op == "&":
+                return low if m > 0 else sub(a, low)
+            return add(add(a, low, -1 if op == "|" else -2), const(m))
+    elif a == b:
+        return ZERO if op == "^" else a
+    else:
+        a, b = sorted((a, b), key=_term_key)
+    return _compound(ir.Bits(op, a, b))
+
+
+def lookup(table: str, index: ir.Lin) -> ir.Lin:
+    """``table[index]``: an entry of a table parameter."""
+    return _compound(ir.Lookup(table, index))
 
 
 def root(arg: ir.Lin) -> ir.Lin:
@@ -179,8 +235,12 @@ def from_expr(expr: ir.IntExpr) -> ir.Lin:
         return const(expr.value)
     if isinstance(expr, (ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue)):
         return of_term(_strip(expr))
+    if isinstance(expr, ir.TableAt):
+        return lookup(expr.table, from_expr(expr.index))
     if isinstance(expr, ir.Arith):
         a, b = from_expr(expr.left), from_expr(expr.right)
+        if expr.op in ir.BIT_OPS:
+            return bits(expr.op, a, b)
         if expr.op == "+":
             return add(a, b)
         if expr.op == "-":
@@ -214,6 +274,10 @@ def inner_lins(term) -> tuple[ir.Lin, ...]:
         return (term.num, term.den)
     if isinstance(term, ir.Extreme):
         return term.args
+    if isinstance(term, ir.Bits):
+        return (term.left, term.right)
+    if isinstance(term, ir.Lookup):
+        return (term.index,)
     return ()
 
 
@@ -248,6 +312,14 @@ def term_reads_chunks(term) -> bool:
 
 def reads_chunks(lin: ir.Lin) -> bool:
     return any(term_reads_chunks(t) for t, _ in lin.terms)
+
+
+def shift_amounts(lins):
+    """The amount of every shift that stayed whole (a ``<<`` or ``>>`` :class:`~maskc.ir.Bits`) in the forms."""
+    for lin in lins:
+        for t in terms_of(lin):
+            if isinstance(t, ir.Bits) and t.op in ("<<", ">>"):
+                yield t.right
 
 
 def depends_on_q(lin: ir.Lin) -> bool:
@@ -307,6 +379,10 @@ def _substitute_term(term, mapping) -> ir.Lin:
         return extreme(term.fn, tuple(substitute(a, mapping) for a in term.args))
     if isinstance(term, ir.Root):
         return root(substitute(term.arg, mapping))
+    if isinstance(term, ir.Bits):
+        return bits(term.op, substitute(term.left, mapping), substitute(term.right, mapping))
+    if isinstance(term, ir.Lookup):
+        return lookup(term.table, substitute(term.index, mapping))
     return of_term(term)
 
 
@@ -370,4 +446,8 @@ def render_term(t) -> str:
         return f"J{t.level}"
     if isinstance(t, ir.Root):
         return f"isqrt({render(t.arg)})"
+    if isinstance(t, ir.Bits):
+        return f"({render(t.left)}) {t.op} ({render(t.right)})"
+    if isinstance(t, ir.Lookup):
+        return f"{t.table}[{render(t.index)}]"
     return repr(t)

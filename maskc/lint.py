@@ -234,8 +234,9 @@ def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, path: str) -> li
                        f"tile classes are sound but not exact here: {reason}; the tiles this rule touches are "
                        "computed as PARTIAL (the predicate runs per pair) even where they are full or empty",
                        "k can enter through +, -, constant multiples, // and % by divisors known when the mask "
-                       "is bound (image rows, frames, chunks) and squares bounded above (a disc): each row's "
-                       "keys are then intervals that maskc computes exactly"))
+                       "is bound (image rows, frames, chunks; >> and << by constants, & with 2**n - 1 too) and "
+                       "squares bounded above (a disc): each row's keys are then intervals that maskc computes "
+                       "exactly"))
     return out
 
 
@@ -290,6 +291,8 @@ def _reads(node, name: str) -> bool:
             return n.seg == name
         if isinstance(n, ir.SegValue):
             return name in (n.array, n.seg)
+        if isinstance(n, ir.TableAt):
+            return n.table == name
         return False
     return mentions(node, hit)
 

@@ -10,7 +10,8 @@ such that
   attribute at q (they are equal there), and ``same(S)`` itself becomes the linear
   ``S.index(q) >= 0, S.start(q) <= k < S.end(q)``;
 * min/max/abs that depend on k are split into cases, so the atoms left depending on k
-  non-linearly are only those with products, squares or floor divisions of k (the *opaque* ones).
+  non-linearly are only those with products, squares, floor divisions, bit operations or table
+  entries of k (the *opaque* ones). A table's index is kept as written (bind proves it in range).
 """
 from __future__ import annotations
 
@@ -110,14 +111,25 @@ def _cmp_alternatives(cmp: ir.Cmp, rewrite) -> list[tuple[ir.Lin, ...]]:
     return [(L.add(d, one),), (L.add(neg, one),)]
 
 
+def _outside_tables(lin: ir.Lin):
+    """The terms of ``lin`` at any depth, outermost first, except those inside a table's index: an index is
+    not split into cases (bind proves the index as written in range, not each case's)."""
+    for t, _ in lin.terms:
+        yield t
+        if not isinstance(t, ir.Lookup):
+            for inner in L.inner_lins(t):
+                yield from _outside_tables(inner)
+
+
 def _split_extremes(lins: tuple[ir.Lin, ...], budget: _Budget) -> list[tuple[ir.Lin, ...]]:
-    """Case-split the innermost min/max that depends on k until none is left. Cases contradictory on
-    their face are dropped as soon as they appear, so nested abs of one form stays two cases per level."""
+    """Case-split the innermost min/max that depends on k until none is left (outside table indices). Cases
+    contradictory on their face are dropped as soon as they appear, so nested abs of one form stays two cases
+    per level."""
     target = None
     for lin in lins:
-        for t in L.terms_of(lin):
+        for t in _outside_tables(lin):
             if isinstance(t, ir.Extreme) and L.term_depends_on_k(t) and not any(
-                    isinstance(u, ir.Extreme) and L.term_depends_on_k(u) for a in t.args for u in L.terms_of(a)):
+                    isinstance(u, ir.Extreme) and L.term_depends_on_k(u) for a in t.args for u in _outside_tables(a)):
                 target = t
                 break
         if target is not None:
@@ -134,7 +146,8 @@ def _split_extremes(lins: tuple[ir.Lin, ...], budget: _Budget) -> list[tuple[ir.
                 continue
             diff = L.sub(other, chosen) if target.fn == "max" else L.sub(chosen, other)
             guards.append(L.add(diff, L.const(1)) if j < i else diff)   # diff < 0 or diff <= 0
-        replaced = tuple(L.substitute(lin, lambda t: chosen if t == target else None) for lin in lins)
+        replaced = tuple(L.substitute(lin, lambda t: chosen if t == target else
+                                      L.of_term(t) if isinstance(t, ir.Lookup) else None) for lin in lins)
         case = tuple(guards) + replaced
         budget.spend()
         if _tighten([ir.Atom(lin) for lin in case]) is not None:

@@ -48,7 +48,8 @@ _PARSE_LOCK = threading.Lock()
 _TOKEN_WORDS = {
     "NAME": "a name", "INT": "a number", "STRING": "a quoted path", "_NL": "the end of the line",
     "_INDENT": "an indented line", "_DEDENT": "the end of the block", "$END": "the end of the file",
-    "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '//' or '%'",
+    "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '//' or '%'", "OR_OP": "'|'",
+    "XOR_OP": "'^'", "AND_OP": "'&'", "SHIFT_OP": "'<<' or '>>'", "TILDE": "'~'",
     "RULE_KIND": "'allow' or 'deny'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
     "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "DOT": "'.'", "MINUS": "'-'", "PLUS": "'+'",
     "MASK": "'mask'", "LET": "'let'", "IMPORT": "'import'",
@@ -179,6 +180,9 @@ class _ToSyntax(Transformer_NonRecursive):
     def per_type(self, items):
         return ("per", None, str(items[0]))
 
+    def table_type(self, items):
+        return ("table", None, None)
+
     @v_args(meta=True)
     def let_stmt(self, meta, items):
         name, *args, value = items
@@ -257,6 +261,14 @@ class _ToSyntax(Transformer_NonRecursive):
         return ir.UnaryMinus(items[0], self._span(meta))
 
     @v_args(meta=True)
+    def invert(self, meta, items):
+        return ir.Invert(items[0], self._span(meta))
+
+    @v_args(meta=True)
+    def subscript(self, meta, items):
+        return ir.Subscript(str(items[0]), items[1], self._span(meta))
+
+    @v_args(meta=True)
     def number(self, meta, items):
         return ir.Num(int(items[0]), self._span(meta))
 
@@ -295,7 +307,7 @@ class _ToSyntax(Transformer_NonRecursive):
 # Levels of nesting (operators, comparisons, calls, not) one expression may have: every later pass
 # recurses on expressions. Parentheses alone add none.
 MAX_NESTING = 64
-_NESTING = (ir.BinOp, ir.UnaryMinus, ir.Call, ir.MethodCall, ir.Compare, ir.InRange, ir.BoolOp, ir.Not)
+_NESTING = (ir.BinOp, ir.UnaryMinus, ir.Invert, ir.Subscript, ir.Call, ir.MethodCall, ir.Compare, ir.InRange, ir.BoolOp, ir.Not)
 
 
 def _check_nesting(tree: ir.SourceFile, path: str) -> None:

@@ -255,7 +255,8 @@ class CompiledMask:
 
 
 def _param_repr(p: ir.Param) -> str:
-    kind = {"int": "const int" if p.const else "int", "segments": "segments", "per": f"per {p.of}"}[p.kind]
+    kind = {"int": "const int" if p.const else "int", "segments": "segments", "per": f"per {p.of}",
+            "table": "table" if p.of is None else f"per {p.of}"}[p.kind]
     return f"{p.name}: {kind}" + (f" = {p.default}" if p.default is not None else "")
 
 
@@ -268,6 +269,7 @@ def _values_repr(element) -> str:
     for n, table in element.segments:
         out.append(f"{n}={short(np.diff(table.bounds))}")
         out += [f"{a}={short(v)}" for a, v in table.values]
+    out += [f"{n}={short(table.values)}" for n, table in element.tables]
     return ", ".join(out)
 
 

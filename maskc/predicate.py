@@ -16,7 +16,9 @@ sanitized; C identifiers are generated (``lo0``, ``p1``, ...).
     mask[0] = seq_len, mask[1] = kv_len
     mask[2 + i]              int parameter i (declaration order)
     mask[2 + n_ints + s]     offset (within this table) of segments table s
-    table s:  [n, bound_0 .. bound_n, then each per-segment array of s: n entries]
+    mask[2 + n_ints + n_segs + t]   offset of table parameter t (declaration order)
+    segments table s:  [n, bound_0 .. bound_n, then each per-segment array of s: n entries]
+    table parameter t: [n, entry_0 .. entry_n-1]     (a table per h: one entry per head)
 
 A sub-block of a bound mask (``BoundMask.restrict``: query rows from q0, keys from k0) uses the predicate of
 ``emit_predicate(..., offsets=True)`` and tables packed with ``origin=(q0, k0)``: the kernel passes
@@ -85,6 +87,7 @@ class _Layout:
     ints: tuple[str, ...]
     segments: tuple[str, ...]
     arrays: tuple[tuple[str, str, int], ...]     # (array, its segments, position among that seg's arrays)
+    tables: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, params: tuple[ir.Param, ...]) -> "_Layout":
@@ -96,7 +99,7 @@ class _Layout:
             if p.kind == "per" and p.of is not None:
                 arrays.append((p.name, p.of, count.get(p.of, 0)))
                 count[p.of] = count.get(p.of, 0) + 1
-        return cls(ints, segs, tuple(arrays))
+        return cls(ints, segs, tuple(arrays), tuple(p.name for p in params if p.kind == "table"))
 
     def int_slot(self, name: str) -> int:
         return 2 + self.ints.index(name)
@@ -106,6 +109,9 @@ class _Layout:
 
     def array_slot(self, name: str) -> int:
         return next(i for a, _, i in self.arrays if a == name)
+
+    def table_slot(self, name: str) -> int:
+        return 2 + len(self.ints) + len(self.segments) + self.tables.index(name)
 
 
 def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
@@ -117,7 +123,7 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
     for params in bound.batch:
         header = [bound.seq_len, bound.kv_len] + [params.int(n) for n in layout.ints]
         tables = []
-        at = len(header) + len(layout.segments)
+        at = len(header) + len(layout.segments) + len(layout.tables)
         for s in layout.segments:
             table = params.segment(s)
             header.append(at)
@@ -125,6 +131,11 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
             for name, seg, _ in layout.arrays:
                 if seg == s:
                     body += [int(x) for x in table.value(name)]
+            tables += body
+            at += len(body)
+        for name in layout.tables:
+            header.append(at)
+            body = [params.table(name).count] + [int(x) for x in params.table(name).values]
             tables += body
             at += len(body)
         chunk = np.asarray(([] if origin is None else list(origin)) + header + tables, np.int64)
@@ -197,7 +208,10 @@ class _CWriter:
 
     @staticmethod
     def _is_leafish(lin: ir.Lin) -> bool:
-        return len(lin.terms) <= 1 and isinstance(L.single_term(lin), (ir.Pos, ir.Builtin, ir.ParamRef))
+        """A constant or a single leaf: cheaper to write out than to read from the row (and a constant
+        divisor stays a literal, which the compiler turns into a multiply and shift)."""
+        return L.is_const(lin) or (len(lin.terms) <= 1 and isinstance(L.single_term(lin), (ir.Pos, ir.Builtin,
+                                                                                             ir.ParamRef)))
 
     def hoist(self, lin: ir.Lin) -> str:
         """A per-row value: computed once in mask_row, read by mask_visible."""
@@ -223,6 +237,20 @@ class _CWriter:
             for a in args[1:]:
                 out = f"{fn}({_wide(out)}, {_wide(a)})"
             return out
+        if isinstance(t, ir.Bits):
+            a, b = self.lin(t.left, per_element), self.lin(t.right, per_element)
+            if t.op in ("<<", ">>"):
+                if not b.isdigit():     # in range at every real position (bind); clamped past the ends
+                    b = f"min(max({_wide(b)}, (maskc_int)0), (maskc_int){ir.MAX_SHIFT})"
+                # in 64 bits (a shift of an int by 32 or more is undefined), << through unsigned (a left shift
+                # of a negative value is undefined in C++17); >> of a signed value floors
+                cast = "unsigned long long" if t.op == "<<" else "long long"
+                return f"(maskc_int)(({cast})({a}) {t.op} {b})"
+            return f"({_wide(a)} {t.op} {_wide(b)})"
+        if isinstance(t, ir.Lookup):            # in range at every real position (bind); clamped past the ends
+            table = f"(mask + mask[{self.layout.table_slot(t.table)}])"
+            index = f"min(max({_wide(self.lin(t.index, per_element))}, (maskc_int)0), (maskc_int){table}[0] - 1)"
+            return f"(maskc_int){table}[1 + {index}]"
         return f"(maskc_int){self.leaf(t, 'k' if per_element else 'q')}"
 
 

@@ -1,10 +1,11 @@
 """Pass 2, resolve: syntax trees → :class:`~maskc.ir.ResolvedMask` (names, types, arity).
 
 Invariant: every name in the result is a built-in (q, k, seq_len, kv_len, h, b) or a parameter of
-the mask itself; ``let`` bindings, ``clamp`` and calls of other masks (from this file or an imported
-one) are inlined; integer expressions and conditions are distinct node types; segment attributes
-and per-segment arrays are read at q or k only; divisors are free of q and k; exponents are
-literal; no expression nests more than ``MAX_NESTING`` levels deep, once lets, mask calls and powers
+the mask itself; ``let`` bindings, ``clamp``, ``~`` and calls of other masks (from this file or an
+imported one) are inlined; integer expressions and conditions are distinct node types; segment attributes
+and per-segment arrays are read at q or k only, tables at any integer expression (a per-head parameter
+at h); divisors are free of q and k; exponents are literal; shift amounts that are constant lie in
+[0, MAX_SHIFT]; no expression nests more than ``MAX_NESTING`` levels deep, once lets, mask calls and powers
 are expanded (the later passes recurse on it). A mask that cannot satisfy this raises one
 :class:`~maskc.errors.MaskError` at the offending text.
 """
@@ -72,12 +73,15 @@ class _Scope:
 
 
 def _is_int(node) -> bool:
-    return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.Arith, ir.Func))
+    return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.TableAt, ir.Arith,
+                             ir.Func))
 
 
 def _children(node) -> tuple:
     if isinstance(node, (ir.Arith, ir.Cmp)):
         return (node.left, node.right)
+    if isinstance(node, ir.TableAt):
+        return (node.index,)
     if isinstance(node, ir.Func):
         return node.args
     if isinstance(node, (ir.All, ir.Any_)):
@@ -128,17 +132,7 @@ def expanded_size(node) -> int:
 def nesting(node) -> int:
     """The depth of a resolved expression or condition, counted without recursion (shared sub-trees
     once: a let used twice is one sub-tree)."""
-    def children(n):
-        if isinstance(n, (ir.Arith, ir.Cmp)):
-            return (n.left, n.right)
-        if isinstance(n, ir.Func):
-            return n.args
-        if isinstance(n, (ir.All, ir.Any_)):
-            return n.items
-        if isinstance(n, ir.Negate):
-            return (n.item,)
-        return ()
-
+    children = _children
     depth: dict[int, int] = {}
     stack: list[tuple[Any, bool]] = [(node, False)]
     while stack:
@@ -252,13 +246,25 @@ class _Resolver:
                     origin = self._int(p.origin, scope, None)
                     if depends_on_position(origin):
                         raise MaskTypeError("where segments start cannot depend on q or k", p.origin.span)
+                    if mentions(origin, lambda n: isinstance(n, ir.TableAt) or (isinstance(n, ir.Builtin) and
+                                                                                 n.name in ("h", "b"))):
+                        raise MaskTypeError("where segments start reads int parameters, seq_len and kv_len only",
+                                            p.origin.span)
                 out.append(ir.Param(p.name, "segments", origin=origin, span=p.span))
+            elif p.kind == "table":
+                if p.default is not None:
+                    raise MaskTypeError("a table takes no default (its length is its value's)", p.default.span,
+                                        "a table per head takes one: 'w: per h = 4'")
+                out.append(ir.Param(p.name, "table", span=p.span))
+            elif p.of == "h":           # one value per head: a table indexed by h
+                default = None if p.default is None else self._constant(p.default, scope)
+                out.append(ir.Param(p.name, "table", default, of="h", span=p.span))
             else:
                 seg = next((o for o in out if o.name == p.of), None)
                 if seg is None or seg.kind != "segments":
                     known = [o.name for o in out if o.kind == "segments"]
                     raise MaskNameError(f"'per {p.of}' needs a segments parameter '{p.of}' declared before it",
-                                        p.span, did_you_mean(p.of or "", known))
+                                        p.span, did_you_mean(p.of or "", known) or "'per h' gives one value per head")
                 default = None if p.default is None else self._constant(p.default, scope)
                 out.append(ir.Param(p.name, "per", default, of=p.of, span=p.span))
         return tuple(out)
@@ -351,6 +357,19 @@ class _Resolver:
     def _UnaryMinus(self, node, scope, file):
         return ir.Arith("-", ir.Const(0, node.span), self._int(node.operand, scope, file), node.span)
 
+    def _Invert(self, node, scope, file):       # ~x == -x - 1, as in Python
+        return ir.Arith("-", ir.Const(-1, node.span), self._int(node.operand, scope, file), node.span)
+
+    def _Subscript(self, node, scope, file):
+        table = scope.lookup(node.table)
+        if not (isinstance(table, ir.Param) and table.kind == "table"):
+            known = [n for n, v in scope.values if isinstance(v, ir.Param) and v.kind == "table"]
+            what = f"a {table.kind} parameter" if isinstance(table, ir.Param) else \
+                "a let" if isinstance(table, _Let) else "not a parameter"
+            raise MaskTypeError(f"'{node.table}' is {what}, not a table: only tables are indexed with [...]",
+                                node.span, did_you_mean(node.table, known) or "declare it 't: table'")
+        return ir.TableAt(table.name, self._int(node.index, scope, file), node.span)
+
     def _BinOp(self, node, scope, file):
         left = self._int(node.left, scope, file)
         right = self._int(node.right, scope, file)
@@ -366,6 +385,12 @@ class _Resolver:
         if node.op in ("//", "%") and depends_on_position(right):
             raise MaskTypeError(f"the right side of '{node.op}' cannot depend on q or k", node.right.span,
                                 "divide by a number or a parameter")
+        if node.op in ("<<", ">>"):
+            from . import linear
+            amount = linear.from_expr(right)
+            if linear.is_const(amount) and not 0 <= amount.const <= ir.MAX_SHIFT:
+                raise MaskTypeError(f"a shift amount must be from 0 to {ir.MAX_SHIFT}; this one is {amount.const}",
+                                    node.right.span, "every value maskc computes fits in 63 bits")
         return ir.Arith(node.op, left, right, node.span)
 
     def _Name(self, node, scope, file):
@@ -380,8 +405,10 @@ class _Resolver:
         if isinstance(bound, ir.Param):
             if bound.kind == "int":
                 return ir.ParamRef(bound.name, node.span)
+            if bound.kind == "table" and bound.of == "h":           # this head's value
+                return ir.TableAt(bound.name, ir.Builtin("h", node.span), node.span)
             use = "same(" + bound.name + ") or " + bound.name + ".start(q)" if bound.kind == "segments" \
-                else bound.name + "(q)"
+                else bound.name + "[i]" if bound.kind == "table" else bound.name + "(q)"
             raise MaskTypeError(f"'{node.id}' is a {bound.kind} parameter, not a number", node.span,
                                 f"use {use}")
         if isinstance(bound, _Let):
@@ -418,7 +445,10 @@ class _Resolver:
         if isinstance(bound, ir.Param):
             if bound.kind != "per":
                 raise MaskTypeError(f"'{node.func}' is a{'n' if bound.kind == 'int' else ''} {bound.kind} "
-                                    "parameter and cannot be called", node.span)
+                                    "parameter and cannot be called", node.span,
+                                    (f"write {node.func}[...] to read an entry" if bound.of is None else
+                                     f"write {node.func}: it is this head's value") if bound.kind == "table"
+                                    else None)
             pos = self._position_arg(node, scope, file, node.func)
             return ir.SegValue(bound.name, bound.of, pos, node.span)
         if node.func in _FUNCTIONS:
@@ -496,9 +526,11 @@ class _Resolver:
                 mapping[p.name] = self._int(a.value, scope, file)
             else:
                 target = scope.lookup(a.value.id) if isinstance(a.value, ir.Name) else None
-                if not (isinstance(target, ir.Param) and target.kind == p.kind):
-                    raise MaskTypeError(f"parameter '{p.name}' of mask '{callee.name}' is {p.kind}: pass a "
-                                        f"{p.kind} parameter of this mask", a.span)
+                if not (isinstance(target, ir.Param) and target.kind == p.kind and target.of == p.of
+                        if p.kind == "table" else isinstance(target, ir.Param) and target.kind == p.kind):
+                    kind = "table per h" if p.kind == "table" and p.of == "h" else p.kind
+                    raise MaskTypeError(f"parameter '{p.name}' of mask '{callee.name}' is {kind}: pass a "
+                                        f"{kind} parameter of this mask", a.span)
                 mapping[p.name] = target.name
         for p in callee.params:   # a per-array must follow the segments it is indexed by
             if p.kind == "per":
@@ -522,6 +554,8 @@ def _substitute(node, mapping: dict[str, Any]):
         return replace(node, seg=mapping[node.seg])
     if isinstance(node, ir.SegValue):
         return replace(node, array=mapping[node.array], seg=mapping[node.seg])
+    if isinstance(node, ir.TableAt):
+        return replace(node, table=mapping[node.table], index=_substitute(node.index, mapping))
     if isinstance(node, ir.Same):
         return replace(node, seg=mapping[node.seg])
     if isinstance(node, ir.Arith):

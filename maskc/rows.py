@@ -7,11 +7,13 @@ single linear term, loose where terms are correlated.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
-from . import ir
+from . import bitops, ir
 from . import linear as L
-from .kernel_ir import BatchParams
+from .kernel_ir import BatchParams, Table
 
 
 def segment_lookup(table, positions: np.ndarray, extent: int):
@@ -30,6 +32,46 @@ def segment_lookup(table, positions: np.ndarray, extent: int):
         start = np.where(before, 0, bounds[-1])
         end = np.where(before, bounds[0], extent)
     return np.where(inside, idx, -1), start, end, inside, safe
+
+
+_EXTREME_CELLS = 1 << 22        # entries of one table's range-extreme tables: 32 MiB of int64 each
+_EXTREMES: "weakref.WeakKeyDictionary[Table, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _extreme_tables(table: Table):
+    """(block, mins, maxs): sparse tables over blocks of ``block`` entries (``mins[j, i]`` the least entry of
+    blocks i .. i + 2**j - 1); ``block`` is 1 (exact) unless the table is past about 2**18 entries."""
+    hit = _EXTREMES.get(table)
+    if hit is None:
+        values, n = table.values, table.count
+        block = 1
+        while -(-n // block) * max(1, (-(-n // block)).bit_length()) > _EXTREME_CELLS:
+            block *= 2
+        m = -(-n // block)
+        padded = np.concatenate([values, np.full(m * block - n, values[-1], np.int64)]).reshape(m, block)
+        mins, maxs = [padded.min(axis=1)], [padded.max(axis=1)]
+        while 2 ** len(mins) <= m:
+            step = 2 ** (len(mins) - 1)
+            mins.append(np.concatenate([np.minimum(mins[-1][:-step], mins[-1][step:]), mins[-1][-step:]]))
+            maxs.append(np.concatenate([np.maximum(maxs[-1][:-step], maxs[-1][step:]), maxs[-1][-step:]]))
+        hit = _EXTREMES[table] = (block, np.stack(mins), np.stack(maxs))
+    return hit
+
+
+def table_bounds(table: Table, lo, hi):
+    """(least, greatest) entry of ``table`` at indices ``lo .. hi`` (arrays broadcast; clipped into the table:
+    bind proved every index a form takes in range). Sound; exact where ``lo == hi``, and for tables of up to
+    about 2**18 entries."""
+    n = table.count
+    lo, hi = np.broadcast_arrays(np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1))
+    block, mins, maxs = _extreme_tables(table)
+    b0, b1 = lo // block, hi // block
+    level = bitops.bit_length(b1 - b0 + 1) - 1
+    second = b1 - (np.int64(1) << level) + 1
+    least = np.minimum(mins[level, b0], mins[level, second])
+    greatest = np.maximum(maxs[level, b0], maxs[level, second])
+    at = table.values[lo]
+    return np.where(lo == hi, at, least), np.where(lo == hi, at, greatest)
 
 
 class _Scalars:
@@ -127,6 +169,10 @@ class RowValues(_Scalars):
             return self.chunks[t]
         if isinstance(t, ir.Root):
             return isqrt(self.lin(t.arg))
+        if isinstance(t, ir.Bits):
+            return bitops.apply(t.op, self.lin(t.left), self.lin(t.right))
+        if isinstance(t, ir.Lookup):
+            return self.params.table(t.table).values[self.lin(t.index)]
         raise TypeError(t)
 
 
@@ -221,6 +267,10 @@ class TileIntervals(_Scalars):
         if isinstance(t, ir.Root):                  # monotone
             lo, hi = self.lin(t.arg)
             return isqrt(lo), isqrt(hi)
+        if isinstance(t, ir.Bits):
+            return bitops.interval(t.op, self.lin(t.left), self.lin(t.right))
+        if isinstance(t, ir.Lookup):
+            return table_bounds(self.params.table(t.table), *self.lin(t.index))
         raise TypeError(t)
 
     def atom_state(self, lin: ir.Lin):

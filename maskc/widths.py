@@ -9,11 +9,15 @@ silently. Two checks keep all three exact:
   [-LIMIT, LIMIT], else a :class:`~maskc.errors.MaskError` at the rule.
 - ``check_bound(resolved, ranges, params, ...)``, at bind: over q in [0, seq_len), k in [0, kv_len),
   every head and the bound values, interval arithmetic in Python integers bounds every intermediate of
-  every form (each term, product, quotient and partial sum) of the analysed mask and of the resolved
-  expressions dense() evaluates; one that can leave [-LIMIT, LIMIT] is a
-  :class:`~maskc.errors.BindError` naming the parameters and the form.
+  every form (each term, product, quotient, bit operation and partial sum) of the analysed mask and of the
+  resolved expressions dense() evaluates; one that can leave [-LIMIT, LIMIT] is a
+  :class:`~maskc.errors.BindError` naming the parameters and the form. The same bounds prove every shift
+  amount within [0, MAX_SHIFT] and every table index within its table (else a BindError naming the
+  table), so the kernels never shift past 63 bits nor read outside a table.
 - ``fits_32_bits(...)``, at bind: the same bounds against 32 bits, for positions a tile past the ends; a
-  binding that passes gets the predicate in int (:attr:`~maskc.kernel_ir.BoundParams.narrow`).
+  binding that passes gets the predicate in int (:attr:`~maskc.kernel_ir.BoundParams.narrow`). Past the
+  ends, the kernel clamps table indices and shift amounts into range (their values there are never used),
+  and so do these bounds.
 
 LIMIT = 2**62 leaves head-room for the steps taken after a proven value (ceil division negates it,
 modulo subtracts a product of the quotient).
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from . import ir
+from . import bitops, ir
 from . import linear as L
 from .errors import BindError, MaskError
 from .kernel_ir import BatchParams
@@ -36,6 +40,18 @@ class _TooWide(Exception):
     def __init__(self, value: int):
         super().__init__(value)
         self.value = value
+
+
+class _BadShift(Exception):
+    def __init__(self, value: int):
+        super().__init__(value)
+        self.value = value
+
+
+class _OutOfRange(Exception):
+    def __init__(self, table: str, value: int, count: int):
+        super().__init__(table, value, count)
+        self.table, self.value, self.count = table, value, count
 
 
 def _fit(*values: int, limit: int = LIMIT) -> None:
@@ -56,6 +72,8 @@ def _params_in_expr(e) -> set[str]:
     """The int parameters an expression or condition of the resolved mask reads."""
     if isinstance(e, ir.ParamRef):
         return {e.name}
+    if isinstance(e, ir.TableAt):
+        return _params_in_expr(e.index)
     if isinstance(e, (ir.Arith, ir.Cmp)):
         return _params_in_expr(e.left) | _params_in_expr(e.right)
     if isinstance(e, (ir.Func, ir.All, ir.Any_)):
@@ -70,6 +88,7 @@ class _Bounds:
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: int, batch_index: int,
                  limit: int = LIMIT, padding: int = 0):
+        self.padding = padding
         self.limit = limit
         self.params = params
         self.extent = max(seq_len, kv_len)
@@ -86,11 +105,21 @@ class _Bounds:
             v = self.params.int(t.name)
             return v, v
         if isinstance(t, ir.SegAttr):
-            return (-1, self.params.segment(t.seg).count) if t.attr == "index" else (0, self.extent)
+            return self.segment_index(t) if t.attr == "index" else (0, self.extent)
         if isinstance(t, ir.SegValue):
             values = self.params.segment(t.seg).value(t.array)
             return (min(int(values.min()), 0), max(int(values.max()), 0)) if len(values) else (0, 0)
         raise TypeError(t)
+
+    def segment_index(self, t: ir.SegAttr) -> tuple[int, int]:
+        """The index of the segment holding q (or k): -1 only where positions lie outside the partitioned range
+        (so a table may be read at ``docs.index(q)`` when the segments cover [0, seq_len))."""
+        table = self.params.segment(t.seg)
+        first, last = self.leaves[t.pos]
+        bounds = table.bounds
+        outside = first < bounds[0] or last >= bounds[-1]
+        inside = table.count > 0 and first < bounds[-1] and last >= bounds[0]
+        return (-1 if outside else 0), (table.count - 1 if inside else -1)
 
     def product(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
         corners = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
@@ -110,6 +139,28 @@ class _Bounds:
     def extreme(self, fn: str, args: list[tuple[int, int]]) -> tuple[int, int]:
         pick = min if fn == "min" else max
         return pick(lo for lo, _ in args), pick(hi for _, hi in args)
+
+    def bits(self, op: str, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        if op in ("<<", ">>"):
+            if self.padding:                     # past the ends the kernel clamps the amount
+                b = (min(max(b[0], 0), ir.MAX_SHIFT), min(max(b[1], 0), ir.MAX_SHIFT))
+            if b[0] < 0 or b[1] > ir.MAX_SHIFT:
+                raise _BadShift(b[0] if b[0] < 0 else b[1])
+            scale = (2 ** b[0], 2 ** b[1])       # x >> n == x // 2**n, x << n == x * 2**n
+            return self.floor("//", a, scale) if op == ">>" else self.product(a, scale)
+        lo, hi = bitops.interval(op, a, b)        # operands within LIMIT: the result fits in int64
+        lo, hi = int(lo), int(hi)
+        _fit(lo, hi, limit=self.limit)
+        return lo, hi
+
+    def lookup(self, name: str, index: tuple[int, int]) -> tuple[int, int]:
+        table = self.params.table(name)
+        if self.padding:                         # past the ends the kernel clamps the index into the table
+            index = (min(max(index[0], 0), table.count - 1), min(max(index[1], 0), table.count - 1))
+        if index[0] < 0 or index[1] >= table.count:
+            raise _OutOfRange(name, index[0] if index[0] < 0 else index[1], table.count)
+        values = table.values[index[0]:index[1] + 1]
+        return int(values.min()), int(values.max())
 
     # -- analysed forms ---------------------------------------------------------------------------
     # -- combinations of proven children (shared by the recursive walk and the compiled check) ----------
@@ -141,6 +192,10 @@ class _Bounds:
         if isinstance(t, ir.Root):                  # monotone; read only where its argument is >= 0
             lo, hi = lins[0]
             return math.isqrt(max(lo, 0)), math.isqrt(max(hi, 0))
+        if isinstance(t, ir.Bits):
+            return self.bits(t.op, lins[0], lins[1])
+        if isinstance(t, ir.Lookup):
+            return self.lookup(t.table, lins[0])
         raise TypeError(t)
 
     def of_expr(self, e, args: list[tuple[int, int]]) -> tuple[int, int]:
@@ -153,11 +208,15 @@ class _Bounds:
                 lo, hi = args[0]
                 return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
             return self.extreme(e.fn, args)
+        if isinstance(e, ir.TableAt):
+            return self.lookup(e.table, args[0])
         a, b = args
         if e.op == "*":
             return self.product(a, b)
         if e.op in ("//", "%"):
             return self.floor(e.op, a, b)
+        if e.op in ir.BIT_OPS:
+            return self.bits(e.op, a, b)
         out = (a[0] + b[0], a[1] + b[1]) if e.op == "+" else (a[0] - b[1], a[1] - b[0])
         _fit(*out, limit=self.limit)
         return out
@@ -172,7 +231,7 @@ class _Bounds:
         return self.leaf(t)
 
     def expr(self, e) -> tuple[int, int]:
-        if isinstance(e, (ir.Const, ir.Func, ir.Arith)):
+        if isinstance(e, _COMPOUND_EXPRS):
             return self.of_expr(e, [self.expr(a) for a in _operands(e)])
         return self.leaf(e)
 
@@ -181,8 +240,15 @@ class _Bounds:
             self.expr(e)
 
 
+_COMPOUND_EXPRS = (ir.Const, ir.Func, ir.Arith, ir.TableAt)     # what of_expr combines (the rest are leaves)
+
+
 def _operands(e) -> tuple:
-    return e.args if isinstance(e, ir.Func) else (e.left, e.right) if isinstance(e, ir.Arith) else ()
+    if isinstance(e, ir.Func):
+        return e.args
+    if isinstance(e, ir.Arith):
+        return (e.left, e.right)
+    return (e.index,) if isinstance(e, ir.TableAt) else ()
 
 
 def _cond_exprs(c):
@@ -224,7 +290,7 @@ class _Program:
                 kids = tuple(self._add("term", t) for t, _ in node.terms)
             elif kind == "term" and isinstance(node, ir._HashOnce):
                 kids = tuple(self._add("lin", a) for a in L.inner_lins(node))
-            elif kind == "expr" and isinstance(node, (ir.Const, ir.Func, ir.Arith)):
+            elif kind == "expr" and isinstance(node, _COMPOUND_EXPRS):
                 kids = tuple(self._add("expr", a) for a in _operands(node))
             else:
                 kind, kids = "leaf", ()
@@ -240,7 +306,7 @@ class _Program:
         try:
             for kind, node, kids in self.steps[:end]:
                 values.append(bounds.leaf(node) if kind == "leaf" else combine[kind](node, [values[i] for i in kids]))
-        except _TooWide:
+        except _REFUSED:
             return next(i for i, end in enumerate(self.roots) if end > len(values))
         return None
 
@@ -248,7 +314,7 @@ class _Program:
 def _checked_forms(ranges: ir.RangeMask):
     """(form, its region) for every form of the kernel's predicate, in order."""
     for region in ranges.allow + ranges.deny:
-        for lin in _kernel_forms(region):
+        for lin in region.forms:
             yield lin, region
 
 
@@ -261,14 +327,26 @@ def _program(resolved: ir.ResolvedMask, ranges: ir.RangeMask) -> _Program:
     return cached[1]
 
 
-def _refuse(mask_name: str, params: BatchParams, names: set[str], form: str, value: int, span, at: str):
+def _refuse(mask_name: str, params: BatchParams, names: set[str], form: str, err: Exception, span, at: str):
     ints = dict(params.ints)
     named = [f"'{n}' = {ints[n]}" for n in sorted(names) if n in ints]
     who = f"parameter {', '.join(named)}" if named else "seq_len / kv_len"
-    raise BindError(f"with {who}{at}, '{form}' in mask '{mask_name}' can reach {value}, beyond the 64-bit "
+    if isinstance(err, _OutOfRange):
+        raise BindError(f"with {who}{at}, an index of table '{err.table}' in '{form}' in mask '{mask_name}' can "
+                        f"reach {err.value}, but '{err.table}' has {err.count} entries (indices 0 to "
+                        f"{err.count - 1})", span, f"give '{err.table}' more entries, or keep its index in range "
+                        f"(clamp(i, 0, {err.count - 1}))") from None
+    if isinstance(err, _BadShift):
+        raise BindError(f"with {who}{at}, a shift amount in '{form}' in mask '{mask_name}' can be {err.value}; "
+                        f"shifts take 0 to {ir.MAX_SHIFT}", span) from None
+    assert isinstance(err, _TooWide)
+    raise BindError(f"with {who}{at}, '{form}' in mask '{mask_name}' can reach {err.value}, beyond the 64-bit "
                     f"range maskc computes in (|x| <= 2**62)", span,
                     "use smaller values (bind's limit for each int parameter is 32 bits, and products "
                     "of them must stay within 2**62)") from None
+
+
+_REFUSED = (_TooWide, _BadShift, _OutOfRange)
 
 
 def check_expr(mask_name: str, expr, params: BatchParams, seq_len: int, kv_len: int, batch_index: int,
@@ -277,22 +355,16 @@ def check_expr(mask_name: str, expr, params: BatchParams, seq_len: int, kv_len: 
     bounds = _Bounds(params, seq_len, kv_len, 1, batch_index)
     try:
         bounds.expr(expr) if _is_expr(expr) else bounds.cond(expr)
-    except _TooWide as wide:
+    except _REFUSED as err:
         from .explain import expr_text
         text = expr_text(expr) if _is_expr(expr) else (span.source_line.strip() if span and span.source_line
                                                         else "a condition")
-        _refuse(mask_name, params, _params_in_expr(expr), text, wide.value, span, at)
+        _refuse(mask_name, params, _params_in_expr(expr), text, err, span, at)
 
 
 def _is_expr(node) -> bool:
-    return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.Arith,
-                             ir.Func))
-
-
-def _kernel_forms(region: ir.RegionBounds) -> list[ir.Lin]:
-    """The forms of a region the kernel's predicate computes."""
-    return [b.lin for b in region.lower + region.upper] + [
-        a.lin for a in region.guards + region.static_guards + region.opaque]
+    return isinstance(node, (ir.Const, ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue, ir.TableAt,
+                             ir.Arith, ir.Func))
 
 
 def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len: int, heads: int,
@@ -306,7 +378,7 @@ def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len
     try:
         for lin, _ in _checked_forms(ranges):
             bounds.lin(lin)
-    except _TooWide:
+    except _REFUSED:
         return False
     return True
 
@@ -318,22 +390,28 @@ def check_bound(resolved: ir.ResolvedMask, ranges: ir.RangeMask, params: BatchPa
     The steps are compiled once per mask (:class:`_Program`, kept on ``ranges``); a failure is then
     reported by walking the item that failed."""
     bounds = _Bounds(params, seq_len, kv_len, heads, batch_index)
-    failing = _program(resolved, ranges).first_failing(bounds)
-    if failing is None:
+    if _program(resolved, ranges).first_failing(bounds) is None:
         return
-    forms = list(_checked_forms(ranges))
-    try:
-        if failing < len(forms):
-            lin, region = forms[failing]
-            what = (_params_in_lin(lin), L.render(lin), region.span)
-            bounds.lin(lin)
-        else:
-            rule = resolved.rules[failing - len(forms)]
-            what = (_params_in_expr(rule.cond), rule.span.source_line.strip() if rule.span.source_line else rule.kind,
-                    rule.span)
+    for rule in resolved.rules:         # shift amounts and table indices first, reported at the rule's text
+        try:
             bounds.cond(rule.cond)
-    except _TooWide as wide:
-        _refuse(resolved.name, params, what[0], what[1], wide.value, what[2], at)
+        except (_BadShift, _OutOfRange) as err:
+            text = rule.span.source_line.strip() if rule.span.source_line else rule.kind
+            _refuse(resolved.name, params, _params_in_expr(rule.cond), text, err, rule.span, at)
+        except _TooWide:
+            pass                        # reported below, at the form that overflows
+    for region in ranges.allow + ranges.deny:
+        for lin in region.forms:
+            try:
+                bounds.lin(lin)
+            except _REFUSED as err:
+                _refuse(resolved.name, params, _params_in_lin(lin), L.render(lin), err, region.span, at)
+    for rule in resolved.rules:
+        try:
+            bounds.cond(rule.cond)
+        except _REFUSED as err:
+            text = rule.span.source_line.strip() if rule.span.source_line else rule.kind
+            _refuse(resolved.name, params, _params_in_expr(rule.cond), text, err, rule.span, at)
     raise AssertionError("the compiled width check failed where the walk does not")
 
 

@@ -32,12 +32,13 @@ def load(name):
     return _masks[name]
 
 
-def bind(name, S, seed=0, batch=None, **kw):
-    """A real bound mask with example_params; batch=n: n elements with different parameters (lists)."""
+def bind(name, S, seed=0, batch=None, heads=4, **kw):
+    """A real bound mask with example_params; batch=n: n elements with different parameters (lists). A mask
+    that reads h is bound to ``heads`` query heads."""
     rng = np.random.default_rng(seed)
     if batch is None:
-        return load(name).bind(seq_len=S, **example_params(name, S, rng), **kw)
-    return load(name).bind(seq_len=S, **batch_params(load(name), name, S, rng, batch, **kw), **kw)
+        return load(name).bind(seq_len=S, **example_params(name, S, rng, heads), **kw)
+    return load(name).bind(seq_len=S, **batch_params(load(name), name, S, rng, batch, heads, **kw), **kw)
 
 
 def poison(shape, dtype):

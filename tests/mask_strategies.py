@@ -1,8 +1,8 @@
 """Hypothesis strategies: random .mask programs (as text) with valid parameter values.
 
-``exact=True`` draws from the fragment where every atom is linear in k (q-side anything), for
-which maskc promises exact tile classes; ``exact=False`` adds products, squares, floor division
-and k-side segment attributes, where it promises only soundness.
+``exact=True`` draws from the fragment where every atom is linear in k (q-side anything, bit operations
+included), for which maskc promises exact tile classes; ``exact=False`` adds products, squares, floor
+division, bit operations and k-side segment attributes, where it promises only soundness.
 """
 from __future__ import annotations
 
@@ -20,10 +20,15 @@ def q_expr(draw, depth=2):
     """An integer expression free of k."""
     if depth == 0 or draw(st.booleans()):
         return draw(st.sampled_from(Q_LEAVES)) if draw(st.integers(0, 3)) else str(draw(st.integers(-5, 40)))
-    kind = draw(st.sampled_from(["+", "-", "*const", "min", "max", "abs", "//", "%", "clamp", "sq"]))
+    kind = draw(st.sampled_from(["+", "-", "*const", "min", "max", "abs", "//", "%", "clamp", "sq",
+                                 "&", "|", "^", ">>", "<<", "~"]))
     a, b = draw(q_expr(depth - 1)), draw(q_expr(depth - 1))
-    if kind in "+-":
+    if kind in ("+", "-", "&", "|", "^"):
         return f"({a} {kind} {b})"
+    if kind in (">>", "<<"):
+        return f"({a} {kind} {draw(st.integers(0, 5 if kind == '>>' else 3))})"
+    if kind == "~":
+        return f"~{a}"
     if kind == "*const":
         return f"{draw(st.integers(-3, 3))} * {a}"
     if kind in ("min", "max"):
@@ -40,7 +45,7 @@ def q_expr(draw, depth=2):
 @st.composite
 def k_expr(draw, exact: bool, depth=1):
     """An integer expression that uses k (linearly when exact)."""
-    choice = draw(st.integers(0, 9 if not exact else 6))
+    choice = draw(st.integers(0, 12 if not exact else 6))
     if choice <= 2 or depth == 0:
         coef = draw(st.sampled_from([1, 1, 1, -1, 2, -2, 3]))
         term = "k" if coef == 1 else f"{coef} * k"
@@ -56,6 +61,16 @@ def k_expr(draw, exact: bool, depth=1):
         return f"({draw(k_expr(exact, depth - 1))}) * ({draw(q_expr(1))})"
     if choice == 8:
         return f"({draw(k_expr(exact, depth - 1))}) // {draw(st.integers(1, 6))}"
+    if choice == 10:       # a bit operation of k with anything of q
+        op = draw(st.sampled_from(["&", "|", "^"]))
+        return f"({draw(k_expr(exact, depth - 1))} {op} {draw(q_expr(1))})"
+    if choice == 11:       # shifts: >> by a constant is a floor, by a form of q (or << of q by k) opaque
+        n = draw(st.sampled_from(["0", "1", "3", "(q % 4)", "(a % 3)"]))
+        return (f"({draw(k_expr(exact, depth - 1))} >> {n})" if draw(st.booleans()) else
+                f"({draw(q_expr(1))} << (k % 3))")
+    if choice == 12:       # masks with a constant: floors (& 7, & -4) and bit tests (& 5)
+        return f"({draw(k_expr(exact, depth - 1))} {draw(st.sampled_from(['&', '|', '^']))} " \
+               f"{draw(st.sampled_from([1, 3, 5, 7, -4, 6]))})"
     return draw(st.sampled_from(K_LEAVES_GENERAL))
 
 

@@ -42,8 +42,9 @@ def test_gqa_needs_enable_gqa_and_then_matches_repeated_heads():
 def test_create_block_mask_drives_flex_attention_and_maskc_alike(name):
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
     S = 200
-    params = example_params(name, S, np.random.default_rng(3))
     H = 2
+    params = example_params(name, S, np.random.default_rng(3), heads=H)
+    params.pop("num_heads", None)                             # Flex's H says it
     mask = maskc.load(EXAMPLES / f"{name}.mask")
     block_mask = maskc.create_block_mask(EXAMPLES / f"{name}.mask", B=None, H=H, Q_LEN=S, BLOCK_SIZE=64, **params)
     assert isinstance(block_mask, BlockMask) and block_mask.kv_num_blocks.device.type == "cpu"

@@ -153,3 +153,11 @@ def test_one_floor_of_k_is_a_bound(text):
     assert mask.ranges.linear and mask.exact
     bound = mask.bind(seq_len=100, **({"c": 7} if "c:" in text else {}))
     _check_classes(bound, 16, 16, exact=True)
+
+
+def test_a_floor_whose_k_cancels_leaves_the_nest():
+    """(-q - 2*k) % 2 is q % 2: once its floor is canonical it reads no k, and goes up as a guard (it used to
+    reach the solver for k and fail there with an IndexError)."""
+    mask = maskc.compile_mask("mask m()\n  allow (-q - 2 * k) % 2 == 0, k <= q\n")
+    assert mask.exact
+    _check_classes(mask.bind(seq_len=40), 4, 4, exact=True)

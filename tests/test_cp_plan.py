@@ -11,7 +11,7 @@ import maskc
 import maskc.distributed as cp
 from maskc.distributed.shard import ShardingError
 
-from conftest import EXAMPLE_NAMES, EXAMPLES, example_params
+from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params
 
 MASKS = {name: maskc.load(EXAMPLES / f"{name}.mask") for name in EXAMPLE_NAMES}
 
@@ -22,10 +22,7 @@ def bound_of(name, S, seed, batch=1):
         try:
             if batch == 1:
                 return MASKS[name].bind(S, **example_params(name, S, rng))
-            per = [example_params(name, S, rng) for _ in range(batch)]
-            for p in per[1:]:
-                p.update({key: per[0][key] for key in MASKS[name].const_params})
-            return MASKS[name].bind(S, **{key: [p[key] for p in per] for key in per[0]})
+            return MASKS[name].bind(S, **batch_params(MASKS[name], name, S, rng, batch))
         except maskc.MaskError:
             continue
     raise AssertionError("no binding")
@@ -41,7 +38,8 @@ def dense_all(bound):
 def test_block_pairs_count_the_dense_mask(name):
     for seed in range(3):
         bound = bound_of(name, 96, seed, batch=1 + seed % 2)
-        dense = np.stack([bound.dense(b) for b in range(bound.batch)])
+        heads = range(bound.num_heads) if bound.num_heads else (0,)          # pairs of every head
+        dense = np.stack([bound.dense(b, h) for b in range(bound.batch) for h in heads])
         for block in (1, 7, 32, 96):
             want = np.add.reduceat(dense.sum(axis=(0, 2)), np.arange(0, 96, block))
             np.testing.assert_array_equal(cp.block_pairs(bound, block), want)
@@ -126,7 +124,9 @@ def workloads(S):
             "clear": {"text": 512, "width": 128, "radius": 16},
             "global_local": {"globals": 16, "window": 2048},
             "neighborhood": {"width": 181, "window": 13},
-            "video": {"width": 32, "height": 32, "radius": 3, "past": 1}}
+            "video": {"width": 32, "height": 32, "radius": 3, "past": 1},
+            "morton_local": {"radius": 3},
+            "per_head_window": {"num_heads": 8, "window": [256, 256, 512, 512, 1024, 2048, 4096, S]}}
 
 
 @pytest.mark.parametrize("S", [32768, 131072])

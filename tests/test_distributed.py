@@ -15,7 +15,7 @@ import torch.multiprocessing as mp  # noqa: E402
 import maskc  # noqa: E402
 import maskc.distributed as cp  # noqa: E402
 
-from conftest import EXAMPLE_NAMES, EXAMPLES, example_params  # noqa: E402
+from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params  # noqa: E402
 
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
@@ -26,11 +26,8 @@ def bind_case(case):
     rng = np.random.default_rng(case["seed"])
     S, B = case["S"], case["B"]
     if not mask.params or case.get("broadcast"):
-        return mask.bind(S, **example_params(case["name"], S, rng))
-    per = [example_params(case["name"], S, rng) for _ in range(B)]
-    for p in per[1:]:
-        p.update({key: per[0][key] for key in mask.const_params})
-    return mask.bind(S, **{key: [p[key] for p in per] for key in per[0]})
+        return mask.bind(S, **example_params(case["name"], S, rng, case["Hq"]))
+    return mask.bind(S, **batch_params(mask, case["name"], S, rng, B, case["Hq"]))
 
 
 def case_tensors(case, device="cpu"):

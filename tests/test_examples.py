@@ -19,6 +19,8 @@ CONTRACT = {
     "clear": ["text", "width", "radius"],
     "neighborhood": ["width", "window"],
     "video": ["width", "height", "radius", "past"],
+    "morton_local": ["radius"],
+    "per_head_window": ["window"],
 }
 
 
@@ -60,7 +62,7 @@ def hstu_reference(users, context, targets, max_attn_len, seq_len):
     return out
 
 
-def reference(name, seq_len, p):
+def reference(name, seq_len, p, head=0):
     q = np.arange(seq_len)[:, None]
     k = np.arange(seq_len)[None, :]
     if name == "causal":
@@ -91,6 +93,10 @@ def reference(name, seq_len, p):
         return neighborhood_reference(seq_len, p["width"], p["window"])
     if name == "video":
         return video_reference(seq_len, p["width"], p["height"], p["radius"], p["past"])
+    if name == "morton_local":
+        return morton_reference(seq_len, p["radius"])
+    if name == "per_head_window":
+        return (k <= q) & (q - k < p["window"][head])
     raise KeyError(name)
 
 
@@ -111,6 +117,18 @@ def neighborhood_reference(seq_len, width, window):
     return out
 
 
+def morton_reference(seq_len, radius):
+    """Images of 64 x 64 tokens in Z order: token m's column and row are its bits 0, 2, .., 10 and 1, 3, .., 11
+    (read one bit at a time in Python); pairs within one image and `radius` columns and rows."""
+    def pixel(m):
+        x = sum(((m >> (2 * b)) & 1) << b for b in range(6))
+        y = sum(((m >> (2 * b + 1)) & 1) << b for b in range(6))
+        return m // 4096, x, y
+    image, x, y = (np.asarray(c) for c in zip(*(pixel(m) for m in range(seq_len))))
+    near = lambda c: np.abs(c[:, None] - c[None, :]) <= radius      # noqa: E731
+    return (image[:, None] == image[None, :]) & near(x) & near(y)
+
+
 def video_reference(seq_len, width, height, radius, past):
     """A token of frame t at (y, x) sees frames t - past .. t within `radius` rows and columns."""
     i = np.arange(seq_len)
@@ -126,7 +144,34 @@ def video_reference(seq_len, width, height, radius, past):
 def test_meaning(name, seed, seq_len):
     params = example_params(name, seq_len, np.random.default_rng(seed))
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=seq_len, **params)
-    np.testing.assert_array_equal(bound.dense(), reference(name, seq_len, params))
+    for head in range(bound.num_heads or 1):
+        np.testing.assert_array_equal(bound.dense(0, head), reference(name, seq_len, params, head))
+
+
+def test_morton_local_across_images():
+    """Two images and part of a third; the tiles are sound (bit operations: not exact) and, over tiles aligned
+    with the Morton squares, exactly the truth here."""
+    from conftest import tile_truth
+    bound = maskc.load(EXAMPLES / "morton_local.mask").bind(seq_len=2 * 4096 + 300, radius=2)
+    dense = bound.dense()
+    np.testing.assert_array_equal(dense, morton_reference(bound.seq_len, 2))
+    assert not bound.tile_map(64, 64).exact
+    got, truth = bound.tiles(64, 64), tile_truth(dense, 64, 64)
+    assert not np.any((got != maskc.PARTIAL) & (got != truth))
+    assert (got == maskc.PARTIAL).sum() <= 1.05 * (truth == maskc.PARTIAL).sum()
+
+
+def test_per_head_window_needs_one_window_per_head():
+    mask = maskc.load(EXAMPLES / "per_head_window.mask")
+    bound = mask.bind(seq_len=64, num_heads=3, window=[1, 8, 64])
+    for head, window in enumerate([1, 8, 64]):
+        np.testing.assert_array_equal(bound.dense(0, head), reference("per_head_window", 64, {"window": [window]}))
+    with pytest.raises(maskc.BindError, match="num_heads"):
+        mask.bind(seq_len=64, window=[1, 8, 64])
+    with pytest.raises(maskc.BindError, match="'window' has 2 entries, one per head, but num_heads = 3"):
+        mask.bind(seq_len=64, num_heads=3, window=[1, 8])
+    with pytest.raises(maskc.BindError, match="requirement"):
+        mask.bind(seq_len=64, num_heads=3, window=[1, 0, 8])
 
 
 def test_hstu_targets_see_history_and_themselves_only():
