@@ -3,10 +3,11 @@
 A torch custom op (``maskc.torch_ops``) accepts tensors and scalars, not a BoundMask; the mask travels as
 its handle and is looked up again inside the op. Under ``torch.compile`` the handle travels as data, a 0-d
 int64 array (:func:`as_array`, which torch.compile reads as a tensor input), not as an int: torch.compile
-guards an int's value, so a new bound mask would cost a recompile, while a tensor's value is never guarded. Handles are never reused, and the table holds its
-objects weakly: a handle outlives its object only as a clear error. An autograd graph holds only the handle,
-so whatever runs a forward also calls :func:`keep_alive`, which holds the most recently used objects
-strongly: a training step's mask survives until its backward even if the caller drops it.
+guards an int's value, so a new bound mask would cost a recompile, while a tensor's value is never
+guarded. Handles are never reused, and the table holds its objects weakly: a handle outlives its object
+only as a clear error. An autograd graph holds only the handle, so whatever runs a forward also calls
+:func:`keep_alive`, which holds the most recently used objects strongly: a training step's mask survives
+until its backward even if the caller drops it.
 """
 from __future__ import annotations
 
