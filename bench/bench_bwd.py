@@ -34,7 +34,7 @@ from workloads import (ALL_MASKS, B, D, H, ROOT, bench_ms, compiled_flex, count_
 import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
 from maskc import runtime  # noqa: E402
 from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
-from maskc.schedule import choose_backward_tiles  # noqa: E402
+from maskc.codegen.schedule import choose_backward_tiles  # noqa: E402
 
 WORK = {"bwd": 2.5, "fwd_bwd": 3.5}   # work relative to the forward's 4·D FLOPs per visible pair
 

@@ -26,7 +26,7 @@ import workloads as W  # noqa: E402
 
 from maskc import Options  # noqa: E402
 from maskc.runtime import attention  # noqa: E402
-from maskc.schedule import Tiles  # noqa: E402
+from maskc.codegen.schedule import Tiles  # noqa: E402
 
 IMPLS = ("maskc", "flex", "flex_fa4", "fa4", "fa4_varlen", "cudnn")
 

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 def job(a):
     name, d, red = a
     import maskc
-    from maskc.emit import compile_to_cubin
+    from maskc.codegen.emit import compile_to_cubin
     from maskc.runtime import binary_name, disk_cache
     options = maskc.Options.from_environment().replace(backward_engine="wgmma", dq_reduction=red)
     src = maskc.load(f"examples/{name}.mask").backward_source(options, head_dim=d)

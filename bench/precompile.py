@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 def compile_one(job) -> int:
     path, head_dim, dtype, backward, engine = job
     import maskc
-    from maskc.emit import compile_to_cubin
+    from maskc.codegen.emit import compile_to_cubin
     from maskc.runtime import binary_name, disk_cache
 
     options = maskc.Options.from_environment()

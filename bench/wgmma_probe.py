@@ -24,7 +24,7 @@ import maskc  # noqa: E402
 from maskc import Options  # noqa: E402
 from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import attention  # noqa: E402
-from maskc.schedule import choose_tiles  # noqa: E402
+from maskc.codegen.schedule import choose_tiles  # noqa: E402
 
 
 def reference(q, k, v, bound, scale):

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import BindError, InputError, MaskError, MaskSyntaxError
-from .flex import create_block_mask, create_mask
-from .kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
-from .options import Options
-from .pipeline import BoundMask, CompiledMask, compile_all, compile_mask, load
-from .reference import reference_attention
-from .restrict import RestrictedMask
+from maskc.errors import BindError, InputError, MaskError, MaskSyntaxError
+from maskc.flex import create_block_mask, create_mask
+from maskc.kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
+from maskc.options import Options
+from maskc.pipeline import BoundMask, CompiledMask, compile_all, compile_mask, load
+from maskc.restrict import RestrictedMask
+from maskc.runtime.reference import reference_attention
 
 __version__ = "0.1.0"
 
@@ -65,7 +65,7 @@ def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *
     """Masked attention with maskc's generated kernels, shaped like ``flex_attention``.
 
     ``query`` (B, Hq, S, D), ``key`` and ``value`` (B, Hkv, Skv, D): torch tensors (differentiable through
-    ``maskc.torch_ops``; CUDA runs the kernels, CPU the reference path; traceable by torch.compile) or
+    ``maskc.runtime.torch_ops``; CUDA runs the kernels, CPU the reference path; traceable by torch.compile) or
     CuPy arrays (the forward kernel; see :func:`attention_backward`). ``mask``: a :class:`BoundMask`, or,
     as ``block_mask=``, a Flex ``BlockMask`` from :func:`create_block_mask`. ``scale`` defaults to
     1/sqrt(D). ``enable_gqa``: allow Hq to be a multiple of Hkv (query head h reads key/value head
@@ -80,10 +80,10 @@ def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *
     bound = _bound_of(mask, block_mask)
     _check_heads(query, key, value, enable_gqa)
     if type(query).__module__.startswith("torch"):
-        from .torch_ops import attention as _torch_attention
+        from maskc.runtime.torch_ops import attention as _torch_attention
         return _torch_attention(query, key, value, bound, scale=scale, return_lse=return_lse,
                                 deterministic=deterministic, options=options)
-    from .runtime import attention as _attention
+    from maskc.runtime.kernels import attention as _attention
     return _attention(query, key, value, bound, scale=scale, return_lse=return_lse, options=options)
 
 
@@ -92,7 +92,7 @@ def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, bo
                        options: Options | None = None) -> tuple[Any, Any, Any]:
     """(dQ, dK, dV) on the GPU from the forward's O and LSE, for torch tensors or CuPy arrays (no autograd:
     torch users get this through ``attention(...).backward()``)."""
-    from .runtime import attention_backward as _backward
+    from maskc.runtime.kernels import attention_backward as _backward
     return _backward(dout, q, k, v, out, lse, bound_mask, scale=scale, dlse=dlse, deterministic=deterministic,
                      options=options)
 

@@ -1,5 +1,5 @@
 """``python -m maskc``: the same command as the ``maskc`` console script."""
-from .cli import main
+from maskc.cli import main
 
 if __name__ == "__main__":
     main()

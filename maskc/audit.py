@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .evaluate import Evaluator
-from .kernel_ir import EMPTY, FULL, PARTIAL
+from maskc.analysis.evaluate import Evaluator
+from maskc.kernel_ir import EMPTY, FULL, PARTIAL
 
 
 def _row_blocks(bound, batch_index: int, block_m: int, head: int = 0):

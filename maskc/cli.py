@@ -17,15 +17,15 @@ from typing import Any
 
 import click
 
-from . import __version__
-from .cli_run import run_cmd
-from .cli_shared import (CliError, bind_from_cli, dtype_option, environment_options, gpu_available, head_dim_option,
-                         import_path_option, kv_len_option, load_mask, mask_option, param_option, parse_params,
-                         seq_len_option, write_output)
-from .errors import MaskError
-from .kernel_ir import BACKWARD_ENGINES, ENGINES
-from .schedule import ARCHES
-from .progress import status
+from maskc import __version__
+from maskc.cli_run import run_cmd
+from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
+                              head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
+                              parse_params, seq_len_option, write_output)
+from maskc.codegen.schedule import ARCHES
+from maskc.errors import MaskError
+from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
+from maskc.progress import status
 
 TILE = click.IntRange(1, 2 ** 31 - 1)     # a tile side: positive, and like every length an int32
 _load = load_mask                       # the name tests replace to reach the internal-error path
@@ -149,8 +149,8 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
 
 
 def _check_with_nvrtc(src) -> None:
-    from .cpu_check import cubin_registers_by_kernel
-    from .emit import KernelCompileError, compile_to_cubin, is_ptx
+    from maskc.codegen.emit import KernelCompileError, compile_to_cubin, is_ptx
+    from maskc.runtime.cpu_check import cubin_registers_by_kernel
     try:
         with status(f"NVRTC: compiling {', '.join(src.functions)}"):
             cubin = compile_to_cubin(src)
@@ -189,7 +189,7 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple
       maskc lint examples/*.mask
       maskc lint --format github masks/*.mask      # in a GitHub Actions step
     """
-    from .lint import lint_file, render
+    from maskc.lint import lint_file, render
     diags = [d for f in files for d in lint_file(f, import_paths)]
     click.echo(render(diags, fmt), nl=False)
     errors = sum(d.severity == "error" for d in diags)
@@ -227,7 +227,7 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
       maskc show examples/causal.mask --seq-len 8 --block-m 2 --block-n 2 --dense
       maskc show examples/document.mask --seq-len 4096 --param docs=1000,3000,96 --png document.png
     """
-    from .show import render_dense, render_png, render_tiles
+    from maskc.show import render_dense, render_png, render_tiles
     mask = _load(file, name, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
     classes = bound.tiles(block_m, block_n)
@@ -277,8 +277,8 @@ def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | 
       maskc explain examples/causal.mask
       maskc explain examples/prefix_lm.mask --seq-len 512 --param prefix=100
     """
-    from .explain import explain
-    from .pipeline import compile_all, load_program
+    from maskc.explain import explain
+    from maskc.pipeline import compile_all, load_program
     options = environment_options()
     masks = (_load(file, name, import_paths),) if name else compile_all(file, import_paths)
     bounds = {}
@@ -328,8 +328,8 @@ def cache_info_cmd() -> None:
     Example:
       maskc cache info
     """
-    from . import cache
-    from .runtime import disk_cache
+    from maskc.runtime import cache
+    from maskc.runtime.kernels import disk_cache
     disk = disk_cache(environment_options())
     if disk.root is None:
         click.echo("cache directory: none ($HOME is empty or '/'; set MASKC_CACHE_DIR): kernels are compiled "
@@ -357,8 +357,8 @@ def cache_clear_cmd() -> None:
     Example:
       maskc cache clear
     """
-    from . import cache
-    from .runtime import disk_cache
+    from maskc.runtime import cache
+    from maskc.runtime.kernels import disk_cache
     disk = disk_cache(environment_options())
     try:
         count, size = disk.clear()

@@ -12,10 +12,10 @@ from typing import Any, Callable
 import click
 import numpy as np
 
-from .cli_shared import (DEFAULT_DTYPE, CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
-                         head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
-                         seq_len_option)
-from .progress import status
+from maskc.cli_shared import (DEFAULT_DTYPE, CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
+                              head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
+                              seq_len_option)
+from maskc.progress import status
 
 CPU_MAX_LEN = 8192          # the float64 reference is O(S*K*D) per head: beyond this it takes minutes
 CPU_MAX_WORK = 2 ** 35      # batch * heads * seq_len * kv_len * head_dim: tens of seconds of the float64 reference
@@ -97,9 +97,9 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
       maskc run examples/document.mask --seq-len 2048 --param docs=500,1000,548 --backward
       maskc run examples/hstu.mask --seq-len 512 --param 'users=200,312;512' --param 'targets=20,30;40'
     """
-    from .cpu_check import blocked_attention, relative_error, round_to
-    from .reference import reference_attention
-    from .schedule import choose_tiles
+    from maskc.codegen.schedule import choose_tiles
+    from maskc.runtime.cpu_check import blocked_attention, relative_error, round_to
+    from maskc.runtime.reference import reference_attention
 
     options = environment_options()
     mask = load_mask(file, name, import_paths)
@@ -165,9 +165,9 @@ def _run_backward(bound, q, k, v, dtype, rng, device: str, tolerance: float | No
     """Gradients against the float64 textbook backward: on CUDA through maskc.attention's autograd (the
     backward kernels; needs torch), on the CPU by the float32 pass that walks the descriptor's transposed
     runs like the dK/dV kernel. True when all three agree within the tolerance."""
-    from .cpu_check import blocked_attention_backward, relative_error, round_to
-    from .reference import reference_attention_backward
-    from .schedule import choose_backward_tiles
+    from maskc.codegen.schedule import choose_backward_tiles
+    from maskc.runtime.cpu_check import blocked_attention_backward, relative_error, round_to
+    from maskc.runtime.reference import reference_attention_backward
 
     dout = round_to(rng.standard_normal(q.shape, np.float32), dtype)
     if device == "cuda":
@@ -211,7 +211,7 @@ def _run_backward(bound, q, k, v, dtype, rng, device: str, tolerance: float | No
 
 
 def _tile_summary(bound, block_m: int, block_n: int) -> str:
-    from .show import legend
+    from maskc.show import legend
     tiles = bound.tile_map(block_m, block_n)
     exact = "exact" if tiles.exact else "sound, not exact (some PARTIAL tiles may be full or empty)"
     lines = [f"tiles {block_m}x{block_n}: {legend(tiles.counts())}", f"tile classes: {exact}"]

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 if TYPE_CHECKING:
-    from .options import Options
-    from .pipeline import BoundMask, CompiledMask
+    from maskc.options import Options
+    from maskc.pipeline import BoundMask, CompiledMask
 
 # One default per knob for every command that has it: `compile` writes the kernel that `run` runs.
 DEFAULT_HEAD_DIM = 128
@@ -39,7 +39,7 @@ def gpu_available() -> bool:
 def environment_options() -> "Options":
     """The options the MASKC_* environment variables set (a command's flags override them); a variable
     with a value maskc cannot take is a CliError naming it."""
-    from .options import Options
+    from maskc.options import Options
     try:
         return Options.from_environment()
     except ValueError as err:
@@ -47,7 +47,7 @@ def environment_options() -> "Options":
 
 
 def load_mask(path: str, name: str | None, import_paths: tuple[str, ...] = ()) -> "CompiledMask":
-    from .pipeline import load
+    from maskc.pipeline import load
     return load(path, name, import_paths)
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ir
-from .chunks import chunk_definition
-from .linear import render, render_term
-from .errors import MaskError
-from .options import DEFAULT, Options
-from .pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
-from .show import legend
+from maskc import ir
+from maskc.analysis.chunks import chunk_definition
+from maskc.analysis.linear import render, render_term
+from maskc.errors import MaskError
+from maskc.options import DEFAULT, Options
+from maskc.pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
+from maskc.show import legend
 
 _OPS = {"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5, "*": 6, "//": 6, "%": 6}    # Python's
 _UNARY = 7
@@ -265,7 +265,7 @@ def predicate_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...]) -
 def schedule_text(head_dim: int, dtype: str, options: Options = DEFAULT) -> str:
     """The tiles and engines the schedule picks for the forward and backward kernels (the engines of
     ``options`` where they name one)."""
-    from .schedule import HOPPER, capability_of, choose_backward_tiles, choose_tiles
+    from maskc.codegen.schedule import HOPPER, capability_of, choose_backward_tiles, choose_tiles
     capability = capability_of(options.arch) if options.arch else HOPPER
     fwd = choose_tiles(head_dim, dtype, capability, engine=options.engine)
     lines = [f"forward: BLOCK_M {fwd.block_m}, BLOCK_N {fwd.block_n}, {fwd.num_warps} warps, engine {fwd.engine}"

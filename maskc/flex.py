@@ -6,7 +6,7 @@ with a .mask file where Flex takes a mask_mod.
 
 The mask_mod reads only O(seq_len + kv_len) per-position tables (segment index/start/end and
 per-segment values, one row per batch element) and the table parameters, so it works at any length, under torch.compile,
-and agrees pair for pair with :func:`maskc.evaluate.dense_mask` (tests check it). Its tables follow
+and agrees pair for pair with :func:`maskc.analysis.evaluate.dense_mask` (tests check it). Its tables follow
 the positions it is called with to their device.
 """
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from . import ir
-from .evaluate import segment_tables
+from maskc import ir
+from maskc.analysis.evaluate import segment_tables
 
 if TYPE_CHECKING:
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
-    from .pipeline import BoundMask, CompiledMask
+    from maskc.pipeline import BoundMask, CompiledMask
 
 Device = Union[str, "torch.device", None]
 
@@ -32,8 +32,8 @@ def _bind(mask: "CompiledMask | str | os.PathLike[str]", B: int | None, H: int |
           KV_LEN: int | None, params: dict[str, Any]) -> "BoundMask":
     """Flex's arguments to a bound mask: B checked against a batch the parameters give, H the number of
     heads for masks that read h."""
-    from .errors import BindError
-    from .pipeline import CompiledMask, load
+    from maskc.errors import BindError
+    from maskc.pipeline import CompiledMask, load
 
     compiled = mask if isinstance(mask, CompiledMask) else load(os.fspath(mask))
     if Q_LEN is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from .errors import NO_SPAN, Span
+from maskc.errors import NO_SPAN, Span
 
 
 def _span() -> Span:
@@ -268,7 +268,7 @@ class TableAt:
 
 BIT_OPS = ("&", "|", "^", "<<", ">>")
 MAX_SHIFT = 62
-"""Shift amounts run from 0 to MAX_SHIFT: every value maskc computes fits in 63 bits (:mod:`maskc.widths`)."""
+"""Shift amounts run from 0 to MAX_SHIFT: every value maskc computes fits in 63 bits (:mod:`maskc.analysis.widths`)."""
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .plan import ForwardPlan
+    from maskc.codegen.plan import ForwardPlan
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
-# The default cap on a descriptor's bytes (maskc.tiles.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
+# The default cap on a descriptor's bytes (maskc.analysis.tiles.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
 # and Options(max_descriptor_bytes=) raise it.
 MAX_DESCRIPTOR_BYTES = 1 << 30
 # Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma fed by the copy engine
@@ -82,7 +82,7 @@ class BoundParams:
     kv_len: int
     num_heads: int | None       # only for masks that use h
     batch: tuple[BatchParams, ...]
-    narrow: bool = False        # every form of the kernel's predicate fits in 32 bits (maskc.widths.fits_32_bits)
+    narrow: bool = False        # every form of the kernel's predicate fits in 32 bits (maskc.analysis.widths.fits_32_bits)
 
     def constants(self, names) -> tuple[tuple[str, int], ...]:
         """The values of the named (const) int parameters, the same in every batch element."""
@@ -137,7 +137,7 @@ class TileMap:
     def classes(self) -> np.ndarray:
         """The dense int8[B, QT, KT] grid, built on first use from the runs (for those who ask: nothing on
         the way to a descriptor does)."""
-        from .tiles import dense_of
+        from maskc.analysis.tiles import dense_of
         grid = dense_of(self.run_offsets, self.runs, self.n_kv_blocks)
         return grid.reshape(self.batch, self.n_q_blocks, self.n_kv_blocks)
 
@@ -210,7 +210,7 @@ class Descriptor:
 
     @functools.cached_property
     def _transposed(self):
-        from .tiles import RunBudget, heaviest_first, transposed
+        from maskc.analysis.tiles import RunBudget, heaviest_first, transposed
         offsets, runs = transposed(self.run_offsets, self.runs, self.batch, self.n_q_blocks, self.n_kv_blocks)
         work = heaviest_first(offsets, runs)
         what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
@@ -239,7 +239,7 @@ def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int
 
 @dataclass(frozen=True)
 class Predicate:
-    """The mask as device code (:mod:`maskc.predicate`), with what the kernels need to know of it kept as
+    """The mask as device code (:mod:`maskc.codegen.predicate`), with what the kernels need to know of it kept as
     data, so that nothing reads the generated C. ``code`` defines (``helpers`` the functions it calls, such
     as Python's floor division and the segment lookup; ``source`` is both)::
 
@@ -286,7 +286,7 @@ class KernelSpec:
     # "mma": mma.sync (attention_fwd.cu.j2); Hopper: "wgmma_tma" (copy engine + a producer warp,
     # attention_fwd_tma.cu.j2)
     engine: str = "mma"
-    arch: str = "sm_90a"    # NVRTC's target (maskc.schedule.ARCHES, or compute_XY for PTX)
+    arch: str = "sm_90a"    # NVRTC's target (maskc.codegen.schedule.ARCHES, or compute_XY for PTX)
 
     @property
     def entry(self) -> str:

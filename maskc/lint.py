@@ -19,7 +19,7 @@ Then it looks for masks that compile but probably do not mean what their author 
   with no common chunk, ...): the warning names the atom and the reason. Its tiles are classified
   soundly but not exactly, so tiles that are really FULL or EMPTY run the per-pair predicate (slower,
   never wrong). Rules that read k through ``//`` and ``%`` by divisors known at bind, or through a
-  disc, are exact (:mod:`maskc.chunks`) and get no warning.
+  disc, are exact (:mod:`maskc.analysis.chunks`) and get no warning.
 
 The dead-rule checks are proved on the normal form's face (contradictory linear bounds, together
 with 0 <= q < seq_len and 0 <= k < kv_len); a rule the analysis cannot prove dead is never reported.
@@ -32,15 +32,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
-from . import ir
-from . import linear as L
-from .errors import MaskError, MaskSyntaxError, Span
-from .normalize import intersect, normalize
-from .parse import parse, source_lines
-from .sources import read_source
-from .pipeline import load_program, program_from_text
-from .ranges import analyze_ranges
-from .resolve import Program, mentions, resolve
+from maskc import ir
+from maskc.analysis import linear as L
+from maskc.analysis.normalize import intersect, normalize
+from maskc.analysis.ranges import analyze_ranges
+from maskc.errors import MaskError, MaskSyntaxError, Span
+from maskc.frontend.parse import parse, source_lines
+from maskc.frontend.resolve import Program, mentions, resolve
+from maskc.frontend.sources import read_source
+from maskc.pipeline import load_program, program_from_text
 
 FORMATS = ("text", "json", "github")
 _COVER_BUDGET = 512          # regions visited when proving that deny rules cancel an allow rule

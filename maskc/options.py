@@ -3,7 +3,7 @@
 Everything that is not the mask, the shapes or the dtype: the forward engine and tiles, autotuning, the
 backward's engine and dQ reduction, the wgmma_tma kernel's experiment switches, waiting after each launch,
 the disk cache's directory, the target architecture and the memory cap on descriptors. ``Options()`` is the product's defaults. The API
-(``maskc.attention(..., options=...)``, :mod:`maskc.runtime`, :mod:`maskc.torch_ops`) and the CLI take an
+(``maskc.attention(..., options=...)``, :mod:`maskc.runtime`, :mod:`maskc.runtime.torch_ops`) and the CLI take an
 Options; the passes below them take the values decided from it (``choose_tiles(..., engine=)``,
 ``plan_forward(spec, overlap=, ...)``, ``emit_kernel(spec, options)``).
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, MAX_DESCRIPTOR_BYTES
-from .schedule import Tiles, capability_of
+from maskc.codegen.schedule import Tiles, capability_of
+from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, MAX_DESCRIPTOR_BYTES
 
 # variable -> the Options field it sets
 ENVIRONMENT = {
@@ -94,7 +94,7 @@ class Options:
             raise ValueError(f"max_descriptor_bytes {cap!r}: expected a positive number of bytes")
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
-        # A plain attribute, not a property: torch.compile reads it while tracing (maskc.torch_ops).
+        # A plain attribute, not a property: torch.compile reads it while tracing (maskc.runtime.torch_ops).
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         object.__setattr__(self, "token", json.dumps(fields, sort_keys=True, separators=(",", ":")))
 
@@ -117,9 +117,9 @@ class Options:
 
     @property
     def cache_path(self) -> Path | None:
-        """The disk cache's directory: ``cache_dir``, else the XDG rule of :func:`maskc.cache.location`
+        """The disk cache's directory: ``cache_dir``, else the XDG rule of :func:`maskc.runtime.cache.location`
         (``$XDG_CACHE_HOME/maskc``, else ``<home>/.cache/maskc``); None where there is no home."""
-        from .cache import location
+        from maskc.runtime.cache import location
         return location({**os.environ, "MASKC_CACHE_DIR": self.cache_dir or ""})
 
     @property

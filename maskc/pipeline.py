@@ -13,29 +13,31 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Union
 
 import numpy as np
 
-from . import handles, ir
-from .bind import bind as bind_params
-from .bind import check_blocks, check_constants, check_index
-from .classify import classify
-from .descriptor import check_size, pack, to_flex_block_mask_arrays
-from .errors import BindError, MaskError, MaskSyntaxError
-from .evaluate import dense_mask
-from .kernel_ir import MAX_DESCRIPTOR_BYTES, BackwardSpec, BoundParams, Descriptor, KernelSource, KernelSpec, TileMap
-from .normalize import normalize, specialize
-from .options import DEFAULT, Options
-from .parse import parse
-from .predicate import pack_mask_data, predicate
-from .ranges import analyze_ranges
-from .sources import find_import, read_source, search_path
-from .resolve import Program, resolve, resolve_all
-from .widths import check_static
+from maskc import ir
+from maskc.analysis.bind import bind as bind_params
+from maskc.analysis.bind import check_blocks, check_constants, check_index
+from maskc.analysis.classify import classify
+from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_arrays
+from maskc.analysis.evaluate import dense_mask
+from maskc.analysis.normalize import normalize, specialize
+from maskc.analysis.ranges import analyze_ranges
+from maskc.analysis.widths import check_static
+from maskc.codegen.predicate import pack_mask_data, predicate
+from maskc.errors import BindError, MaskError, MaskSyntaxError
+from maskc.frontend.parse import parse
+from maskc.frontend.resolve import Program, resolve, resolve_all
+from maskc.frontend.sources import find_import, read_source, search_path
+from maskc.kernel_ir import (MAX_DESCRIPTOR_BYTES, BackwardSpec, BoundParams, Descriptor, KernelSource, KernelSpec,
+                             TileMap)
+from maskc.options import DEFAULT, Options
+from maskc.runtime import handles
 
 if TYPE_CHECKING:
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
-    from .flex import FlexMaskMod
-    from .restrict import RestrictedMask
+    from maskc.flex import FlexMaskMod
+    from maskc.restrict import RestrictedMask
 
 Device = Union[str, "torch.device", None]
 
@@ -70,7 +72,7 @@ def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
 
 
 def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> Program:
-    """A file and, transitively, the files it imports (see :mod:`maskc.sources`: relative to the importing
+    """A file and, transitively, the files it imports (see :mod:`maskc.frontend.sources`: relative to the importing
     file's directory or to a directory of ``import_paths``, never outside them)."""
     path = Path(path)
     return program_from_text(read_source(path), str(path), path.parent, import_paths)
@@ -168,11 +170,11 @@ class CompiledMask:
                     block_n: int | None = None, num_warps: int | None = None,
                     constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
                     arch: str = "sm_90a", narrow: bool = False) -> KernelSpec:
-        """The kernel's spec for a target ``arch`` (maskc.schedule.ARCHES; default an H100/H200); a mask with
+        """The kernel's spec for a target ``arch`` (maskc.codegen.schedule.ARCHES; default an H100/H200); a mask with
         const parameters takes their ``constants`` (a bound mask's), else the defaults its file declares
         (:meth:`const_values`). Tiles and engine not given come from the schedule for that target.
         ``narrow``: the predicate in 32 bits, for a binding that proved it enough (``BoundParams.narrow``)."""
-        from .schedule import capability_of, choose_tiles
+        from maskc.codegen.schedule import capability_of, choose_tiles
 
         if block_m is None or block_n is None or num_warps is None or engine is None:
             chosen = choose_tiles(head_dim, dtype, capability_of(arch), engine=engine,
@@ -190,7 +192,7 @@ class CompiledMask:
         """The backward kernels' spec for a target ``arch`` (tiles and dK/dV engine from the schedule;
         ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default); const parameters and
         ``narrow`` as for kernel_spec."""
-        from .schedule import capability_of, choose_backward_tiles, choose_dq_reduction
+        from maskc.codegen.schedule import capability_of, choose_backward_tiles, choose_dq_reduction
 
         constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
@@ -200,7 +202,7 @@ class CompiledMask:
                             arch)
 
     def _c_name(self) -> str:
-        from .sanitize import c_identifier
+        from maskc.codegen.sanitize import c_identifier
         return c_identifier(self.name) + ("_sub" if self.offsets else "")
 
     def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
@@ -239,7 +241,7 @@ class CompiledMask:
     def kernel_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
         """The forward kernel's CUDA: :meth:`kernel_spec` of ``kwargs`` (engine and target, where they give
         none, those of ``options``), rendered with the switches of ``options``."""
-        from .emit import emit_kernel
+        from maskc.codegen.emit import emit_kernel
         kwargs["engine"] = kwargs.get("engine") or options.engine
         kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"
         return emit_kernel(self.kernel_spec(**kwargs), options)
@@ -247,7 +249,7 @@ class CompiledMask:
     def backward_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
         """The backward kernels' CUDA: :meth:`backward_spec` of ``kwargs`` (engine, target and dQ reduction,
         where they give none, those of ``options``)."""
-        from .emit import emit_backward_kernel
+        from maskc.codegen.emit import emit_backward_kernel
         kwargs["engine"] = kwargs.get("engine") or options.backward_engine
         kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"
         kwargs["dq_reduction"] = kwargs.get("dq_reduction") or options.dq_reduction
@@ -274,7 +276,7 @@ def _values_repr(element) -> str:
 
 
 def _summary_lines(mask: ir.ResolvedMask):
-    from .sanitize import comment_text
+    from maskc.codegen.sanitize import comment_text
     span = mask.span
     yield comment_text(f"mask {mask.name} ({span.label})")
     for r in mask.rules:
@@ -292,7 +294,7 @@ class BoundMask:
     params: BoundParams
 
     def __post_init__(self):
-        # An int that names this object where only numbers may pass (torch custom ops: maskc.torch_ops).
+        # An int that names this object where only numbers may pass (torch custom ops: maskc.runtime.torch_ops).
         object.__setattr__(self, "handle", handles.register(self))
         object.__setattr__(self, "handle_array", handles.as_array(self.handle))   # the same, as data
 
@@ -347,7 +349,7 @@ class BoundMask:
         """The sub-block of query rows ``q_range`` and keys ``kv_range`` (``(start, stop)`` pairs or
         ``range``s of step 1) as a bound mask of its own: attention over a slice of q and of k/v, with
         local positions (context parallelism: :mod:`maskc.distributed`). See :mod:`maskc.restrict`."""
-        from .restrict import RestrictedMask
+        from maskc.restrict import RestrictedMask
         return RestrictedMask.of(self, q_range, kv_range)
 
     def to_flex_block_mask(self, block_size: int | tuple[int, int] = 128, device: Device = None) -> "BlockMask":
@@ -369,20 +371,20 @@ class BoundMask:
     def flex_mask_mod(self, device: Device = None) -> "FlexMaskMod":
         """The mask as a FlexAttention mask_mod in torch operations (O(N) tables, any length), its tables on
         ``device`` (default: the CPU; they follow the positions it is called with to theirs)."""
-        from .flex import FlexMaskMod
+        from maskc.flex import FlexMaskMod
         return FlexMaskMod(self, device)
 
     def visible_pairs(self) -> int:
         """The number of visible (q, k) pairs summed over the batch, never with the dense mask:
         from the row intervals for exact masks, else pair by pair one query block at a time."""
         if self.mask.exact and not self.mask.ranges.uses_head:
-            from .classify import visible_pairs
-            from .keys import TooMany
+            from maskc.analysis.classify import visible_pairs
+            from maskc.analysis.keys import TooMany
             try:
                 return visible_pairs(self.mask.ranges, self.params)
             except TooMany:
                 pass
-        from .audit import count_visible_pairs
+        from maskc.audit import count_visible_pairs
         return count_visible_pairs(self)
 
     @property

@@ -14,7 +14,7 @@ FULL, EMPTY where all are EMPTY, else PARTIAL. So the classes are sound, and exa
 when q0 and k0 are multiples of the blocks (the usual case) the parent's cached tile map is reused as it
 is. The sub-block's runs come from the parent's runs, never from a grid of tiles. Kernels: the compiled mask's twin with ``offsets`` (:meth:`CompiledMask.with_offsets`, one per
 compiled mask, shared by every sub-block) reads (q0, k0) from the head of the mask table
-(:mod:`maskc.predicate`). This object offers what the GPU runtime and the torch ops ask of a bound mask
+(:mod:`maskc.codegen.predicate`). This object offers what the GPU runtime and the torch ops ask of a bound mask
 (:mod:`maskc.runtime`'s docstring) plus ``dense``, ``tiles`` and ``restrict``.
 """
 from __future__ import annotations
@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import handles
-from .descriptor import check_size, pack
-from .evaluate import dense_mask
-from .kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, Descriptor, TileMap
-from .predicate import pack_mask_data
-from .tiles import block_runs, merge_runs
+from maskc.analysis.descriptor import check_size, pack
+from maskc.analysis.evaluate import dense_mask
+from maskc.analysis.tiles import block_runs, merge_runs
+from maskc.codegen.predicate import pack_mask_data
+from maskc.kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, Descriptor, TileMap
+from maskc.runtime import handles
 
 if TYPE_CHECKING:
-    from .pipeline import BoundMask
+    from maskc.pipeline import BoundMask
 
 
 def _span(r, length: int, what: str) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernel_ir import EMPTY, FULL, PARTIAL
+from maskc.kernel_ir import EMPTY, FULL, PARTIAL
 
 GLYPHS = {FULL: "█", PARTIAL: "▒", EMPTY: "·"}
 NAMES = {FULL: "FULL", PARTIAL: "PARTIAL", EMPTY: "EMPTY"}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import maskc
-from maskc.emit import compile_to_cubin, emit_backward_kernel, emit_kernel
-from maskc.schedule import ARCHES, arch_for, capability_of
+from maskc.codegen.emit import compile_to_cubin, emit_backward_kernel, emit_kernel
+from maskc.codegen.schedule import ARCHES, arch_for, capability_of
 
 pytest.importorskip("cupy")
 EXAMPLES = sorted(glob.glob(str(Path(__file__).resolve().parent.parent / "examples" / "*.mask")))
@@ -79,7 +79,7 @@ def _build_bound(job) -> int:
 
 
 def test_the_32_bit_predicate_compiles():
-    """Bindings within 32 bits get the int predicate (maskc.widths.fits_32_bits): it compiles on both
+    """Bindings within 32 bits get the int predicate (maskc.analysis.widths.fits_32_bits): it compiles on both
     forward engines and the backward."""
     jobs = [("clear", "sm_90a", False), ("clear", "sm_80", False), ("hstu", "sm_90a", False), ("hstu", "sm_90a", True)]
     with ProcessPoolExecutor(2) as pool:

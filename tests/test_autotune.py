@@ -1,12 +1,12 @@
-"""The autotuner's decision and memory (maskc.autotune), with fake runs and timings: no GPU."""
+"""The autotuner's decision and memory (maskc.runtime.autotune), with fake runs and timings: no GPU."""
 from __future__ import annotations
 
 import pytest
 
 import maskc
-from maskc.cache import DiskCache
-from maskc.autotune import TuningCache, describe, parse, pick, tuning_key
-from maskc.schedule import Tiles, forward_candidates
+from maskc.runtime.cache import DiskCache
+from maskc.runtime.autotune import TuningCache, describe, parse, pick, tuning_key
+from maskc.codegen.schedule import Tiles, forward_candidates
 from conftest import EXAMPLES
 
 MMA, TMA, TMA64, WG = (Tiles(128, 64, 4, "mma"), Tiles(128, 128, 8, "wgmma_tma"), Tiles(128, 64, 8, "wgmma_tma"),

@@ -9,10 +9,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import maskc
-from maskc import bitops
-from maskc import linear as L
-from maskc.evaluate import Evaluator
-from maskc.rows import RowValues, TileIntervals
+from maskc.analysis import bitops
+from maskc.analysis import linear as L
+from maskc.analysis.evaluate import Evaluator
+from maskc.analysis.rows import RowValues, TileIntervals
 
 from conftest import tile_truth
 from test_predicate import check_bound, needs_gxx

@@ -9,8 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 import maskc
-from maskc import cache, runtime
-from maskc.cache import CacheWarning, DiskCache, location
+from maskc.runtime import cache
+from maskc.runtime import kernels as runtime
+from maskc.runtime.cache import CacheWarning, DiskCache, location
 from maskc.cli import cli
 
 from conftest import EXAMPLES
@@ -140,7 +141,7 @@ class _FakeModule:
 
 
 def test_load_kernel_with_an_unwritable_cache_compiles_and_warns(tmp_path, monkeypatch):
-    # before maskc.cache: the compile ran, then writing the cubin raised OSError
+    # before maskc.runtime.cache: the compile ran, then writing the cubin raised OSError
     cupy = pytest.importorskip("cupy")
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

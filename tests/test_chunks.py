@@ -5,11 +5,11 @@ import pytest
 from hypothesis import assume, event, given, settings, strategies as st
 
 import maskc
-import maskc.classify as classify_module
+import maskc.analysis.classify as classify_module
 from maskc import ir
-from maskc.descriptor import unpack
-from maskc.keys import region_keys, values_at
-from maskc.rows import RowValues, k_bound_rows
+from maskc.analysis.descriptor import unpack
+from maskc.analysis.keys import region_keys, values_at
+from maskc.analysis.rows import RowValues, k_bound_rows
 from conftest import tile_truth
 from mask_strategies import chunk_binding, chunk_mask_text, tile_shape
 

@@ -125,7 +125,7 @@ def test_audit_counts_clear_partial_tiles_that_are_not():
 
 def _classes_in_chunks(mask, bound, shape, chunk_blocks):
     """Classes computed with rows in chunks of ``chunk_blocks`` q_blocks."""
-    import maskc.classify as classify_module
+    import maskc.analysis.classify as classify_module
     saved = classify_module._CHUNK_ROWS, classify_module._PIECE_BLOCKS
     classify_module._CHUNK_ROWS, classify_module._PIECE_BLOCKS = chunk_blocks * shape[0], chunk_blocks
     try:
@@ -156,7 +156,7 @@ def test_sound_when_rows_are_classified_in_small_chunks(text, bind_args, shape, 
 
 
 # Masks whose bounds are affine in q between segment boundaries, floor steps and the crossings of min/max
-# arguments: the piecewise path's territory (maskc/pieces.py), regions overlapping and denied.
+# arguments: the piecewise path's territory (maskc/analysis/pieces.py), regions overlapping and denied.
 _Q_PART = st.sampled_from(["q", "-q", "", "docs.start(q)", "docs.end(q)", "sub.start(q)", "a", "c", "t(q)",
                            "docs.length(q)", "seq_len", "min(q, a)", "max(q - c, docs.start(q))",
                            "clamp(q - docs.start(q), 0, t(q)) + docs.start(q)", "(q - a) // 3 + q", "min(q, 2)"])
@@ -179,7 +179,7 @@ def piecewise_mask(draw):
 @given(st.lists(piecewise_mask(), min_size=1, max_size=3), binding(max_len=300), tile_shape)
 def test_piecewise_path_is_exact(rules, bind_args, shape):
     """One or more such rules: the piecewise path stays exact (the classes equal the brute-force ones)."""
-    from maskc.pieces import plan_of
+    from maskc.analysis.pieces import plan_of
     text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
     mask = _compile_or_skip(text)
     bound = _bind(mask, *bind_args)

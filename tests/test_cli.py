@@ -14,7 +14,7 @@ import maskc
 from maskc import cli as cli_module
 from maskc import cli_run
 from maskc.cli import cli, parse_params
-from maskc.cpu_check import blocked_attention, cubin_registers, round_to
+from maskc.runtime.cpu_check import blocked_attention, cubin_registers, round_to
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
@@ -134,7 +134,7 @@ def test_compile_backward_engine(tmp_path):
 
 def test_cubin_registers_reads_the_elf():
     pytest.importorskip("cupy")
-    from maskc.emit import compile_to_cubin
+    from maskc.codegen.emit import compile_to_cubin
     cubin = compile_to_cubin(maskc.load(EXAMPLES / "causal.mask").kernel_source(head_dim=64, dtype="bf16"))
     assert 32 <= cubin_registers(cubin) <= 255
     assert cubin_registers(b"not an elf") is None
@@ -144,8 +144,8 @@ def test_registers_by_kernel_agree_with_ptxas():
     """The ELF reader against ptxas's own report (NVRTC with -v) for a source of five kernels."""
     pytest.importorskip("cupy")
     from cupy.cuda import nvrtc
-    from maskc.cpu_check import cubin_registers_by_kernel
-    from maskc.emit import emit_backward_kernel
+    from maskc.runtime.cpu_check import cubin_registers_by_kernel
+    from maskc.codegen.emit import emit_backward_kernel
     src = emit_backward_kernel(maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=64))
     prog = nvrtc.createProgram(src.source, "k.cu", [], [])
     try:
@@ -334,7 +334,7 @@ def test_run_exits_1_when_the_result_disagrees(no_gpu, monkeypatch):
     args = ("run", EXAMPLES / "causal.mask", "--seq-len", 64, "--heads", 1, "--head-dim", 64)
     assert invoke(*args).exit_code == 0
     wrong = lambda q, k, v, bound, bm, bn: blocked_attention(q, k, v, bound, bm, bn) * 1.01  # noqa: E731
-    monkeypatch.setattr("maskc.cpu_check.blocked_attention", wrong)
+    monkeypatch.setattr("maskc.runtime.cpu_check.blocked_attention", wrong)
     result = invoke(*args)
     assert result.exit_code == 1 and "MISMATCH" in result.stdout
     assert "differs from the float64 reference" in result.stderr

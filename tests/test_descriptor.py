@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import maskc
-from maskc.descriptor import check_descriptor, pack, to_flex_block_mask_arrays, unpack
-from maskc.tiles import PARTIAL_COST, heaviest_first, runs_of, transposed
+from maskc.analysis.descriptor import check_descriptor, pack, to_flex_block_mask_arrays, unpack
+from maskc.analysis.tiles import PARTIAL_COST, heaviest_first, runs_of, transposed
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL, TileMap
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params, tile_truth
@@ -98,7 +98,7 @@ def test_descriptor_round_trip_random_masks(text, b, shape):
 def test_pack_arbitrary_tile_maps(classes, bm, bn):
     b, qt, kt = classes.shape
     offsets, runs = [0], []
-    for row in classes.reshape(b * qt, kt):          # runs by hand, not with maskc.tiles
+    for row in classes.reshape(b * qt, kt):          # runs by hand, not with maskc.analysis.tiles
         j = 0
         while j < kt:
             e = j
@@ -195,8 +195,8 @@ def test_backward_walk_of_the_transposed_view_gives_the_gradients(text, bind_arg
     """The dK/dV kernel's walk (column blocks, GQA group, transposed runs, the predicate on PARTIAL tiles
     only) in float32 against the float64 textbook gradients: a wrong run or a FULL tile that is not full
     shows up as a large error."""
-    from maskc.cpu_check import blocked_attention_backward, relative_error
-    from maskc.reference import reference_attention_backward
+    from maskc.runtime.cpu_check import blocked_attention_backward, relative_error
+    from maskc.runtime.reference import reference_attention_backward
     try:
         bound = maskc.compile_mask(text).bind(seq_len=bind_args[0], kv_len=bind_args[1], **bind_args[2])
     except maskc.MaskError:

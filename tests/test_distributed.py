@@ -144,7 +144,7 @@ def test_gpu_ranks_match_float64(world_size, tmp_path):
     tolerance."""
     if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
         pytest.skip(f"NCCL needs a GPU per rank: {world_size} GPUs")
-    from maskc.reference import reference_attention, reference_attention_backward
+    from maskc.runtime.reference import reference_attention, reference_attention_backward
     cases = [dict(name=name, seed=7, S=1024 * world_size, B=1, Hq=4, Hkv=2, D=128, block=128,
                   dtype=torch.bfloat16, broadcast=True) for name in EXAMPLE_NAMES]
     mp.spawn(_gpu_worker, args=(world_size, str(tmp_path / "store"), cases, str(tmp_path)), nprocs=world_size)

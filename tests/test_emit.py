@@ -6,13 +6,13 @@ import re
 
 import pytest
 
-from maskc.emit import (compile_to_cubin, compile_with_log, emit_backward_kernel, emit_kernel, nvrtc_options,
+from maskc.codegen.emit import (compile_to_cubin, compile_with_log, emit_backward_kernel, emit_kernel, nvrtc_options,
                         template_dir)
 from maskc.kernel_ir import Predicate, KernelSpec
-from maskc.schedule import choose_tiles
+from maskc.codegen.schedule import choose_tiles
 
 import maskc
-from maskc.emit import interval_regions
+from maskc.codegen.emit import interval_regions
 from maskc.options import Options
 from conftest import EXAMPLES, EXAMPLE_NAMES
 
@@ -48,7 +48,7 @@ def test_compiles_for_sm90a(head_dim, dtype, predicate):
 def test_wgmma_kernel_compiles(head_dim, dtype, predicate):
     """The Hopper kernel assembles for sm_90a with wgmma of the right shapes, within the register file."""
     engine = "wgmma_tma"
-    from maskc.cpu_check import cubin_registers_by_kernel
+    from maskc.runtime.cpu_check import cubin_registers_by_kernel
 
     src = emit_kernel(spec(head_dim, dtype, predicate, engine=engine))
     block_n = choose_tiles(head_dim, dtype, engine=engine).block_n
@@ -88,7 +88,7 @@ def test_wgmma_tma_rejects_shapes_it_cannot_run(tiles):
 def test_backward_wgmma_layout_and_tiles():
     """The wgmma dK/dV kernel reads every tile at the 1024-byte swizzle atom, with slack to align the base;
     it takes only its 64 x 128 tiles."""
-    from maskc.emit import backward_layout, check_backward_spec
+    from maskc.codegen.emit import backward_layout, check_backward_spec
 
     spec = dataclasses.replace(maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=64), engine="wgmma",
                                dq_reduction="red2")
@@ -137,7 +137,7 @@ def test_unsupported_shapes_are_rejected():
 
 
 def test_compile_error_carries_the_log():
-    from maskc.emit import KernelCompileError
+    from maskc.codegen.emit import KernelCompileError
 
     with pytest.raises(KernelCompileError, match=r"(?s)NVRTC failed.*error"):
         compile_to_cubin(emit_kernel(spec(predicate=Predicate("struct MaskRow { int q; }; this is not C++;", 1, 0,

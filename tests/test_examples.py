@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import maskc
-from maskc.emit import compile_to_cubin
+from maskc.codegen.emit import compile_to_cubin
 from maskc.kernel_ir import BACKWARD_ENGINES
 from conftest import EXAMPLES, EXAMPLE_NAMES, example_params
 
@@ -186,7 +186,7 @@ def test_hstu_targets_see_history_and_themselves_only():
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_kernel_compiles_through_nvrtc(name):
     pytest.importorskip("cupy")
-    from maskc.emit import emit_kernel
+    from maskc.codegen.emit import emit_kernel
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=300, **example_params(
         name, 300, np.random.default_rng(0)))
     source = emit_kernel(bound.kernel_spec(head_dim=128, dtype="bf16"))
@@ -201,7 +201,7 @@ def test_backward_kernels_compile_through_nvrtc(name, engine):
     """Every entry of the backward source is in the cubin, on each dK/dV engine; fp16 and D=64 for half of
     the examples."""
     pytest.importorskip("cupy")
-    from maskc.emit import emit_backward_kernel
+    from maskc.codegen.emit import emit_backward_kernel
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=300, **example_params(
         name, 300, np.random.default_rng(0)))
     odd = EXAMPLE_NAMES.index(name) % 2

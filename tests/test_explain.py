@@ -66,7 +66,7 @@ def test_bound_section_has_tile_counts_and_descriptor_runs():
 
 def test_classify_says_why_classes_are_or_are_not_exact(monkeypatch):
     from maskc.explain import classify_text
-    import maskc.classify as classify_module
+    import maskc.analysis.classify as classify_module
     floors = maskc.compile_mask("mask m(a: int, c: int)\n  allow k // a + k // c <= q\n")
     assert not floors.exact                            # a and c unknown: no common chunk on their face
     assert "exact for these values" in classify_text(floors.bind(seq_len=64, a=4, c=8), 16, 16)

@@ -171,8 +171,8 @@ def test_cli_lint_and_compile_exit_nonzero_without_traceback(tmp_path_factory, t
 
 def compile_all_text(text: str) -> bool:
     from maskc.pipeline import compile_program, program_from_text
-    from maskc.resolve import resolve_all
-    from maskc.normalize import normalize
+    from maskc.frontend.resolve import resolve_all
+    from maskc.analysis.normalize import normalize
     program = program_from_text(text, "fuzz.mask")
     names = [m.name for m in program.main.masks]
     if len(set(names)) != len(names):

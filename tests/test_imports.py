@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import maskc
 from maskc.cli import cli
 from maskc.errors import MaskError
-from maskc.sources import MAX_SOURCE_BYTES
+from maskc.frontend.sources import MAX_SOURCE_BYTES
 
 SECRET = "TOPSECRET_do_not_print_me"
 CAUSAL = "mask causal()\n  allow k <= q\n"

@@ -1,4 +1,4 @@
-"""Packed kernel arguments (maskc.launch): the bytes cuLaunchKernel will read, checked without a GPU."""
+"""Packed kernel arguments (maskc.runtime.launch): the bytes cuLaunchKernel will read, checked without a GPU."""
 from __future__ import annotations
 
 import types
@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 
-from maskc.launch import PackedLaunch, pack_arguments
+from maskc.runtime.launch import PackedLaunch, pack_arguments
 
 
 class FakeDeviceArray:

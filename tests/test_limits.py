@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc.errors import ComplexityError
-from maskc.linear import MAX_TERM_NODES
-from maskc.resolve import MAX_EXPANDED_NODES
+from maskc.analysis.linear import MAX_TERM_NODES
+from maskc.frontend.resolve import MAX_EXPANDED_NODES
 
 from conftest import tile_truth
 
@@ -85,10 +85,10 @@ def test_inequalities_in_many_directions_hit_the_region_budget():
 import tracemalloc  # noqa: E402
 
 from maskc import evaluate  # noqa: E402
-from maskc.bind import MAX_HEADS  # noqa: E402
-from maskc.classify import MAX_TILES  # noqa: E402
+from maskc.analysis.bind import MAX_HEADS  # noqa: E402
+from maskc.analysis.classify import MAX_TILES  # noqa: E402
 from maskc.errors import BindError  # noqa: E402
-from maskc.evaluate import MAX_DENSE_CELLS  # noqa: E402
+from maskc.analysis.evaluate import MAX_DENSE_CELLS  # noqa: E402
 
 from conftest import EXAMPLES  # noqa: E402
 

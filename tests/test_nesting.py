@@ -7,8 +7,8 @@ from click.testing import CliRunner
 import maskc
 from maskc.cli import cli
 from maskc.errors import MaskError
-from maskc.parse import MAX_NESTING
-from maskc.resolve import MAX_CALL_DEPTH
+from maskc.frontend.parse import MAX_NESTING
+from maskc.frontend.resolve import MAX_CALL_DEPTH
 
 
 def shapes(n: int) -> dict[str, str]:

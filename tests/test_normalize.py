@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc import ir
-from maskc import linear as L
-from maskc.rows import RowValues, k_bound_rows
+from maskc.analysis import linear as L
+from maskc.analysis.rows import RowValues, k_bound_rows
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params
 from mask_strategies import HEADER, binding, condition, mask_text

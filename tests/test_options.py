@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import maskc
 from maskc.cli import cli
 from maskc.options import DEFAULT, ENVIRONMENT, Options, from_token
-from maskc.schedule import Tiles
+from maskc.codegen.schedule import Tiles
 from conftest import EXAMPLES, ROOT
 
 # (variable, value, field, the field's value)
@@ -143,7 +143,7 @@ def test_cache_key_is_the_kernel_not_where_things_lie(tmp_path):
     pytest.importorskip("cupy")
     import dataclasses
 
-    from maskc.runtime import kernel_key
+    from maskc.runtime.kernels import kernel_key
     keys, sources = set(), set()
     for where in ("a", "b/c"):
         folder = tmp_path / where

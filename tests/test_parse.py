@@ -7,7 +7,7 @@ import pytest
 import maskc
 from maskc import ir
 from maskc.errors import MaskError, MaskSyntaxError
-from maskc.parse import parse, parse_file
+from maskc.frontend.parse import parse, parse_file
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.mask"))
 

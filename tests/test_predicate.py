@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import maskc
-from maskc.predicate import emit_predicate, pack_mask_data
+from maskc.codegen.predicate import emit_predicate, pack_mask_data
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params
 from mask_strategies import binding, mask_text
@@ -187,7 +187,7 @@ def test_evil_names_mask_compiles_and_matches():
 
 def test_evil_names_kernel_compiles_with_nvrtc():
     pytest.importorskip("cupy")
-    from maskc.emit import compile_to_cubin
+    from maskc.codegen.emit import compile_to_cubin
     try:
         from cupy.cuda import nvrtc
         nvrtc.getVersion()

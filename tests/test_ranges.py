@@ -1,4 +1,4 @@
-"""Range analysis (maskc/ranges.py), region by region, against brute force: each normal-form region and its
+"""Range analysis (maskc/analysis/ranges.py), region by region, against brute force: each normal-form region and its
 RegionBounds (guards, lower and upper k bounds, opaque atoms) hold for exactly the same (q, k) pairs, an exact
 region's rows see one interval of keys, and atoms are sorted into bounds, guards and opaque atoms by how they
 use k. (tests/test_normalize.py holds the whole mask, the union of the regions, against dense().)"""
@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc import ir
-from maskc import linear as L
-from maskc.intervals import visible_slots
-from maskc.ranges import analyze_ranges
-from maskc.rows import RowValues, k_bound_rows
+from maskc.analysis import linear as L
+from maskc.analysis.intervals import visible_slots
+from maskc.analysis.ranges import analyze_ranges
+from maskc.analysis.rows import RowValues, k_bound_rows
 
 from mask_strategies import binding, mask_text
 
@@ -87,7 +87,7 @@ def _slots_dense(slots, shape) -> np.ndarray:
 
 @given(text=mask_text(exact=True), b=binding())
 def test_row_intervals_of_the_ranges_are_the_mask(text, b):
-    """What classification builds on: the analysis's regions as per-row intervals (maskc.intervals),
+    """What classification builds on: the analysis's regions as per-row intervals (maskc.analysis.intervals),
     allow regions united and deny regions taken out row by row, see exactly the keys bound.dense() sees;
     each row's slots ascending and apart, its empty ones last, no more than the regions' count."""
     seq_len, kv_len, params = b
@@ -133,7 +133,7 @@ def test_atoms_free_of_k_are_guards(text, where):
 
 @pytest.mark.parametrize("atom", ["(q - k) ** 2 < 9", "k * a <= q", "k % 4 == 0"])
 def test_k_inside_another_term_is_opaque(atom):
-    """Opaque to the linear analysis; exact through chunked keys (maskc/chunks.py) where k enters through
+    """Opaque to the linear analysis; exact through chunked keys (maskc/analysis/chunks.py) where k enters through
     % by a known divisor or a square, not where a parameter multiplies it. (One floor of k alone,
     ``k // 2 <= q``, is a bound: tests/test_chunks.py.)"""
     c = maskc.compile_mask(f"mask m(a: int)\n  allow k <= q, {atom}\n")

@@ -57,7 +57,7 @@ def test_batch_elements_use_their_own_parameters():
 def test_backward_oracle_against_finite_differences():
     """reference_attention_backward is the gradient of reference_attention: central differences of
     <dout, O> in every input coordinate, on a masked GQA case with an empty row."""
-    from maskc.reference import reference_attention_backward
+    from maskc.runtime.reference import reference_attention_backward
     rng = np.random.default_rng(5)
     q, k, v = _inputs(rng, hq=2, hkv=1, s=6, k=4, d=3)
     bound = maskc.load(EXAMPLES / "sliding_window.mask").bind(seq_len=6, kv_len=4, window=2)

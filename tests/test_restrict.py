@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import maskc
-from maskc.predicate import emit_predicate, pack_mask_data
+from maskc.codegen.predicate import emit_predicate, pack_mask_data
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params, tile_truth
 from test_predicate import compile_predicate, needs_gxx, predicate_dense
@@ -116,7 +116,7 @@ def test_offset_predicate_matches_dense(name):
 def test_offset_kernels_compile_through_nvrtc(name):
     """Forward and backward kernels of a sub-block (exact masks keep the interval path)."""
     pytest.importorskip("cupy")
-    from maskc.emit import compile_to_cubin, emit_backward_kernel, emit_kernel, interval_regions
+    from maskc.codegen.emit import compile_to_cubin, emit_backward_kernel, emit_kernel, interval_regions
     bound = random_bound(name, np.random.default_rng(1), 200, 300)
     sub = bound.restrict((64, bound.seq_len), (0, 128))
     spec = sub.kernel_spec(head_dim=128, dtype="bf16")
@@ -132,7 +132,7 @@ def test_attention_on_a_block_is_the_parents_rows(name):
     """CPU reference path: attention of a q slice against a k/v slice with the restricted mask equals
     float64 attention on the slices with the parent's dense block."""
     torch = pytest.importorskip("torch")
-    from maskc.reference import reference_attention
+    from maskc.runtime.reference import reference_attention
     rng = np.random.default_rng(3)
     bound = random_bound(name, rng, 30, 70)
     qr, kr = random_window(rng, bound.seq_len, bound.kv_len)

@@ -31,7 +31,7 @@ import maskc  # noqa: E402
 from maskc import runtime  # noqa: E402
 from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
-from maskc.schedule import choose_tiles, forward_candidates  # noqa: E402
+from maskc.codegen.schedule import choose_tiles, forward_candidates  # noqa: E402
 from gpu_support import EX, TOL, bind, load, poison, randn, rel  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The schedule's choices (maskc/schedule.py) per head dim, dtype, GPU generation and interval-table size,
+"""The schedule's choices (maskc/codegen/schedule.py) per head dim, dtype, GPU generation and interval-table size,
 held against what the kernels can take: every choice must pass the emitter's checks and fit its plan's
 shared memory, and the choices that depend on the GPU or the table must change where they should."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 
 import maskc
-from maskc.emit import check_backward_spec, check_spec
+from maskc.codegen.emit import check_backward_spec, check_spec
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
-from maskc.plan import SMEM_LIMIT, plan_forward, shared_bytes
-from maskc.schedule import (ARCHES, DEFAULT_DQ_REDUCTION, DEFAULT_HOPPER_BACKWARD_ENGINE, DEFAULT_HOPPER_ENGINE,
+from maskc.codegen.plan import SMEM_LIMIT, plan_forward, shared_bytes
+from maskc.codegen.schedule import (ARCHES, DEFAULT_DQ_REDUCTION, DEFAULT_HOPPER_BACKWARD_ENGINE, DEFAULT_HOPPER_ENGINE,
                             HOPPER, SUPPORTED_DTYPES, Tiles, arch_for, capability_of, choose_backward_tiles,
                             choose_dq_reduction, choose_tiles, forward_candidates)
 from conftest import EXAMPLE_NAMES, EXAMPLES

@@ -8,8 +8,8 @@ import pytest
 import maskc
 from maskc.errors import MaskError, MaskNameError, MaskSyntaxError, Span
 from maskc.lint import lint_file
-from maskc.parse import parse
-from maskc.sources import MAX_SOURCE_BYTES, read_source
+from maskc.frontend.parse import parse
+from maskc.frontend.sources import MAX_SOURCE_BYTES, read_source
 
 from conftest import EXAMPLES, ROOT
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import maskc
-from maskc.parse import parse
+from maskc.frontend.parse import parse
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params
 

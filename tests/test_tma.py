@@ -1,12 +1,12 @@
-"""Tensor-map geometry for the copy engine (maskc.tma): what the driver is asked for, checked without a GPU."""
+"""Tensor-map geometry for the copy engine (maskc.runtime.tma): what the driver is asked for, checked without a GPU."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from conftest import gpu_available
-from maskc.emit import compile_to_cubin, emit_tma_check
-from maskc.tma import TensorMapError, check_copy_engine, expected_box, map_geometry
+from maskc.codegen.emit import compile_to_cubin, emit_tma_check
+from maskc.runtime.tma import TensorMapError, check_copy_engine, expected_box, map_geometry
 
 
 def test_contiguous_bhsd():

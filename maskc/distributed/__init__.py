@@ -16,9 +16,9 @@ Only :mod:`.ops` imports torch.
 """
 from __future__ import annotations
 
-from .shard import Sharding, ShardingError, assign, shard
-from .traffic import Call, Plan, make_plan
-from .work import block_pairs
+from maskc.distributed.shard import Sharding, ShardingError, assign, shard
+from maskc.distributed.traffic import Call, Plan, make_plan
+from maskc.distributed.work import block_pairs
 
 
 def plan(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min_block: int | None = None,
@@ -33,7 +33,7 @@ def plan(bound, world_size: int, block: int = 128, tolerance: float = 1.02, min_
 
 def attention(q, k, v, plan: Plan, group=None, scale=None, return_lse: bool = False, deterministic: bool = False):
     """This rank's rows of masked attention over the whole sequence: :func:`maskc.distributed.ops.attention`."""
-    from .ops import attention as _attention
+    from maskc.distributed.ops import attention as _attention
     return _attention(q, k, v, plan, group=group, scale=scale, return_lse=return_lse, deterministic=deterministic)
 
 

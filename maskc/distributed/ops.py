@@ -25,7 +25,7 @@ step posts nothing.
 torch.compile: the whole exchange runs inside two custom ops (``maskc::cp_attention_forward`` and
 ``maskc::cp_attention_backward``, with fake implementations and ``register_autograd``), so a compiled
 model traces it as one opaque node and its communication is never reordered by the compiler; the plan and
-process group travel as an integer handle (:mod:`maskc.handles`). Every rank must compile the same graph.
+process group travel as an integer handle (:mod:`maskc.runtime.handles`). Every rank must compile the same graph.
 """
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import handles
-from ..torch_ops import _backward_of as _local_backward
-from ..torch_ops import _forward as _local_forward
-from .traffic import Plan
+from maskc.distributed.traffic import Plan
+from maskc.runtime import handles
+from maskc.runtime.torch_ops import _backward_of as _local_backward
+from maskc.runtime.torch_ops import _forward as _local_forward
 
 
 def _acc_dtype(x: torch.Tensor) -> torch.dtype:

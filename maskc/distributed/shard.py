@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .work import block_pairs
-
+from maskc.distributed.work import block_pairs
 
 # A rank's time per kernel call, relative (see Sharding.score): at 128K tokens per GPU one call costs ~0.16 ms
 # of host time forward and backward (README, run 20) against ~0.1-1 s of attention per step.

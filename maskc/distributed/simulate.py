@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..tiles import PARTIAL_COST
-from .traffic import Plan
+from maskc.analysis.tiles import PARTIAL_COST
+from maskc.distributed.traffic import Plan
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def predict(plan: Plan, shape: Shape = Shape(), hw: Hardware = Hardware()) -> Pr
 def seen_kv_tokens(plan: Plan) -> np.ndarray:
     """int64[R]: positions of other ranks' K/V that some query of rank r sees, by the rows' visible
     intervals (exact masks that do not read h): the least any scheme must move to rank r."""
-    from ..classify import visible_intervals
+    from maskc.analysis.classify import visible_intervals
 
     bound, sh = plan.bound, plan.sharding
     if not bound.mask.exact or bound.mask.ranges.uses_head:

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .shard import Sharding
+from maskc.distributed.shard import Sharding
 
 if TYPE_CHECKING:
-    from ..pipeline import BoundMask
+    from maskc.pipeline import BoundMask
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..classify import visible_keys_per_row
-from ..keys import TooMany
-from ..evaluate import Evaluator
-from ..kernel_ir import FULL, PARTIAL
+from maskc.analysis.classify import visible_keys_per_row
+from maskc.analysis.evaluate import Evaluator
+from maskc.analysis.keys import TooMany
+from maskc.kernel_ir import FULL, PARTIAL
 
 _CHUNK_ROWS = 1 << 16       # rows per interval pass: bounded memory at millions of tokens
 

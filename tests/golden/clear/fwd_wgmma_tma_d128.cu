@@ -77,10 +77,10 @@ static_assert((NUM_WGS == 2 || NUM_WGS == 3) && NUM_WARPS == 4 * NUM_WGS && BLOC
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 64 && BLOCK_N <= 128, "BLOCK_N a multiple of 16 in [64, 128]");
 static_assert(KV_STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
-static_assert(SMEM_BYTES == 197720, "the launch gives what maskc.plan computed");
+static_assert(SMEM_BYTES == 197720, "the launch gives what maskc.codegen.plan computed");
 
-// ---- the generated mask predicate (maskc.predicate), verbatim -----------------------------------------
-// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.widths); the
+// ---- the generated mask predicate (maskc.codegen.predicate), verbatim ---------------------------------
+// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.analysis.widths); the
 // kernels of bindings proved to fit in 32 bits compute in int instead.
 typedef long long maskc_int;
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
@@ -538,7 +538,7 @@ __device__ __forceinline__ void store_warp_rows(const float (&acc)[D_TILES][4], 
 }
 
 // ---- mbarriers and the bulk tensor copy engine (TMA) ----------------------------------------------------
-// A tensor map (CUtensorMap, built on the host by maskc.tma) passed by value as a __grid_constant__ parameter.
+// A tensor map (CUtensorMap, built on the host by maskc.runtime.tma) passed by value as a __grid_constant__ parameter.
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };
 
 __device__ __forceinline__ void mbar_init(u32 bar, u32 arrivals) {
@@ -627,10 +627,10 @@ struct TileWalk {
 // mailbox in shared memory, guarded by two named barriers (full, read); the last CTA to run out resets
 // schedule[0..1] to 0 for the next launch on the stream (the runtime keeps one schedule buffer per stream).
 // With one CTA per SM this is a longest-processing-time-first schedule within each section.
-// Block: NUM_THREADS. Dynamic smem: SMEM_BYTES. Parameters (maskc.plan): q, k, v, o (B, H, S, D) 16-bit and lse
+// Block: NUM_THREADS. Dynamic smem: SMEM_BYTES. Parameters (maskc.codegen.plan): q, k, v, o (B, H, S, D) 16-bit and lse
 // [B, Hq, S] float32 or null, element strides (batch, head, row) with the last dim contiguous, the
 // descriptor's arrays; q_map, k_map, v_map: 4-D tensor maps over (D, rows, heads, batch) of q, k, v, boxes of
-// 64 x BLOCK_M (q) or 64 x BLOCK_N (k, v) elements, 128B swizzle (maskc.tma).
+// 64 x BLOCK_M (q) or 64 x BLOCK_N (k, v) elements, 128B swizzle (maskc.runtime.tma).
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_clear(
     const unsigned short* __restrict__ q,
     const unsigned short* __restrict__ k,

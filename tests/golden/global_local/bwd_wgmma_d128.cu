@@ -52,7 +52,7 @@ constexpr int PREP_WARPS  = 8;                     // prep kernel: one warp per 
 constexpr int KIND_PARTIAL = 1;
 constexpr int KIND_FULL    = 2;
 
-// Shared memory (byte offsets from maskc.emit.backward_layout).
+// Shared memory (byte offsets from maskc.codegen.emit.backward_layout).
 // dK/dV kernel: [K][V][Q x2][dO x2][dS^T][LSE x2][delta x2][visibility bits][dQ staging (bulk_tile reduction)]
 constexpr int KV_SMEM_K     = 0;
 constexpr int KV_SMEM_V     = 32768;
@@ -80,8 +80,8 @@ static_assert(KV_BLOCK % 16 == 0 && Q_BLOCK % 16 == 0 && DQ_KV_BLOCK % 32 == 0, 
 static_assert(KV_BLOCK % 32 == 0 && Q_CHUNKS >= 8, "visibility words; the dS^T swizzle needs >= 8 chunks per row");
 static_assert(KV_SMEM_BYTES <= 227 * 1024 && DQ_SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
 
-// ---- the generated mask predicate (maskc.predicate), verbatim -----------------------------------------
-// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.widths); the
+// ---- the generated mask predicate (maskc.codegen.predicate), verbatim ---------------------------------
+// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.analysis.widths); the
 // kernels of bindings proved to fit in 32 bits compute in int instead.
 typedef long long maskc_int;
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.

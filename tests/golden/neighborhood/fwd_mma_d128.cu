@@ -65,10 +65,10 @@ static_assert((BLOCK_M * CHUNKS) % NUM_THREADS == 0, "Q tile loads split evenly 
 static_assert((BLOCK_N * CHUNKS) % NUM_THREADS == 0, "K/V tile loads split evenly over the threads");
 static_assert((WARP_M * CHUNKS) % 32 == 0, "O tile stores split evenly over a warp");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
-static_assert(SMEM_BYTES == 98304, "the launch gives what maskc.plan computed");
+static_assert(SMEM_BYTES == 98304, "the launch gives what maskc.codegen.plan computed");
 
-// ---- the generated mask predicate (maskc.predicate), verbatim -----------------------------------------
-// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.widths); the
+// ---- the generated mask predicate (maskc.codegen.predicate), verbatim ---------------------------------
+// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.analysis.widths); the
 // kernels of bindings proved to fit in 32 bits compute in int instead.
 typedef long long maskc_int;
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.

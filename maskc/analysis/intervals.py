@@ -1,0 +1,106 @@
+"""Row intervals: each query row's visible keys as a few disjoint [lo, hi) slots, in numpy.
+
+The exact core of classification: a region linear in k gives one interval per row; allow regions are
+unioned and deny regions subtracted row by row. A list of slots is a list of (lo, hi) int64 arrays
+over the same rows; an empty slot of a row has lo = hi = ``NONE``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from maskc import ir
+from maskc.analysis.rows import RowValues, k_bound_rows
+
+NONE = np.iinfo(np.int64).max // 4      # the endpoints of an empty interval, sorted last
+
+
+def region_ends(region: ir.RegionBounds, rows: RowValues, kv_len: int):
+    """The region's interval ends at the rows, unclipped by its guards: ``lo = max(0, lower bounds)``,
+    ``hi = min(kv_len, upper bounds + 1)``, and whether the guards hold (static guards included)."""
+    n = rows.q.shape[0]
+    lo = np.zeros(n, np.int64)
+    hi = np.full(n, kv_len, np.int64)
+    for b in region.lower:
+        lo = np.maximum(lo, k_bound_rows(b, rows, lower=True))
+    for b in region.upper:
+        hi = np.minimum(hi, k_bound_rows(b, rows, lower=False) + 1)
+    ok = np.ones(n, bool)
+    for g in region.static_guards + region.guards:
+        ok = ok & (rows.lin(g.lin) <= 0)
+    return lo, hi, ok
+
+
+def region_rows(region: ir.RegionBounds, rows: RowValues, kv_len: int):
+    """The row-wise interval [lo, hi) of a region's linear part (lo = hi = NONE where empty)."""
+    n = rows.q.shape[0]
+    if any(rows.lin(g.lin) > 0 for g in region.static_guards):
+        return np.full(n, NONE), np.full(n, NONE)
+    return masked(*region_ends(region, rows, kv_len))
+
+
+def masked(lo: np.ndarray, hi: np.ndarray, ok: np.ndarray):
+    """An interval per row, ``lo = hi = NONE`` where ``ok`` is false or it is empty."""
+    ok = ok & (lo < hi)
+    return np.where(ok, lo, NONE), np.where(ok, hi, NONE)
+
+
+def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
+    """Per row, the union of intervals as ascending, disjoint, non-adjacent slots; a row's empty
+    slots may sit between its others (``compact`` moves them to the end)."""
+    intervals = [i for i in intervals if (i[0] < i[1]).any()]     # regions no row sees drop out
+    if len(intervals) <= 1:
+        return intervals
+    lo = np.stack([i[0] for i in intervals])
+    hi = np.stack([i[1] for i in intervals])
+    order = np.argsort(lo, axis=0, kind="stable")
+    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
+    out = []
+    cur_lo, cur_hi = lo[0], hi[0]
+    for j in range(1, len(intervals)):
+        new = lo[j] > cur_hi                       # touching intervals merge: [a, b) + [b, c)
+        out.append((np.where(new, cur_lo, NONE), np.where(new, cur_hi, NONE)))
+        cur_lo = np.where(new, lo[j], cur_lo)
+        cur_hi = np.where(new, hi[j], np.maximum(cur_hi, hi[j]))
+    out.append((cur_lo, cur_hi))
+    return out
+
+
+def compact(slots):
+    """Ascending slots with empties in between → the same slots with each row's non-empty ones first;
+    columns empty in every row dropped. Empties have lo = NONE, above every key, so a stable sort of each
+    row's slots by lo moves them to the end and keeps the others in order."""
+    slots = [s for s in slots if (s[0] < s[1]).any()]
+    if len(slots) <= 1:
+        return slots
+    lo, hi = np.stack([s[0] for s in slots]), np.stack([s[1] for s in slots])
+    order = np.argsort(lo, axis=0, kind="stable")
+    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
+    return [(lo[j], hi[j]) for j in range(len(slots)) if (lo[j] < hi[j]).any()]
+
+
+def subtract(slots, deny):
+    """Per row, slots minus one interval: each slot leaves a left and a right piece."""
+    dlo, dhi = deny
+    out = []
+    for lo, hi in slots:
+        left_hi = np.minimum(hi, dlo)
+        right_lo = np.maximum(lo, dhi)
+        out.append((np.where(lo < left_hi, lo, NONE), np.where(lo < left_hi, left_hi, NONE)))
+        out.append((np.where(right_lo < hi, right_lo, NONE), np.where(right_lo < hi, hi, NONE)))
+    return out
+
+
+def visible_slots(allow, deny, rows: RowValues, kv_len: int):
+    """Per row, the keys of exact allow regions minus exact deny regions, as disjoint slots.
+    At most len(allow) + len(deny) slots: subtracting m disjoint intervals splits n into n + m."""
+    return combine([region_rows(r, rows, kv_len) for r in allow], [region_rows(r, rows, kv_len) for r in deny])
+
+
+def combine(allow: list, deny: list):
+    """Per row, the union of the ``allow`` intervals minus those of ``deny`` (each a (lo, hi) pair of
+    arrays over the same rows, NONE where empty), as disjoint, non-adjacent slots."""
+    slots = compact(union(allow))
+    if deny:
+        for interval in compact(union(deny)):
+            slots = compact(subtract(slots, interval))
+    return slots

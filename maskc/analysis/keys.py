@@ -1,0 +1,207 @@
+"""Rows' visible keys as flat interval lists: chunked regions enumerated, regions unioned, denies subtracted.
+
+Classification's exact instrument for masks with chunked regions (:class:`~maskc.ir.ChunkedKeys`), where a
+row's keys are a variable number of intervals. A *flat* list is three int64 arrays ``(row, lo, hi)``: key
+intervals ``[lo, hi)`` of the rows ``row`` (indices into the caller's rows). :func:`row_keys` returns,
+per row, the keys of the allow regions minus those of the deny regions as sorted, disjoint, non-adjacent
+intervals, with work proportional to the intervals enumerated (``budget`` caps them: beyond it
+:class:`TooMany` is raised and the caller falls back to sound bounds).
+
+:func:`enumerate_keys` is the enumeration itself, for one region, at one or two points per owner: one
+(rows), or a piece's two end rows (:mod:`maskc.analysis.piece_tiles` reads the second point to tell which chunks,
+and which intervals, a whole piece of rows shares).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from maskc import ir
+from maskc.analysis import linear as L
+from maskc.analysis.rows import RowValues, k_bound_rows
+
+
+class TooMany(Exception):
+    """More intervals than the budget allows: the caller classifies this mask soundly instead."""
+
+
+def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
+    """The ``make`` that :func:`enumerate_keys` takes, for one batch element and head."""
+    def make(q: np.ndarray, chunks: dict, gather=None) -> RowValues:
+        return RowValues(params, seq_len, kv_len, head, batch_index, q, chunks=chunks, gather=gather)
+    return make
+
+
+def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
+    """The region's keys as a nest: its chunks, or for a linear region a nest of one level (k)."""
+    if region.chunks is not None:
+        return region.chunks
+    assert region.linear, "an opaque region without chunks has no exact keys"
+    return ir.ChunkedKeys((ir.ChunkLevel(L.K, region.lower, region.upper),))
+
+
+def _extreme(arrays, fn, n: int) -> np.ndarray:
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = fn(out, a)
+    return np.broadcast_to(out, (n,))
+
+
+def _bounds(level: ir.ChunkLevel, rows: RowValues):
+    """The level's lower bounds (ceil) and upper bounds (floor) at the rows, as lists of values."""
+    return ([k_bound_rows(b, rows, lower=True) for b in level.lower],
+            [k_bound_rows(b, rows, lower=False) for b in level.upper])
+
+
+def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int):
+    """Every (owner, chunk) of one region and its key interval at each point.
+
+    ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks,
+    gather)`` returns the RowValues at positions ``q`` with chunk indices ``chunks`` (forms free of them
+    taken from ``gather``: values at the owners' rows, and an index). Returns ``(owner, lo, hi, unsure,
+    blind)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
+    two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
+    intervals are left out), and ``blind`` the intervals that some upper bound keeps below some lower
+    bound at both points.
+    """
+    nest = nest_of(region)
+    n = len(points[0])
+    owner = np.arange(n)
+    unsure = np.zeros(n, bool)
+    base = [make(p, {}, None) for p in points]
+    ok = [np.ones(n, bool) for _ in points]
+    for g in region.static_guards + region.guards + nest.guards:
+        for p, rows in enumerate(base):
+            ok[p] = ok[p] & (rows.lin(g.lin) <= 0)
+    if len(points) == 2:
+        unsure |= ok[0] != ok[1]
+    owner = owner[ok[0] & ~unsure]
+    chunks: dict = {}
+    for level in reversed(nest.levels[1:]):
+        lo: list[np.ndarray] = []
+        hi: list[np.ndarray] = []
+        for at, rows in zip(points, base):
+            lows, highs = _bounds(level, make(at[owner], chunks, (rows, owner)))
+            lo.append(_extreme(lows, np.maximum, len(owner)))
+            hi.append(_extreme(highs, np.minimum, len(owner)))
+        if len(points) == 2:
+            differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
+            unsure[owner[differ]] = True
+            hi[0] = np.where(differ, lo[0] - 1, hi[0])
+        count = np.maximum(hi[0] - lo[0] + 1, 0)
+        total = int(count.sum())
+        if total > budget:
+            raise TooMany(f"{total} chunks")
+        pick = np.repeat(np.arange(len(owner)), count)
+        within = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+        chunks = {v: a[pick] for v, a in chunks.items()}
+        chunks[level.var] = lo[0][pick] + within
+        owner = owner[pick]
+    lo, hi, bounds = [], [], []
+    for at, rows in zip(points, base):
+        lows, highs = _bounds(nest.levels[0], make(at[owner], chunks, (rows, owner)))
+        lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
+        lo.append(_extreme(lows, np.maximum, len(owner)))
+        hi.append(_extreme(highs, np.minimum, len(owner)) + 1)
+        bounds.append((lows, highs))
+    blind = np.zeros(len(owner), bool)
+    if len(points) == 2:
+        empty = np.flatnonzero((lo[0] >= hi[0]) & (lo[1] >= hi[1]))
+        if len(empty):
+            def pick_empty(values):
+                return np.broadcast_to(values, (len(owner),))[empty]
+            (lows_a, highs_a), (lows_b, highs_b) = bounds
+            for u_a, u_b in zip(highs_a, highs_b):
+                for l_a, l_b in zip(lows_a, lows_b):
+                    blind[empty] |= (pick_empty(u_a) < pick_empty(l_a)) & (pick_empty(u_b) < pick_empty(l_b))
+    return owner, lo, hi, unsure, blind
+
+
+# -- flat interval lists ----------------------------------------------------------------------------
+
+def sorted_unique(values: np.ndarray, return_inverse: bool = False):
+    """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
+    short arrays classification makes), and with ``return_inverse`` where each value went."""
+    order = np.argsort(values, kind="stable") if return_inverse else None
+    ordered = values[order] if return_inverse else np.sort(values)
+    new = np.empty(len(ordered), bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    if not return_inverse:
+        return ordered[new]
+    inverse = np.empty(len(values), np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
+
+
+def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
+    """Per row, the union of the intervals as sorted, disjoint, non-adjacent ones (empty ones dropped)."""
+    keep = lo < hi
+    row, lo, hi = row[keep], lo[keep], hi[keep]
+    if not len(row):
+        return row, lo, hi
+    width = kv_len + 1                                 # rows never touch on this line
+    g_lo, g_hi = row * width + lo, row * width + hi
+    order = np.argsort(g_lo, kind="stable")
+    g_lo, g_hi = g_lo[order], g_hi[order]
+    reach = np.maximum.accumulate(g_hi)
+    starts = np.ones(len(g_lo), bool)
+    starts[1:] = g_lo[1:] > reach[:-1]
+    first = np.flatnonzero(starts)
+    g_lo, g_hi = g_lo[first], np.maximum.reduceat(g_hi, first)
+    out_row = g_lo // width
+    return out_row, g_lo - out_row * width, g_hi - out_row * width
+
+
+def subtract(keys, deny, kv_len: int):
+    """Per row, ``keys`` minus ``deny`` (both as :func:`union` returns them)."""
+    if not len(deny[0]) or not len(keys[0]):
+        return tuple(keys)
+    width = kv_len + 1
+    a_lo, a_hi = keys[0] * width + keys[1], keys[0] * width + keys[2]
+    d_lo, d_hi = deny[0] * width + deny[1], deny[0] * width + deny[2]
+    at, inverse = sorted_unique(np.concatenate([a_lo, a_hi, d_lo, d_hi]), return_inverse=True)
+    na, nd = len(a_lo), len(d_lo)
+    in_a = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(na), -np.ones(na), np.zeros(2 * nd)]),
+                                 minlength=len(at)))
+    in_d = np.cumsum(np.bincount(inverse, np.concatenate([np.zeros(2 * na), np.ones(nd), -np.ones(nd)]),
+                                 minlength=len(at)))
+    shown = (in_a[:-1] > 0.5) & (in_d[:-1] < 0.5)       # the segment [at[i], at[i + 1])
+    seg_lo, seg_hi = at[:-1][shown], at[1:][shown]
+    row = seg_lo // width
+    return union(row, seg_lo - row * width, seg_hi - row * width, kv_len)
+
+
+def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray, width: int):
+    """Flat intervals of the points covered ``need[row]`` times by ``[lo, hi)``: where each of a row's
+    owners (its rows of keys, or pieces of them) gives disjoint ranges and ``need[row]`` counts the owners,
+    the points every owner covers."""
+    if not len(row):
+        return row, lo, hi
+    stride = width + 1
+    at, inverse = sorted_unique(np.concatenate([row * stride + lo, row * stride + hi]), return_inverse=True)
+    count = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(len(row)), -np.ones(len(row))]),
+                                  minlength=len(at)))
+    seg_row = at[:-1] // stride
+    full = np.flatnonzero(np.abs(count[:-1] - need[seg_row]) < 0.5)
+    out_row = seg_row[full]
+    return union(out_row, at[full] - out_row * stride, at[full + 1] - out_row * stride, width)
+
+
+def region_keys(region: ir.RegionBounds, make, q: np.ndarray, kv_len: int, budget: int):
+    """The flat intervals of one exact region at the rows ``q`` (unsorted; disjoint within a row)."""
+    owner, lo, hi, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
+    keep = lo[0] < hi[0]
+    return owner[keep], lo[0][keep], hi[0][keep]
+
+
+def row_keys(allow, deny, make, q: np.ndarray, kv_len: int, budget: int):
+    """Per row of ``q``: the keys of the exact ``allow`` regions minus those of the exact ``deny`` ones."""
+    def joined(regions):
+        parts = [region_keys(r, make, q, kv_len, budget) for r in regions]
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty
+        row, lo, hi = (np.concatenate(x) for x in zip(*parts))
+        return union(row, lo, hi, kv_len)
+    keys = joined(allow)
+    return subtract(keys, joined(deny), kv_len) if deny else keys

@@ -1,0 +1,202 @@
+"""Tile classes of masks with chunked regions from q-pieces: O(pieces x chunks), not O(rows x chunks).
+
+A *piece* is a run of rows inside one q_block where every q-side form the regions read is affine in q:
+pieces end at q_block starts, at the segment boundaries of the segments read at q, and wherever a floor
+of q changes (``(q - text) // width`` is an image row: constant within a piece, and ``(q - text) % width``
+is q plus a constant), and where a min or max of such forms changes its winner (a window clamped to
+the image). :func:`slopes_ok` checks this on the forms, with the further conditions of
+:mod:`maskc.analysis.pieces`: every bound of one level has a slope in {-1, 0, 1} (0 where it is divided), the lower
+bounds of a level all of one sign, the upper bounds too. Then, for one chunk tuple ``(J_n .. J_1)`` of one
+region, over a piece:
+
+* guards and chunk ranges that agree at the piece's two end rows hold (are the same) at every row between
+  (affine guards change truth once at most; monotone bounds equal at both ends are constant);
+* the key interval ``[lo(q), hi(q))`` has monotone ends and a concave width, so it is non-empty at every row
+  when it is at both ends, and the union of the rows' intervals is the hull of the end rows' (consecutive
+  rows shift by one key at most), their intersection the intersection of the end rows'.
+
+Families (one per region, piece and chunk tuple) of one region lie in disjoint chunks. Families of one
+piece whose hulls lie inside a family constant over the piece are dropped (a row sees them anyway); the
+others must have disjoint hulls, and consecutive ones that abut at both end rows abut at every row (a
+*chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
+families' hulls reach, and covered where every piece has a chain covering. Pieces that break a condition
+(ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block, which the
+caller classifies row by row.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from maskc import ir
+from maskc.analysis import linear as L
+from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, sorted_unique, subtract, union
+from maskc.analysis.rows import RowValues, lin_value
+from maskc.kernel_ir import FULL, PARTIAL
+
+
+class Breaks:
+    """Where pieces must end: floors of q as (sign, offset, divisor), segments read at q, and min/max of
+    forms of q with different slopes (innermost first: where their winner changes)."""
+
+    def __init__(self):
+        self.floors: set = set()
+        self.segments: set = set()
+        self.extremes: list = []
+
+
+def _free_of_rows(lin: ir.Lin) -> bool:
+    return not L.depends_on_q(lin) and not L.lin_mentions(lin, lambda t: isinstance(t, ir.ChunkVar))
+
+
+def _term_slopes(t, breaks: Breaks) -> frozenset | None:
+    if t == L.Q:
+        return frozenset({1})
+    if isinstance(t, (ir.Builtin, ir.ParamRef, ir.ChunkVar)):
+        return frozenset({0})
+    if isinstance(t, (ir.SegAttr, ir.SegValue)):
+        if t.pos != "q":
+            return None
+        breaks.segments.add(t.seg)
+        return frozenset({0})
+    if isinstance(t, ir.Floor):
+        split = L.split_on(t.num, L.Q)
+        if split is not None and split[0] in (1, -1) and _free_of_rows(split[1]) and _free_of_rows(t.den):
+            breaks.floors.add((split[0], split[1], t.den))
+            return frozenset({0 if t.op == "//" else split[0]})
+    found = [slopes(lin, breaks) for lin in L.inner_lins(t)]
+    inner = [s for s in found if s is not None]
+    if len(inner) < len(found):
+        return None
+    if isinstance(t, ir.Extreme) and not L.lin_mentions(L.of_term(t), lambda u: isinstance(u, ir.ChunkVar)):
+        if any(s != {0} for s in inner) and t not in breaks.extremes:
+            breaks.extremes.append(t)          # after the extremes inside it
+        return frozenset().union(*inner)
+    return frozenset({0}) if all(s == {0} for s in inner) else None
+
+
+def slopes(lin: ir.Lin, breaks: Breaks) -> frozenset | None:
+    """The slopes ``lin`` may have in q within a piece (None where it is not affine there); records the
+    breaks that make it affine."""
+    total = {0}
+    for t, c in lin.terms:
+        s = _term_slopes(t, breaks)
+        if s is None:
+            return None
+        total = {a + c * b for a in total for b in s}
+    return frozenset(total)
+
+
+def slopes_ok(regions, breaks: Breaks) -> bool:
+    """Whether every region's forms meet the piece conditions (module docstring)."""
+    for region in regions:
+        nest = nest_of(region)
+        for g in region.guards + region.static_guards + nest.guards:
+            if slopes(g.lin, breaks) is None:
+                return False
+        for level in nest.levels:
+            for bounds in (level.lower, level.upper):
+                signs: set = set()
+                for b in bounds:
+                    s = slopes(b.lin, breaks)
+                    if s is None or any(abs(x) > 1 for x in s) or (s != {0} and b.den != 1):
+                        return False
+                    signs |= s
+                if len(signs - {0}) > 1:
+                    return False
+    return True
+
+
+def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int,
+                 rows: tuple[int, int] | None = None):
+    """The first row of every piece (of the rows ``[row0, row1)``, whole q_blocks, when given)."""
+    row0, row1 = rows or (0, seq_len)
+    parts = [np.arange(row0, row1, block_m, dtype=np.int64)]
+    for seg in sorted(breaks.segments):
+        parts.append(params.segment(seg).bounds)
+    for sign, offset, den in breaks.floors:
+        r = lin_value(offset, params, seq_len, kv_len, head, b)
+        d = lin_value(den, params, seq_len, kv_len, head, b)
+        first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
+        parts.append(np.arange(first + max(0, -(-(row0 - first) // d)) * d, row1, d, dtype=np.int64))
+    starts = sorted_unique(np.concatenate(parts))
+    starts = starts[(starts >= row0) & (starts < row1)]
+    for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
+        ends = np.append(starts[1:], row1) - 1
+        at_start = RowValues(params, seq_len, kv_len, head, b, starts)
+        at_next = RowValues(params, seq_len, kv_len, head, b, np.minimum(starts + 1, ends))
+        values = [(np.broadcast_to(at_start.lin(a), starts.shape), np.broadcast_to(at_next.lin(a), starts.shape))
+                  for a in extreme.args]
+        cuts = [starts]
+        for i in range(len(values)):
+            for j in range(i + 1, len(values)):
+                d0 = values[i][0] - values[j][0]
+                step = (values[i][1] - values[j][1]) - d0
+                ahead = (step != 0) & (d0 * step < 0)
+                at = starts[ahead] - (d0[ahead] // step[ahead])      # the first row past the crossing
+                cuts.append(at[at <= ends[ahead]])
+        starts = sorted_unique(np.concatenate(cuts))
+    return starts
+
+
+def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
+               block_m: int, block_n: int, budget: int):
+    """Tile runs ``(q_block, kv_begin, kv_end, kind)`` of the allow ``regions``' union, exact on every q_block
+    not flagged in ``bad`` (bool[QT]; those have no runs here), and ``bad``. See the module docstring."""
+    qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
+    starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
+    ends = np.append(starts[1:], seq_len) - 1
+    block = starts // block_m
+    bad_piece = np.zeros(len(starts), bool)
+    parts = []
+    for region in regions:
+        owner, lo, hi, unsure, blind = enumerate_keys(region, make, [starts, ends], kv_len, budget)
+        budget -= len(owner)
+        bad_piece |= unsure
+        live = (lo[0] < hi[0]) & (lo[1] < hi[1])
+        dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
+        bad_piece[owner[~live & ~dead]] = True
+        parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
+    piece, la, ha, lb, hb = (np.concatenate(x) for x in zip(*parts))
+    piece, la, ha, lb, hb = _drop_covered(piece, la, ha, lb, hb, kv_len)
+    bad = np.zeros(qt, bool)
+    if not len(piece):                           # no row of any piece sees a key
+        bad[block[bad_piece]] = True
+        return (np.zeros(0, np.int64),) * 4, bad
+    order = np.argsort(piece * (kv_len + 1) + np.minimum(la, lb), kind="stable")   # mostly sorted already
+    piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
+    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
+    same = piece[1:] == piece[:-1]
+    bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
+    joined = np.zeros(len(piece), bool)                                   # abuts the previous at both ends
+    joined[1:] = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])
+    first = np.flatnonzero(~joined)
+    last = np.append(first[1:], len(piece)) - 1
+    c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
+    bad[block[bad_piece]] = True
+    # Touched key blocks: the union of the families' hulls; covered: those every piece's chains cover.
+    ok = ~bad[block[piece]]
+    touched = union(block[piece[ok]], h0[ok] // block_n, -((-h1[ok]) // block_n), kt)
+    k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
+    ok = ~bad[block[c_piece]] & (k0 < k1)
+    covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
+    partial = subtract(touched, covered, kt)
+    return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
+                                                        partial + (np.full(len(partial[0]), PARTIAL),))), bad
+
+
+def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
+    """Families constant over their piece replaced by their union; other families inside it dropped."""
+    constant = (la == lb) & (ha == hb)
+    c_piece, c_lo, c_hi = union(piece[constant], la[constant], ha[constant], kv_len)
+    rest = ~constant
+    piece, la, ha, lb, hb = piece[rest], la[rest], ha[rest], lb[rest], hb[rest]
+    if len(c_piece) and len(piece):
+        width = kv_len + 1
+        g_lo = c_piece * width + c_lo
+        at = np.searchsorted(g_lo, piece * width + np.minimum(la, lb), side="right") - 1
+        safe = np.maximum(at, 0)
+        inside = (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
+        keep = ~inside
+        piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
+    return (np.concatenate([c_piece, piece]), np.concatenate([c_lo, la]), np.concatenate([c_hi, ha]),
+            np.concatenate([c_lo, lb]), np.concatenate([c_hi, hb]))

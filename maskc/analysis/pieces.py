@@ -1,0 +1,219 @@
+"""Tile runs of masks linear in k from q-pieces: work O(pieces x forms^2), not O(rows), never O(tiles).
+
+A *piece* is a run of rows inside one q_block on which every bound and guard of every region is affine in
+q, the bounds with slope -1, 0 or 1. :func:`maskc.analysis.piece_tiles.piece_starts` cuts the q_blocks at segment
+boundaries, at the steps of floors of q and where a min or max changes its winner; two more rounds of cuts
+follow here:
+
+1. where two lower bounds of one region change order (the region's lower end, the max of 0 and its lower
+   bounds, is then one of them all along the piece), two of its upper bounds, or a guard changes sign;
+2. where two region ends change order: every lower and upper end of every region, allow and deny, against
+   every other.
+
+"Change order" means the outcome of comparing them (<, = or >) changes: two affine forms do so at most
+twice on a piece, at rows computed exactly from the piece's first two rows. On the pieces that remain,
+every comparison :func:`maskc.analysis.intervals.combine` makes to union the allow regions' intervals and subtract
+the deny regions' has one outcome at every row, so all rows of a piece have slots of one structure, each
+slot end one region end, affine with slope -1, 0 or 1. Consecutive rows' slots then overlap or abut: a
+slot's keys over the piece are the hull of its first and last rows', the keys it has at every row the
+intersection of theirs, which :func:`maskc.analysis.tiles.runs_of_keys` turns into tile runs.
+
+The forms are evaluated once, at the first two rows of each piece of the first cut; every later value is
+extrapolated along its piece's slope, exactly (the forms are affine there). Masks whose forms are not
+affine this way (a bound ``k <= q // 2``, a product of q) are left to the row-by-row classification.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from maskc.analysis.intervals import combine, masked
+from maskc.analysis.keys import sorted_unique
+from maskc.analysis.piece_tiles import Breaks, piece_starts, slopes
+from maskc.analysis.rows import RowValues, k_bound_rows
+from maskc.analysis.tiles import runs_of_keys
+
+
+class PiecePlan:
+    """What :func:`runs_from_pieces` needs of a mask's regions, worked out once: where pieces end
+    (``breaks``), every bound and guard once (shared forms evaluated once) as rows of a table after the
+    constants 0 and kv_len - 1 that clip the bounds, each region's rows of it, and the pairs of rows
+    whose order the two rounds of cuts follow."""
+
+    ZERO, LAST = 0, 1
+
+    def __init__(self, allow, deny, breaks: Breaks):
+        self.allow, self.deny, self.breaks = tuple(allow), tuple(deny), breaks
+        self._index: dict = {}
+        self.forms: list = ["0", "kv_len - 1"]
+        # per region: (lower rows, upper rows, guard rows), the first two with their clipping constant
+        self.regions = [([self.ZERO] + [self._add(b, True) for b in r.lower],
+                         [self.LAST] + [self._add(b, False) for b in r.upper],
+                         [self._add(g, None) for g in r.guards + r.static_guards]) for r in self.allow + self.deny]
+        self.first_pairs = _pairs([g for lower, upper, guards in self.regions
+                                   for g in [lower, upper] + [[x, self.ZERO] for x in guards]])
+        self.end_pairs = _pairs([list(range(2 * len(self.regions)))])
+
+    def _add(self, item, lower) -> int:
+        key = (item.lin, getattr(item, "den", 1), lower)
+        if key not in self._index:
+            self._index[key] = len(self.forms)
+            self.forms.append((item, lower))
+        return self._index[key]
+
+    def values(self, rows: RowValues, n: int, kv_len: int) -> np.ndarray:
+        """int64[forms, n]: every form at the rows (bounds rounded inward: ceil for lower, floor for upper)."""
+        out = np.empty((len(self.forms), n), np.int64)
+        out[self.ZERO], out[self.LAST] = 0, kv_len - 1
+        for i, (item, lower) in enumerate(self.forms[2:], 2):
+            out[i] = rows.lin(item.lin) if lower is None else k_bound_rows(item, rows, lower=lower)
+        return out
+
+
+def plan_of(allow, deny) -> PiecePlan | None:
+    """The plan of regions whose forms are affine on pieces (every region linear, bounds of slope -1, 0 or 1
+    and divided only where constant, guards affine), else None."""
+    breaks = Breaks()
+    for region in tuple(allow) + tuple(deny):
+        if not region.linear:
+            return None
+        for g in region.guards + region.static_guards:
+            if slopes(g.lin, breaks) is None:
+                return None
+        for b in region.lower + region.upper:
+            s = slopes(b.lin, breaks)
+            if s is None or any(abs(x) > 1 for x in s) or (s != {0} and b.den != 1):
+                return None
+    return PiecePlan(allow, deny, breaks)
+
+
+def _pairs(groups) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of rows within each group (deduplicated)."""
+    found = {(min(a, b), max(a, b)) for g in groups for x, a in enumerate(g) for b in g[x + 1:] if a != b}
+    if not found:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    i, j = np.array(sorted(found)).T
+    return i, j
+
+
+def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.ndarray, pairs) -> np.ndarray:
+    """``starts`` with the rows added where a pair of forms changes order: ``first`` and ``last`` are the
+    forms' values [forms, pieces] at each piece's first and last row (``span`` rows after the first; the
+    forms affine on each piece), ``pairs`` two index arrays. Affine forms keep their order (<, = or >) over
+    a piece when they have it at both ends, so only those pairs and pieces are searched; with many pairs,
+    first only the pieces where the order of all the forms, ties included, differs between the ends."""
+    i, j = pairs
+    pieces = np.arange(len(starts))
+    if len(i) > _FEW_PAIRS:
+        order = np.argsort(first, axis=0, kind="stable")
+        a, b = np.take_along_axis(first, order, 0), np.take_along_axis(last, order, 0)
+        pieces = np.flatnonzero(((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0))
+        first, last = first[:, pieces], last[:, pieces]
+    d0, d1 = first[i] - first[j], last[i] - last[j]
+    pair, piece = np.nonzero(np.sign(d0) != np.sign(d1))
+    if not len(pair):
+        return starts
+    d0, d1, piece = d0[pair, piece], d1[pair, piece], pieces[piece]
+    span = span[piece]
+    step = (d1 - d0) // span                      # exact: the forms are affine on the piece
+    e, m = d0 * np.sign(step), np.abs(step)       # e + m t rises with the row t
+    cuts = [starts]
+    for t in (-(e // m), (-e) // m + 1):          # the first t with e + m t >= 0, then > 0
+        inside = (t > 0) & (t <= span)
+        cuts.append(starts[piece[inside]] + t[inside])
+    return sorted_unique(np.concatenate(cuts))
+
+
+# Pairs searched piece by piece without first looking for the pieces where some order changes.
+_FEW_PAIRS = 8
+
+
+def _one_region(plan: PiecePlan, value0: np.ndarray, slope0: np.ndarray, span: np.ndarray):
+    """The slot of a mask of one allow region at each piece's first and last rows, when no piece needs cuts,
+    else None. No cut is needed where on every piece the lower bounds' slopes have one sign (so have the upper
+    bounds'), every guard holds at both ends or at neither, and the rows see keys at both ends or provably at
+    neither: the region's ends are then monotone by one key per row at most, and its width, a min of affine
+    forms minus a max of them, is concave, so rows seeing keys at both ends see keys throughout (and an upper
+    bound below a lower bound at both ends stays below between them)."""
+    lower, upper, guards = plan.regions[0]
+    last = value0 + slope0 * span
+    s_lo, s_hi = slope0[lower], slope0[upper]
+    monotone = ((s_lo >= 0).all(axis=0) | (s_lo <= 0).all(axis=0)) & ((s_hi >= 0).all(axis=0) | (s_hi <= 0).all(axis=0))
+    g_first, g_last = value0[guards] <= 0, last[guards] <= 0
+    ok = g_first.all(axis=0)
+    lo_a, lo_b = value0[lower].max(axis=0), last[lower].max(axis=0)
+    hi_a, hi_b = value0[upper].min(axis=0) + 1, last[upper].min(axis=0) + 1
+    seen_a, seen_b = ok & (lo_a < hi_a), ok & (lo_b < hi_b)
+    below = ((value0[upper][:, None] < value0[lower][None]) & (last[upper][:, None] < last[lower][None])).any(axis=(0, 1))
+    settled = monotone & (g_first == g_last).all(axis=0) & np.where(seen_a, seen_b, ~seen_b & (~ok | below))
+    if not settled.all():
+        return None
+    (lo_a, hi_a), (lo_b, hi_b) = masked(lo_a, hi_a, seen_a), masked(lo_b, hi_b, seen_b)
+    return lo_a, hi_a, lo_b, hi_b
+
+
+def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, kv_len: int,
+                     block_m: int, block_n: int, rows: tuple[int, int] | None = None):
+    """CSR tile runs (offsets int32[q_blocks + 1], runs int32[n, 3]) of one batch element and head, exact (see
+    the module docstring), for the q_blocks of the rows ``[row0, row1)`` (whole q_blocks; default all)."""
+    row0, row1 = rows or (0, seq_len)
+    qt = -(-(row1 - row0) // block_m)
+    if not plan.allow:                              # nothing is ever visible
+        return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
+    base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m, (row0, row1))
+    span = np.append(base[1:], row1) - 1 - base
+    rows_ = RowValues(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)]))
+    both = plan.values(rows_, 2 * len(base), kv_len)
+    value0, slope0 = both[:, :len(base)], both[:, len(base):] - both[:, :len(base)]
+
+    def ends(starts: np.ndarray):
+        """Each piece's last row, and every form at the pieces' first and last rows (extrapolated along the
+        pieces of the first cut, exactly: the forms are affine there)."""
+        last = np.append(starts[1:], row1) - 1
+        at = np.concatenate([starts, last])
+        p = np.searchsorted(base, at, side="right") - 1
+        return last - starts, value0[:, p] + slope0[:, p] * (at - base[p])
+
+    def extreme(values: np.ndarray, rows: list, fn) -> np.ndarray:
+        return values[rows[0]] if len(rows) == 1 else fn.reduce(values[rows], axis=0)
+
+    def region_ends(values: np.ndarray):
+        """[regions, n] lower ends, upper ends (exclusive) and guards, from the forms' values."""
+        return (np.array([extreme(values, lower, np.maximum) for lower, _, _ in plan.regions]),
+                np.array([extreme(values, upper, np.minimum) for _, upper, _ in plan.regions]) + 1,
+                guards(values))
+
+    def guards(values: np.ndarray) -> np.ndarray:
+        truth = values <= 0
+        return np.array([truth[rows].all(axis=0) if rows else np.ones(values.shape[1], bool)
+                         for _, _, rows in plan.regions])
+
+    if len(plan.regions) == 1:                     # one allow region: often settled without cuts
+        ends_ = _one_region(plan, value0, slope0, span)
+        if ends_ is not None:
+            block = (base - row0) // block_m
+            return runs_of_keys(block, [ends_], np.bincount(block, minlength=qt), kv_len, block_n, qt)
+
+    # 1: the winners of each region's max and min, and its guards' truth, constant on every piece.
+    starts = _refine(base, span, value0, value0 + slope0 * span, plan.first_pairs)
+    # 2: every region end against every other.
+    span, values = ends(starts)
+    lo, hi, _ = region_ends(values)
+    n = len(starts)
+    starts = _refine(starts, span, np.concatenate([lo[:, :n], hi[:, :n]]), np.concatenate([lo[:, n:], hi[:, n:]]),
+                     plan.end_pairs)
+    # The slots at each piece's first and last rows, one structure per piece.
+    if len(starts) != n:
+        n = len(starts)
+        lo, hi, ok = region_ends(ends(starts)[1])
+    else:
+        ok = guards(values)
+    intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(plan.regions))]
+    slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
+    if not slots:
+        return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
+    block = (starts - row0) // block_m
+    for s_lo, s_hi in slots:
+        if np.any((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])):
+            raise AssertionError("a piece's slots differ between its first and last rows")
+    return runs_of_keys(block, [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots],
+                        np.bincount(block, minlength=qt), kv_len, block_n, qt)

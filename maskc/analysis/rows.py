@@ -1,0 +1,291 @@
+"""Linear forms evaluated at run time: per query row (exact) and per tile box (interval bounds).
+
+Classification's two instruments. ``RowValues`` evaluates k-free forms at every query position in
+O(seq_len) numpy work, memoising each term (regions share most of theirs). ``TileIntervals``
+bounds any form over every (q_block, kv_block) box: sound (the true values lie inside), exact for a
+single linear term, loose where terms are correlated.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from maskc import ir
+from maskc.analysis import bitops
+from maskc.analysis import linear as L
+from maskc.kernel_ir import BatchParams, Table
+
+
+def segment_lookup(table, positions: np.ndarray, extent: int):
+    """index, start, end of the segment holding each position (gap segments outside the range), whether
+    it is inside the range, and the index clipped to a valid one: O(positions x log segments), no table
+    of every position."""
+    bounds = table.bounds
+    idx = np.searchsorted(bounds, positions, side="right") - 1
+    inside = (idx >= 0) & (idx < table.count)
+    safe = np.clip(idx, 0, max(table.count - 1, 0))
+    before = positions < bounds[0]
+    if table.count:
+        start = np.where(inside, bounds[safe], np.where(before, 0, bounds[-1]))
+        end = np.where(inside, bounds[safe + 1], np.where(before, bounds[0], extent))
+    else:
+        start = np.where(before, 0, bounds[-1])
+        end = np.where(before, bounds[0], extent)
+    return np.where(inside, idx, -1), start, end, inside, safe
+
+
+_EXTREME_CELLS = 1 << 22        # entries of one table's range-extreme tables: 32 MiB of int64 each
+_EXTREMES: "weakref.WeakKeyDictionary[Table, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _extreme_tables(table: Table):
+    """(block, mins, maxs): sparse tables over blocks of ``block`` entries (``mins[j, i]`` the least entry of
+    blocks i .. i + 2**j - 1); ``block`` is 1 (exact) unless the table is past about 2**18 entries."""
+    hit = _EXTREMES.get(table)
+    if hit is None:
+        values, n = table.values, table.count
+        block = 1
+        while -(-n // block) * max(1, (-(-n // block)).bit_length()) > _EXTREME_CELLS:
+            block *= 2
+        m = -(-n // block)
+        padded = np.concatenate([values, np.full(m * block - n, values[-1], np.int64)]).reshape(m, block)
+        mins, maxs = [padded.min(axis=1)], [padded.max(axis=1)]
+        while 2 ** len(mins) <= m:
+            step = 2 ** (len(mins) - 1)
+            mins.append(np.concatenate([np.minimum(mins[-1][:-step], mins[-1][step:]), mins[-1][-step:]]))
+            maxs.append(np.concatenate([np.maximum(maxs[-1][:-step], maxs[-1][step:]), maxs[-1][-step:]]))
+        hit = _EXTREMES[table] = (block, np.stack(mins), np.stack(maxs))
+    return hit
+
+
+def table_bounds(table: Table, lo, hi):
+    """(least, greatest) entry of ``table`` at indices ``lo .. hi`` (arrays broadcast; clipped into the table:
+    bind proved every index a form takes in range). Sound; exact where ``lo == hi``, and for tables of up to
+    about 2**18 entries."""
+    n = table.count
+    lo, hi = np.broadcast_arrays(np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1))
+    block, mins, maxs = _extreme_tables(table)
+    b0, b1 = lo // block, hi // block
+    level = bitops.bit_length(b1 - b0 + 1) - 1
+    second = b1 - (np.int64(1) << level) + 1
+    least = np.minimum(mins[level, b0], mins[level, second])
+    greatest = np.maximum(maxs[level, b0], maxs[level, second])
+    at = table.values[lo]
+    return np.where(lo == hi, at, least), np.where(lo == hi, at, greatest)
+
+
+class _Scalars:
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head, batch_index: int):
+        self.params = params
+        self.builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": head, "b": batch_index}
+
+
+def isqrt(values):
+    """The floor of the square root of each value, exactly (negative values give 0)."""
+    v = np.maximum(values, 0)
+    r = np.sqrt(np.asarray(v, np.float64)).astype(np.int64)
+    # float64's square root is within 2**-20 of the truth below 2**62: r is off by one at most
+    return r - (r * r > v) + ((r + 1) * (r + 1) <= v)
+
+
+class RowValues(_Scalars):
+    """Values of linear forms at the query positions ``q`` (an int64 array); forms that use k need
+    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid), and
+    forms that read chunk indices (:class:`~maskc.ir.ChunkVar`) their values in ``chunks``."""
+
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int,
+                 q: np.ndarray, k: np.ndarray | None = None, chunks: dict | None = None,
+                 gather: tuple["RowValues", np.ndarray] | None = None):
+        super().__init__(params, seq_len, kv_len, head, batch_index)
+        self.q, self.k = q, k
+        self.chunks = chunks or {}
+        self.gather = gather              # (values at fewer rows, index): forms free of chunks come from there
+        self.extent = max(seq_len, kv_len)
+        self._memo: dict = {}
+        self._lookups: dict = {}
+
+    def lin(self, lin: ir.Lin):
+        hit = self._memo.get(lin)             # regions share many bounds: each is computed once
+        if hit is None:
+            if self.gather is not None and not L.reads_chunks(lin):
+                hit = self.gather[0].lin(lin)
+                hit = hit[self.gather[1]] if np.ndim(hit) else hit
+            else:
+                hit = np.int64(lin.const)
+                for t, c in lin.terms:
+                    v = self.term(t)
+                    hit = hit + (v if c == 1 else -v if c == -1 else c * v)
+            self._memo[lin] = hit
+        return hit
+
+    def term(self, t):
+        hit = self._memo.get(t)
+        if hit is None:
+            if self.gather is not None and not L.term_reads_chunks(t):
+                hit = self.gather[0].term(t)
+                hit = hit[self.gather[1]] if np.ndim(hit) else hit
+            else:
+                hit = self._term(t)
+            self._memo[t] = hit
+        return hit
+
+    def _lookup(self, seg: str, pos: str):
+        if (seg, pos) not in self._lookups:
+            positions = self.q if pos == "q" else self.k
+            assert positions is not None, "a form that reads k needs key positions"
+            self._lookups[seg, pos] = segment_lookup(self.params.segment(seg), positions, self.extent)
+        return self._lookups[seg, pos]
+
+    def _term(self, t):
+        if isinstance(t, ir.Pos):
+            if t.which == "k" and self.k is None:
+                raise ValueError("these row values have no key positions")
+            return self.q if t.which == "q" else self.k
+        if isinstance(t, ir.Builtin):
+            return np.int64(self.builtins[t.name])
+        if isinstance(t, ir.ParamRef):
+            return np.int64(self.params.int(t.name))
+        if isinstance(t, (ir.SegAttr, ir.SegValue)):
+            index, start, end, inside, safe = self._lookup(t.seg, t.pos)
+            if isinstance(t, ir.SegValue):
+                values = self.params.segment(t.seg).value(t.array)
+                return np.where(inside, values[safe], 0) if len(values) else np.zeros_like(index)
+            return {"index": index, "start": start, "end": end}[t.attr] if t.attr != "length" else end - start
+        if isinstance(t, ir.Square):
+            v = self.lin(t.base)
+            return v * v
+        if isinstance(t, ir.Product):
+            return self.lin(t.left) * self.lin(t.right)
+        if isinstance(t, ir.Floor):
+            num, den = self.lin(t.num), self.lin(t.den)
+            return np.floor_divide(num, den) if t.op == "//" else np.mod(num, den)
+        if isinstance(t, ir.Extreme):
+            vals = [self.lin(a) for a in t.args]
+            out = vals[0]
+            for v in vals[1:]:
+                out = np.minimum(out, v) if t.fn == "min" else np.maximum(out, v)
+            return out
+        if isinstance(t, ir.ChunkVar):
+            return self.chunks[t]
+        if isinstance(t, ir.Root):
+            return isqrt(self.lin(t.arg))
+        if isinstance(t, ir.Bits):
+            return bitops.apply(t.op, self.lin(t.left), self.lin(t.right))
+        if isinstance(t, ir.Lookup):
+            return self.params.table(t.table).values[self.lin(t.index)]
+        raise TypeError(t)
+
+
+def lin_value(lin: ir.Lin, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int) -> int:
+    """The value of a form free of q and k."""
+    return int(RowValues(params, seq_len, kv_len, head, batch_index, np.zeros(1, np.int64)).lin(lin))
+
+
+class TileIntervals(_Scalars):
+    """Interval bounds ``(lo, hi)`` of linear forms over every tile box, shaped (QT, 1) x (1, KT).
+
+    ``heads`` is the (lo, hi) range of h over which the bounds must hold.
+    """
+
+    def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: tuple[int, int],
+                 batch_index: int, block_m: int, block_n: int, q_rows: tuple[int, int] | None = None):
+        super().__init__(params, seq_len, kv_len, None, batch_index)
+        self.heads = heads
+        self.extent = max(seq_len, kv_len)
+        row0, row1 = q_rows or (0, seq_len)          # the q_blocks covered: rows row0..row1-1
+        self.axes = {"q": self._axis(row0, row1, block_m, (slice(None), None)),
+                     "k": self._axis(0, kv_len, block_n, (None, slice(None)))}
+        self._memo: dict = {}
+
+    @staticmethod
+    def _axis(first: int, end: int, block: int, shape):
+        starts = np.arange(first, end, block, dtype=np.int64)
+        positions = np.arange(first, end, dtype=np.int64)
+        return starts, positions, shape, np.minimum(starts + block, end) - 1
+
+    def _per_block(self, pos: str, values: np.ndarray):
+        """(min, max) of per-position values over each block of the axis, shaped for broadcasting."""
+        starts, positions, shape, _ = self.axes[pos]
+        values = np.broadcast_to(values, positions.shape)
+        at = starts - positions[0]
+        return np.minimum.reduceat(values, at)[shape], np.maximum.reduceat(values, at)[shape]
+
+    def lin(self, lin: ir.Lin):
+        lo = hi = np.int64(lin.const)
+        for t, c in lin.terms:
+            tlo, thi = self.term(t)
+            if c > 0:
+                lo, hi = lo + c * tlo, hi + c * thi
+            else:
+                lo, hi = lo + c * thi, hi + c * tlo
+        return lo, hi
+
+    def term(self, t):
+        hit = self._memo.get(t)
+        if hit is None:
+            hit = self._memo[t] = self._term(t)
+        return hit
+
+    def _term(self, t):
+        if isinstance(t, ir.Pos):
+            starts, _, shape, last = self.axes[t.which]
+            return starts[shape], last[shape]
+        if isinstance(t, ir.Builtin):
+            if t.name == "h":
+                return np.int64(self.heads[0]), np.int64(self.heads[1])
+            v = np.int64(self.builtins[t.name])
+            return v, v
+        if isinstance(t, ir.ParamRef):
+            v = np.int64(self.params.int(t.name))
+            return v, v
+        if isinstance(t, (ir.SegAttr, ir.SegValue)):
+            positions = self.axes[t.pos][1]
+            row = RowValues(self.params, self.builtins["seq_len"], self.builtins["kv_len"], 0,
+                            self.builtins["b"], positions, positions)
+            return self._per_block(t.pos, row.term(t))
+        if isinstance(t, ir.Square):
+            lo, hi = self.lin(t.base)
+            sq_lo = np.where((lo <= 0) & (hi >= 0), 0, np.minimum(lo * lo, hi * hi))
+            return sq_lo, np.maximum(lo * lo, hi * hi)
+        if isinstance(t, ir.Product):
+            (a, b), (c, d) = self.lin(t.left), self.lin(t.right)
+            corners = (a * c, a * d, b * c, b * d)
+            return np.minimum.reduce(np.broadcast_arrays(*corners)), np.maximum.reduce(np.broadcast_arrays(*corners))
+        if isinstance(t, ir.Floor):
+            (a, b), (d0, d1) = self.lin(t.num), self.lin(t.den)   # bind checked d0 > 0
+            if t.op == "//":
+                return np.minimum(a // d0, a // d1), np.maximum(b // d0, b // d1)
+            same_period = (d0 == d1) & (a // d0 == b // d0)
+            return np.where(same_period, a % d0, 0), np.where(same_period, b % d0, d1 - 1)
+        if isinstance(t, ir.Extreme):
+            bounds = [self.lin(a) for a in t.args]
+            fn = np.minimum if t.fn == "min" else np.maximum
+            lo, hi = bounds[0]
+            for blo, bhi in bounds[1:]:
+                lo, hi = fn(lo, blo), fn(hi, bhi)
+            return lo, hi
+        if isinstance(t, ir.Root):                  # monotone
+            lo, hi = self.lin(t.arg)
+            return isqrt(lo), isqrt(hi)
+        if isinstance(t, ir.Bits):
+            return bitops.interval(t.op, self.lin(t.left), self.lin(t.right))
+        if isinstance(t, ir.Lookup):
+            return table_bounds(self.params.table(t.table), *self.lin(t.index))
+        raise TypeError(t)
+
+    def atom_state(self, lin: ir.Lin):
+        """Per tile: 1 where ``lin <= 0`` surely holds, -1 where it surely fails, 0 where unknown."""
+        lo, hi = self.lin(lin)
+        return np.where(hi <= 0, 1, np.where(lo > 0, -1, 0)).astype(np.int8)
+
+
+def k_bound_rows(bound: ir.KBound, rows: RowValues, lower: bool):
+    """The per-row value of a k bound: ceil(lin / den) for a lower bound, floor for an upper one."""
+    v = rows.lin(bound.lin)
+    if bound.den == 1:
+        return v
+    return -((-v) // bound.den) if lower else v // bound.den
+
+
+__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "isqrt", "L"]

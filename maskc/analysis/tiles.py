@@ -1,0 +1,301 @@
+"""Run-length tile rows: the shared currency of classify and pack (int32 CSR of (begin, end, kind))."""
+from __future__ import annotations
+
+import numpy as np
+
+from maskc.analysis.keys import covered_by_all, sorted_unique, subtract, union
+from maskc.errors import BindError
+from maskc.kernel_ir import EMPTY, FULL, PARTIAL
+
+PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
+
+
+class RunBudget:
+    """The bytes a descriptor may take, counted as its runs are made: a BindError naming ``max_bytes`` (what
+    a user raises) as soon as the total passes it. ``what`` names the sizes; ``used``: bytes already taken."""
+
+    RUN_BYTES = 12                  # (begin, end, kind), int32
+
+    def __init__(self, max_bytes, what: str, used: int = 0):
+        if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) or max_bytes < 1:
+            raise BindError(f"max_bytes (the descriptor memory cap) must be a positive integer, got {max_bytes!r}")
+        self.max_bytes, self.what, self.used = int(max_bytes), what, 0
+        self.add_bytes(used)
+
+    def add(self, runs: np.ndarray) -> None:
+        self.add_bytes(self.RUN_BYTES * len(runs))
+
+    def add_bytes(self, n: int) -> None:
+        self.used += n
+        if self.used > self.max_bytes:
+            raise BindError(f"the descriptor of {self.what} takes more than max_bytes = {self.max_bytes} bytes "
+                            f"({_size(self.max_bytes)}), the memory cap on descriptors",
+                            hint="raise it: bound.descriptor(..., max_bytes=N), or maskc.Options("
+                                 "max_descriptor_bytes=N) for maskc.attention (MASKC_MAX_DESCRIPTOR_BYTES); or "
+                                 "use larger tiles, or split the sequence with restrict() (context parallelism)")
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
+
+
+def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """int32 permutation of the CSR rows by non-increasing cost (FULL + PARTIAL_COST * PARTIAL tiles),
+    ties in row order: the launch order that finishes the longest rows first (LPT)."""
+    rows = len(offsets) - 1
+    row_of_run = np.repeat(np.arange(rows), np.diff(offsets))
+    weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
+    cost = np.bincount(row_of_run, weight, minlength=rows)
+    return np.lexsort((np.arange(rows), -cost)).astype(np.int32)
+
+
+def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR runs of equal non-EMPTY classes along the last axis of int8[R, C]:
+    ``offsets`` int32[R + 1] and ``runs`` int32[n, 3] of (begin, end, kind)."""
+    rows, cols = classes.shape
+    padded = np.full((rows, cols + 2), -1, np.int8)
+    padded[:, 1:-1] = classes
+    live = classes != EMPTY
+    starts = live & (padded[:, 1:-1] != padded[:, :-2])       # a non-empty run begins here
+    ends = live & (padded[:, 1:-1] != padded[:, 2:])          # ... and ends here (inclusive)
+    r, c = np.nonzero(starts)
+    _, e = np.nonzero(ends)                                   # same runs, same row-major order
+    offsets = np.zeros(rows + 1, np.int32)
+    np.cumsum(np.bincount(r, minlength=rows), out=offsets[1:])
+    runs = np.stack([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
+    return offsets, np.ascontiguousarray(runs)
+
+
+def dense_of(offsets: np.ndarray, runs: np.ndarray, cols: int) -> np.ndarray:
+    """int8[R, cols] classes from CSR runs (the inverse of :func:`runs_of`), vectorized."""
+    rows = len(offsets) - 1
+    out = np.zeros(rows * (cols + 1), np.int16)
+    if len(runs):
+        row = np.repeat(np.arange(rows), np.diff(offsets))
+        base = row * (cols + 1)
+        kind = runs[:, 2].astype(np.int16)
+        np.add.at(out, base + runs[:, 0], kind)
+        np.add.at(out, base + runs[:, 1], -kind)
+    return np.cumsum(out.reshape(rows, cols + 1), axis=1)[:, :cols].astype(np.int8)
+
+
+def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
+    """CSR from unsorted, non-overlapping runs: sorted per row, empty ones dropped, adjacent runs of
+    one kind merged."""
+    keep = begin < end
+    row, begin, end, kind = row[keep], begin[keep], end[keep], kind[keep]
+    order = np.lexsort((begin, row))
+    return _joined(row[order], begin[order], end[order], kind[order], rows)
+
+
+def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
+    """CSR from non-empty runs sorted by row and begin, adjacent runs of one kind merged."""
+    joins = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] == end[:-1])
+    if joins.any():
+        head = np.flatnonzero(np.concatenate([[True], ~joins]))
+        end = np.maximum.reduceat(end, head)
+        row, begin, kind = row[head], begin[head], kind[head]
+    offsets = np.zeros(rows + 1, np.int32)
+    np.cumsum(np.bincount(row, minlength=rows), out=offsets[1:])
+    runs = np.empty((len(row), 3), np.int32)
+    runs[:, 0], runs[:, 1], runs[:, 2] = begin, end, kind
+    return offsets, runs
+
+
+def starts_of(block: np.ndarray) -> np.ndarray:
+    """The index of the first element of each run of equal values of ``block``."""
+    new = np.empty(len(block), bool)
+    new[:1] = True
+    np.not_equal(block[1:], block[:-1], out=new[1:])
+    return np.flatnonzero(new)
+
+
+def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_n: int, rows: int):
+    """CSR runs of ``rows`` q_blocks from the key intervals of their *owners* (rows, or pieces of rows).
+
+    Owner i lies in q_block ``block[i]`` (``block`` ascending). ``slots`` is a list of ``(lo, hi, lo_b, hi_b)``
+    arrays over the owners: slot j of owner i holds keys ``[lo, hi)`` at the owner's first row and
+    ``[lo_b, hi_b)`` at its last (empty at both or at neither), every row between seeing an interval that
+    moves from one to the other by one key per row at most, so that the rows' union is the hull of the two
+    and their intersection the intersection. An owner's slots are disjoint and not adjacent; ``need[q]``
+    counts q_block q's owners. A key block is FULL where every owner covers it at every row, PARTIAL where
+    some row touches it. Work and memory are O(owners x slots): the tile grid is never built.
+
+    Most q_blocks are settled from per-slot hulls (the keys touched are the hull of each slot's intervals
+    where consecutive owners' intervals chain; a block every owner covers lies in one slot where the slots'
+    hulls are disjoint); the others from the intervals themselves (:func:`_counted_runs`)."""
+    kt = -(-kv_len // block_n)
+    first = starts_of(block)                                  # each q_block's first owner
+    present = block[first]
+    bad = np.zeros(len(first), bool)
+    big = np.int64(1) << 40
+    hulls, flat = [], []
+    for lo, hi, lo_b, hi_b in slots:
+        live = lo < hi
+        t0 = np.where(live, np.minimum(lo, lo_b) // block_n, big)       # touched key blocks [t0, t1)
+        t1 = np.where(live, -(-np.maximum(hi, hi_b) // block_n), -1)
+        inner_hi = np.minimum(hi, hi_b)
+        c0 = np.where(live, -(-np.maximum(lo, lo_b) // block_n), big)   # covered key blocks [c0, c1)
+        c1 = np.where(live, np.where(inner_hi >= kv_len, kt, inner_hi // block_n), -1)   # short last tile
+        idx = np.flatnonzero(live)            # a hole: consecutive live owners' intervals apart
+        a, b = idx[:-1], idx[1:]
+        hole = (block[a] == block[b]) & ((t0[b] > t1[a]) | (t0[a] > t1[b]))
+        bad[np.searchsorted(present, block[a[hole]])] = True
+        hulls.append((np.minimum.reduceat(t0, first), np.maximum.reduceat(t1, first),
+                      np.maximum.reduceat(c0, first), np.minimum.reduceat(c1, first)))
+        flat.append((live, t0, t1, c0, c1))
+    h0, h1, f0, f1 = (np.array(x) for x in zip(*hulls))          # [slots, q_blocks]
+    for i in range(len(slots)):                               # a key block two slots' hulls share
+        for j in range(i + 1, len(slots)):
+            bad |= (h0[i] < h1[i]) & (h0[j] < h1[j]) & (h0[i] < h1[j]) & (h0[j] < h1[i])
+    some = h0 < h1
+    h0, h1 = np.where(some, h0, 0), np.where(some, h1, 0)
+    cut0, cut1 = np.maximum(f0, h0), np.minimum(f1, h1)
+    has_full = cut0 < cut1
+    cut0, cut1 = np.where(has_full, cut0, h1), np.where(has_full, cut1, h1)
+    # Per q_block, each slot's PARTIAL, FULL, PARTIAL runs, slot after slot: already in order.
+    begin, end = np.empty((len(first), 3 * len(slots)), np.int64), np.empty((len(first), 3 * len(slots)), np.int64)
+    begin[:, 0::3], begin[:, 1::3], begin[:, 2::3] = h0.T, cut0.T, cut1.T
+    end[:, 0::3], end[:, 1::3], end[:, 2::3] = cut0.T, cut1.T, h1.T
+    keep = begin < end
+    keep[bad] = False
+    at, col = np.nonzero(keep)
+    out = (present[at], begin[at, col], end[at, col], np.where(col % 3 == 1, FULL, PARTIAL))
+    if not bad.any():
+        return _joined(*out, rows)
+    owners = np.isin(block, present[bad])
+    counted = _counted_runs(block, owners, [np.stack(x) for x in zip(*flat)], need, kt)
+    return merge_runs(*_cat(out, counted), rows)
+
+
+def _counted_runs(block, owners, flat, need, kt: int):
+    """Runs ``(q_block, begin, end, kind)`` of the q_blocks of the ``owners`` from their slots' touched
+    ``[t0, t1)`` and covered ``[c0, c1)`` key blocks ([slots, owners]): see :func:`block_runs`."""
+    live, t0, t1, c0, c1 = flat
+    pick = live & owners
+    rows = np.broadcast_to(block, live.shape)
+    cover = pick & (c0 < c1)
+    return block_runs((rows[pick], t0[pick], t1[pick]), (rows[cover], c0[cover], c1[cover]), need, kt)
+
+
+Runs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (row, begin, end, kind), flat
+
+
+def _cat(a: Runs, b: Runs) -> Runs:
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), np.concatenate([a[2], b[2]]), \
+        np.concatenate([a[3], b[3]])
+
+
+def block_runs(touch, cover, need: np.ndarray, kt: int) -> Runs:
+    """Runs ``(q_block, begin, end, kind)``, unsorted, from flat lists of key blocks: ``touch`` =
+    (q_block, begin, end) ranges some row touches, ``cover`` = ranges of ``need[q_block]`` owners (rows, or
+    pieces of rows) each of which covers them at every row, an owner's ranges disjoint. FULL where every
+    owner covers (a count of ``need``), PARTIAL where touched and not FULL."""
+    touched = union(touch[0], touch[1], touch[2], kt)
+    covered = covered_by_all(cover[0], cover[1], cover[2], need, kt)
+    partial = subtract(touched, covered, kt)
+    return _cat((*covered, np.full(len(covered[0]), FULL)), (*partial, np.full(len(partial[0]), PARTIAL)))
+
+
+def key_block_runs(row_block: np.ndarray, row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.ndarray,
+                   kv_len: int, block_n: int, rows: int):
+    """CSR runs of ``rows`` q_blocks from flat key intervals ``[lo, hi)`` of rows ``row`` (a row's
+    intervals disjoint, not adjacent; ``row_block[r]`` is row r's q_block, ``need[q]`` q_block q's rows)."""
+    kt = -(-kv_len // block_n)
+    live = lo < hi
+    block, lo, hi = row_block[row[live]], lo[live], hi[live]
+    c0, c1 = -(-lo // block_n), np.where(hi >= kv_len, kt, hi // block_n)      # the short last tile
+    ok = c0 < c1
+    found = block_runs((block, lo // block_n, -(-hi // block_n)), (block[ok], c0[ok], c1[ok]), need, kt)
+    return merge_runs(*found, rows)
+
+
+def concat_csr(parts, rows: int):
+    """One CSR from consecutive ones (each ``(offsets, runs)`` for the next rows), ``rows`` rows in all."""
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.zeros(rows + 1, np.int32)
+    at, base = 0, 0
+    for o, r in parts:
+        offsets[at + 1: at + len(o)] = o[1:] + base
+        at, base = at + len(o) - 1, base + len(r)
+    runs = np.concatenate([r for _, r in parts]) if parts else np.zeros((0, 3), np.int32)
+    return offsets, np.ascontiguousarray(runs, np.int32)
+
+
+def agree(csrs, cols: int):
+    """Runs where several CSRs of the same rows (one per head) agree on a class, PARTIAL where they differ
+    (a tile FULL for one head and EMPTY for another is PARTIAL): O(runs log runs), no grid."""
+    stride = cols + 1
+    keyed = []
+    for offsets, runs in csrs:
+        row = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)).astype(np.int64)
+        keyed.append((row * stride + runs[:, 0], row * stride + runs[:, 1], runs[:, 2]))
+    cuts = sorted_unique(np.concatenate([k for b, e, _ in keyed for k in (b, e)]))
+    if not len(cuts):
+        return csrs[0]
+    seg_lo, seg_hi = cuts[:-1], cuts[1:]
+    inside = seg_lo // stride == (seg_hi - 1) // stride           # elementary segments within one row
+    seg_lo, seg_hi = seg_lo[inside], seg_hi[inside]
+    found = []
+    for begin, end, kind in keyed:              # each CSR's class on each segment (runs sorted and disjoint)
+        if not len(begin):
+            found.append(np.full(len(seg_lo), EMPTY))
+            continue
+        at = np.searchsorted(begin, seg_lo, side="right") - 1
+        hit = (at >= 0) & (end[np.maximum(at, 0)] >= seg_hi)
+        found.append(np.where(hit, kind[np.maximum(at, 0)], EMPTY))
+    kinds = np.array(found)
+    kind = np.where((kinds == kinds[0]).all(axis=0), kinds[0], PARTIAL)
+    live = kind != EMPTY
+    row = seg_lo[live] // stride
+    return _joined(row, seg_lo[live] - row * stride, seg_hi[live] - row * stride, kind[live],
+                   len(csrs[0][0]) - 1)
+
+
+def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: int):
+    """The CSR of the same tiles by column: for column block ``b * kt + j``, runs of ``(q_begin, q_end, kind)``
+    over the q_blocks of batch element b. Built from the row runs: a column's class changes between
+    consecutive q_blocks only where their runs differ, so the work is O(runs log runs + column runs), never
+    the tile grid."""
+    row = np.repeat(np.arange(batch * qt), np.diff(offsets)).astype(np.int64)
+    b, i = row // qt, row % qt
+    stride = kt + 1
+    # Pair p = b * (qt + 1) + i compares q_block i - 1 ("before", empty for i = 0) with q_block i ("now",
+    # empty for i = qt); a run of q_block i is "now" in pair p and "before" in pair p + 1.
+    pair_now = b * (qt + 1) + i
+    now = (pair_now * stride + runs[:, 0], pair_now * stride + runs[:, 1], runs[:, 2])
+    before = ((pair_now + 1) * stride + runs[:, 0], (pair_now + 1) * stride + runs[:, 1], runs[:, 2])
+    cuts = sorted_unique(np.concatenate([now[0], now[1], before[0], before[1]]))
+    seg_lo, seg_hi = cuts[:-1], cuts[1:]
+    inside = seg_lo // stride == (seg_hi - 1) // stride          # elementary segments of one pair
+    seg_lo, seg_hi = seg_lo[inside], seg_hi[inside]
+
+    def kind_on(keyed):
+        begin, end, kind = keyed
+        at = np.maximum(np.searchsorted(begin, seg_lo, side="right") - 1, 0)
+        hit = (begin[at] <= seg_lo) & (end[at] >= seg_hi) if len(begin) else np.zeros(len(seg_lo), bool)
+        return np.where(hit, kind[at] if len(begin) else 0, EMPTY)
+
+    k_before, k_now = kind_on(before), kind_on(now)
+    change = k_before != k_now
+    seg_lo, seg_hi, k_now = seg_lo[change], seg_hi[change], k_now[change]
+    pair = seg_lo // stride
+    width = seg_hi - seg_lo
+    # One event per column at each change: (column, q_block, new kind), columns numbered b * kt + j.
+    first = np.repeat(seg_lo - pair * stride - np.cumsum(width) + width, width) + np.arange(int(width.sum()))
+    pair = np.repeat(pair, width)
+    col = (pair // (qt + 1)) * kt + first
+    at_row = pair % (qt + 1)
+    kind = np.repeat(k_now, width)
+    order = np.lexsort((at_row, col))
+    col, at_row, kind = col[order], at_row[order], kind[order]
+    starts = np.flatnonzero(kind != EMPTY)            # every run ends at its column's next event
+    col_offsets = np.zeros(batch * kt + 1, np.int32)
+    np.cumsum(np.bincount(col[starts], minlength=batch * kt), out=col_offsets[1:])
+    col_runs = np.empty((len(starts), 3), np.int32)
+    col_runs[:, 0], col_runs[:, 1], col_runs[:, 2] = at_row[starts], at_row[starts + 1], kind[starts]
+    return col_offsets, col_runs

@@ -1,0 +1,260 @@
+"""Kernel emission: a :class:`KernelSpec` (forward) or :class:`BackwardSpec` to CUDA source
+(``KernelSource``) and, without a GPU, to a cubin.
+
+``emit_kernel`` and ``emit_backward_kernel`` are pure: they render ``templates/attention_fwd.cu.j2`` /
+``attention_bwd.cu.j2`` with the spec (the forward's through its plan, with the switches of the
+:class:`~maskc.options.Options` given; the backward's with its shared-memory layout, computed here) and
+attach the NVRTC options the source is meant for. ``compile_to_cubin`` runs NVRTC through CuPy's
+bindings (imported lazily; NVRTC needs no GPU) and raises :class:`KernelCompileError` with NVRTC's log.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+
+import jinja2
+
+from maskc.codegen.plan import plan_forward
+from maskc.codegen.schedule import capability_of
+from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource, KernelSpec
+from maskc.options import DEFAULT, Options
+from maskc.resources import data_dir
+
+TEMPLATE_NAME = "attention_fwd.cu.j2"
+TMA_HEAD_DIMS = (64, 128, 256)
+
+BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
+BACKWARD_HEAD_DIMS = (64, 128)
+SUPPORTED_HEAD_DIMS = (64, 128, 256)
+SUPPORTED_DTYPES = ("bf16", "fp16")
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected a rendered kernel; the message carries NVRTC's log."""
+
+
+def template_dir() -> Path:
+    """``templates/``: beside ``maskc/`` in a checkout, ``maskc/templates`` in an installed wheel."""
+    return data_dir("templates")
+
+
+@functools.lru_cache(maxsize=None)
+def _environment(directory: str) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(directory),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_include_dir() -> str | None:
+    """CUDA headers: the pip package ``nvidia`` (``nvidia/cu13/include``), else CUDA_PATH, else /usr/local/cuda."""
+    candidates = []
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+
+        for root in nvidia.__path__:
+            candidates += [Path(root) / "cu13" / "include", Path(root) / "cuda_runtime" / "include",
+                           Path(root) / "cuda_nvrtc" / "include"]
+    except ImportError:
+        pass
+    for env in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(env):
+            candidates.append(Path(os.environ[env]) / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for c in candidates:
+        if (c / "cuda_runtime.h").is_file() or (c / "cuda_fp16.h").is_file():
+            return str(c)
+    return None
+
+
+def nvrtc_options(arch: str = "sm_90a") -> tuple[str, ...]:
+    """NVRTC's options for a target (sm_XY[a]: a cubin; compute_XY: PTX for the driver to compile)."""
+    opts = [f"--gpu-architecture={arch}", "--std=c++17"]
+    inc = cuda_include_dir()
+    if inc is not None:
+        opts.append(f"-I{inc}")
+    return tuple(opts)
+
+
+def _check_name_dim_dtype(spec: KernelSpec | BackwardSpec, head_dims: tuple[int, ...], what: str) -> None:
+    if not _C_IDENTIFIER.match(spec.mask_name):
+        raise ValueError(f"mask_name {spec.mask_name!r} is not a C identifier (the predicate generator sanitizes it)")
+    if spec.head_dim not in head_dims:
+        raise ValueError(f"{what}head_dim {spec.head_dim} unsupported (supported: {head_dims})")
+    if spec.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {spec.dtype!r} unsupported (supported: {SUPPORTED_DTYPES})")
+
+
+def _check_arch(spec: KernelSpec | BackwardSpec) -> None:
+    """The target can run the engine: Hopper's instructions (wgmma, setmaxnreg, the copy engine's tensor
+    loads) only on sm_90a; mma.sync with bf16 from sm_80 on."""
+    major, _ = capability_of(spec.arch)
+    if spec.engine in ("wgmma_tma", "wgmma") and spec.arch != "sm_90a":
+        raise ValueError(f"the {spec.engine} engine builds for sm_90a only (Hopper), not {spec.arch}")
+    if major < 8:
+        raise ValueError(f"target {spec.arch}: maskc's kernels need compute capability 8.0 or newer")
+
+
+def check_spec(spec: KernelSpec) -> None:
+    """The spec's invariants the template relies on (the template re-checks them with static_assert)."""
+    if spec.engine not in ENGINES:
+        raise ValueError(f"engine {spec.engine!r} unknown (engines: {', '.join(ENGINES)})")
+    _check_arch(spec)
+    if spec.engine == "wgmma_tma":
+        _check_name_dim_dtype(spec, TMA_HEAD_DIMS, "wgmma_tma: ")
+        if spec.num_warps not in (8, 12) or spec.block_m != 16 * spec.num_warps:
+            raise ValueError(f"wgmma_tma: block_m {spec.block_m} with {spec.num_warps} warps: the warp-specialized "
+                             "kernel runs two or three warpgroups of 64 query rows (block_m 128 or 192)")
+        if spec.block_n % 16 or not 64 <= spec.block_n <= 128:
+            raise ValueError(f"wgmma_tma: block_n {spec.block_n} must be a multiple of 16 in [64, 128]")
+    else:
+        _check_name_dim_dtype(spec, SUPPORTED_HEAD_DIMS, "")
+        if spec.block_m % (16 * spec.num_warps) or spec.block_m // (16 * spec.num_warps) > 2:
+            raise ValueError(f"block_m {spec.block_m} must be 16 or 32 rows per warp ({spec.num_warps} warps)")
+        if spec.block_n % 16 or not 16 <= spec.block_n <= 128:
+            raise ValueError(f"block_n {spec.block_n} must be a multiple of 16 in [16, 128]")
+    for line in spec.mask_summary:
+        if "\n" in line:
+            raise ValueError("mask_summary lines must not contain newlines")
+
+
+def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
+    """{'allow': A, 'deny': D} when the spec's predicate is nothing but interval tests (an exact mask), else
+    None: then a kernel may compute each row's intervals once per row block and test keys with bit words."""
+    return spec.predicate.interval_regions
+
+
+def emit_kernel(spec: KernelSpec, options: Options = DEFAULT) -> KernelSource:
+    """Render the forward kernel for ``spec`` from its plan (:func:`maskc.codegen.plan.plan_forward`, with the
+    experiments' switches of ``options``: overlap, pingpong, debug_waits); the predicate's source is placed
+    verbatim."""
+    check_spec(spec)
+    plan = plan_forward(spec, overlap=options.overlap, pingpong=options.pingpong, debug_waits=options.debug_waits)
+    source = _environment(str(template_dir())).get_template(plan.template).render(
+        spec=spec, plan=plan, iv=plan.iv, wgmma_widths=plan.wgmma_widths,
+        wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)
+    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch), plan=plan)
+
+
+TMA_CHECK_TEMPLATE_NAME = "tma_check.cu.j2"
+TMA_CHECK_ENTRY = "maskc_tma_check"
+
+
+def emit_tma_check() -> KernelSource:
+    """The copy-engine check kernel (maskc.runtime.tma.check_copy_engine): one box of a tensor map into shared
+    memory and back out, through the same helpers as the wgmma_tma kernel, with reporting waits."""
+    source = _environment(str(template_dir())).get_template(TMA_CHECK_TEMPLATE_NAME).render(debug_waits=True)
+    return KernelSource(spec=None, source=source, entry=TMA_CHECK_ENTRY, options=nvrtc_options())
+
+
+def _placed(sizes: dict[str, int], align: int = 128) -> dict[str, int]:
+    """Byte offsets of consecutive buffers, each aligned to ``align``; ``total`` is the bytes used."""
+    out, at = {}, 0
+    for name, size in sizes.items():
+        out[name] = at
+        at += -(-size // align) * align
+    out["total"] = at
+    return out
+
+
+def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
+    """Shared-memory layout of the two main backward kernels (byte offsets and ``total``), the one
+    source of truth for the template's constants and the runtime's launch size.
+
+    dK/dV: this CTA's K and V tiles, two stages of Q and dO, the dS^T tile (block_n x block_m, for dQ),
+    two stages of LSE and delta, and one PARTIAL tile's visibility bits. dQ: Q and dO, two stages of K
+    and V, visibility bits."""
+    d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
+    tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
+    # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base
+    align = 1024 if spec.engine == "wgmma" else 128
+    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": bn * bm * 2,
+             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4}
+    if spec.dq_reduction == "bulk_tile":
+        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's dQ tile, as it lies in the buffer
+    dkdv = _placed(sizes, align)
+    if spec.engine == "wgmma":
+        dkdv["total"] += 1024
+    dq = _placed({"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn),
+                  "bits": bm * (dbn // 32) * 4})
+    return {"dkdv": dkdv, "dq": dq}
+
+
+def check_backward_spec(spec: BackwardSpec) -> None:
+    """The backward template's assumptions (it re-checks them with static_assert)."""
+    _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
+    if spec.engine not in BACKWARD_ENGINES:
+        raise ValueError(f"backward engine {spec.engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
+    _check_arch(spec)
+    if spec.dq_reduction not in DQ_REDUCTIONS or (spec.engine != "wgmma" and spec.dq_reduction != "red2"):
+        raise ValueError(f"dQ reduction {spec.dq_reduction!r} on the {spec.engine} engine (the wgmma kernel takes "
+                         f"{', '.join(DQ_REDUCTIONS)}; the mma kernel red2)")
+    if spec.engine == "wgmma" and (spec.block_m, spec.block_n) != (64, 128):
+        raise ValueError(f"wgmma backward: tiles {spec.block_m}x{spec.block_n}; its dK/dV kernel takes 64 queries "
+                         "x 128 keys (two warpgroups of 64 keys)")
+    if spec.block_m % 16 or spec.block_m < 64 or spec.block_n % 32 or spec.dq_block_n % 32:
+        raise ValueError(f"backward tiles {spec.block_m}x{spec.block_n} / {spec.dq_block_n}: block_m a multiple "
+                         "of 16 (>= 64), block_n and dq_block_n multiples of 32")
+
+
+def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
+    """Render the backward kernels for ``spec`` (prep, dK/dV with and without atomic dQ, deterministic dQ,
+    dQ conversion) into one source, the dK/dV kernels on the spec's engine (mma.sync, or wgmma with its dQ
+    reduction). PARTIAL tiles build visibility bits from interval bounds where the predicate is made of
+    intervals (exact masks), else by calling ``mask_visible`` per pair."""
+    check_backward_spec(spec)
+    template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
+    if spec.engine == "wgmma":
+        engine = dict(dkdv_template="bwd_dkdv_wgmma.cu.j2", engine_includes=("wgmma.cu.j2",),
+                      query_tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction,
+                      wgmma_widths=sorted({spec.block_m, spec.head_dim, spec.head_dim // 2}),
+                      wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
+    else:
+        engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
+    source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec), **engine)
+    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
+                        entries=spec.entries)
+
+
+def compile_to_cubin(src: KernelSource) -> bytes:
+    """Compile with NVRTC (no GPU needed) and return the cubin (PTX for a compute_XY target); raise
+    KernelCompileError with the log."""
+    return compile_with_log(src)[0]
+
+
+def is_ptx(src: KernelSource) -> bool:
+    """Whether ``src`` builds to PTX (a compute_XY target) rather than a cubin."""
+    return any(o.startswith("--gpu-architecture=compute_") for o in src.options)
+
+
+def compile_with_log(src: KernelSource, extra_options: tuple[str, ...] = ()) -> tuple[bytes, str]:
+    """(cubin, NVRTC's log) of ``src`` compiled with its options and ``extra_options`` (for instance
+    ``--ptxas-options=-v`` for ptxas's register report and its performance advisories)."""
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(src.source, f"{src.entry}.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(src.options) + list(extra_options))
+        except nvrtc.NVRTCError as exc:
+            log = nvrtc.getProgramLog(prog)
+            raise KernelCompileError(f"NVRTC failed to compile {src.entry} ({exc}):\n{log}") from None
+        binary = nvrtc.getPTX(prog) if is_ptx(src) else nvrtc.getCUBIN(prog)
+        if isinstance(binary, str):
+            binary = binary.encode()
+        return binary, nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cupy.cuda import nvrtc
+
+    return tuple(nvrtc.getVersion())

@@ -1,0 +1,143 @@
+"""The forward kernel's plan: one frozen value that decides a kernel, read by the template (constants, shared
+memory layout, the signature), by the runtime (block size, shared memory, argument packing by name) and by
+the cache (the rendered source is a function of the plan alone).
+
+    spec (mask, head dim, dtype, tiles, engine) + switches ─plan_forward→ ForwardPlan ─emit→ CUDA
+
+``plan_forward`` is pure; it makes every choice that used to be scattered between the emitter, the template
+and the runtime: the interval table, the K/V stages, where O is staged, the register split of the
+warp-specialized kernel, whether the pipeline overlaps, and the ordered list of kernel parameters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from maskc.kernel_ir import KernelSpec
+
+KV_STAGES = 2            # wgmma_tma: shared-memory stages of K and V
+SMEM_LIMIT = 227 * 1024  # dynamic shared memory one CTA may have on sm_90
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: its name (the runtime sets arguments by it) and C declaration type."""
+
+    name: str
+    ctype: str
+
+    @property
+    def declaration(self) -> str:
+        return f"{self.ctype} {self.name}"
+
+
+def _params(text: str) -> tuple[Param, ...]:
+    out = []
+    for decl in (d.strip() for d in text.split(",")):
+        ctype, _, name = decl.rpartition(" ")
+        out.append(Param(name, ctype))
+    return tuple(out)
+
+
+# Every forward kernel's parameters, in order. q, k, v, o: (B, H, S, D) 16-bit data; lse [B, Hq, S] float32 or
+# null; element strides (batch, head, row), the last dim contiguous; the descriptor's arrays (kernel_ir).
+COMMON_PARAMS = _params(
+    "const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, "
+    "const unsigned short* __restrict__ v, unsigned short* __restrict__ o, float* __restrict__ lse, "
+    "long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss, "
+    "long long v_sb, long long v_sh, long long v_ss, long long o_sb, long long o_sh, long long o_ss, "
+    "int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, "
+    "const int* __restrict__ run_offsets, const int* __restrict__ runs, const int* __restrict__ work_order, "
+    "const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale_log2")
+# The warp-specialized kernel's: tensor maps of q, k, v (by value), the data's batch elements per mask batch
+# element, the work order's length, heads per L2 section, and the work counter (int[2], per stream).
+TMA_PARAMS = _params(
+    "const __grid_constant__ maskc::TensorMap q_map, const __grid_constant__ maskc::TensorMap k_map, "
+    "const __grid_constant__ maskc::TensorMap v_map, int batch_grid, int n_work, int l2_heads, "
+    "int* __restrict__ schedule")
+# Per-call arguments: data pointers (and, for wgmma_tma, the tensor maps that hold them and the stream's counter).
+POINTERS = ("q", "k", "v", "o", "lse")
+TENSOR_MAPS = ("q_map", "k_map", "v_map")
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """Every decision of one forward kernel (see the module docstring)."""
+
+    spec: KernelSpec
+    template: str
+    interval_regions: tuple[int, int] | None   # (allow, deny) regions of the interval table, or per-pair masking
+    params: tuple[Param, ...]
+    shared_bytes: int
+    kv_stages: int = KV_STAGES
+    o_in_q_buffer: bool = False                # wgmma_tma: O staged in Q's buffer (D=256)
+    registers: tuple[int, int] = (0, 0)        # wgmma_tma: (producer, consumer) per thread after setmaxnreg
+    overlap: bool = False                      # wgmma_tma: S of tile j+1 overlaps P V of tile j
+    pingpong: bool = False                     # wgmma_tma: consumer warpgroups take turns issuing products
+    debug_waits: bool = False                  # wgmma_tma: reporting barrier waits (finding hangs)
+
+    @property
+    def threads(self) -> int:
+        return self.spec.threads
+
+    @property
+    def iv(self) -> dict | None:
+        """The interval table's regions as the templates read them."""
+        if self.interval_regions is None:
+            return None
+        return {"allow": self.interval_regions[0], "deny": self.interval_regions[1]}
+
+    @property
+    def wgmma_widths(self) -> tuple[int, ...]:
+        """The N of every wgmma product the kernel issues (S: BLOCK_N, O: HEAD_DIM)."""
+        return tuple(sorted({self.spec.block_n, self.spec.head_dim}))
+
+
+def tma_registers(spec: KernelSpec) -> tuple[int, int]:
+    """wgmma_tma's (producer, consumer) registers per thread after setmaxnreg, the fewest spills ptxas
+    reported among the splits of the register file tried (NVRTC 13.0): two warpgroups 56 / 224 (no spills at
+    D <= 128; the producer spills below 56), 24 / 240 at D = 256 (the consumers spill 8-64 bytes: O alone
+    takes 128 registers); three warpgroups 32 / 160 (D = 64: 0-12 bytes)."""
+    if spec.num_warps == 12:
+        return 32, 160
+    return (24, 240) if spec.head_dim == 256 else (56, 224)
+
+
+def interval_regions(spec: KernelSpec) -> tuple[int, int] | None:
+    """(allow, deny) regions of the interval table the forward kernel keeps, or None: the predicate is then
+    called per pair on PARTIAL tiles (masks with per-key atoms; the mma kernel at block_n > 64, which keeps
+    one 64-bit visibility word per row and tile)."""
+    regions = spec.predicate.interval_regions
+    if regions is None or (spec.engine == "mma" and spec.block_n > 64):
+        return None
+    return regions["allow"], regions["deny"]
+
+
+def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None) -> int:
+    """Dynamic shared memory of one CTA (the template static_asserts the same sum)."""
+    table = 0 if regions is None else sum(regions) * spec.block_m * 8   # int2 [region][row]
+    tile = lambda rows: 2 * rows * spec.head_dim   # noqa: E731  (16-bit elements)
+    if spec.engine == "wgmma_tma":
+        q_and_o = tile(spec.block_m) * (1 if spec.head_dim == 256 else 2)
+        barriers = 8 * (2 + 4 * KV_STAGES) + 8         # mbarriers and the work-item mailbox
+        return q_and_o + 2 * KV_STAGES * tile(spec.block_n) + barriers + table + 1024   # + alignment slack
+    return tile(spec.block_m) + 4 * tile(spec.block_n) + table      # Q, two stages of K and V
+
+
+def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
+                 debug_waits: bool = False) -> ForwardPlan:
+    """The plan of ``spec``'s forward kernel; the switches are experiments' (maskc.options.Options: overlap,
+    pingpong, debug_waits; the defaults are the product)."""
+    regions = interval_regions(spec)
+    smem = shared_bytes(spec, regions)
+    if smem > SMEM_LIMIT:
+        raise ValueError(f"{spec.engine}: tiles {spec.block_m}x{spec.block_n} at head dim {spec.head_dim} need "
+                         f"{smem} bytes of shared memory ({SMEM_LIMIT} per CTA)")
+    if spec.engine == "mma":
+        return ForwardPlan(spec, "attention_fwd.cu.j2", regions, COMMON_PARAMS, smem)
+    # The overlapped pipeline keeps S, P and O live at once; a predicate evaluated per pair (no interval
+    # table) then spills (84 B for clear at D=128), so such masks get the plain loop, but for two warpgroups
+    # at D=64 where registers allow.
+    overlap = overlap and (regions is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
+    return ForwardPlan(spec, "attention_fwd_tma.cu.j2", regions, COMMON_PARAMS + TMA_PARAMS, smem,
+                       o_in_q_buffer=spec.head_dim == 256, registers=tma_registers(spec), overlap=overlap,
+                       pingpong=pingpong, debug_waits=debug_waits)

@@ -1,0 +1,4 @@
+"""The front end: .mask text to a resolved mask. parse (the Lark grammar to the syntax IR, without
+recursion), sources (reading files and sandboxed imports), resolve (names, types, lets and mask calls
+inlined).
+"""
