@@ -32,7 +32,7 @@ from workloads import (ALL_MASKS, B, D, H, ROOT, bench_ms, compiled_flex, count_
                        flex_functions, workload, write_records)
 
 import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
-from maskc import runtime  # noqa: E402
+from maskc.runtime import kernels as runtime  # noqa: E402
 from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
 from maskc.codegen.schedule import choose_backward_tiles  # noqa: E402
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import B, D, H, bench_ms, compiled_flex, real_bound, write_records  # noqa: E402
 
 import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
-from maskc import runtime  # noqa: E402
+from maskc.runtime import kernels as runtime  # noqa: E402
 
 
 def host_us(fn, n: int = 200) -> float:

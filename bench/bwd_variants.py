@@ -22,7 +22,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import B, D, H, bench_ms, count_pairs, real_bound  # noqa: E402
 
-from maskc import Options, runtime  # noqa: E402  (workloads put the checkout first on sys.path)
+from maskc import Options  # noqa: E402  (workloads put the checkout first on sys.path)
+from maskc.runtime import kernels as runtime  # noqa: E402
 from maskc.kernel_ir import DQ_REDUCTIONS  # noqa: E402
 
 

@@ -84,7 +84,7 @@ def test_inequalities_in_many_directions_hit_the_region_budget():
 
 import tracemalloc  # noqa: E402
 
-from maskc import evaluate  # noqa: E402
+from maskc.analysis import evaluate  # noqa: E402
 from maskc.analysis.bind import MAX_HEADS  # noqa: E402
 from maskc.analysis.classify import MAX_TILES  # noqa: E402
 from maskc.errors import BindError  # noqa: E402

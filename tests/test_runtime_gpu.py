@@ -28,7 +28,7 @@ if not gpu_available(with_torch=True):
 import torch  # noqa: E402
 
 import maskc  # noqa: E402
-from maskc import runtime  # noqa: E402
+from maskc.runtime import kernels as runtime  # noqa: E402
 from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
 from maskc.codegen.schedule import choose_tiles, forward_candidates  # noqa: E402
@@ -268,7 +268,7 @@ def test_second_process_loads_cached_cubin(tmp_path):
     code = (
         "import sys; sys.path[:0] = [%r, %r]\n"
         "import maskc, torch\n"
-        "from maskc import runtime\n"
+        "from maskc.runtime import kernels as runtime\n"
         "q = torch.randn(1, 1, 200, 64, device='cuda', dtype=torch.bfloat16)\n"
         "runtime.attention(q, q, q, maskc.load(%r).bind(seq_len=200)); torch.cuda.synchronize()\n"
         "print('COMPILED', [k.compiled for k in runtime._kernels.values()])\n"

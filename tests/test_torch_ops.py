@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import maskc  # noqa: E402
-from maskc import torch_ops  # noqa: E402
+from maskc.runtime import torch_ops  # noqa: E402
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params  # noqa: E402
 
