@@ -2,10 +2,10 @@
 
 Everything that is not the mask, the shapes or the dtype: the forward engine and tiles, autotuning, the
 backward's engine and dQ reduction, the wgmma_tma kernel's experiment switches, waiting after each launch,
-the disk cache's directory, the target architecture and the memory cap on descriptors. ``Options()`` is the product's defaults. The API
-(``maskc.attention(..., options=...)``, :mod:`maskc.runtime`, :mod:`maskc.runtime.torch_ops`) and the CLI take an
-Options; the passes below them take the values decided from it (``choose_tiles(..., engine=)``,
-``plan_forward(spec, overlap=, ...)``, ``emit_kernel(spec, options)``).
+the disk cache's directory, the target architecture and the memory cap on descriptors. ``Options()`` is
+the product's defaults. The API (``maskc.attention(..., options=...)``, :mod:`maskc.runtime`,
+:mod:`maskc.runtime.torch_ops`) and the CLI take an Options; the passes below them take the values decided from it
+(``choose_tiles(..., engine=)``, ``plan_forward(spec, overlap=, ...)``, ``emit_kernel(spec, options)``).
 
 The ``MASKC_*`` environment variables are read here and nowhere else, by :meth:`Options.from_environment`:
 the API's entry points call it when no options are given, the CLI starts from it. :data:`ENVIRONMENT`

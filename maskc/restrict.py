@@ -11,11 +11,12 @@ parent's positions and lengths (``seq_len`` in a .mask file stays the parent's).
 Tiles: a tile of the sub-block, ``block_m x block_n`` from its own origin, is classified from the parent's
 tiles at the finest grid that lines up with both (block gcd with the offsets): FULL where all of those are
 FULL, EMPTY where all are EMPTY, else PARTIAL. So the classes are sound, and exact when the parent's are;
-when q0 and k0 are multiples of the blocks (the usual case) the parent's cached tile map is reused as it
-is. The sub-block's runs come from the parent's runs, never from a grid of tiles. Kernels: the compiled mask's twin with ``offsets`` (:meth:`CompiledMask.with_offsets`, one per
-compiled mask, shared by every sub-block) reads (q0, k0) from the head of the mask table
-(:mod:`maskc.codegen.predicate`). This object offers what the GPU runtime and the torch ops ask of a bound mask
-(:mod:`maskc.runtime`'s docstring) plus ``dense``, ``tiles`` and ``restrict``.
+when q0 and k0 are multiples of the blocks (the usual case) the parent's cached tile map is reused as it is.
+The sub-block's runs come from the parent's runs, never from a grid of tiles. Kernels: the compiled mask's
+twin with ``offsets`` (:meth:`CompiledMask.with_offsets`, one per compiled mask, shared by every sub-block)
+reads (q0, k0) from the head of the mask table (:mod:`maskc.codegen.predicate`). This object offers what the GPU
+runtime and the torch ops ask of a bound mask (:mod:`maskc.runtime`'s docstring) plus ``dense``, ``tiles``
+and ``restrict``.
 """
 from __future__ import annotations
 

@@ -143,7 +143,8 @@ def _one_region(plan: PiecePlan, value0: np.ndarray, slope0: np.ndarray, span: n
     lo_a, lo_b = value0[lower].max(axis=0), last[lower].max(axis=0)
     hi_a, hi_b = value0[upper].min(axis=0) + 1, last[upper].min(axis=0) + 1
     seen_a, seen_b = ok & (lo_a < hi_a), ok & (lo_b < hi_b)
-    below = ((value0[upper][:, None] < value0[lower][None]) & (last[upper][:, None] < last[lower][None])).any(axis=(0, 1))
+    below = ((value0[upper][:, None] < value0[lower][None])
+             & (last[upper][:, None] < last[lower][None])).any(axis=(0, 1))
     settled = monotone & (g_first == g_last).all(axis=0) & np.where(seen_a, seen_b, ~seen_b & (~ok | below))
     if not settled.all():
         return None
