@@ -375,9 +375,10 @@ class BoundMask:
         return FlexMaskMod(self, device)
 
     def visible_pairs(self) -> int:
-        """The number of visible (q, k) pairs summed over the batch, never with the dense mask:
-        from the row intervals for exact masks, else pair by pair one query block at a time."""
-        if self.mask.exact and not self.mask.ranges.uses_head:
+        """The number of visible (q, k) pairs summed over the batch (and the heads of a mask that reads h), never
+        with the dense mask: from the row intervals for exact masks, else pair by pair one query block at a
+        time."""
+        if self.mask.exact:
             from maskc.analysis.classify import visible_pairs
             from maskc.analysis.keys import TooMany
             try:

@@ -165,37 +165,43 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int, max_bytes: in
 
 
 def visible_pairs(mask: ir.RangeMask, bound: BoundParams) -> int:
-    """How many (q, k) pairs are visible, summed over the batch; never builds the dense mask.
+    """How many (q, k) pairs are visible, summed over the batch (and the heads of a mask that reads h); never
+    builds the dense mask.
 
-    Exact masks sum their rows' interval lengths (chunked regions enumerated; :class:`~maskc.analysis.keys.TooMany`
-    past the budget); the pairs of other masks are counted by :mod:`maskc.audit`.
+    Exact masks sum their rows' interval lengths (chunked regions enumerated;
+    :class:`~maskc.analysis.keys.TooMany` past the budget); the pairs of other masks are counted by
+    :mod:`maskc.audit`.
     """
-    return sum(int(visible_keys_per_row(mask, bound, b).sum()) for b in range(len(bound.batch)))
+    heads = range(bound.num_heads or 1) if mask.uses_head else (0,)
+    return sum(int(visible_keys_per_row(mask, bound, b, head=h).sum()) for b in range(len(bound.batch))
+               for h in heads)
 
 
-def visible_keys_per_row(mask: ir.RangeMask, bound: BoundParams, b: int, rows: tuple[int, int] | None = None):
-    """int64[rows]: how many keys each query row of batch element ``b`` sees (all rows, or [row0, row1)),
-    from the rows' visible intervals (:func:`visible_intervals`): exact masks that do not read h only."""
+def visible_keys_per_row(mask: ir.RangeMask, bound: BoundParams, b: int, rows: tuple[int, int] | None = None,
+                         head: int = 0):
+    """int64[rows]: how many keys each query row of batch element ``b`` (and head ``head``) sees (all rows,
+    or [row0, row1)), from the rows' visible intervals (:func:`visible_intervals`): exact masks only."""
     row0, row1 = rows or (0, bound.seq_len)
     counts = np.zeros(row1 - row0, np.int64)
     for start in range(row0, row1, _CHUNK_ROWS):
         q = np.arange(start, min(start + _CHUNK_ROWS, row1), dtype=np.int64)
-        row, lo, hi = visible_intervals(mask, bound.batch[b], bound.seq_len, bound.kv_len, b, q)
+        row, lo, hi = visible_intervals(mask, bound.batch[b], bound.seq_len, bound.kv_len, b, q, head)
         counts[start - row0: start - row0 + len(q)] = np.bincount(row, hi - lo, minlength=len(q)).astype(np.int64)
     return counts
 
 
-def visible_intervals(mask: ir.RangeMask, params, seq_len: int, kv_len: int, b: int, q: np.ndarray):
-    """Flat ``(row, lo, hi)``: the visible keys ``[lo, hi)`` of the rows ``q[row]`` of batch element ``b``,
-    disjoint within a row, for an exact mask that does not read h (chunked regions enumerated,
-    :class:`~maskc.analysis.keys.TooMany` past the budget); never the dense mask."""
-    if not mask.exact or mask.uses_head:
+def visible_intervals(mask: ir.RangeMask, params, seq_len: int, kv_len: int, b: int, q: np.ndarray,
+                      head: int = 0):
+    """Flat ``(row, lo, hi)``: the visible keys ``[lo, hi)`` of the rows ``q[row]`` of batch element ``b`` and
+    head ``head`` (read by masks that read h), disjoint within a row, for an exact mask (chunked regions
+    enumerated, :class:`~maskc.analysis.keys.TooMany` past the budget); never the dense mask."""
+    if not mask.exact:
         raise NotImplementedError("visible intervals of a non-exact mask: count pairs with maskc.audit")
     if mask.linear:
-        slots = visible_slots(mask.allow, mask.deny, RowValues(params, seq_len, kv_len, 0, b, q), kv_len)
+        slots = visible_slots(mask.allow, mask.deny, RowValues(params, seq_len, kv_len, head, b, q), kv_len)
         row = np.tile(np.arange(len(q)), len(slots))
         lo = np.concatenate([lo for lo, _ in slots]) if slots else np.zeros(0, np.int64)
         hi = np.concatenate([hi for _, hi in slots]) if slots else np.zeros(0, np.int64)
         live = lo < hi
         return row[live], lo[live], hi[live]
-    return row_keys(mask.allow, mask.deny, values_at(params, seq_len, kv_len, 0, b), q, kv_len, _BUDGET)
+    return row_keys(mask.allow, mask.deny, values_at(params, seq_len, kv_len, head, b), q, kv_len, _BUDGET)

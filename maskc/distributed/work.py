@@ -1,8 +1,8 @@
 """Work per query block: how many (q, k) pairs each block of query rows sees, the quantity sharding balances.
 
-Exact masks that do not read h: from the rows' visible intervals (no pair is evaluated). Others: FULL
-tiles counted whole, the mask evaluated pair by pair inside PARTIAL tiles only (one query block at a time,
-per head for masks that read h). Both are exact counts; the second costs O(pairs in PARTIAL tiles).
+Exact masks: from the rows' visible intervals, head by head for masks that read h (no pair is evaluated).
+Others: FULL tiles counted whole, the mask evaluated pair by pair inside PARTIAL tiles only (one query block
+at a time, per head for masks that read h). Both are exact counts; the second costs O(pairs in PARTIAL tiles).
 """
 from __future__ import annotations
 
@@ -23,16 +23,18 @@ def block_pairs(bound, block: int) -> np.ndarray:
     nb = -(-S // block)
     total = np.zeros(nb, np.int64)
     compiled = bound.mask
-    if compiled.exact and not compiled.ranges.uses_head:
+    if compiled.exact:
         chunk = max(block, _CHUNK_ROWS // block * block)
+        heads = range(bound.num_heads) if compiled.ranges.uses_head else (0,)
         try:
             for b, element in enumerate(bound.params.batch):
                 ranges = compiled.specialized(element.ints)
                 for row0 in range(0, S, chunk):
                     row1 = min(row0 + chunk, S)
-                    counts = visible_keys_per_row(ranges, bound.params, b, (row0, row1))
-                    total[row0 // block: -(-row1 // block)] += np.add.reduceat(counts,
-                                                                               np.arange(0, row1 - row0, block))
+                    for h in heads:
+                        counts = visible_keys_per_row(ranges, bound.params, b, (row0, row1), h)
+                        total[row0 // block: -(-row1 // block)] += np.add.reduceat(counts,
+                                                                                   np.arange(0, row1 - row0, block))
             return total
         except TooMany:           # chunked regions with more intervals than classification enumerates
             total[:] = 0
