@@ -250,7 +250,14 @@ class Predicate:
     where ``mask`` is ``mask_data + mask_offsets[b]``; ``mask_row`` sets ``row.lo{i}`` / ``row.hi{i}``, the key
     interval of region i (allow regions 0 .. allow-1, then the deny regions). With ``intervals_only``,
     ``mask_visible`` is nothing but those interval tests (no per-key atoms: an exact mask), so a kernel may
-    compute the intervals once per row block and test many keys at once with bit words.
+    compute the intervals once per row block and test many keys at once with bit words. With ``tile_bits``
+    (exact masks with chunked regions: keys through ``//``, ``%`` and squares), ``code`` also defines::
+
+        template <class Word, int WORDS>
+        __device__ void mask_bits(const MaskRow& row, const int* mask, int b, int h, int q, int k0,
+                                  Word (&bits)[WORDS]);    // the row's visible keys from k0 as bit words
+
+    which a kernel calls once per row and tile instead of ``mask_visible`` per key.
     """
 
     code: str = field(repr=False)       # CUDA: MaskRow, mask_row and mask_visible of this mask
@@ -258,6 +265,7 @@ class Predicate:
     deny: int
     intervals_only: bool
     helpers: str = field(default="", repr=False)   # CUDA: the functions every predicate's code calls
+    tile_bits: bool = False             # code defines mask_bits (see above)
 
     @property
     def source(self) -> str:

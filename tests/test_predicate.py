@@ -23,6 +23,7 @@ needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ is not installed")
 
 SHIM = """\
 #include <algorithm>
+#include <cmath>
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
@@ -39,6 +40,30 @@ extern "C" void maskc_fill(const int* mask, int b, int h, int seq_len, int kv_le
 }
 """
 
+# The tile path of exact masks with chunked regions: mask_bits per row and tile, in 64-bit words two at a time
+# (the forward's 128-key tiles) and 32-bit words (the backward's), from tile origins that step by the words.
+BITS_LOOP = """
+template <class Word, int WORDS>
+static void fill_bits(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
+    constexpr int SPAN = WORDS * 8 * (int)sizeof(Word);
+    for (int q = 0; q < seq_len; ++q) {
+        const MaskRow row = mask_row(mask, b, h, q);
+        for (int k0 = 0; k0 < kv_len; k0 += SPAN) {
+            Word bits[WORDS];
+            mask_bits(row, mask, b, h, q, k0, bits);
+            for (int j = 0; j < SPAN && k0 + j < kv_len; ++j)
+                out[(long long)q * kv_len + k0 + j] = (bits[j / (8 * sizeof(Word))] >> (j % (8 * sizeof(Word)))) & 1;
+        }
+    }
+}
+extern "C" void maskc_fill_bits64(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
+    fill_bits<unsigned long long, 2>(mask, b, h, seq_len, kv_len, out);
+}
+extern "C" void maskc_fill_bits32(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
+    fill_bits<unsigned, 1>(mask, b, h, seq_len, kv_len, out);
+}
+"""
+
 _BUILD = Path(tempfile.mkdtemp(prefix="maskc_pred_"))
 _LIBS: dict = {}
 
@@ -48,40 +73,46 @@ def compile_predicate(source: str):
     if key in _LIBS:
         return _LIBS[key]
     cpp, so = _BUILD / f"{key}.cpp", _BUILD / f"{key}.so"
-    cpp.write_text(SHIM + source + LOOP)
+    cpp.write_text(SHIM + source + LOOP + (BITS_LOOP if "mask_bits(" in source else ""))
     res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
                          capture_output=True, text=True)
     assert res.returncode == 0, f"g++ rejected the predicate:\n{res.stderr[:4000]}\n{source}"
     lib = ctypes.CDLL(str(so))
-    lib.maskc_fill.restype = None
-    lib.maskc_fill.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                               ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
+    fills = ("maskc_fill", "maskc_fill_bits64", "maskc_fill_bits32") if "mask_bits(" in source else ("maskc_fill",)
+    for name in fills:
+        getattr(lib, name).restype = None
+        getattr(lib, name).argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                       ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
     _LIBS[key] = lib
     return lib
 
 
 def predicate_dense(lib, data: np.ndarray, offsets: np.ndarray, b: int, seq_len: int, kv_len: int,
-                    head: int = 0) -> np.ndarray:
+                    head: int = 0, fill: str = "maskc_fill") -> np.ndarray:
     table = np.ascontiguousarray(data[offsets[b]:], np.int32)
     out = np.zeros((seq_len, kv_len), np.uint8)
-    lib.maskc_fill(table.ctypes.data_as(ctypes.POINTER(ctypes.c_int)), b, head, seq_len, kv_len,
+    getattr(lib, fill)(table.ctypes.data_as(ctypes.POINTER(ctypes.c_int)), b, head, seq_len, kv_len,
                    out.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte)))
     return out.astype(bool)
 
 
 def check_bound(compiled, bound, heads=(0,)):
-    """The predicate at the width the binding chose (32 bits where bind proved it enough) against dense()."""
-    lib = compile_predicate(emit_predicate(compiled.ranges, narrow=bound.narrow))
+    """The predicate at the width the binding chose (32 bits where bind proved it enough) against dense(),
+    pair by pair and, for masks with the tile path, through mask_bits."""
+    source = emit_predicate(compiled.ranges, narrow=bound.narrow)
+    lib = compile_predicate(source)
+    fills = ("maskc_fill", "maskc_fill_bits64", "maskc_fill_bits32") if "mask_bits(" in source else ("maskc_fill",)
     data, offsets = pack_mask_data(compiled.ranges, bound.params)
     assert data.dtype == np.int32 and len(offsets) == bound.batch + 1
     for b in range(bound.batch):
         for h in heads:
-            got = predicate_dense(lib, data, offsets, b, bound.seq_len, bound.kv_len, h)
             want = bound.dense(b, h)
-            if not np.array_equal(got, want):
-                q, k = np.argwhere(got != want)[0]
-                pytest.fail(f"predicate differs from dense at b={b} h={h} q={q} k={k}: "
-                            f"predicate {got[q, k]}, dense {want[q, k]}")
+            for fill in fills:
+                got = predicate_dense(lib, data, offsets, b, bound.seq_len, bound.kv_len, h, fill)
+                if not np.array_equal(got, want):
+                    q, k = np.argwhere(got != want)[0]
+                    pytest.fail(f"{fill} differs from dense at b={b} h={h} q={q} k={k}: "
+                                f"predicate {got[q, k]}, dense {want[q, k]}")
 
 
 @needs_gxx

@@ -138,7 +138,7 @@ def emit_kernel(spec: KernelSpec, options: Options = DEFAULT) -> KernelSource:
     check_spec(spec)
     plan = plan_forward(spec, overlap=options.overlap, pingpong=options.pingpong, debug_waits=options.debug_waits)
     source = _environment(str(template_dir())).get_template(plan.template).render(
-        spec=spec, plan=plan, iv=plan.iv, wgmma_widths=plan.wgmma_widths,
+        spec=spec, plan=plan, iv=plan.iv, tile_bits=plan.tile_bits, wgmma_widths=plan.wgmma_widths,
         wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch), plan=plan)
 
@@ -218,7 +218,8 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
                       wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
     else:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
-    source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec), **engine)
+    source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
+                             tile_bits=interval_regions(spec) is None and spec.predicate.tile_bits, **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)
 

@@ -87,6 +87,12 @@ class ForwardPlan:
         return {"allow": self.interval_regions[0], "deny": self.interval_regions[1]}
 
     @property
+    def tile_bits(self) -> bool:
+        """PARTIAL tiles masked through the predicate's mask_bits, per row and tile (exact masks with chunked
+        regions; the wgmma_tma kernel, whose shared tile code has the path), not per key."""
+        return self.interval_regions is None and self.spec.engine == "wgmma_tma" and self.spec.predicate.tile_bits
+
+    @property
     def wgmma_widths(self) -> tuple[int, ...]:
         """The N of every wgmma product the kernel issues (S: BLOCK_N, O: HEAD_DIM)."""
         return tuple(sorted({self.spec.block_n, self.spec.head_dim}))

@@ -28,6 +28,7 @@ the kernels' interval paths work unchanged; per-key atoms see ``k + k0``.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,21 +48,44 @@ _WIDTHS = {
 
 _HELPERS = """\
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
-// Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
-__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
+// Floor division and modulo as in Python (den > 0, checked when the mask was bound), for maskc_int and for
+// the 64-bit chunk nests; 32-bit division when both operands fit, as they nearly always do (the test folds
+// away for int). Division by a constant power of two is written as a shift or a mask instead.
+template <class T>
+__device__ __forceinline__ T maskc_floordiv(T num, T den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const maskc_int q = num / den;
+    const T q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_ceildiv(T num, T den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
+}
+
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+__device__ __forceinline__ long long maskc_isqrt(long long n) {
+    if (n <= 0) return 0;
+    long long r = (long long)sqrt((double)n);
+    while (r * r > n) --r;
+    while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+
+// Bits a..b of a visibility word (clamped to the word); 0 when [a, b] misses it.
+template <class Word>
+__device__ __forceinline__ Word maskc_span_bits(int a, int b) {
+    constexpr int TOP = 8 * (int)sizeof(Word) - 1;
+    a = max(a, 0);
+    b = min(b, TOP);
+    if (a > b) return Word(0);
+    return (~Word(0) >> (TOP - b)) & (~Word(0) << a);
 }
 
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
@@ -147,11 +171,13 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
 
 
 class _CWriter:
-    """C expressions for linear forms; k-free sub-forms of per-element code are hoisted per row."""
+    """C expressions for linear forms, computed in ``int_type``; k-free sub-forms of per-element code are
+    hoisted per row."""
 
-    def __init__(self, layout: _Layout, constants: dict[str, int]):
+    def __init__(self, layout: _Layout, constants: dict[str, int], int_type: str = "maskc_int"):
         self.layout = layout
         self.constants = constants
+        self.int_type = int_type
         self.row_values: list[tuple[str, str, str]] = []     # (field, C type, C expression)
         self._hoisted: dict = {}
         self.row_segments: dict[str, str] = {}               # seg name -> local variable at q
@@ -172,6 +198,8 @@ class _CWriter:
             return f"row.{name}"
         if isinstance(t, ir.Pos):
             return t.which
+        if isinstance(t, ir.ChunkVar):
+            return f"j{t.level}"
         if isinstance(t, ir.Builtin):
             return {"seq_len": "mask[0]", "kv_len": "mask[1]", "h": "h", "b": "b"}[t.name]
         if isinstance(t, ir.ParamRef):
@@ -218,7 +246,7 @@ class _CWriter:
         name = self._hoisted.get(lin)
         if name is None:
             name = self._hoisted[lin] = f"v{len(self._hoisted)}"
-            self.row_values.append((name, "maskc_int", self.lin(lin)))
+            self.row_values.append((name, self.int_type, self.lin(lin)))
         return f"row.{name}"
 
     def term(self, t, per_element: bool) -> str:
@@ -228,35 +256,64 @@ class _CWriter:
         if isinstance(t, ir.Product):
             return f"({self.lin(t.left, per_element)} * {self.lin(t.right, per_element)})"
         if isinstance(t, ir.Floor):
+            num, den = self.lin(t.num, per_element), self.lin(t.den, per_element)
+            shift = _log2_of(self.const_value(t.den))
+            if shift is not None:      # floor semantics of an arithmetic shift and a mask on two's complement
+                return f"({self.cast(num)} >> {shift})" if t.op == "//" else f"({self.cast(num)} & {(1 << shift) - 1})"
             fn = "maskc_floordiv" if t.op == "//" else "maskc_floormod"
-            return f"{fn}({self.lin(t.num, per_element)}, {self.lin(t.den, per_element)})"
+            return f"{fn}({self.cast(num)}, {self.cast(den)})"
+        if isinstance(t, ir.Root):
+            return f"({self.int_type})maskc_isqrt({self.lin(t.arg, per_element)})"
         if isinstance(t, ir.Extreme):
             fn = "min" if t.fn == "min" else "max"
             args = [self.lin(a, per_element) for a in t.args]
             out = args[0]
             for a in args[1:]:
-                out = f"{fn}({_wide(out)}, {_wide(a)})"
+                out = f"{fn}({self.cast(out)}, {self.cast(a)})"
             return out
         if isinstance(t, ir.Bits):
             a, b = self.lin(t.left, per_element), self.lin(t.right, per_element)
             if t.op in ("<<", ">>"):
                 if not b.isdigit():     # in range at every real position (bind); clamped past the ends
-                    b = f"min(max({_wide(b)}, (maskc_int)0), (maskc_int){ir.MAX_SHIFT})"
+                    b = f"min(max({self.cast(b)}, ({self.int_type})0), ({self.int_type}){ir.MAX_SHIFT})"
                 # in 64 bits (a shift of an int by 32 or more is undefined), << through unsigned (a left shift
                 # of a negative value is undefined in C++17); >> of a signed value floors
                 cast = "unsigned long long" if t.op == "<<" else "long long"
-                return f"(maskc_int)(({cast})({a}) {t.op} {b})"
-            return f"({_wide(a)} {t.op} {_wide(b)})"
+                return f"({self.int_type})(({cast})({a}) {t.op} {b})"
+            return f"({self.cast(a)} {t.op} {self.cast(b)})"
         if isinstance(t, ir.Lookup):            # in range at every real position (bind); clamped past the ends
             table = f"(mask + mask[{self.layout.table_slot(t.table)}])"
-            index = f"min(max({_wide(self.lin(t.index, per_element))}, (maskc_int)0), (maskc_int){table}[0] - 1)"
-            return f"(maskc_int){table}[1 + {index}]"
-        return f"(maskc_int){self.leaf(t, 'k' if per_element else 'q')}"
+            index = (f"min(max({self.cast(self.lin(t.index, per_element))}, ({self.int_type})0), "
+                     f"({self.int_type}){table}[0] - 1)")
+            return f"({self.int_type}){table}[1 + {index}]"
+        return f"({self.int_type}){self.leaf(t, 'k' if per_element else 'q')}"
+
+    def cast(self, expr: str) -> str:
+        """``expr`` as an ``int_type`` operand of min/max or of a helper template (CUDA has no mixed-width
+        overloads), cast once."""
+        prefix = f"({self.int_type})"
+        if expr.startswith(prefix) and _PRIMARY.fullmatch(expr[len(prefix):]):
+            return expr
+        if expr.startswith(("max(", "min(", "maskc_floordiv(", "maskc_ceildiv(", "maskc_floormod(")):
+            return expr             # this writer's min/max and helpers take and return int_type
+        return f"{prefix}{expr}"
+
+    def const_value(self, lin: ir.Lin) -> int | None:
+        """The value of a form that is a literal or a const parameter compiled in, else None."""
+        if L.is_const(lin):
+            return lin.const
+        term = L.single_term(lin) if len(lin.terms) == 1 and not lin.const else None
+        if isinstance(term, ir.ParamRef) and term.name in self.constants and lin.terms[0][1] == 1:
+            return self.constants[term.name]
+        return None
 
 
-def _wide(expr: str) -> str:
-    """``expr`` as a maskc_int operand of min/max (CUDA has no mixed-width overloads), cast once."""
-    return expr if expr.startswith("(maskc_int)") and expr.count("(") == 1 else f"(maskc_int){expr}"
+_PRIMARY = re.compile(r"\(-?\d+\)|-?\d+|[A-Za-z_][\w.]*(\[\d+\])?")   # what a cast applies to whole
+
+
+def _log2_of(value: int | None) -> int | None:
+    """n where ``value == 2**n`` (n >= 1), else None."""
+    return value.bit_length() - 1 if value is not None and value > 1 and value & (value - 1) == 0 else None
 
 
 def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
@@ -275,6 +332,108 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
     return predicate(mask, constants, offsets, narrow).source
 
 
+def _bound_c(w: _CWriter, bound: ir.KBound, lower: bool) -> str:
+    """A KBound as a C expression: ``ceil(lin / den)`` (lower) or ``floor(lin / den)`` (upper)."""
+    value = w.lin(bound.lin)
+    if bound.den == 1:
+        return w.cast(value)
+    fn = "maskc_ceildiv" if lower else "maskc_floordiv"
+    return f"{fn}({w.cast(value)}, ({w.int_type}){bound.den})"
+
+
+def _extreme_c(w: _CWriter, fn: str, first: str, values: list[str]) -> str:
+    out = first
+    for v in values:
+        out = f"{fn}({w.cast(out)}, {v})"
+    return out
+
+
+def _chunk_function(i: int, region: ir.RegionBounds, layout: _Layout, constants: dict[str, int]) -> str:
+    """``mask_chunks{i}``: the keys of region ``i`` within [k_first, k_last] of one row, one interval per chunk
+    (:class:`~maskc.ir.ChunkedKeys`), ascending, each handed to ``emit(lo, hi)``. The chunks are restricted
+    to those the key range falls in first (every level's index is monotone in k), so a tile of keys costs
+    one loop trip per chunk it touches. In 64 bits whatever the predicate's width: bind proves the region's
+    forms, not the nest's bounds, fit in 32 bits; the nest runs once per row and tile, not per key."""
+    nest = region.chunks
+    assert nest is not None
+    w = _CWriter(layout, constants, int_type="long long")
+    levels = nest.levels
+    body: list[str] = []
+    guards = [f"{w.lin(g.lin)} <= 0" for g in nest.guards]
+    if guards:
+        body.append(f"    if (!({' && '.join(guards)})) return;      // the nest's guards on the row")
+    # the chunk index range of [k_first, k_last] at every level, from k up
+    below_first, below_last = "(long long)k_first", "(long long)k_last"
+    for n, level in enumerate(levels[:-1], start=1):
+        off, size = w.cast(w.lin(level.offset)), w.cast(w.lin(level.size))
+        body.append(f"    const long long j{n}_first = maskc_floordiv({below_first} + {off}, {size});")
+        body.append(f"    const long long j{n}_last = maskc_floordiv({below_last} + {off}, {size});")
+        below_first, below_last = f"j{n}_first", f"j{n}_last"
+    indent = "    "
+    for n in range(len(levels) - 1, 0, -1):
+        level = levels[n]
+        lo = _extreme_c(w, "max", f"j{n}_first", [_bound_c(w, b, True) for b in level.lower])
+        hi = _extreme_c(w, "min", f"j{n}_last", [_bound_c(w, b, False) for b in level.upper])
+        body.append(f"{indent}for (long long j{n} = {lo}, j{n}_end = {hi}; j{n} <= j{n}_end; ++j{n}) {{")
+        indent += "    "
+    lo = _extreme_c(w, "max", "(long long)k_first", [_bound_c(w, b, True) for b in levels[0].lower])
+    hi = _extreme_c(w, "min", "(long long)k_last", [_bound_c(w, b, False) for b in levels[0].upper])
+    body.append(f"{indent}const long long lo = {lo};")
+    body.append(f"{indent}const long long hi = {hi};")
+    body.append(f"{indent}if (lo <= hi) emit((int)lo, (int)hi);")
+    for n in range(len(levels) - 1, 0, -1):
+        indent = indent[:-4]
+        body.append(f"{indent}}}")
+    head = [f"    const MaskSegment {var} = maskc_segment(mask + mask[{layout.seg_slot(seg)}], q, extent);"
+            for seg, var in w.row_segments.items()]
+    if head:
+        head.insert(0, "    const int extent = max(mask[0], mask[1]);")
+    return "\n".join(["template <class Emit>",
+                      f"__device__ __forceinline__ void mask_chunks{i}(const int* __restrict__ mask, int b, int h, "
+                      "int q, int k_first, int k_last, Emit emit) {",
+                      "    (void)b; (void)h;", "    if (k_first > k_last) return;"] + head + body + ["}", ""])
+
+
+def _bits_function(mask: ir.RangeMask) -> str:
+    """``mask_bits``: a row's visible keys among ``k0 .. k0 + WORDS * bits - 1`` as words, from the regions'
+    intervals (linear regions: ``row.lo{i}``/``row.hi{i}``; chunked regions: those clipped to the tile, one
+    interval per chunk), allow regions set and deny regions cleared after them."""
+    lines = ["// The row's visible keys among k0 .. k0 + WORDS * BITS - 1 as words (bit j of word w: key k0 + w * BITS",
+             "// + j): the allow regions' key intervals set, then the deny regions' cleared; keys past kv_len are the",
+             "// caller's to hide. Every region is an interval per row or one per chunk (an exact mask), so a tile",
+             "// costs a few interval operations per row, never a predicate per key.",
+             "template <class Word, int WORDS>",
+             "__device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h, "
+             "int q, int k0, Word (&bits)[WORDS]) {",
+             "    constexpr int BITS = 8 * (int)sizeof(Word);",
+             "    const int k_last = k0 + WORDS * BITS - 1;",
+             "    (void)mask; (void)b; (void)h; (void)q; (void)k_last;",
+             "    auto set = [&](int lo, int hi) {",
+             "        for (int w = 0; w < WORDS; ++w) bits[w] |= maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);",
+             "    };",
+             "    auto clear = [&](int lo, int hi) {",
+             "        for (int w = 0; w < WORDS; ++w) bits[w] &= ~maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);",
+             "    };",
+             "    (void)clear;",
+             "    for (int w = 0; w < WORDS; ++w) bits[w] = Word(0);"]
+    for i, (kind, region) in enumerate([("allow", r) for r in mask.allow] + [("deny", r) for r in mask.deny]):
+        op = "set" if kind == "allow" else "clear"
+        if region.chunks is None:
+            lines.append(f"    {op}(row.lo{i}, row.hi{i});")
+        else:
+            lines.append(f"    mask_chunks{i}(mask, b, h, q, max(k0, row.lo{i}), min(k_last, row.hi{i}), {op});")
+    return "\n".join(lines + ["}", ""])
+
+
+def _tile_bits(mask: ir.RangeMask, offsets: bool) -> bool:
+    """Whether kernels mask a tile through :func:`_bits_function`: every region exact (linear, or chunked),
+    some chunked (a mask of linear regions alone has the cheaper interval table), and positions global (a
+    sub-block's predicate shifts its intervals; it keeps the per-key test)."""
+    regions = mask.allow + mask.deny
+    return (not offsets and all(r.linear or r.chunks is not None for r in regions)
+            and any(r.chunks is not None for r in regions))
+
+
 def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offsets: bool) -> str:
     """MaskRow, mask_row and mask_visible of ``mask`` (without the shared helpers). ``constants`` are values
     of const int parameters, written into the code as literals; ``offsets``: the predicate of a sub-block,
@@ -291,12 +450,12 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
             i = len(row_fields) // 2
             lo = "0"
             for b in region.lower:
-                v = w.lin(b.lin) if b.den == 1 else f"maskc_ceildiv({w.lin(b.lin)}, {b.den})"
-                lo = f"max({_wide(lo)}, {_wide(v)})"
+                v = w.lin(b.lin) if b.den == 1 else f"maskc_ceildiv({w.cast(w.lin(b.lin))}, (maskc_int){b.den})"
+                lo = f"max({w.cast(lo)}, {w.cast(v)})"
             hi = "mask[1] - 1"
             for b in region.upper:
-                v = w.lin(b.lin) if b.den == 1 else f"maskc_floordiv({w.lin(b.lin)}, {b.den})"
-                hi = f"min({_wide(hi)}, {_wide(v)})"
+                v = w.lin(b.lin) if b.den == 1 else f"maskc_floordiv({w.cast(w.lin(b.lin))}, (maskc_int){b.den})"
+                hi = f"min({w.cast(hi)}, {w.cast(v)})"
             row_body += ["    " + c for c in _region_comment(region, kind)]
             # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
             row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((maskc_int)mask[1], {lo})'};")
@@ -356,8 +515,12 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
         out.append("    return allowed && !denied;")
     else:
         out.append("    return allowed;")
-    out.append("}")
-    return "\n".join(out) + "\n"
+    out += ["}", ""]
+    if _tile_bits(mask, offsets):
+        regions = mask.allow + mask.deny
+        out += [_chunk_function(i, r, layout, dict(constants)) for i, r in enumerate(regions) if r.chunks]
+        out.append(_bits_function(mask))
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
@@ -368,4 +531,5 @@ def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), o
     accepts (else 64)."""
     regions = mask.allow + mask.deny
     return Predicate(_mask_code(mask, constants, offsets), len(mask.allow), len(mask.deny),
-                     intervals_only=not any(r.opaque for r in regions), helpers=_WIDTHS[narrow] + _HELPERS + "\n\n")
+                     intervals_only=not any(r.opaque for r in regions), helpers=_WIDTHS[narrow] + _HELPERS + "\n\n",
+                     tile_bits=_tile_bits(mask, offsets))

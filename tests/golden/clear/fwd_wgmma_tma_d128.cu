@@ -84,21 +84,44 @@ static_assert(SMEM_BYTES == 197720, "the launch gives what maskc.codegen.plan co
 // kernels of bindings proved to fit in 32 bits compute in int instead.
 typedef long long maskc_int;
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
-// Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
-__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
+// Floor division and modulo as in Python (den > 0, checked when the mask was bound), for maskc_int and for
+// the 64-bit chunk nests; 32-bit division when both operands fit, as they nearly always do (the test folds
+// away for int). Division by a constant power of two is written as a shift or a mask instead.
+template <class T>
+__device__ __forceinline__ T maskc_floordiv(T num, T den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const maskc_int q = num / den;
+    const T q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_ceildiv(T num, T den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
+}
+
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+__device__ __forceinline__ long long maskc_isqrt(long long n) {
+    if (n <= 0) return 0;
+    long long r = (long long)sqrt((double)n);
+    while (r * r > n) --r;
+    while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+
+// Bits a..b of a visibility word (clamped to the word); 0 when [a, b] misses it.
+template <class Word>
+__device__ __forceinline__ Word maskc_span_bits(int a, int b) {
+    constexpr int TOP = 8 * (int)sizeof(Word) - 1;
+    a = max(a, 0);
+    b = min(b, TOP);
+    if (a > b) return Word(0);
+    return (~Word(0) >> (TOP - b)) & (~Word(0) << a);
 }
 
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
@@ -145,8 +168,8 @@ __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b,
     // allow clear.mask:11:3: allow q < text or k < text or (y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < radius ** 2
     row.lo2 = 0;
     row.hi2 = mask[1] - 1;
-    row.v0 = maskc_floormod((-(maskc_int)(512) + (maskc_int)q), (maskc_int)(128));
-    row.v1 = maskc_floordiv((-(maskc_int)(512) + (maskc_int)q), (maskc_int)(128));
+    row.v0 = ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127);
+    row.v1 = ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7);
     row.v2 = ((maskc_int)mask[4] * (maskc_int)mask[4]);
     return row;
 }
@@ -154,8 +177,44 @@ __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b,
 __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ mask, int k) {
     const bool allowed = (k >= row.lo0 && k <= row.hi0) ||
                    (k >= row.lo1 && k <= row.hi1) ||
-                   (k >= row.lo2 && k <= row.hi2 && (((-maskc_floormod((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v0) * (-maskc_floormod((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v0)) + ((-maskc_floordiv((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v1) * (-maskc_floordiv((-(maskc_int)(512) + (maskc_int)k), (maskc_int)(128)) + row.v1)) - row.v2 + 1) <= 0);
+                   (k >= row.lo2 && k <= row.hi2 && (((-((maskc_int)(-(maskc_int)(512) + (maskc_int)k) & 127) + row.v0) * (-((maskc_int)(-(maskc_int)(512) + (maskc_int)k) & 127) + row.v0)) + ((-((maskc_int)(-(maskc_int)(512) + (maskc_int)k) >> 7) + row.v1) * (-((maskc_int)(-(maskc_int)(512) + (maskc_int)k) >> 7) + row.v1)) - row.v2 + 1) <= 0);
     return allowed;
+}
+
+template <class Emit>
+__device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, Emit emit) {
+    (void)b; (void)h;
+    if (k_first > k_last) return;
+    if (!((-((long long)mask[4] * (long long)mask[4]) + 1) <= 0)) return;      // the nest's guards on the row
+    const long long j1_first = maskc_floordiv((long long)k_first + (long long)-(long long)(512), (long long)(128));
+    const long long j1_last = maskc_floordiv((long long)k_last + (long long)-(long long)(512), (long long)(128));
+    for (long long j1 = max(max((long long)j1_first, (long long)((long long)-(long long)(512) >> 7)), (long long)(((long long)(-(long long)(512) + (long long)q) >> 7) - (long long)maskc_isqrt((((long long)mask[4] * (long long)mask[4]) - 1)))), j1_end = min(min((long long)j1_last, (long long)((long long)((long long)mask[1] - (long long)(512) - 1) >> 7)), (long long)(((long long)(-(long long)(512) + (long long)q) >> 7) + (long long)maskc_isqrt((((long long)mask[4] * (long long)mask[4]) - 1)))); j1 <= j1_end; ++j1) {
+        const long long lo = max(max((long long)k_first, (long long)(((long long)(-(long long)(512) + (long long)q) & 127) + (long long)(512) + ((long long)j1 * (long long)(128)) - (long long)maskc_isqrt((-((-(long long)j1 + ((long long)(-(long long)(512) + (long long)q) >> 7)) * (-(long long)j1 + ((long long)(-(long long)(512) + (long long)q) >> 7))) + ((long long)mask[4] * (long long)mask[4]) - 1)))), (long long)((long long)(512) + ((long long)j1 * (long long)(128))));
+        const long long hi = min(min((long long)k_last, (long long)(((long long)(-(long long)(512) + (long long)q) & 127) + (long long)(512) + ((long long)j1 * (long long)(128)) + (long long)maskc_isqrt((-((-(long long)j1 + ((long long)(-(long long)(512) + (long long)q) >> 7)) * (-(long long)j1 + ((long long)(-(long long)(512) + (long long)q) >> 7))) + ((long long)mask[4] * (long long)mask[4]) - 1)))), (long long)((long long)(512) + (long long)(128) + ((long long)j1 * (long long)(128)) - 1));
+        if (lo <= hi) emit((int)lo, (int)hi);
+    }
+}
+
+// The row's visible keys among k0 .. k0 + WORDS * BITS - 1 as words (bit j of word w: key k0 + w * BITS
+// + j): the allow regions' key intervals set, then the deny regions' cleared; keys past kv_len are the
+// caller's to hide. Every region is an interval per row or one per chunk (an exact mask), so a tile
+// costs a few interval operations per row, never a predicate per key.
+template <class Word, int WORDS>
+__device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h, int q, int k0, Word (&bits)[WORDS]) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    const int k_last = k0 + WORDS * BITS - 1;
+    (void)mask; (void)b; (void)h; (void)q; (void)k_last;
+    auto set = [&](int lo, int hi) {
+        for (int w = 0; w < WORDS; ++w) bits[w] |= maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+    };
+    auto clear = [&](int lo, int hi) {
+        for (int w = 0; w < WORDS; ++w) bits[w] &= ~maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+    };
+    (void)clear;
+    for (int w = 0; w < WORDS; ++w) bits[w] = Word(0);
+    set(row.lo0, row.hi0);
+    set(row.lo1, row.hi1);
+    mask_chunks2(mask, b, h, q, max(k0, row.lo2), min(k_last, row.hi2), set);
 }
 
 // ---- end of predicate --------------------------------------------------------------------------------
@@ -279,14 +338,6 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
     }
 }
 
-// Bits a..b of a 64-bit visibility word (clamped to 0..63); 0 when the interval misses the word.
-__device__ __forceinline__ unsigned long long range_bits(int a, int b) {
-    a = max(a, 0);
-    b = min(b, 63);
-    if (a > b) return 0ull;
-    return (~0ull >> (63 - b)) & (~0ull << a);
-}
-
 // Set to -inf the scores of one fragment row (half 0: row g, 1: row g + 8) whose key is hidden: past kv_len
 // (when BOUNDS) or not `visible(key)`. key0 = the tile's first key + 2t, this thread's first column.
 template <bool BOUNDS, int N_TILES, class Visible>
@@ -304,6 +355,23 @@ __device__ __forceinline__ void hide_keys(float (&s)[N_TILES][4], int half, int 
     }
 }
 
+// Set to -inf the scores of one fragment row whose bit in `bits` (the tile's visibility words, bit j = key
+// k0 + j) is clear, or whose key is past kv_len (when BOUNDS and do_bounds).
+template <bool BOUNDS, int N_TILES, int WORDS>
+__device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, unsigned long long (&bits)[WORDS], int t,
+                                           int k0, int kv_len, bool do_bounds) {
+    #pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        if (BOUNDS && do_bounds) bits[w] &= maskc_span_bits<unsigned long long>(-64 * w, kv_len - 1 - k0 - 64 * w);
+        bits[w] >>= 2 * t;
+    }
+    #pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e)
+            if (!((bits[nt / 8] >> ((nt % 8) * 8 + e)) & 1ull)) s[nt][half * 2 + e] = neg_inf();
+}
+
 // Mask one 16-row score tile in place: -inf where the predicate (PARTIAL tiles) or the kv_len bound (the
 // ragged last tile) hides a key. MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs
 // for this tile (one instantiation can serve every tile kind: a uniform branch per tile). row16 is the tile's
@@ -316,13 +384,14 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int rr = row16 + g + half * 8;   // row within the q_block
-        const int q = q0 + rr;
         if (MASKED && do_mask) {
-            const MaskRow row = mask_row(mask, mb, h, q < seq_len ? q : seq_len - 1);   // clamp: in-range reads
-            if (BOUNDS && do_bounds)
-                hide_keys<true>(s, half, k0 + 2 * t, kv_len, [&](int key) { return mask_visible(row, mask, key); });
-            else
-                hide_keys<false>(s, half, k0 + 2 * t, kv_len, [&](int key) { return mask_visible(row, mask, key); });
+            // The tile's visibility for this row as 64-bit words, then this thread's bits.
+            unsigned long long bits[(N_TILES * 8 + 63) / 64];
+            // Tile path (exact masks with chunked regions): the row's intervals within this tile, one per
+            // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored).
+            const int q = min(q0 + rr, seq_len - 1);
+            mask_bits(mask_row(mask, mb, h, q), mask, mb, h, q, k0, bits);
+            hide_unset<BOUNDS>(s, half, bits, t, k0, kv_len, do_bounds);
         } else {
             hide_keys<true>(s, half, k0 + 2 * t, kv_len, [](int) { return true; });
         }

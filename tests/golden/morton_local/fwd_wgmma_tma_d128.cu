@@ -82,21 +82,44 @@ static_assert(SMEM_BYTES == 197720, "the launch gives what maskc.codegen.plan co
 // kernels of bindings proved to fit in 32 bits compute in int instead.
 typedef long long maskc_int;
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
-// Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
-__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
+// Floor division and modulo as in Python (den > 0, checked when the mask was bound), for maskc_int and for
+// the 64-bit chunk nests; 32-bit division when both operands fit, as they nearly always do (the test folds
+// away for int). Division by a constant power of two is written as a shift or a mask instead.
+template <class T>
+__device__ __forceinline__ T maskc_floordiv(T num, T den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const maskc_int q = num / den;
+    const T q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_ceildiv(T num, T den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
+}
+
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+__device__ __forceinline__ long long maskc_isqrt(long long n) {
+    if (n <= 0) return 0;
+    long long r = (long long)sqrt((double)n);
+    while (r * r > n) --r;
+    while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+
+// Bits a..b of a visibility word (clamped to the word); 0 when [a, b] misses it.
+template <class Word>
+__device__ __forceinline__ Word maskc_span_bits(int a, int b) {
+    constexpr int TOP = 8 * (int)sizeof(Word) - 1;
+    a = max(a, 0);
+    b = min(b, TOP);
+    if (a > b) return Word(0);
+    return (~Word(0) >> (TOP - b)) & (~Word(0) << a);
 }
 
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
@@ -135,27 +158,27 @@ __device__ __forceinline__ MaskRow mask_row(const int* __restrict__ mask, int b,
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     // allow morton_local.mask:11:3: allow q >> 12 == k >> 12, abs(x(q) - x(k)) <= radius, abs(y(q) - y(k)) <= radius
-    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * maskc_floordiv((maskc_int)q, 4096)));
-    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * maskc_floordiv((maskc_int)q, 4096) + 4095)));
+    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * ((maskc_int)q >> 12)));
+    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * ((maskc_int)q >> 12) + 4095)));
     // allow morton_local.mask:11:3: allow q >> 12 == k >> 12, abs(x(q) - x(k)) <= radius, abs(y(q) - y(k)) <= radius
-    row.lo1 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * maskc_floordiv((maskc_int)q, 4096)));
-    row.hi1 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * maskc_floordiv((maskc_int)q, 4096) + 4095)));
+    row.lo1 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * ((maskc_int)q >> 12)));
+    row.hi1 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * ((maskc_int)q >> 12) + 4095)));
     // allow morton_local.mask:11:3: allow q >> 12 == k >> 12, abs(x(q) - x(k)) <= radius, abs(y(q) - y(k)) <= radius
-    row.lo2 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * maskc_floordiv((maskc_int)q, 4096)));
-    row.hi2 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * maskc_floordiv((maskc_int)q, 4096) + 4095)));
+    row.lo2 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * ((maskc_int)q >> 12)));
+    row.hi2 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * ((maskc_int)q >> 12) + 4095)));
     // allow morton_local.mask:11:3: allow q >> 12 == k >> 12, abs(x(q) - x(k)) <= radius, abs(y(q) - y(k)) <= radius
-    row.lo3 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * maskc_floordiv((maskc_int)q, 4096)));
-    row.hi3 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * maskc_floordiv((maskc_int)q, 4096) + 4095)));
-    row.v0 = ((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)q, 2))))));
-    row.v1 = ((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)q, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)q, 2), 2))))));
+    row.lo3 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)4096 * ((maskc_int)q >> 12)));
+    row.hi3 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(4096 * ((maskc_int)q >> 12) + 4095)));
+    row.v0 = ((maskc_int)((maskc_int)((maskc_int)q >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)q & 1))))));
+    row.v1 = ((maskc_int)((maskc_int)((maskc_int)q >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)q >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)q >> 1) & 1))))));
     return row;
 }
 
 __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __restrict__ mask, int k) {
-    const bool allowed = (k >= row.lo0 && k <= row.hi0 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) + row.v0 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) - row.v0) <= 0 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) + row.v1 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) - row.v1) <= 0) ||
-                   (k >= row.lo1 && k <= row.hi1 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) + row.v0 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) - row.v0) <= 0 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) + row.v1 + 1) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) - row.v1 - (maskc_int)mask[2]) <= 0) ||
-                   (k >= row.lo2 && k <= row.hi2 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) + row.v0 + 1) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) - row.v0 - (maskc_int)mask[2]) <= 0 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) + row.v1 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) - row.v1) <= 0) ||
-                   (k >= row.lo3 && k <= row.hi3 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) + row.v0 + 1) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 2) & (maskc_int)2) | (maskc_int)maskc_floormod((maskc_int)k, 2)))))) - row.v0 - (maskc_int)mask[2]) <= 0 && (-((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) + row.v1 + 1) <= 0 && (((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 64) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 32) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 16) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 8) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)maskc_floordiv((maskc_int)k, 4) & (maskc_int)2) | (maskc_int)maskc_floormod(maskc_floordiv((maskc_int)k, 2), 2)))))) - row.v1 - (maskc_int)mask[2]) <= 0);
+    const bool allowed = (k >= row.lo0 && k <= row.hi0 && (-((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) + row.v0 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) - row.v0) <= 0 && (-((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) + row.v1 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) - row.v1) <= 0) ||
+                   (k >= row.lo1 && k <= row.hi1 && (-((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) + row.v0 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) - row.v0) <= 0 && (-((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) + row.v1 + 1) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) - row.v1 - (maskc_int)mask[2]) <= 0) ||
+                   (k >= row.lo2 && k <= row.hi2 && (-((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) + row.v0 + 1) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) - row.v0 - (maskc_int)mask[2]) <= 0 && (-((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) + row.v1 - (maskc_int)mask[2]) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) - row.v1) <= 0) ||
+                   (k >= row.lo3 && k <= row.hi3 && (-((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) + row.v0 + 1) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 1) & (maskc_int)2) | (maskc_int)((maskc_int)k & 1)))))) - row.v0 - (maskc_int)mask[2]) <= 0 && (-((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) + row.v1 + 1) <= 0 && (((maskc_int)((maskc_int)((maskc_int)k >> 6) & (maskc_int)32) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 5) & (maskc_int)16) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 4) & (maskc_int)8) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 3) & (maskc_int)4) | (maskc_int)((maskc_int)((maskc_int)((maskc_int)k >> 2) & (maskc_int)2) | (maskc_int)((maskc_int)((maskc_int)k >> 1) & 1)))))) - row.v1 - (maskc_int)mask[2]) <= 0);
     return allowed;
 }
 
@@ -280,14 +303,6 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
     }
 }
 
-// Bits a..b of a 64-bit visibility word (clamped to 0..63); 0 when the interval misses the word.
-__device__ __forceinline__ unsigned long long range_bits(int a, int b) {
-    a = max(a, 0);
-    b = min(b, 63);
-    if (a > b) return 0ull;
-    return (~0ull >> (63 - b)) & (~0ull << a);
-}
-
 // Set to -inf the scores of one fragment row (half 0: row g, 1: row g + 8) whose key is hidden: past kv_len
 // (when BOUNDS) or not `visible(key)`. key0 = the tile's first key + 2t, this thread's first column.
 template <bool BOUNDS, int N_TILES, class Visible>
@@ -303,6 +318,23 @@ __device__ __forceinline__ void hide_keys(float (&s)[N_TILES][4], int half, int 
             if (!shown) s[nt][half * 2 + e] = neg_inf();
         }
     }
+}
+
+// Set to -inf the scores of one fragment row whose bit in `bits` (the tile's visibility words, bit j = key
+// k0 + j) is clear, or whose key is past kv_len (when BOUNDS and do_bounds).
+template <bool BOUNDS, int N_TILES, int WORDS>
+__device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, unsigned long long (&bits)[WORDS], int t,
+                                           int k0, int kv_len, bool do_bounds) {
+    #pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        if (BOUNDS && do_bounds) bits[w] &= maskc_span_bits<unsigned long long>(-64 * w, kv_len - 1 - k0 - 64 * w);
+        bits[w] >>= 2 * t;
+    }
+    #pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e)
+            if (!((bits[nt / 8] >> ((nt % 8) * 8 + e)) & 1ull)) s[nt][half * 2 + e] = neg_inf();
 }
 
 // Mask one 16-row score tile in place: -inf where the predicate (PARTIAL tiles) or the kv_len bound (the
