@@ -357,29 +357,30 @@ def _chunk_function(i: int, region: ir.RegionBounds, layout: _Layout, constants:
     nest = region.chunks
     assert nest is not None
     w = _CWriter(layout, constants, int_type="long long")
+    wide = w.int_type
     levels = nest.levels
     body: list[str] = []
     guards = [f"{w.lin(g.lin)} <= 0" for g in nest.guards]
     if guards:
         body.append(f"    if (!({' && '.join(guards)})) return;      // the nest's guards on the row")
     # the chunk index range of [k_first, k_last] at every level, from k up
-    below_first, below_last = "(long long)k_first", "(long long)k_last"
+    below_first, below_last = f"({wide})k_first", f"({wide})k_last"
     for n, level in enumerate(levels[:-1], start=1):
         off, size = w.cast(w.lin(level.offset)), w.cast(w.lin(level.size))
-        body.append(f"    const long long j{n}_first = maskc_floordiv({below_first} + {off}, {size});")
-        body.append(f"    const long long j{n}_last = maskc_floordiv({below_last} + {off}, {size});")
+        body.append(f"    const {wide} j{n}_first = maskc_floordiv({below_first} + {off}, {size});")
+        body.append(f"    const {wide} j{n}_last = maskc_floordiv({below_last} + {off}, {size});")
         below_first, below_last = f"j{n}_first", f"j{n}_last"
     indent = "    "
     for n in range(len(levels) - 1, 0, -1):
         level = levels[n]
         lo = _extreme_c(w, "max", f"j{n}_first", [_bound_c(w, b, True) for b in level.lower])
         hi = _extreme_c(w, "min", f"j{n}_last", [_bound_c(w, b, False) for b in level.upper])
-        body.append(f"{indent}for (long long j{n} = {lo}, j{n}_end = {hi}; j{n} <= j{n}_end; ++j{n}) {{")
+        body.append(f"{indent}for ({wide} j{n} = {lo}, j{n}_end = {hi}; j{n} <= j{n}_end; ++j{n}) {{")
         indent += "    "
-    lo = _extreme_c(w, "max", "(long long)k_first", [_bound_c(w, b, True) for b in levels[0].lower])
-    hi = _extreme_c(w, "min", "(long long)k_last", [_bound_c(w, b, False) for b in levels[0].upper])
-    body.append(f"{indent}const long long lo = {lo};")
-    body.append(f"{indent}const long long hi = {hi};")
+    lo = _extreme_c(w, "max", f"({wide})k_first", [_bound_c(w, b, True) for b in levels[0].lower])
+    hi = _extreme_c(w, "min", f"({wide})k_last", [_bound_c(w, b, False) for b in levels[0].upper])
+    body.append(f"{indent}const {wide} lo = {lo};")
+    body.append(f"{indent}const {wide} hi = {hi};")
     body.append(f"{indent}if (lo <= hi) emit((int)lo, (int)hi);")
     for n in range(len(levels) - 1, 0, -1):
         indent = indent[:-4]
