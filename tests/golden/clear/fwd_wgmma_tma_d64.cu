@@ -124,6 +124,18 @@ __device__ __forceinline__ Word maskc_span_bits(int a, int b) {
     return (~Word(0) >> (TOP - b)) & (~Word(0) << a);
 }
 
+// Set, or clear, the keys lo..hi in visibility words of keys from k0 (bit j of word w: key k0 + w * bits + j).
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_set_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] |= maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+}
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_clear_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] &= ~maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+}
+
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
 // range, p lies in a gap segment of index -1: [0, bound_0) before it, [bound_n, extent) after it.
 struct MaskSegment { int index, start, end; };
@@ -195,26 +207,19 @@ __device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b
     }
 }
 
-// The row's visible keys among k0 .. k0 + WORDS * BITS - 1 as words (bit j of word w: key k0 + w * BITS
+// The row's visible keys among k0 .. k0 + WORDS * bits - 1 as words (bit j of word w: key k0 + w * bits
 // + j): the allow regions' key intervals set, then the deny regions' cleared; keys past kv_len are the
 // caller's to hide. Every region is an interval per row or one per chunk (an exact mask), so a tile
 // costs a few interval operations per row, never a predicate per key.
 template <class Word, int WORDS>
-__device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h, int q, int k0, Word (&bits)[WORDS]) {
-    constexpr int BITS = 8 * (int)sizeof(Word);
-    const int k_last = k0 + WORDS * BITS - 1;
-    (void)mask; (void)b; (void)h; (void)q; (void)k_last;
-    auto set = [&](int lo, int hi) {
-        for (int w = 0; w < WORDS; ++w) bits[w] |= maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
-    };
-    auto clear = [&](int lo, int hi) {
-        for (int w = 0; w < WORDS; ++w) bits[w] &= ~maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
-    };
-    (void)clear;
+__device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h,
+                                          int q, int k0, Word (&bits)[WORDS]) {
+    const int k_last = k0 + WORDS * 8 * (int)sizeof(Word) - 1;
     for (int w = 0; w < WORDS; ++w) bits[w] = Word(0);
-    set(row.lo0, row.hi0);
-    set(row.lo1, row.hi1);
-    mask_chunks2(mask, b, h, q, max(k0, row.lo2), min(k_last, row.hi2), set);
+    maskc_set_keys(bits, k0, row.lo0, row.hi0);
+    maskc_set_keys(bits, k0, row.lo1, row.hi1);
+    mask_chunks2(mask, b, h, q, max(k0, row.lo2), min(k_last, row.hi2),
+                 [&](int lo, int hi) { maskc_set_keys(bits, k0, lo, hi); });
 }
 
 // ---- end of predicate --------------------------------------------------------------------------------

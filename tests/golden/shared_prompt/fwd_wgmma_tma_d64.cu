@@ -126,6 +126,18 @@ __device__ __forceinline__ Word maskc_span_bits(int a, int b) {
     return (~Word(0) >> (TOP - b)) & (~Word(0) << a);
 }
 
+// Set, or clear, the keys lo..hi in visibility words of keys from k0 (bit j of word w: key k0 + w * bits + j).
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_set_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] |= maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+}
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_clear_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] &= ~maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+}
+
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
 // range, p lies in a gap segment of index -1: [0, bound_0) before it, [bound_n, extent) after it.
 struct MaskSegment { int index, start, end; };
