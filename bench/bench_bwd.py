@@ -33,6 +33,7 @@ from workloads import (ALL_MASKS, B, D, H, ROOT, bench_ms, compiled_flex, count_
 
 import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
 from maskc.runtime import kernels as runtime  # noqa: E402
+from maskc.runtime import state  # noqa: E402
 from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
 from maskc.codegen.schedule import choose_backward_tiles  # noqa: E402
 
@@ -76,7 +77,7 @@ def main():
                     help="the other dK/dV engines to time beside the schedule's")
     args = ap.parse_args()
     default = maskc.Options.from_environment().replace(backward_engine=None)   # the schedule's engine first
-    engine = choose_backward_tiles(D, "bf16", runtime._capability(torch.cuda.current_device(), default)).engine
+    engine = choose_backward_tiles(D, "bf16", state.capability(torch.cuda.current_device(), default)).engine
     others = [e for e in args.engines.split(",") if e and e != engine]
 
     from torch.nn.attention import SDPBackend, sdpa_kernel

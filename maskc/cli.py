@@ -329,7 +329,7 @@ def cache_info_cmd() -> None:
       maskc cache info
     """
     from maskc.runtime import cache
-    from maskc.runtime.kernels import disk_cache
+    from maskc.runtime.loader import disk_cache
     disk = disk_cache(environment_options())
     if disk.root is None:
         click.echo("cache directory: none ($HOME is empty or '/'; set MASKC_CACHE_DIR): kernels are compiled "
@@ -358,7 +358,7 @@ def cache_clear_cmd() -> None:
       maskc cache clear
     """
     from maskc.runtime import cache
-    from maskc.runtime.kernels import disk_cache
+    from maskc.runtime.loader import disk_cache
     disk = disk_cache(environment_options())
     try:
         count, size = disk.clear()

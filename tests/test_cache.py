@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import maskc
 from maskc.runtime import cache
-from maskc.runtime import kernels as runtime
+from maskc.runtime import loader
 from maskc.runtime.cache import CacheWarning, DiskCache, location
 from maskc.cli import cli
 
@@ -146,13 +146,13 @@ def test_load_kernel_with_an_unwritable_cache_compiles_and_warns(tmp_path, monke
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("MASKC_CACHE_DIR", str(blocker))
-    monkeypatch.setattr(runtime, "compile_to_cubin", lambda src: b"cubin")
-    monkeypatch.setattr(runtime, "nvrtc_version", lambda: (12, 0))
+    monkeypatch.setattr(loader, "compile_to_cubin", lambda src: b"cubin")
+    monkeypatch.setattr(loader, "nvrtc_version", lambda: (12, 0))
     monkeypatch.setattr(cupy, "RawModule", lambda path: _FakeModule(path))
-    monkeypatch.setattr(runtime, "_kernels", {})
+    monkeypatch.setattr(loader, "_kernels", {})
     src = maskc.load(EXAMPLES / "causal.mask").kernel_source(head_dim=64, dtype="bf16")
     with pytest.warns(CacheWarning, match="cannot write to the cache directory"):
-        kernel = runtime.load_kernel(src)
+        kernel = loader.load_kernel(src)
     assert kernel.compiled and kernel.cubin_path.read_bytes() == b"cubin"
     assert blocker.read_text() == "not a directory"
 

@@ -143,7 +143,7 @@ def test_cache_key_is_the_kernel_not_where_things_lie(tmp_path):
     pytest.importorskip("cupy")
     import dataclasses
 
-    from maskc.runtime.kernels import kernel_key
+    from maskc.runtime.loader import kernel_key
     keys, sources = set(), set()
     for where in ("a", "b/c"):
         folder = tmp_path / where

@@ -28,7 +28,7 @@ if not gpu_available(with_torch=True):
 import torch  # noqa: E402
 
 import maskc  # noqa: E402
-from maskc.runtime import kernels as runtime  # noqa: E402
+from maskc.runtime import state  # noqa: E402
 from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
 from maskc.codegen.schedule import choose_tiles, forward_candidates  # noqa: E402
@@ -231,8 +231,8 @@ def test_a_new_bind_reuses_the_compiled_kernel(monkeypatch):
     q, k, v = (randn(1, 2, 300, 64, dtype="bf16") for _ in range(3))
     attention(q, k, v, first)
     loads = []
-    real = runtime.load_kernel
-    monkeypatch.setattr(runtime, "load_kernel", lambda src, options=None: loads.append(src) or real(src, options))
+    real = state.load_kernel
+    monkeypatch.setattr(state, "load_kernel", lambda src, options=None: loads.append(src) or real(src, options))
     second = mask.bind(seq_len=500, docs=[250, 250])
     q, k, v = (randn(1, 2, 500, 64, dtype="bf16") for _ in range(3))
     out = attention(q, k, v, second)
@@ -271,7 +271,8 @@ def test_second_process_loads_cached_cubin(tmp_path):
         "from maskc.runtime import kernels as runtime\n"
         "q = torch.randn(1, 1, 200, 64, device='cuda', dtype=torch.bfloat16)\n"
         "runtime.attention(q, q, q, maskc.load(%r).bind(seq_len=200)); torch.cuda.synchronize()\n"
-        "print('COMPILED', [k.compiled for k in runtime._kernels.values()])\n"
+        "from maskc.runtime import loader\n"
+        "print('COMPILED', [k.compiled for k in loader._kernels.values()])\n"
     ) % (str(Path(__file__).parent.parent), str(Path(__file__).parent), str(EX / "causal.mask"))
     env = dict(os.environ, MASKC_CACHE_DIR=str(tmp_path))
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -295,4 +296,4 @@ def test_autotune_picks_a_correct_kernel_and_remembers_it(tmp_path, monkeypatch)
     (entry,) = entries.values()
     timed = {label: r for label, r in entry["report"].items() if isinstance(r, float)}
     assert entry["choice"] in timed and timed[entry["choice"]] == min(timed.values())
-    assert len(entry["report"]) == len(forward_candidates(128, "bf16", runtime._capability(0, maskc.Options())))
+    assert len(entry["report"]) == len(forward_candidates(128, "bf16", state.capability(0, maskc.Options())))

@@ -105,7 +105,7 @@ def check_copy_engine(device: int = 0) -> list[str]:
     import cupy
 
     from maskc.codegen.emit import emit_tma_check
-    from maskc.runtime.kernels import load_kernel  # runtime imports this module: import here, not at the top
+    from maskc.runtime.loader import load_kernel
 
     failures = []
     with cupy.cuda.Device(device):

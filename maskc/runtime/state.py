@@ -1,0 +1,148 @@
+"""Device state per bound mask (its descriptor's arrays uploaded once per tile shape and device, its kernels),
+dropped with the bound object; and what the runtime asks of a device (capability, target architecture, L2
+size, SM count), each read once per process.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from maskc.codegen.emit import emit_backward_kernel, emit_kernel
+from maskc.codegen.schedule import BackwardTiles, Tiles, arch_for, capability_of
+from maskc.kernel_ir import Descriptor
+from maskc.options import Options
+from maskc.runtime.loader import LoadedKernel, load_kernel
+
+
+_bound_state: dict[int, dict] = {}
+_strong_refs: dict[int, object] = {}   # for bound objects that cannot be weakly referenced
+
+
+def state_for(bound) -> dict:
+    key = id(bound)
+    state = _bound_state.get(key)
+    if state is None:
+        state = {}
+        _bound_state[key] = state
+        try:
+            weakref.finalize(bound, _bound_state.pop, key, None)
+        except TypeError:
+            _strong_refs[key] = bound   # keep it alive so that its id is not reused
+    return state
+
+
+@dataclass
+class DeviceDescriptor:
+    """A descriptor's arrays on the GPU (CuPy arrays: untyped)."""
+
+    descriptor: Descriptor
+    run_offsets: Any
+    runs: Any
+    work_order: Any
+    mask_data: Any
+    mask_offsets: Any
+
+
+def device_int32(a, min_len: int = 1):
+    import cupy
+
+    a = np.ascontiguousarray(a, dtype=np.int32).reshape(-1)
+    if a.size < min_len:   # a zero-size allocation has a null pointer; give the kernel something valid
+        a = np.zeros(min_len, np.int32)
+    return cupy.asarray(a)
+
+
+def upload(desc: Descriptor, transposed: bool = False) -> DeviceDescriptor:
+    """The descriptor's row view (forward, deterministic dQ) or, with ``transposed``, its column view
+    (the backward's dK/dV kernel) in the same fields: offsets, runs, heaviest-first order."""
+    if transposed:
+        views = (desc.col_offsets, desc.col_runs, desc.col_work_order)
+    else:
+        views = (desc.run_offsets, desc.runs, desc.work_order)
+    offsets, runs, order = (device_int32(a) for a in views)
+    return DeviceDescriptor(desc, offsets, runs, order, device_int32(desc.mask_data),
+                            device_int32(desc.mask_offsets))
+
+
+def prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, options: Options):
+    """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
+    its compiled mask."""
+    ddesc = device_descriptor(bound, tiles.block_m, tiles.block_n, device, options)
+    # The kernel depends on the compiled mask, not on lengths or values: a new bind reuses it. (Values of
+    # const parameters are compiled in, and the predicate's width follows the binding: both in the key.)
+    mask_state = state_for(bound.mask)
+    arch = arch(device, options)
+    kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, bound.narrow, options.forward_switches)
+    kernel = mask_state.get(kkey)
+    if kernel is None:
+        spec = bound.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,
+                                 num_warps=tiles.num_warps, engine=tiles.engine, arch=arch)
+        kernel = mask_state[kkey] = load_kernel(emit_kernel(spec, options), options)
+    return ddesc, kernel
+
+
+@functools.lru_cache(maxsize=None)
+def device_capability(device: int) -> tuple[int, int]:
+    import cupy
+
+    major, minor = divmod(int(cupy.cuda.Device(device).compute_capability), 10)
+    return major, minor
+
+
+def arch(device: int, options: Options) -> str:
+    """The target kernels are built for on ``device``: ``options.arch`` (for instance compute_80: PTX of the
+    portable mma kernels that the driver compiles, to test them on a Hopper), else the device's own
+    (maskc.codegen.schedule.arch_for)."""
+    return options.arch or arch_for(device_capability(device))
+
+
+def capability(device: int, options: Options) -> tuple[int, int]:
+    """The compute capability the schedule plans for: the target's."""
+    return capability_of(arch(device, options))
+
+
+@functools.lru_cache(maxsize=None)
+def l2_bytes(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).attributes["L2CacheSize"])
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
+
+
+def device_descriptor(bound, block_m: int, block_n: int, device: int, options: Options,
+                       transposed: bool = False) -> DeviceDescriptor:
+    """The bound mask's descriptor for these tiles on ``device``, uploaded once per bound mask; at most
+    ``options.max_descriptor_bytes`` (a BindError past it)."""
+    state = state_for(bound)
+    dkey = ("descriptor", block_m, block_n, device, transposed)
+    ddesc = state.get(dkey)
+    if ddesc is None:
+        desc = bound.descriptor(block_m, block_n, max_bytes=options.max_descriptor_bytes)
+        if (desc.block_m, desc.block_n) != (block_m, block_n):
+            raise RuntimeError(f"bound.descriptor({block_m}, {block_n}) returned tiles {desc.block_m}x{desc.block_n}")
+        ddesc = state[dkey] = upload(desc, transposed)
+    return ddesc
+
+
+def backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int,
+                     options: Options) -> LoadedKernel:
+    mask_state = state_for(bound.mask)
+    arch = arch(device, options)
+    kkey = ("backward", head_dim, dtype, device, arch, bound.constants, bound.narrow, tiles.engine,
+            options.dq_reduction)
+    kernel = mask_state.get(kkey)
+    if kernel is None:
+        spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=arch,
+                                   dq_reduction=options.dq_reduction)
+        kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec), options)
+    return kernel
