@@ -1,97 +1,198 @@
-"""Bind + classify + pack time on the CPU, per mask and length (a benchmark, not a test).
+"""Binding a mask per batch: maskc's bind + descriptor on the host against FlexAttention's create_block_mask
+(a benchmark, not a test).
 
-    python bench/bench_bind.py [--lengths 32768 131072] [--block 128] [--repeat 50] [--clock process]
+    python bench/bench_bind.py [--lengths 4096,32768,131072] [--masks causal,...] [--device cpu|cuda]
+                               [--impls maskc,flex,flex_compiled] [--repeat 20] [--out PATH]
 
-Times the run-time path a user pays when lengths or parameters change: ``mask.bind(...)``
-(validation and `require` checks), tile classification and descriptor packing, from a fresh
-BoundMask each time. The compiled mask keeps its specializations to int values (regions that cannot
-hold for them dropped); the "cold" column forgets them first, as a first bind with new int values.
-Prints medians in ms and writes bench/results/bind_cpu.json. ``--clock process`` times with this process's
-CPU time instead of the wall clock: on a shared machine, time other processes take is then not counted.
+Every workload of bench/workloads.py (the same masks and parameters as the forward and backward benchmarks)
+at every length, tiles of ``--block`` x ``--block`` (Flex's default, 128):
+
+- ``maskc_host``: ``mask.bind(seq_len=S, **params).descriptor(block, block)`` from a fresh BoundMask each
+  time (validation, ``require`` checks, tile classification, packing), on the host whatever ``--device``
+  says; the compiled mask kept (a training loop loads it once). ``bind_ms`` and ``descriptor_ms`` split it;
+  ``cold_ms`` also forgets the compiled mask's specializations to int values (the first bind with new ints).
+- ``flex``: ``create_block_mask(mask_mod, None, None, S, S, device, BLOCK_SIZE=block)`` with the hand-written
+  mask_mod (bench/workloads.py), as Flex users call it per batch; it evaluates the mask_mod on the whole
+  S x S grid, so on the CPU it is skipped past ``--flex-max-elements`` query-key pairs (default 2**26 on the
+  CPU: 8K tokens; no limit on the GPU), recorded with ``skipped`` and the reason.
+- ``flex_compiled``: the same through ``torch.compile(create_block_mask)`` (Flex's advice for long
+  sequences: no S x S tensor), timed after one warm-up call that compiles it; off by default on the CPU
+  (Inductor's CPU compile takes minutes).
+
+Medians of ``--repeat`` runs, wall clock (the GPU synchronised before and after each Flex call);
+``--clock process`` times maskc with this process's CPU time instead (on a shared machine, what other
+processes take is then not counted; Flex's threads would be summed, so Flex stays on the wall clock). Each
+Flex record also says whether its block counts (FULL and PARTIAL) equal maskc's (``agree``): both are exact
+for these masks. Records in bench/results/latest.json's format (mask, seq_len, impl, ms, pass = "bind",
+device, date, params, command) go to ``--out``; a table of medians and ratios is printed last.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import platform
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
-import numpy as np  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workloads as W  # noqa: E402
 
-import maskc  # noqa: E402
+from maskc.kernel_ir import FULL, PARTIAL  # noqa: E402
 
-
-def workloads(seq_len: int):
-    """The benchmark masks of issue 3, scaled with the length."""
-    rng = np.random.default_rng(0)
-    cuts = np.sort(rng.choice(np.arange(1, seq_len), 11, replace=False))
-    docs = np.diff(np.concatenate([[0], cuts, [seq_len]])).tolist()
-    prompt = seq_len // 4
-    responses = [(seq_len - prompt) // 4] * 3
-    responses.append(seq_len - prompt - sum(responses))
-    users = [seq_len // 4] * 4
-    return [
-        ("causal", {}),
-        ("sliding_window", {"window": 1024}),
-        ("document", {"docs": docs}),
-        ("shared_prompt", {"prompt": prompt, "responses": responses}),
-        ("hstu", {"users": users, "context": 0, "targets": [u // 10 for u in users]}),
-        ("hstu", {"users": users, "context": 32, "targets": [u // 10 for u in users]}),
-        ("clear", {"text": 512, "width": 128, "radius": 16}),
-        ("neighborhood", {"width": 181, "window": 13}),
-        ("video", {"width": 32, "height": 32, "radius": 3, "past": 1}),
-    ]
-
-
+IMPLS = ("maskc", "flex", "flex_compiled")
 CLOCK = time.perf_counter
 
 
-def time_once(mask, seq_len, params, block, cold=False):
-    """One bind + classify + pack through the API, from a fresh BoundMask; ``cold`` also forgets the
-    compiled mask's specializations (what the first bind with new int values pays)."""
+def maskc_once(mask, w: W.Workload, block: int, cold: bool = False) -> tuple[float, float]:
+    """(bind ms, descriptor ms) of one fresh bind; ``cold`` forgets the specializations to int values first."""
     if cold:
         mask.__dict__.pop("_specialized", None)
     t0 = CLOCK()
-    mask.bind(seq_len=seq_len, **params).descriptor(block, block)
-    return (CLOCK() - t0) * 1e3
+    bound = mask.bind(seq_len=w.seq_len, **w.params)
+    t1 = CLOCK()
+    bound.descriptor(block, block)
+    return (t1 - t0) * 1e3, (CLOCK() - t1) * 1e3
+
+
+def block_counts(tile_map) -> tuple[int, int]:
+    """(FULL, PARTIAL) tiles of a maskc tile map, from its runs."""
+    widths = tile_map.runs[:, 1] - tile_map.runs[:, 0]
+    return int(widths[tile_map.runs[:, 2] == FULL].sum()), int(widths[tile_map.runs[:, 2] == PARTIAL].sum())
+
+
+def flex_once(create, w: W.Workload, block: int, device: str):
+    """(ms, BlockMask) of one create_block_mask call, wall clock, the GPU synchronised around it."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    bm = create(w.mask_mod(), None, None, w.seq_len, w.seq_len, device=device, BLOCK_SIZE=block)
+    sync()
+    return (time.perf_counter() - t0) * 1e3, bm
+
+
+def cpu_name() -> str:
+    """The host CPU's model name (Linux), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run(args) -> list[dict]:
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "process" else time.perf_counter
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    impls = [i for i in args.impls.split(",") if i]
+    on_gpu = args.device.startswith("cuda")
+    limit = args.flex_max_elements if args.flex_max_elements is not None else (None if on_gpu else 1 << 26)
+    common = dict(device=args.device, gpu=torch.cuda.get_device_name() if on_gpu else None, cpu=cpu_name(),
+                  host_cores=os.cpu_count(), block=args.block,
+                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  command="python bench/bench_bind.py " + " ".join(sys.argv[1:]))
+    common["pass"] = "bind"
+    compiled = None
+    records = []
+    for S in map(int, args.lengths.split(",")):
+        for name in (m for m in args.masks.split(",") if m):
+            w = W.workload(name, S, device=args.device)
+            mask = W._compiled(w.example)
+            base = dict(mask=name, seq_len=S, params=w.short_params(), **common)
+            counts = block_counts(mask.bind(seq_len=S, **w.params).tile_map(args.block, args.block))
+            if "maskc" in impls:
+                maskc_once(mask, w, args.block)                             # imports, caches, specializations
+                times = [maskc_once(mask, w, args.block) for _ in range(args.repeat)]
+                cold = [sum(maskc_once(mask, w, args.block, cold=True)) for _ in range(max(3, args.repeat // 5))]
+                rec = dict(base, impl="maskc_host", ms=statistics.median(b + d for b, d in times),
+                           bind_ms=statistics.median(b for b, _ in times),
+                           descriptor_ms=statistics.median(d for _, d in times), cold_ms=statistics.median(cold),
+                           min_ms=min(b + d for b, d in times), clock=args.clock, full=counts[0],
+                           partial=counts[1])
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
+            for impl in ("flex", "flex_compiled"):
+                if impl not in impls:
+                    continue
+                rec = dict(base, impl=impl, clock="wall")
+                if impl == "flex" and limit is not None and S * S > limit:
+                    rec.update(ms=None, skipped=f"{S} x {S} query-key pairs past --flex-max-elements = {limit} "
+                                                f"(create_block_mask evaluates the whole grid on {args.device})")
+                else:
+                    try:
+                        if impl == "flex_compiled" and compiled is None:
+                            compiled = torch.compile(create_block_mask)
+                        create = compiled if impl == "flex_compiled" else create_block_mask
+                        flex_once(create, w, args.block, args.device)          # warm-up (compiles)
+                        times, bm = [], None
+                        for _ in range(args.repeat if S <= 32768 else max(3, args.repeat // 4)):
+                            ms, bm = flex_once(create, w, args.block, args.device)
+                            times.append(ms)
+                        full, partial = int(bm.full_kv_num_blocks.sum()), int(bm.kv_num_blocks.sum())
+                        rec.update(ms=statistics.median(times), min_ms=min(times), full=full, partial=partial,
+                                   agree=(full, partial) == counts)
+                    except Exception as exc:   # noqa: BLE001 - a peer that cannot run a case is reported
+                        rec.update(ms=None, error=repr(exc)[:300])
+                    if on_gpu:
+                        torch.cuda.empty_cache()
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
+    return records
+
+
+def print_table(records: list[dict]) -> None:
+    by = {(r["mask"], r["seq_len"], r["impl"]): r for r in records}
+    print("\n| mask | S | maskc bind ms | descriptor ms | maskc total | cold | flex ms | flex compiled ms | "
+          "flex / maskc | blocks agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (mask, S, impl), r in by.items():
+        if impl != "maskc_host":
+            continue
+        peers = [by.get((mask, S, i)) for i in ("flex", "flex_compiled")]
+
+        def shown(p):
+            return "-" if p is None else f"{p['ms']:.2f}" if p.get("ms") is not None else (
+                "skipped" if "skipped" in p else "failed")
+        best = min((p["ms"] for p in peers if p and p.get("ms") is not None), default=None)
+        ratio = "-" if best is None else f"{best / r['ms']:.1f}x"
+        agree = {p.get("agree") for p in peers if p and "agree" in p}
+        print(f"| {mask} | {S} | {r['bind_ms']:.3f} | {r['descriptor_ms']:.3f} | {r['ms']:.3f} | "
+              f"{r['cold_ms']:.3f} | {shown(peers[0])} | {shown(peers[1])} | "
+              f"{ratio} | "
+              f"{'-' if not agree else 'yes' if agree == {True} else 'NO'} |")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lengths", type=int, nargs="+", default=[32768, 131072])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lengths", default="4096,32768,131072")
+    ap.add_argument("--masks", default=",".join(W.ALL_MASKS))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="where Flex builds its block mask (maskc binds on the host either way)")
+    ap.add_argument("--impls", default=None, help=f"of {','.join(IMPLS)}; default all on the GPU, "
+                                                  "maskc,flex on the CPU")
     ap.add_argument("--block", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--clock", choices=["wall", "process"], default="wall",
-                    help="process: this process's CPU time (other processes' time on a shared machine not counted)")
+                    help="maskc's clock: process = this process's CPU time (Flex stays on the wall clock)")
+    ap.add_argument("--flex-max-elements", type=int, default=None,
+                    help="skip eager create_block_mask past this many query-key pairs (default 2**26 on the CPU)")
+    ap.add_argument("--out", default=None, help="default bench/results/bind_<device>.json")
     args = ap.parse_args()
-    global CLOCK
-    CLOCK = time.process_time if args.clock == "process" else time.perf_counter
-    records = []
-    print(f"| mask | seq_len | tiles | bind+classify+pack ms (median of {args.repeat}) | cold: new int values |")
-    print("|---|---|---|---|---|")
-    for seq_len in args.lengths:
-        for name, params in workloads(seq_len):
-            mask = maskc.load(ROOT / "examples" / f"{name}.mask")
-            time_once(mask, seq_len, params, args.block)          # warm caches and imports
-            times = [time_once(mask, seq_len, params, args.block) for _ in range(args.repeat)]
-            cold = [time_once(mask, seq_len, params, args.block, cold=True) for _ in range(max(3, args.repeat // 5))]
-            label = name + (f" (context {params['context']})" if name == "hstu" else "")
-            ms, cold_ms = statistics.median(times), statistics.median(cold)
-            tiles = (-(-seq_len // args.block)) ** 2
-            print(f"| {label} | {seq_len} | {tiles} | {ms:.3f} | {cold_ms:.3f} |")
-            records.append({"mask": label, "seq_len": seq_len, "impl": "maskc_bind_cpu", "ms": ms,
-                            "cold_ms": cold_ms, "block": args.block, "clock": args.clock,
-                            "machine": platform.processor() or platform.machine(), "date": date.today().isoformat()})
-    out = ROOT / "bench" / "results" / "bind_cpu.json"
+    if args.impls is None:
+        args.impls = ",".join(IMPLS) if args.device.startswith("cuda") else "maskc,flex"
+    records = run(args)
+    out = Path(args.out or W.ROOT / "bench" / "results" / f"bind_{args.device.split(':')[0]}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1))
+    print_table(records)
 
 
 if __name__ == "__main__":

@@ -105,13 +105,28 @@ def test_rows_and_pieces_agree(text, bind_args, shape):
     mask, bound = _compiled_and_bound(text, bind_args)
     assume(mask.exact and not mask.ranges.linear)
     got = bound.tiles(*shape)
-    saved = classify_module.slopes_ok
-    classify_module.slopes_ok = lambda regions, breaks: False
+    saved = classify_module._piece_breaks       # kept on the mask after the first bind: patched, not slopes_ok
+    classify_module._piece_breaks = lambda mask: None
     try:
         rows_only = mask.bind(seq_len=bind_args[0], kv_len=bind_args[1], **bind_args[2]).tiles(*shape)
     finally:
-        classify_module.slopes_ok = saved
+        classify_module._piece_breaks = saved
     np.testing.assert_array_equal(got, rows_only)
+
+
+@settings(max_examples=30)
+@given(chunk_mask_text(consistent=True), chunk_binding(), chunk_binding(), tile_shape)
+def test_what_a_mask_keeps_between_binds_fits_every_bind(text, first, second, shape):
+    """One compiled mask bound again and again (new lengths and values, then the first ones again): the piece
+    breaks and plans kept on its specializations after the first bind give exact classes every time."""
+    mask, _ = _compiled_and_bound(text, first)
+    for seq_len, kv_len, params in (first, second, (second[0], second[1], first[2] | {"docs": second[2]["docs"]}),
+                                    first):
+        try:
+            bound = mask.bind(seq_len=seq_len, kv_len=kv_len, **params)
+        except maskc.MaskError:
+            continue
+        _check_classes(bound, *shape, exact=mask.exact)
 
 
 @settings(max_examples=20)

@@ -80,6 +80,15 @@ def _piece_plan(mask: ir.RangeMask):
     return mask.__dict__["_piece_plan"]
 
 
+def _piece_breaks(mask: ir.RangeMask) -> Breaks | None:
+    """Where the q-pieces of a mask with chunked regions end (:mod:`maskc.analysis.piece_tiles`), None where its
+    forms do not meet the piece conditions (or it has deny regions): worked out once and kept on the mask."""
+    if "_piece_breaks" not in mask.__dict__:
+        breaks = Breaks()
+        object.__setattr__(mask, "_piece_breaks", breaks if not mask.deny and slopes_ok(mask.allow, breaks) else None)
+    return mask.__dict__["_piece_breaks"]
+
+
 def _row_runs(allow, deny, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int, block_n: int,
               rows: tuple[int, int]):
     """CSR runs of the q_blocks of rows [row0, row1) (whole q_blocks) of an exact mask linear in k, from each
@@ -99,9 +108,9 @@ def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
     allows it (maskc.analysis.piece_tiles), row by row for the q_blocks the pieces cannot settle."""
     make = values_at(params, S, K, head, b)
     qt = -(-S // block_m)
-    breaks = Breaks()
+    breaks = _piece_breaks(mask)
     parts = tuple([np.zeros(0, np.int64)] for _ in range(4))
-    if not mask.deny and slopes_ok(mask.allow, breaks):
+    if breaks is not None:
         found, bad = piece_runs(mask.allow, breaks, make, params, b, head, S, K, block_m, block_n, _BUDGET)
         for part, values in zip(parts, found):
             part.append(values)

@@ -108,14 +108,15 @@ class RowValues(_Scalars):
     def lin(self, lin: ir.Lin):
         hit = self._memo.get(lin)             # regions share many bounds: each is computed once
         if hit is None:
-            if self.gather is not None and not L.reads_chunks(lin):
-                hit = self.gather[0].lin(lin)
+            if self.gather is not None:
+                fixed, moving = _split_on_chunks(lin)
+                hit = self.gather[0].lin(fixed)   # the part free of chunks at the fewer rows, gathered once
                 hit = hit[self.gather[1]] if np.ndim(hit) else hit
             else:
-                hit = np.int64(lin.const)
-                for t, c in lin.terms:
-                    v = self.term(t)
-                    hit = hit + (v if c == 1 else -v if c == -1 else c * v)
+                hit, moving = np.int64(lin.const), lin.terms
+            for t, c in moving:
+                v = self.term(t)
+                hit = hit + (v if c == 1 else -v if c == -1 else c * v)
             self._memo[lin] = hit
         return hit
 
@@ -175,6 +176,18 @@ class RowValues(_Scalars):
         if isinstance(t, ir.Lookup):
             return self.params.table(t.table).values[self.lin(t.index)]
         raise TypeError(t)
+
+
+def _split_on_chunks(lin: ir.Lin) -> tuple[ir.Lin, tuple]:
+    """``lin`` as (the form of its terms free of chunk indices and its constant, the terms that read them);
+    cached on the form (immutable)."""
+    cached = lin.__dict__.get("_chunk_split")
+    if cached is None:
+        moving = tuple((t, c) for t, c in lin.terms if L.term_reads_chunks(t))
+        fixed = lin if not moving else ir.Lin(tuple((t, c) for t, c in lin.terms if (t, c) not in moving), lin.const)
+        cached = (fixed, moving)
+        object.__setattr__(lin, "_chunk_split", cached)
+    return cached
 
 
 def lin_value(lin: ir.Lin, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int) -> int:
