@@ -183,6 +183,9 @@ def ranges_text(r: ir.RangeMask) -> str:
     lines = [f"tile classes are exact for this mask" if r.exact else
              f"tile classes are sound but not exact for this mask: {inexact} region(s) read k in a way the "
              "analysis cannot solve"]
+    if r.uses_head:
+        lines.append("the mask reads h: one tile map serves every head, so a tile is FULL (EMPTY) only where it is "
+                     "for every head, and PARTIAL where heads differ, though each head's rows are exact")
     for kind, regions in (("allow", r.allow), ("deny", r.deny)):
         for i, region in enumerate(regions):
             lines.append(f"  {kind} [{i}]   (line {region.span.line})")

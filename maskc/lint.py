@@ -237,6 +237,13 @@ def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, path: str) -> li
                        "is bound (image rows, frames, chunks; >> and << by constants, & with 2**n - 1 too) and "
                        "squares bounded above (a disc): each row's keys are then intervals that maskc computes "
                        "exactly"))
+    if ranges.uses_head and ranges.exact:
+        rule = (resolved.allow + resolved.deny)[0]
+        out.append(_at(rule.span, path, "warning",
+                       "this mask reads h: one tile map serves every head, so tiles where heads differ are "
+                       "PARTIAL (the predicate runs per pair there) even where one head's tile is full or empty",
+                       "heads with equal parameters share their tiles exactly; heads that differ a lot (windows "
+                       "of different sizes) are cheaper as separate masks, one call per group of heads"))
     return out
 
 

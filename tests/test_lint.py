@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+import maskc
 from maskc.lint import Diagnostic, lint_file
 from conftest import SOUND_ONLY_EXAMPLES
 
@@ -21,8 +22,17 @@ def test_examples_lint_clean(path):
     if path.stem in SOUND_ONLY_EXAMPLES:    # bit operations on k: warnings at the rule's line that say why
         assert diags and {(d.severity, d.line) for d in diags} == {("warning", 11)}
         assert all("sound but not exact" in d.message and "a bit operation on k" in d.message for d in diags)
+    elif maskc.load(path).ranges.uses_head:   # one tile map for every head: said once, at the first rule
+        assert [d.severity for d in diags] == ["warning"] and "reads h" in diags[0].message
     else:
         assert diags == []
+
+
+def test_a_mask_that_reads_h_is_told_its_tiles_are_shared_by_heads(tmp_path):
+    per_head = _lint(tmp_path, "mask m(w: per h)\n  allow k <= q, q - k < w\n")
+    assert [(d.line, d.col, d.severity) for d in per_head] == [(2, 3, "warning")]
+    assert "one tile map serves every head" in per_head[0].message
+    assert _lint(tmp_path, "mask m(w: int)\n  allow k <= q, q - k < w\n") == []
 
 
 def test_unused_parameter_reported_at_its_name(tmp_path):
