@@ -64,9 +64,11 @@ def _ints(text: str, what: str) -> list[int]:
 
 def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
     """``name=value`` strings to bind's keyword arguments: an int, or a comma list for segments, per
-    arrays and tables; ``;`` separates batch elements (jagged batches). Names the mask does not declare pass
-    through: bind reports them, with the names it does declare."""
+    arrays and tables; ``/`` separates the rows of a table with two indices (or per h with one); ``;``
+    separates batch elements (jagged batches). Names the mask does not declare pass through: bind reports
+    them, with the names it does declare."""
     kinds = {p.name: p.kind for p in mask.params}
+    rows = {p.name for p in mask.params if p.kind == "table" and (p.dims == 2 or (p.of == "h" and p.dims == 1))}
     values: dict[str, Any] = {}
     for item in raw:
         name, sep, text = item.partition("=")
@@ -77,11 +79,13 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
             bad_param(f"{name} is given twice")
         elements: list[Any] = []
         for part in text.split(";"):
-            nums = _ints(part, name)
+            nums = _ints(part, name) if name not in rows else []
             if kinds.get(name) == "int" or (name not in kinds and "," not in part):
                 if len(nums) != 1:
                     bad_param(f"{name} is an int: give one integer per batch element, got {part!r}")
                 elements.append(nums[0])
+            elif name in rows:
+                elements.append([_ints(row, name) for row in part.split("/")])
             else:
                 elements.append(nums)
         values[name] = elements if len(elements) > 1 else elements[0]
@@ -112,7 +116,8 @@ import_path_option = click.option(
     type=click.Path(exists=True, file_okay=False), help="a directory where imports are looked for after the "
     "importing file's own (repeatable); imports never leave these directories")
 param_option = click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
-                            help="a parameter: 7, or 100,200,724 for segments; ';' between batch elements")
+                            help="a parameter: 7, or 100,200,724 for segments; '/' between a table's rows; ';' between batch "
+                            "elements")
 seq_len_option = click.option("--seq-len", type=click.IntRange(min=1), required=True, help="query length")
 kv_len_option = click.option("--kv-len", type=click.IntRange(min=1), help="key length (default: seq_len)")
 head_dim_option = click.option("--head-dim", type=click.Choice(HEAD_DIMS), default=str(DEFAULT_HEAD_DIM),

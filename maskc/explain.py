@@ -37,9 +37,11 @@ def _param_decl(p: ir.ParamDecl) -> str:
     if p.kind == "per":
         return f"{p.name}: per {p.of}" + (f" = {_span_text(p.default.span)}" if p.default is not None else "")
     if p.kind == "table":
-        return f"{p.name}: table"
+        sizes = "" if p.sizes is None else f"[{', '.join(_span_text(e.span) for e in p.sizes)}]"
+        return f"{p.name}: {'per h ' if p.of == 'h' else ''}table{sizes}"
     if p.kind == "segments":
-        return f"{p.name}: segments" + (f" from {_span_text(p.origin.span)}" if p.origin is not None else "")
+        return f"{p.name}: segments" + (" over k" if p.over == "k" else "") + (
+            f" from {_span_text(p.origin.span)}" if p.origin is not None else "")
     return f"{p.name}: int" + (f" = {_span_text(p.default.span)}" if p.default is not None else "")
 
 
@@ -71,7 +73,7 @@ def expr_text(e: ir.IntExpr, outer: int = 0) -> str:
     if isinstance(e, ir.SegValue):
         return f"{e.array}({e.pos})"
     if isinstance(e, ir.TableAt):
-        return f"{e.table}[{expr_text(e.index)}]"
+        return f"{e.table}[{', '.join(expr_text(i) for i in e.indices)}]"
     if isinstance(e, ir.Func):
         return f"{e.fn}({', '.join(expr_text(a) for a in e.args)})"
     if isinstance(e, ir.Arith):
@@ -90,7 +92,7 @@ def cond_text(c: ir.Cond, outer: str = "") -> str:
     if isinstance(c, ir.Cmp):
         return f"{expr_text(c.left)} {c.op} {expr_text(c.right)}"
     if isinstance(c, ir.Same):
-        return f"same({c.seg})"
+        return f"same({c.seg}{'' if c.key_seg is None else ', ' + c.key_seg})"
     if isinstance(c, ir.Negate):
         return f"not ({cond_text(c.item)})"
     op = "and" if isinstance(c, ir.All) else "or"
@@ -102,9 +104,11 @@ def _param_text(p: ir.Param) -> str:
     if p.kind == "int":
         return f"{p.name}: int" + (f" = {p.default}" if p.default is not None else "")
     if p.kind == "segments":
-        return f"{p.name}: segments" + (f" from {expr_text(p.origin)}" if p.origin is not None else "")
-    if p.kind == "table" and p.of is None:
-        return f"{p.name}: table"
+        return f"{p.name}: segments" + (" over k" if p.over == "k" else "") + (
+            f" from {expr_text(p.origin)}" if p.origin is not None else "")
+    if p.kind == "table" and p.dims > 0:
+        sizes = "" if p.shape is None else f"[{', '.join(expr_text(e) for e in p.shape)}]"
+        return f"{p.name}: {'per h ' if p.of == 'h' else ''}table{sizes}"
     return f"{p.name}: per {p.of}" + (f" = {p.default}" if p.default is not None else "")
 
 
@@ -208,7 +212,8 @@ def bind_text(bound: BoundMask) -> str:
             values.append(f"{n}: {table.count} segment(s), bounds {shown}")
         for n, lookup in element.tables:
             entries = lookup.values.tolist()
-            values.append(f"{n}: {lookup.count} entries {entries if len(entries) <= 9 else entries[:8] + ['...']}")
+            shape = "" if len(lookup.shape) == 1 else f" ({' x '.join(map(str, lookup.shape))}, row-major)"
+            values.append(f"{n}: {lookup.count} entries{shape} {entries if len(entries) <= 9 else entries[:8] + ['...']}")
         lines.append(f"  element {b}: " + ("; ".join(values) or "(no parameters)"))
     if bound.batch > 4:
         lines.append(f"  ... {bound.batch - 4} more batch elements")

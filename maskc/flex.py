@@ -126,8 +126,11 @@ class FlexMaskMod:
         if isinstance(e, (ir.SegAttr, ir.SegValue)):
             key = e.attr if isinstance(e, ir.SegAttr) else "value:" + e.array
             return self.tables[e.seg][key][self._row(b), q if e.pos == "q" else k]
-        if isinstance(e, ir.TableAt):          # bind proved the index in range
-            return self.lookups[e.table][self._row(b), self.int(e.index, b, h, q, k)]
+        if isinstance(e, ir.TableAt):          # bind proved each index in range; read at the row-major one
+            flat = 0
+            for index, stride in zip(e.indices, e.strides):
+                flat = flat + self.int(index, b, h, q, k) * self.int(stride, b, h, q, k)
+            return self.lookups[e.table][self._row(b), flat]
         if isinstance(e, ir.Func):
             import torch
             args = [torch.as_tensor(self.int(a, b, h, q, k)) for a in e.args]
@@ -151,8 +154,8 @@ class FlexMaskMod:
             left, right = self.int(c.left, b, h, q, k), self.int(c.right, b, h, q, k)
             return _compare(c.op, left, right)
         if isinstance(c, ir.Same):
-            index = self.tables[c.seg]["index"][self._row(b)]
-            iq, ik = index[q], index[k]
+            iq = self.tables[c.seg]["index"][self._row(b)][q]
+            ik = self.tables[c.k_seg]["index"][self._row(b)][k]
             return (iq >= 0) & (iq == ik)
         if isinstance(c, ir.Negate):
             return ~self.cond(c.item, b, h, q, k)

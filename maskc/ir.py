@@ -83,10 +83,10 @@ class Invert:
 
 @dataclass(frozen=True)
 class Subscript:
-    """``table[index]``: an entry of a table parameter."""
+    """``table[i]`` or ``table[i, j]``: an entry of a table parameter."""
 
     table: str
-    index: "Syntax"
+    indices: tuple["Syntax", ...]
     span: Span = _span()
 
 
@@ -156,6 +156,8 @@ class ParamDecl:
     default: Syntax | None      # int parameters and per-arrays only
     origin: Syntax | None       # segments: where the partitioned range starts (default 0)
     of: str | None              # per: the segments parameter it is indexed by, or "h" (one value per head)
+    over: str = "q"             # segments: the positions they partition, "q" ([0, seq_len)) or "k" ([0, kv_len))
+    sizes: tuple[Syntax, ...] | None = None     # table: its declared sizes (table[n] or table[n, m]); per h table too
     span: Span = _span()
 
 
@@ -258,11 +260,13 @@ class SegValue:
 
 @dataclass(frozen=True)
 class TableAt:
-    """``table[index]``: an entry of a table parameter (a per-head parameter ``w: per h`` reads as ``w[h]``);
-    bind proves the index in range for every position and head."""
+    """``table[i]`` or ``table[i, j]``: an entry of a table parameter, one index per dimension (a per-head
+    parameter ``w: per h`` reads as ``w[h]``, a per-head table ``t: per h table[n]`` read ``t[i]`` as
+    ``t[h, i]``); bind proves every index in range for every position and head."""
 
     table: str
-    index: "IntExpr"
+    indices: tuple["IntExpr", ...]
+    strides: tuple["IntExpr", ...]      # row-major, one per index: the entry is values[sum(index * stride)]
     span: Span = _span()
 
 
@@ -305,10 +309,18 @@ class Cmp:
 
 @dataclass(frozen=True)
 class Same:
-    """``same(seg)``: q and k lie in one segment of ``seg`` (both inside its range)."""
+    """``same(seg)``: q and k lie in one segment of ``seg`` (both inside its range). ``same(seg, key_seg)``:
+    q's segment of ``seg`` and k's segment of ``key_seg`` have the same index (q inside ``seg``'s range):
+    text segments of the queries matched to image segments of the keys, say."""
 
     seg: str
+    key_seg: str | None = None  # None: seg
     span: Span = _span()
+
+    @property
+    def k_seg(self) -> str:
+        """The segments k is looked up in."""
+        return self.key_seg or self.seg
 
 
 @dataclass(frozen=True)
@@ -341,8 +353,17 @@ class Param:
     default: int | None = None  # int: the default value; per, and tables per h: the value of every entry
     const: bool = False         # int: its value is compiled into the kernel (one kernel per value)
     origin: IntExpr | None = None   # segments: start of the partitioned range (k- and q-free)
-    of: str | None = None       # per: the segments parameter; table: "h" for one value per head, else None
+    of: str | None = None       # per: the segments parameter; table: "h" for one value (or row) per head, else None
+    over: str = "q"             # segments: "q" partitions [origin, seq_len), "k" partitions [origin, kv_len)
+    shape: tuple[IntExpr, ...] | None = None   # table: declared sizes, one per index (None: one index, any length)
     span: Span = _span()
+
+    @property
+    def dims(self) -> int:
+        """A table's indices as written: ``w: per h`` 0, ``t: table`` 1, ``t: table[n, m]`` 2."""
+        if self.shape is not None:
+            return len(self.shape)
+        return 0 if self.of == "h" else 1
 
 
 @dataclass(frozen=True)
@@ -450,9 +471,22 @@ class Bits(_HashOnce):
 
 @dataclass(frozen=True)
 class Lookup(_HashOnce):
-    """``table[index]``: the entry of a table parameter at a form; in range at bind."""
+    """``table[index]``: the entry of a table parameter at a form; in range at bind. A table of several
+    dimensions is read at its row-major index (``t[i, j]`` of a table[n, m] at ``i * m + j``)."""
 
     table: str
+    index: Lin
+
+
+@dataclass(frozen=True)
+class SegBound(_HashOnce):
+    """``bounds[clip(index, 0, n)]`` of the segments ``seg`` (n segments): where segment ``index`` starts (and
+    segment ``index - 1`` ends). Normalize writes it for ``same(A, B)``: k's segment of B is the one numbered
+    by q's segment of A, so k lies in [SegBound(B, A.index(q)), SegBound(B, A.index(q) + 1))."""
+
+    __hash__ = _HashOnce.__hash__
+
+    seg: str
     index: Lin
 
 
@@ -476,7 +510,8 @@ class Root(_HashOnce):
     arg: Lin
 
 
-Term = Union[Pos, Builtin, ParamRef, SegAttr, SegValue, Square, Product, Floor, Extreme, Bits, Lookup, ChunkVar, Root]
+Term = Union[Pos, Builtin, ParamRef, SegAttr, SegValue, Square, Product, Floor, Extreme, Bits, Lookup, SegBound, ChunkVar,
+             Root]
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,14 @@ class SegmentTable:
 
 @dataclass(frozen=True, eq=False)
 class Table:
-    """One table parameter of one batch element (a table per h: one entry per head)."""
+    """One table parameter of one batch element (a table per h: one entry, or one row, per head)."""
 
-    values: np.ndarray          # int64[n], n >= 1
+    values: np.ndarray          # int64[n], n >= 1: the entries in row-major order
+    shape: tuple[int, ...] = ()     # () for one index of len(values) entries; (rows, columns) for two
+
+    def __post_init__(self):
+        if not self.shape:
+            object.__setattr__(self, "shape", (len(self.values),))
 
     @property
     def count(self) -> int:

@@ -15,6 +15,8 @@ Then it looks for masks that compile but probably do not mean what their author 
 * an allow rule whose normal form has no region: it can never make a pair visible;
 * an allow rule that deny rules cancel: every pair it shows, some deny rule removes;
 * a deny rule none of whose regions meets any allow region: it removes nothing;
+* segments declared on one side (queries, or keys with ``over k``) and read only at the other, and table
+  indices that may leave the table's declared sizes (:mod:`maskc.lint_bind`): what bind would refuse;
 * a rule whose keys per row the range analysis cannot solve (k in a product, in two squares, in floors
   with no common chunk, ...): the warning names the atom and the reason. Its tiles are classified
   soundly but not exactly, so tiles that are really FULL or EMPTY run the per-pair predicate (slower,
@@ -40,6 +42,7 @@ from maskc.errors import MaskError, MaskSyntaxError, Span
 from maskc.frontend.parse import parse, source_lines
 from maskc.frontend.resolve import Program, mentions, resolve
 from maskc.frontend.sources import read_source
+from maskc.lint_bind import segment_sides, table_ranges
 from maskc.pipeline import load_program, program_from_text
 
 FORMATS = ("text", "json", "github")
@@ -218,6 +221,10 @@ def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, path: str) -> li
             out.append(_at(rule.span, path, "warning", "deny rules cancel this allow rule: every pair it shows, "
                                                        f"the deny rule(s) at line {', '.join(map(str, lines))} remove",
                            "remove the allow rule, or narrow the deny rule"))
+    def warn(span, message, hint):
+        out.append(_at(span, path, "warning", message, hint))
+    segment_sides(resolved, warn)
+    table_ranges(resolved, warn)
     for rule in resolved.deny:
         if not _removes_something(_only(resolved, rule).deny, normal.allow):
             out.append(_at(rule.span, path, "warning", "this deny rule removes nothing: no allow rule "
@@ -294,8 +301,10 @@ def _reads(node, name: str) -> bool:
     def hit(n) -> bool:
         if isinstance(n, ir.ParamRef):
             return n.name == name
-        if isinstance(n, (ir.SegAttr, ir.Same)):
+        if isinstance(n, ir.SegAttr):
             return n.seg == name
+        if isinstance(n, ir.Same):
+            return name in (n.seg, n.k_seg)
         if isinstance(n, ir.SegValue):
             return name in (n.array, n.seg)
         if isinstance(n, ir.TableAt):
@@ -307,7 +316,8 @@ def _reads(node, name: str) -> bool:
 def unused_params(mask: ir.ResolvedMask) -> list[ir.Param]:
     """Parameters that no rule and no segments origin reads."""
     # `segments from prompt` reads `prompt` when the segments are bound, whatever the rules say.
-    readers = [r.cond for r in mask.rules] + [p.origin for p in mask.params if p.origin is not None]
+    readers = [r.cond for r in mask.rules] + [p.origin for p in mask.params if p.origin is not None] + [
+        size for p in mask.params for size in p.shape or ()]
     return [p for p in mask.params if not any(_reads(node, p.name) for node in readers)]
 
 

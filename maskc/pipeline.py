@@ -257,8 +257,11 @@ class CompiledMask:
 
 
 def _param_repr(p: ir.Param) -> str:
-    kind = {"int": "const int" if p.const else "int", "segments": "segments", "per": f"per {p.of}",
-            "table": "table" if p.of is None else f"per {p.of}"}[p.kind]
+    from maskc.explain import expr_text
+    sizes = "" if p.shape is None else f"[{', '.join(expr_text(e) for e in p.shape)}]"
+    table = ("table" if p.of is None else f"per {p.of}" + (" table" if p.dims else "")) + sizes
+    kind = {"int": "const int" if p.const else "int", "segments": "segments over k" if p.over == "k" else "segments",
+            "per": f"per {p.of}", "table": table}[p.kind]
     return f"{p.name}: {kind}" + (f" = {p.default}" if p.default is not None else "")
 
 

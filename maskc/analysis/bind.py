@@ -1,9 +1,10 @@
 """Pass 5, bind: run-time parameter values → :class:`~maskc.kernel_ir.BoundParams`, validated.
 
 Invariant: every parameter of the mask has a value for every batch element; int values are
-integers; segments are non-negative lengths that exactly partition their range [origin, seq_len)
-with 0 <= origin <= seq_len; per-segment arrays have one entry per segment; tables are non-empty lists
-of 32-bit integers (a table per h: one per head); every divisor is positive; every ``require`` check holds at
+integers; segments are non-negative lengths that exactly partition their range [origin, end) with
+0 <= origin <= end (end = seq_len, or kv_len for segments over k); per-segment arrays have one entry per
+segment; tables are non-empty lists of 32-bit integers (a table per h: one per head), tables with declared
+sizes have exactly those sizes (a table with two indices is a list of equal rows); every divisor is positive; every ``require`` check holds at
 every query position; every intermediate of the mask's forms fits in 64 bits, every shift amount lies in
 [0, MAX_SHIFT] and every table index in its table, for every position and head (:mod:`maskc.analysis.widths`). Memory is O(seq_len + kv_len):
 nothing of size seq_len x kv_len is built; a ``const`` int has one value across the batch. Values that
@@ -118,10 +119,23 @@ def _int_list(value, what: str, span) -> list[int]:
     return [_checked_int(v, what, span) for v in value]
 
 
+def _depth(value) -> int:
+    """How deeply lists nest in ``value`` (an array: its dimensions), read down the first entries."""
+    if isinstance(value, np.ndarray):
+        return value.ndim
+    if isinstance(value, (list, tuple)):
+        return 1 + (_depth(value[0]) if len(value) else 0)
+    return 0
+
+
 def _is_batched(param: ir.Param, value) -> bool:
-    """A list of lists for segments, per-arrays and tables, a list for ints: one value per batch element."""
+    """A list of lists for segments, per-arrays and tables (of lists of lists for a table of rows), a list for
+    ints: one value per batch element."""
     if param.kind == "int":
         return isinstance(value, (list, tuple, np.ndarray))
+    rows = param.kind == "table" and (param.dims == 2 or (param.of == "h" and param.dims == 1))
+    if rows:
+        return isinstance(value, (list, tuple, np.ndarray)) and _depth(value) >= 3
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(
         isinstance(v, (list, tuple, np.ndarray)) for v in value)
 
@@ -188,9 +202,11 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
                 known = BatchParams(tuple(ints.items()), ())
                 check_expr(mask.name, p.origin, known, seq_len, kv_len, b, p.span, at)
                 origin = int(Evaluator(mask, known, seq_len, kv_len, 0, b).int(p.origin, None, None))
-            segments[p.name] = _segments(mask, p, v, origin, seq_len, at)
+            segments[p.name] = _segments(mask, p, v, origin, seq_len if p.over == "q" else kv_len, at, seq_len,
+                                         kv_len)
         elif p.kind == "table":
-            tables[p.name] = _table(mask, p, v, num_heads, at)
+            known = BatchParams(tuple(ints.items()), ())
+            tables[p.name] = _table(mask, p, v, num_heads, at, _sizes(mask, p, known, seq_len, kv_len, b, at))
         else:
             arrays.setdefault(p.of, {})[p.name] = _per_segment(mask, p, v, segments[p.of].count, at)
     params = BatchParams(tuple(ints.items()), tuple(
@@ -205,19 +221,24 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
     return params
 
 
-def _segments(mask, p, value, origin: int, seq_len: int, at: str) -> SegmentTable:
-    """Lengths that partition [origin, seq_len) exactly, as segment bounds."""
+def _segments(mask, p, value, origin: int, end: int, at: str, seq_len: int, kv_len: int) -> SegmentTable:
+    """Lengths that partition [origin, end) exactly, as segment bounds (end: seq_len, or kv_len over k)."""
     if value is None:
         raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
     lengths = _int_list(value, f"segments '{p.name}'{at}", p.span)
     if any(n < 0 for n in lengths):
         raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
-    if not 0 <= origin <= seq_len:
-        raise BindError(f"segments '{p.name}' start at {origin}, outside [0, seq_len = {seq_len}]{at}", p.span)
+    length = "seq_len" if p.over == "q" else "kv_len"
+    if not 0 <= origin <= end:
+        raise BindError(f"segments '{p.name}' start at {origin}, outside [0, {length} = {end}]{at}", p.span)
     total = sum(lengths)
-    if total != seq_len - origin:
-        raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {seq_len}): "
-                        f"{seq_len - origin} tokens{at}", p.span)
+    if total != end - origin:
+        other, other_end = ("kv_len", kv_len) if p.over == "q" else ("seq_len", seq_len)
+        hint = (f"these lengths cover [{origin}, {other} = {other_end}): to partition the "
+                f"{'keys' if p.over == 'q' else 'queries'}, declare it '{p.name}: segments over "
+                f"{'k' if p.over == 'q' else 'q'}'") if total == other_end - origin and seq_len != kv_len else None
+        raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {length} = {end}): "
+                        f"{end - origin} tokens{at}", p.span, hint)
     bounds = np.zeros(len(lengths) + 1, np.int64)
     bounds[0] = origin
     np.cumsum(lengths, out=bounds[1:])
@@ -237,23 +258,65 @@ def _per_segment(mask, p, value, count: int, at: str) -> np.ndarray:
     return np.asarray(values, np.int64)
 
 
-def _table(mask, p, value, num_heads: int | None, at: str) -> Table:
-    """A table: a non-empty list of integers; a table per h has one per head (its default for every head)."""
+def _sizes(mask, p, known: BatchParams, seq_len: int, kv_len: int, b: int, at: str) -> tuple[int, ...] | None:
+    """A table's declared sizes, evaluated (None when it declares none): each a positive integer."""
+    if p.shape is None:
+        return None
+    out = []
+    for size in p.shape:
+        check_expr(mask.name, size, known, seq_len, kv_len, b, p.span, at)
+        value = int(Evaluator(mask, known, seq_len, kv_len, 0, b).int(size, None, None))
+        if value < 1:
+            from maskc.explain import expr_text
+            raise BindError(f"table '{p.name}' is declared with size {expr_text(size)} = {value}{at}; a table's "
+                            "sizes must be positive", p.span)
+        out.append(value)
+    return tuple(out)
+
+
+def _table(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int, ...] | None) -> Table:
+    """A table: a non-empty list of integers, of its declared sizes; a table with two indices a list of rows;
+    a table per h has one entry (or one row) per head (a per-head value: its default for every head)."""
     per_head = p.of == "h"
+    rows = p.dims == 2 or (per_head and p.dims == 1)
     if value is None:
         if not per_head or p.default is None:
-            what = "one integer per head" if per_head else "a list of integers"
+            what = ("one row per head" if rows else "one integer per head") if per_head else \
+                "a list of rows" if rows else "a list of integers"
             raise BindError(f"mask '{mask.name}' needs '{p.name}' ({what})", p.span)
         value = [p.default] * (num_heads or 0)
     if isinstance(value, (list, tuple, np.ndarray)) and len(value) > MAX_TABLE:
         raise BindError(f"table '{p.name}' has {len(value)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
                         p.span)
-    values = _int_list(value, f"'{p.name}'{at}", p.span)
-    if per_head and num_heads is not None and len(values) != num_heads:
-        raise BindError(f"'{p.name}' has {len(values)} entries, one per head, but num_heads = {num_heads}{at}", p.span)
+    if rows:
+        if isinstance(value, np.ndarray) and value.ndim == 2:
+            value = list(value)
+        if not isinstance(value, (list, tuple)) or not value:
+            raise BindError(f"'{p.name}' must be a list of rows (lists of integers){at}", p.span)
+        lists = [_int_list(r, f"'{p.name}'{at}", p.span) for r in value]
+        if len({len(r) for r in lists}) > 1:
+            raise BindError(f"the rows of '{p.name}' differ in length ({', '.join(str(len(r)) for r in lists)})"
+                            f"{at}", p.span)
+        shape = (len(lists), len(lists[0]))
+        values = [v for r in lists for v in r]
+    else:
+        values = _int_list(value, f"'{p.name}'{at}", p.span)
+        shape = (len(values),)
+    if len(values) > MAX_TABLE:
+        raise BindError(f"table '{p.name}' has {len(values)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
+                        p.span)
+    if per_head and num_heads is not None and shape[0] != num_heads:
+        raise BindError(f"'{p.name}' has {shape[0]} {'rows' if rows else 'entries'}, one per head, but num_heads = "
+                        f"{num_heads}{at}", p.span)
+    declared = sizes if not per_head else (None if sizes is None else (shape[0],) + sizes)
+    if declared is not None and shape != declared:
+        from maskc.explain import expr_text
+        names = " x ".join(expr_text(e) for e in p.shape or ())
+        raise BindError(f"table '{p.name}' has {' x '.join(map(str, shape))} entries, but is declared "
+                        f"{'per h, ' if per_head else ''}[{names}] = {' x '.join(map(str, declared))}{at}", p.span)
     if not values and not per_head:
         raise BindError(f"table '{p.name}' is empty{at}", p.span)
-    return Table(np.asarray(values, np.int64))
+    return Table(np.asarray(values, np.int64), shape)
 
 
 def _check(mask, divisors, params, seq_len, kv_len, h, b, at):

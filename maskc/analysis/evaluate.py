@@ -70,12 +70,15 @@ class Evaluator:
             return self._segment(e.seg, e.attr, q if e.pos == "q" else k)
         if isinstance(e, ir.SegValue):
             return self._segment(e.seg, "value:" + e.array, q if e.pos == "q" else k)
-        if isinstance(e, ir.TableAt):
-            values, index = self.params.table(e.table).values, self.int(e.index, q, k)
-            if np.any((index < 0) | (index >= len(values))):
-                raise BindError(f"an index of table '{e.table}' in mask '{self.mask.name}' is outside [0, "
-                                f"{len(values)})", e.span)
-            return values[index]
+        if isinstance(e, ir.TableAt):           # one index per dimension, each checked against its size
+            table = self.params.table(e.table)
+            values = table.values.reshape(table.shape)
+            indices = [np.asarray(self.int(i, q, k)) for i in e.indices]
+            for index, size in zip(indices, table.shape):
+                if np.any((index < 0) | (index >= size)):
+                    raise BindError(f"an index of table '{e.table}' in mask '{self.mask.name}' is outside [0, "
+                                    f"{size})", e.span)
+            return values[tuple(np.broadcast_arrays(*indices))]
         if isinstance(e, ir.Func):
             args = [self.int(a, q, k) for a in e.args]
             if e.fn == "abs":
@@ -105,7 +108,7 @@ class Evaluator:
         if isinstance(c, ir.Cmp):
             return _CMP[c.op](self.int(c.left, q, k), self.int(c.right, q, k))
         if isinstance(c, ir.Same):
-            iq, ik = self._segment(c.seg, "index", q), self._segment(c.seg, "index", k)
+            iq, ik = self._segment(c.seg, "index", q), self._segment(c.k_seg, "index", k)
             return (iq >= 0) & (iq == ik)
         if isinstance(c, ir.Negate):
             return ~np.asarray(self.cond(c.item, q, k), bool)

@@ -168,6 +168,11 @@ def lookup(table: str, index: ir.Lin) -> ir.Lin:
     return _compound(ir.Lookup(table, index))
 
 
+def seg_bound(seg: str, index: ir.Lin) -> ir.Lin:
+    """Where segment ``index`` of ``seg`` starts (its bounds at the index clipped into [0, n])."""
+    return _compound(ir.SegBound(seg, index))
+
+
 def root(arg: ir.Lin) -> ir.Lin:
     """``isqrt(arg)``, folded for a constant ``arg >= 0``."""
     if is_const(arg) and arg.const >= 0:
@@ -235,8 +240,11 @@ def from_expr(expr: ir.IntExpr) -> ir.Lin:
         return const(expr.value)
     if isinstance(expr, (ir.Pos, ir.Builtin, ir.ParamRef, ir.SegAttr, ir.SegValue)):
         return of_term(_strip(expr))
-    if isinstance(expr, ir.TableAt):
-        return lookup(expr.table, from_expr(expr.index))
+    if isinstance(expr, ir.TableAt):          # several indices: the row-major one
+        flat = ZERO
+        for index, stride in zip(expr.indices, expr.strides):
+            flat = add(flat, mul(from_expr(index), from_expr(stride)))
+        return lookup(expr.table, flat)
     if isinstance(expr, ir.Arith):
         a, b = from_expr(expr.left), from_expr(expr.right)
         if expr.op in ir.BIT_OPS:
@@ -276,7 +284,7 @@ def inner_lins(term) -> tuple[ir.Lin, ...]:
         return term.args
     if isinstance(term, ir.Bits):
         return (term.left, term.right)
-    if isinstance(term, ir.Lookup):
+    if isinstance(term, (ir.Lookup, ir.SegBound)):
         return (term.index,)
     return ()
 
@@ -383,6 +391,8 @@ def _substitute_term(term, mapping) -> ir.Lin:
         return bits(term.op, substitute(term.left, mapping), substitute(term.right, mapping))
     if isinstance(term, ir.Lookup):
         return lookup(term.table, substitute(term.index, mapping))
+    if isinstance(term, ir.SegBound):
+        return seg_bound(term.seg, substitute(term.index, mapping))
     return of_term(term)
 
 
@@ -450,4 +460,6 @@ def render_term(t) -> str:
         return f"({render(t.left)}) {t.op} ({render(t.right)})"
     if isinstance(t, ir.Lookup):
         return f"{t.table}[{render(t.index)}]"
+    if isinstance(t, ir.SegBound):
+        return f"{t.seg}.bound({render(t.index)})"
     return repr(t)

@@ -8,12 +8,16 @@ such that
   regions that are contradictory on their face are dropped;
 * in a region that requires ``same(S)``, every attribute of S at k is rewritten to the same
   attribute at q (they are equal there), and ``same(S)`` itself becomes the linear
-  ``S.index(q) >= 0, S.start(q) <= k < S.end(q)``;
+  ``S.index(q) >= 0, S.start(q) <= k < S.end(q)``; ``same(A, B)`` (k's segment of B numbered as q's of A)
+  becomes ``A.index(q) >= 0, B.bound(i) <= k < B.bound(i + 1)`` with ``i = A.index(q)`` (:class:`~maskc.ir.SegBound`),
+  and B's index, start, end and length at k are rewritten to i, B.bound(i), B.bound(i + 1) and their difference;
 * min/max/abs that depend on k are split into cases, so the atoms left depending on k
   non-linearly are only those with products, squares, floor divisions, bit operations or table
   entries of k (the *opaque* ones). A table's index is kept as written (bind proves it in range).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from maskc import ir
 from maskc.analysis import linear as L
@@ -50,16 +54,38 @@ def _nnf(cond: ir.Cond, negate: bool = False) -> ir.Cond:
     if isinstance(cond, ir.Same):
         if not negate:
             return cond
-        # not same(S)  <=>  q outside S, or k before or after q's segment.
+        # not same(S)  <=>  q outside S, or k before or after q's segment (the segment of B numbered as q's,
+        # for same(A, B): _Bound below).
         s, span = cond.seg, cond.span
+        if cond.key_seg is None:
+            start, end = ir.SegAttr(s, "start", "q", span), ir.SegAttr(s, "end", "q", span)
+        else:
+            start, end = _Bound(cond.key_seg, s, 0), _Bound(cond.key_seg, s, 1)
         return ir.Any_((ir.Cmp("<", ir.SegAttr(s, "index", "q", span), ir.Const(0, span), span),
-                        ir.Cmp("<", ir.Pos("k", span), ir.SegAttr(s, "start", "q", span), span),
-                        ir.Cmp(">=", ir.Pos("k", span), ir.SegAttr(s, "end", "q", span), span)), span)
+                        ir.Cmp("<", ir.Pos("k", span), start, span),
+                        ir.Cmp(">=", ir.Pos("k", span), end, span)), span)
     if isinstance(cond, ir.Negate):
         return _nnf(cond.item, not negate)
     items = tuple(_nnf(i, negate) for i in cond.items)
     conj = isinstance(cond, ir.All) != negate
     return (ir.All if conj else ir.Any_)(items, cond.span)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """Inside normalize only: ``key_seg.bound(seg.index(q) + plus)`` as an expression of a literal, made a
+    :class:`~maskc.ir.SegBound` when the literal becomes atoms."""
+
+    key_seg: str
+    seg: str
+    plus: int
+
+    def lin(self) -> ir.Lin:
+        return _seg_bound(self.key_seg, self.seg, self.plus)
+
+
+def _seg_bound(key_seg: str, seg: str, plus: int) -> ir.Lin:
+    return L.seg_bound(key_seg, L.add(L.of_term(ir.SegAttr(seg, "index", "q")), L.const(plus)))
 
 
 # -- step 2: disjunctive normal form over literals (Cmp and positive Same) ----------------------
@@ -83,19 +109,27 @@ def _dnf(cond: ir.Cond) -> list[tuple]:
 
 # -- step 3: literals to atoms ---------------------------------------------------------------
 
-def _same_rewrite(segs: frozenset):
+def _same_rewrite(segs: frozenset, crossed: dict[str, str]):
+    """Attributes at k of the segments that ``same`` pins: of S in same(S), as at q; of B in same(A, B)
+    (``crossed[B] = A``), through the segment of B numbered as q's of A (per-segment values of B stay)."""
     def mapping(term):
         if isinstance(term, ir.SegAttr) and term.pos == "k" and term.seg in segs:
             return L.of_term(ir.SegAttr(term.seg, term.attr, "q"))
         if isinstance(term, ir.SegValue) and term.pos == "k" and term.seg in segs:
             return L.of_term(ir.SegValue(term.array, term.seg, "q"))
+        if isinstance(term, ir.SegAttr) and term.pos == "k" and term.seg in crossed:
+            a = crossed[term.seg]
+            if term.attr == "index":
+                return L.of_term(ir.SegAttr(a, "index", "q"))
+            start, end = _seg_bound(term.seg, a, 0), _seg_bound(term.seg, a, 1)
+            return {"start": start, "end": end, "length": L.sub(end, start)}[term.attr]
         return None
     return mapping
 
 
 def _cmp_alternatives(cmp: ir.Cmp, rewrite) -> list[tuple[ir.Lin, ...]]:
     """``left op right`` as a disjunction of conjunctions of ``lin <= 0``."""
-    d = L.substitute(L.sub(L.from_expr(cmp.left), L.from_expr(cmp.right)), rewrite)
+    d = L.substitute(L.sub(_form(cmp.left), _form(cmp.right)), rewrite)
     neg = L.scale(d, -1)
     one = L.const(1)
     if cmp.op == "<=":
@@ -109,6 +143,10 @@ def _cmp_alternatives(cmp: ir.Cmp, rewrite) -> list[tuple[ir.Lin, ...]]:
     if cmp.op == "==":
         return [(d, neg)]
     return [(L.add(d, one),), (L.add(neg, one),)]
+
+
+def _form(e) -> ir.Lin:
+    return e.lin() if isinstance(e, _Bound) else L.from_expr(e)
 
 
 def _outside_tables(lin: ir.Lin):
@@ -206,11 +244,20 @@ def _regions(cond: ir.Cond, span) -> list[ir.Region]:
     seen = set()
     budget = _Budget()
     for conj in _dnf(_nnf(cond)):
-        segs = frozenset(lit.seg for lit in conj if isinstance(lit, ir.Same))
-        rewrite = _same_rewrite(segs)
+        pairs = sorted({(lit.seg, lit.k_seg) for lit in conj if isinstance(lit, ir.Same)})
+        segs = frozenset(a for a, b in pairs if a == b)
+        crossed: dict[str, str] = {}
+        for a, b in pairs:
+            if a != b and b not in segs:
+                crossed.setdefault(b, a)      # k's segment of B is numbered as q's of A (any one A will do)
+        rewrite = _same_rewrite(segs, crossed)
         literal_alts: list[list[tuple[tuple[ir.Lin, ...], Span]]] = []
-        for s in sorted(segs):
-            index, start, end = (L.of_term(ir.SegAttr(s, a, "q")) for a in ("index", "start", "end"))
+        for a, b in pairs:
+            index = L.of_term(ir.SegAttr(a, "index", "q"))
+            if a == b:
+                start, end = (L.of_term(ir.SegAttr(a, attr, "q")) for attr in ("start", "end"))
+            else:
+                start, end = _seg_bound(b, a, 0), _seg_bound(b, a, 1)
             same_lins = (L.scale(index, -1), L.sub(start, L.of_term(L.K)), L.add(L.sub(L.of_term(L.K), end), L.const(1)))
             literal_alts.append([(same_lins, span)])
         for lit in conj:

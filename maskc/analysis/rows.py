@@ -35,6 +35,11 @@ def segment_lookup(table, positions: np.ndarray, extent: int):
     return np.where(inside, idx, -1), start, end, inside, safe
 
 
+def seg_bound(table, index):
+    """``bounds[clip(index, 0, n)]``: where segment ``index`` starts (:class:`~maskc.ir.SegBound`)."""
+    return table.bounds[np.clip(index, 0, table.count)]
+
+
 _EXTREME_CELLS = 1 << 22        # entries of one table's range-extreme tables: 32 MiB of int64 each
 _EXTREMES: "weakref.WeakKeyDictionary[Table, tuple]" = weakref.WeakKeyDictionary()
 
@@ -175,6 +180,8 @@ class RowValues(_Scalars):
             return bitops.apply(t.op, self.lin(t.left), self.lin(t.right))
         if isinstance(t, ir.Lookup):
             return self.params.table(t.table).values[self.lin(t.index)]
+        if isinstance(t, ir.SegBound):
+            return seg_bound(self.params.segment(t.seg), self.lin(t.index))
         raise TypeError(t)
 
 
@@ -285,6 +292,10 @@ class TileIntervals(_Scalars):
             return bitops.interval(t.op, self.lin(t.left), self.lin(t.right))
         if isinstance(t, ir.Lookup):
             return table_bounds(self.params.table(t.table), *self.lin(t.index))
+        if isinstance(t, ir.SegBound):              # non-decreasing in the index
+            table = self.params.segment(t.seg)
+            lo, hi = self.lin(t.index)
+            return seg_bound(table, lo), seg_bound(table, hi)
         raise TypeError(t)
 
     def atom_state(self, lin: ir.Lin):

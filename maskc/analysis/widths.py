@@ -50,9 +50,9 @@ class _BadShift(Exception):
 
 
 class _OutOfRange(Exception):
-    def __init__(self, table: str, value: int, count: int):
+    def __init__(self, table: str, value: int, count: int, dim: int | None = None):
         super().__init__(table, value, count)
-        self.table, self.value, self.count = table, value, count
+        self.table, self.value, self.count, self.dim = table, value, count, dim
 
 
 def _fit(*values: int, limit: int = LIMIT) -> None:
@@ -74,7 +74,7 @@ def _params_in_expr(e) -> set[str]:
     if isinstance(e, ir.ParamRef):
         return {e.name}
     if isinstance(e, ir.TableAt):
-        return _params_in_expr(e.index)
+        return set().union(*(_params_in_expr(i) for i in e.indices + e.strides))
     if isinstance(e, (ir.Arith, ir.Cmp)):
         return _params_in_expr(e.left) | _params_in_expr(e.right)
     if isinstance(e, (ir.Func, ir.All, ir.Any_)):
@@ -163,6 +163,23 @@ class _Bounds:
         values = table.values[index[0]:index[1] + 1]
         return int(values.min()), int(values.max())
 
+    def lookup_at(self, name: str, indices: list[tuple[int, int]]) -> tuple[int, int]:
+        """A table read as written: each index within its dimension (the head's too, for a table per h)."""
+        table = self.params.table(name)
+        if len(indices) == 1:
+            return self.lookup(name, indices[0])
+        for d, ((lo, hi), size) in enumerate(zip(indices, table.shape)):
+            if lo < 0 or hi >= size:
+                raise _OutOfRange(name, lo if lo < 0 else hi, size, d)
+        rows = table.values.reshape(table.shape)[indices[0][0]:indices[0][1] + 1, indices[1][0]:indices[1][1] + 1]
+        return int(rows.min()), int(rows.max())
+
+    def seg_bound(self, seg: str, index: tuple[int, int]) -> tuple[int, int]:
+        """Segment bounds are non-decreasing: the bounds at the clipped ends of the index's interval."""
+        bounds = self.params.segment(seg).bounds
+        n = len(bounds) - 1
+        return int(bounds[min(max(index[0], 0), n)]), int(bounds[min(max(index[1], 0), n)])
+
     # -- analysed forms ---------------------------------------------------------------------------
     # -- combinations of proven children (shared by the recursive walk and the compiled check) ----------
     def of_lin(self, lin: ir.Lin, terms: list[tuple[int, int]]) -> tuple[int, int]:
@@ -197,6 +214,8 @@ class _Bounds:
             return self.bits(t.op, lins[0], lins[1])
         if isinstance(t, ir.Lookup):
             return self.lookup(t.table, lins[0])
+        if isinstance(t, ir.SegBound):
+            return self.seg_bound(t.seg, lins[0])
         raise TypeError(t)
 
     def of_expr(self, e, args: list[tuple[int, int]]) -> tuple[int, int]:
@@ -209,8 +228,8 @@ class _Bounds:
                 lo, hi = args[0]
                 return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
             return self.extreme(e.fn, args)
-        if isinstance(e, ir.TableAt):
-            return self.lookup(e.table, args[0])
+        if isinstance(e, ir.TableAt):             # the indices' bounds, then the strides' (unused here)
+            return self.lookup_at(e.table, args[:len(e.indices)])
         a, b = args
         if e.op == "*":
             return self.product(a, b)
@@ -249,7 +268,7 @@ def _operands(e) -> tuple:
         return e.args
     if isinstance(e, ir.Arith):
         return (e.left, e.right)
-    return (e.index,) if isinstance(e, ir.TableAt) else ()
+    return e.indices + e.strides if isinstance(e, ir.TableAt) else ()
 
 
 def _cond_exprs(c):
@@ -333,9 +352,11 @@ def _refuse(mask_name: str, params: BatchParams, names: set[str], form: str, err
     named = [f"'{n}' = {ints[n]}" for n in sorted(names) if n in ints]
     who = f"parameter {', '.join(named)}" if named else "seq_len / kv_len"
     if isinstance(err, _OutOfRange):
-        raise BindError(f"with {who}{at}, an index of table '{err.table}' in '{form}' in mask '{mask_name}' can "
-                        f"reach {err.value}, but '{err.table}' has {err.count} entries (indices 0 to "
-                        f"{err.count - 1})", span, f"give '{err.table}' more entries, or keep its index in range "
+        which = "an index" if err.dim is None else ("its first index" if err.dim == 0 else "its second index")
+        what = "entries" if err.dim is None else ("rows" if err.dim == 0 else "columns")
+        raise BindError(f"with {who}{at}, {which} of table '{err.table}' in '{form}' in mask '{mask_name}' can "
+                        f"reach {err.value}, but '{err.table}' has {err.count} {what} (indices 0 to "
+                        f"{err.count - 1})", span, f"give '{err.table}' more {what}, or keep its index in range "
                         f"(clamp(i, 0, {err.count - 1}))") from None
     if isinstance(err, _BadShift):
         raise BindError(f"with {who}{at}, a shift amount in '{form}' in mask '{mask_name}' can be {err.value}; "

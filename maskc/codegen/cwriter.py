@@ -162,6 +162,11 @@ class CWriter:
             index = (f"min(max({self.cast(self.lin(t.index, per_element))}, ({self.int_type})0), "
                      f"({self.int_type}){table}[0] - 1)")
             return f"({self.int_type}){table}[1 + {index}]"
+        if isinstance(t, ir.SegBound):          # bounds[clip(index, 0, n)] of a segments table [n, bounds ...]
+            table = f"(mask + mask[{self.layout.seg_slot(t.seg)}])"
+            index = (f"min(max({self.cast(self.lin(t.index, per_element))}, ({self.int_type})0), "
+                     f"({self.int_type}){table}[0])")
+            return f"({self.int_type}){table}[1 + {index}]"
         return f"({self.int_type}){self.leaf(t, 'k' if per_element else 'q')}"
 
     def cast(self, expr: str) -> str:

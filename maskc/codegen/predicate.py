@@ -18,7 +18,8 @@ sanitized; C identifiers are generated (``lo0``, ``p1``, ...).
     mask[2 + n_ints + s]     offset (within this table) of segments table s
     mask[2 + n_ints + n_segs + t]   offset of table parameter t (declaration order)
     segments table s:  [n, bound_0 .. bound_n, then each per-segment array of s: n entries]
-    table parameter t: [n, entry_0 .. entry_n-1]     (a table per h: one entry per head)
+    table parameter t: [n, entry_0 .. entry_n-1]     (a table per h: one entry per head; a table with two
+                       indices, or per h with one: its n = rows x columns entries, row-major)
 
 A sub-block of a bound mask (``BoundMask.restrict``: query rows from q0, keys from k0) uses the predicate of
 ``emit_predicate(..., offsets=True)`` and tables packed with ``origin=(q0, k0)``: the kernel passes

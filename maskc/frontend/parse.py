@@ -165,8 +165,9 @@ class _ToSyntax(Transformer_NonRecursive):
     @v_args(meta=True)
     def param(self, meta, items):
         name, ptype, default = items
-        kind, origin, of = ptype if ptype is not None else ("int", None, None)
-        return ir.ParamDecl(str(name), kind, default, origin, of, self._tok_span(name))
+        kind, origin, of, *extra = ptype if ptype is not None else ("int", None, None)
+        over, sizes = extra if extra else ("q", None)
+        return ir.ParamDecl(str(name), kind, default, origin, of, over, sizes, self._tok_span(name))
 
     def int_type(self, items):
         return ("int", None, None)
@@ -175,13 +176,21 @@ class _ToSyntax(Transformer_NonRecursive):
         return ("const", None, None)
 
     def segments_type(self, items):
-        return ("segments", items[0], None)
+        over, origin = items
+        return ("segments", origin, None, "q" if over is None else str(over), None)
 
     def per_type(self, items):
         return ("per", None, str(items[0]))
 
+    def per_table_type(self, items):
+        of, sizes = items
+        return ("table", None, str(of), "q", sizes)
+
     def table_type(self, items):
-        return ("table", None, None)
+        return ("table", None, None, "q", items[0])
+
+    def table_sizes(self, items):
+        return tuple(items)
 
     @v_args(meta=True)
     def let_stmt(self, meta, items):
@@ -266,7 +275,7 @@ class _ToSyntax(Transformer_NonRecursive):
 
     @v_args(meta=True)
     def subscript(self, meta, items):
-        return ir.Subscript(str(items[0]), items[1], self._span(meta))
+        return ir.Subscript(str(items[0]), tuple(items[1:]), self._span(meta))
 
     @v_args(meta=True)
     def number(self, meta, items):

@@ -18,7 +18,7 @@ from maskc import ir
 from maskc.errors import ComplexityError, MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
 from maskc.frontend.parse import MAX_NESTING
 
-_FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 1)}
+_FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 2)}
 _MAX_EXPONENT = 8
 MAX_CALL_DEPTH = 16          # masks calling masks calling masks...: resolve recurses once per level
 _MAX_STEPS = 2 * MAX_NESTING     # resolve's own recursion: a let's name and its value are two steps
@@ -81,7 +81,7 @@ def _children(node) -> tuple:
     if isinstance(node, (ir.Arith, ir.Cmp)):
         return (node.left, node.right)
     if isinstance(node, ir.TableAt):
-        return (node.index,)
+        return node.indices
     if isinstance(node, ir.Func):
         return node.args
     if isinstance(node, (ir.All, ir.Any_)):
@@ -250,12 +250,23 @@ class _Resolver:
                                                                                  n.name in ("h", "b"))):
                         raise MaskTypeError("where segments start reads int parameters, seq_len and kv_len only",
                                             p.origin.span)
-                out.append(ir.Param(p.name, "segments", origin=origin, span=p.span))
+                if p.over not in ir.POSITIONS:
+                    raise MaskTypeError(f"segments are over q (the queries, [0, seq_len)) or k (the keys, "
+                                        f"[0, kv_len)), not '{p.over}'", p.span, "write 'segments over k'")
+                out.append(ir.Param(p.name, "segments", origin=origin, over=p.over, span=p.span))
             elif p.kind == "table":
                 if p.default is not None:
                     raise MaskTypeError("a table takes no default (its length is its value's)", p.default.span,
                                         "a table per head takes one: 'w: per h = 4'")
-                out.append(ir.Param(p.name, "table", span=p.span))
+                if p.of is not None and p.of != "h":
+                    raise MaskTypeError(f"a table is per h (one row per head), not per {p.of}", p.span,
+                                        f"'per {p.of}' alone gives one integer per segment of '{p.of}'")
+                shape = None if p.sizes is None else tuple(self._size(e, scope) for e in p.sizes)
+                if p.of == "h" and shape is None:
+                    raise MaskTypeError("a table per head needs its length declared, as 't: per h table[n]'", p.span)
+                if shape is not None and len(shape) > 2:
+                    raise MaskTypeError(f"a table has one or two indices, not {len(shape)}", p.span)
+                out.append(ir.Param(p.name, "table", of=p.of, shape=shape, span=p.span))
             elif p.of == "h":           # one value per head: a table indexed by h
                 default = None if p.default is None else self._constant(p.default, scope)
                 out.append(ir.Param(p.name, "table", default, of="h", span=p.span))
@@ -268,6 +279,14 @@ class _Resolver:
                 default = None if p.default is None else self._constant(p.default, scope)
                 out.append(ir.Param(p.name, "per", default, of=p.of, span=p.span))
         return tuple(out)
+
+    def _size(self, node, scope) -> ir.IntExpr:
+        """A table's declared size: an expression of int parameters (declared before), seq_len and kv_len."""
+        size = self._int(node, scope, None)
+        if depends_on_position(size) or mentions(size, lambda n: isinstance(n, ir.TableAt) or (
+                isinstance(n, ir.Builtin) and n.name in ("h", "b"))):
+            raise MaskTypeError("a table's size reads int parameters, seq_len and kv_len only", node.span)
+        return size
 
     def _constant(self, node, scope) -> int:
         """A default value: any integer expression of literals (``-2``, ``4 * 1024``)."""
@@ -368,7 +387,13 @@ class _Resolver:
                 "a let" if isinstance(table, _Let) else "not a parameter"
             raise MaskTypeError(f"'{node.table}' is {what}, not a table: only tables are indexed with [...]",
                                 node.span, did_you_mean(node.table, known) or "declare it 't: table'")
-        return ir.TableAt(table.name, self._int(node.index, scope, file), node.span)
+        if len(node.indices) != table.dims:
+            raise MaskTypeError(f"'{node.table}' takes {table.dims} ind{'ex' if table.dims == 1 else 'ices'}, "
+                                f"got {len(node.indices)}", node.span,
+                                "a table per head reads this head's row: t[i] is t's entry i for head h"
+                                if table.of == "h" else None)
+        indices = tuple(self._int(i, scope, file) for i in node.indices)
+        return table_at(table, indices, node.span)
 
     def _BinOp(self, node, scope, file):
         left = self._int(node.left, scope, file)
@@ -405,8 +430,8 @@ class _Resolver:
         if isinstance(bound, ir.Param):
             if bound.kind == "int":
                 return ir.ParamRef(bound.name, node.span)
-            if bound.kind == "table" and bound.of == "h":           # this head's value
-                return ir.TableAt(bound.name, ir.Builtin("h", node.span), node.span)
+            if bound.kind == "table" and bound.dims == 0:            # this head's value
+                return table_at(bound, (), node.span)
             use = "same(" + bound.name + ") or " + bound.name + ".start(q)" if bound.kind == "segments" \
                 else bound.name + "[i]" if bound.kind == "table" else bound.name + "(q)"
             raise MaskTypeError(f"'{node.id}' is a {bound.kind} parameter, not a number", node.span,
@@ -479,11 +504,14 @@ class _Resolver:
             count = f"{lo}" if lo == hi else f"at least {lo}"
             raise MaskTypeError(f"{node.func}() takes {count} positional argument(s), got {n}", node.span)
         if node.func == "same":
-            arg = node.args[0].value
-            seg = scope.lookup(arg.id) if isinstance(arg, ir.Name) else None
-            if not (isinstance(seg, ir.Param) and seg.kind == "segments"):
-                raise MaskTypeError("same() takes a segments parameter", arg.span)
-            return ir.Same(seg.name, node.span)
+            segs = []
+            for a in node.args:
+                seg = scope.lookup(a.value.id) if isinstance(a.value, ir.Name) else None
+                if not (isinstance(seg, ir.Param) and seg.kind == "segments"):
+                    raise MaskTypeError("same() takes a segments parameter (q's), and optionally a second (k's)",
+                                        a.value.span)
+                segs.append(seg.name)
+            return ir.Same(segs[0], segs[1] if len(segs) > 1 and segs[1] != segs[0] else None, node.span)
         args = tuple(self._int(a.value, scope, file) for a in node.args)
         if node.func == "clamp":
             value, low, high = args
@@ -504,6 +532,7 @@ class _Resolver:
         callee = self.resolve_mask(callee_file, decl)
         self._callees[-1] = max(self._callees[-1], self.call_depth[key])
         mapping: dict[str, object] = {}
+        tables: dict[str, ir.Param] = {}          # the caller's tables passed in: their shapes give the strides
         positional = [a for a in node.args if a.name is None]
         keywords = {a.name: a for a in node.args if a.name is not None}
         if len(positional) > len(callee.params):
@@ -527,11 +556,14 @@ class _Resolver:
             else:
                 target = scope.lookup(a.value.id) if isinstance(a.value, ir.Name) else None
                 if not (isinstance(target, ir.Param) and target.kind == p.kind and target.of == p.of
-                        if p.kind == "table" else isinstance(target, ir.Param) and target.kind == p.kind):
-                    kind = "table per h" if p.kind == "table" and p.of == "h" else p.kind
+                        and target.dims == p.dims if p.kind == "table" else
+                        isinstance(target, ir.Param) and target.kind == p.kind and target.over == p.over):
+                    kind = _kind_text(p)
                     raise MaskTypeError(f"parameter '{p.name}' of mask '{callee.name}' is {kind}: pass a "
                                         f"{kind} parameter of this mask", a.span)
                 mapping[p.name] = target.name
+                if p.kind == "table":
+                    tables[target.name] = target
         for p in callee.params:   # a per-array must follow the segments it is indexed by
             if p.kind == "per":
                 caller_array = next(v for n, v in scope.values if n == mapping[p.name])
@@ -539,15 +571,35 @@ class _Resolver:
                     raise MaskTypeError(f"'{mapping[p.name]}' is per {caller_array.of}, but mask "
                                         f"'{callee.name}' needs it per {mapping[p.of]}", node.span)
         # The callee's own 'require' checks are not inherited: its caller states what it needs.
-        allow = ir.Any_(tuple(_substitute(r.cond, mapping) for r in callee.allow), node.span)
-        deny = tuple(_substitute(r.cond, mapping) for r in callee.deny)
+        allow = ir.Any_(tuple(_substitute(r.cond, mapping, tables) for r in callee.allow), node.span)
+        deny = tuple(_substitute(r.cond, mapping, tables) for r in callee.deny)
         if not deny:
             return allow if len(allow.items) > 1 else allow.items[0]
         return ir.All((allow, ir.Negate(ir.Any_(deny, node.span), node.span)), node.span)
 
 
-def _substitute(node, mapping: dict[str, Any]):
-    """Rename a called mask's parameters into the caller's terms (ints become expressions)."""
+def _kind_text(p: ir.Param) -> str:
+    if p.kind == "table":
+        return {0: "table per h", 1: "table per h with one index" if p.of == "h" else "table with one index",
+                2: "table with two indices"}[p.dims]
+    return "segments over k" if p.kind == "segments" and p.over == "k" else p.kind
+
+
+def table_at(table: ir.Param, indices: tuple, span) -> ir.TableAt:
+    """``table[indices]`` as written, with the head's index first for a table per h, and row-major strides."""
+    if table.of == "h":
+        indices = (ir.Builtin("h", span),) + tuple(indices)
+    one = ir.Const(1, span)
+    if len(indices) == 1:
+        return ir.TableAt(table.name, tuple(indices), (one,), span)
+    assert table.shape is not None, "resolve declares the sizes of every table with two indices"
+    row = table.shape[0] if table.of == "h" else table.shape[1]       # entries per row
+    return ir.TableAt(table.name, tuple(indices), (row, one), span)
+
+
+def _substitute(node, mapping: dict[str, Any], tables: dict[str, ir.Param] | None = None):
+    """Rename a called mask's parameters into the caller's terms (ints become expressions; a table read
+    takes the strides of the caller's table)."""
     if isinstance(node, ir.ParamRef):
         return mapping[node.name]
     if isinstance(node, ir.SegAttr):
@@ -555,19 +607,25 @@ def _substitute(node, mapping: dict[str, Any]):
     if isinstance(node, ir.SegValue):
         return replace(node, array=mapping[node.array], seg=mapping[node.seg])
     if isinstance(node, ir.TableAt):
-        return replace(node, table=mapping[node.table], index=_substitute(node.index, mapping))
+        indices = tuple(_substitute(i, mapping, tables) for i in node.indices)
+        target = (tables or {}).get(mapping[node.table])
+        if target is None:
+            return replace(node, table=mapping[node.table], indices=indices)
+        return table_at(target, indices[1:] if target.of == "h" else indices, node.span)
     if isinstance(node, ir.Same):
-        return replace(node, seg=mapping[node.seg])
+        return replace(node, seg=mapping[node.seg], key_seg=None if node.key_seg is None else mapping[node.key_seg])
     if isinstance(node, ir.Arith):
-        return replace(node, left=_substitute(node.left, mapping), right=_substitute(node.right, mapping))
+        return replace(node, left=_substitute(node.left, mapping, tables),
+                       right=_substitute(node.right, mapping, tables))
     if isinstance(node, ir.Func):
-        return replace(node, args=tuple(_substitute(a, mapping) for a in node.args))
+        return replace(node, args=tuple(_substitute(a, mapping, tables) for a in node.args))
     if isinstance(node, ir.Cmp):
-        return replace(node, left=_substitute(node.left, mapping), right=_substitute(node.right, mapping))
+        return replace(node, left=_substitute(node.left, mapping, tables),
+                       right=_substitute(node.right, mapping, tables))
     if isinstance(node, (ir.All, ir.Any_)):
-        return replace(node, items=tuple(_substitute(i, mapping) for i in node.items))
+        return replace(node, items=tuple(_substitute(i, mapping, tables) for i in node.items))
     if isinstance(node, ir.Negate):
-        return replace(node, item=_substitute(node.item, mapping))
+        return replace(node, item=_substitute(node.item, mapping, tables))
     return node
 
 
