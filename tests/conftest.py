@@ -114,7 +114,32 @@ def example_params(name: str, seq_len: int, rng: np.random.Generator, heads: int
         return {"radius": int(rng.integers(0, 6))}
     if name == "per_head_window":
         return {"num_heads": heads, "window": [int(w) for w in rng.integers(1, seq_len + 2, heads)]}
+    if name == "cross_images":          # cross attention: kv_len (image tokens) differs from seq_len (text)
+        kv_len = cross_kv_len(seq_len)
+        images = int(rng.integers(1, 6))
+        lead = int(rng.integers(0, seq_len // 4 + 1))
+        return {"kv_len": kv_len, "lead": lead, "text": split(seq_len - lead, int(rng.integers(1, images + 2))),
+                "images": split(kv_len, images)}
+    if name == "tree_verify":           # a random tree of seq_len draft tokens after a cached prefix
+        parent = [-1] + [int(rng.integers(-1, i)) for i in range(1, seq_len)]
+        anc = np.eye(seq_len, dtype=int)
+        for i in range(seq_len):
+            j = parent[i]
+            while j >= 0:
+                anc[i, j] = 1
+                j = parent[j]
+        return {"kv_len": tree_kv_len(seq_len), "anc": anc.tolist()}
     raise KeyError(name)
+
+
+def cross_kv_len(seq_len: int) -> int:
+    """cross_images' kv_len at seq_len (one per seq_len, so that a batch's elements share it)."""
+    return seq_len + seq_len // 2 + 5
+
+
+def tree_kv_len(seq_len: int) -> int:
+    """tree_verify's kv_len at seq_len: a cached prefix, then the draft tokens."""
+    return 2 * seq_len + 7
 
 
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mask"))
@@ -136,7 +161,7 @@ def batch_params(mask, name: str, seq_len: int, rng: np.random.Generator, batch:
         except MaskError:
             continue
         per.append(p)
-    return {key: per[0][key] if key == "num_heads" else [p[key] for p in per] for key in per[0]}
+    return {key: per[0][key] if key in ("num_heads", "kv_len") else [p[key] for p in per] for key in per[0]}
 
 
 def pytest_addoption(parser):

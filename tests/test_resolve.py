@@ -68,7 +68,7 @@ def test_method_on_non_segments_hint():
 @pytest.mark.parametrize("call,fn", [
     ("min(k) <= q", "min"), ("max(k) <= q", "max"), ("abs(k, q) <= q", "abs"), ("abs() <= q", "abs"),
     ("clamp(k, q) <= q", "clamp"), ("clamp(k, 0, 1, 2) <= q", "clamp"),
-    ("same(docs, e)", "same"), ("same()", "same"),
+    ("same(docs, docs, docs)", "same"), ("same()", "same"),
 ])
 def test_builtin_arity(call, fn):
     err = _err(H + f"  allow {call}\n", MaskTypeError)

@@ -237,8 +237,8 @@ def _segments(mask, p, value, origin: int, end: int, at: str, seq_len: int, kv_l
         hint = (f"these lengths cover [{origin}, {other} = {other_end}): to partition the "
                 f"{'keys' if p.over == 'q' else 'queries'}, declare it '{p.name}: segments over "
                 f"{'k' if p.over == 'q' else 'q'}'") if total == other_end - origin and seq_len != kv_len else None
-        raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {length} = {end}): "
-                        f"{end - origin} tokens{at}", p.span, hint)
+        raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {end})"
+                        f"{' (the keys: kv_len)' if p.over == 'k' else ''}: {end - origin} tokens{at}", p.span, hint)
     bounds = np.zeros(len(lengths) + 1, np.int64)
     bounds[0] = origin
     np.cumsum(lengths, out=bounds[1:])

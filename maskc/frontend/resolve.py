@@ -580,8 +580,7 @@ class _Resolver:
 
 def _kind_text(p: ir.Param) -> str:
     if p.kind == "table":
-        return {0: "table per h", 1: "table per h with one index" if p.of == "h" else "table with one index",
-                2: "table with two indices"}[p.dims]
+        return {0: "table per h", 1: "per h table" if p.of == "h" else "table", 2: "table with two indices"}[p.dims]
     return "segments over k" if p.kind == "segments" and p.over == "k" else p.kind
 
 
