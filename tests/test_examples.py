@@ -21,6 +21,8 @@ CONTRACT = {
     "video": ["width", "height", "radius", "past"],
     "morton_local": ["radius"],
     "per_head_window": ["window"],
+    "cross_images": ["lead", "text", "images"],
+    "tree_verify": ["anc"],
 }
 
 
@@ -63,6 +65,10 @@ def hstu_reference(users, context, targets, max_attn_len, seq_len):
 
 
 def reference(name, seq_len, p, head=0):
+    if name == "cross_images":
+        return cross_images_reference(seq_len, p["kv_len"], p["lead"], p["text"], p["images"])
+    if name == "tree_verify":
+        return tree_verify_reference(seq_len, p["kv_len"], p["anc"])
     q = np.arange(seq_len)[:, None]
     k = np.arange(seq_len)[None, :]
     if name == "causal":
@@ -129,6 +135,29 @@ def morton_reference(seq_len, radius):
     return (image[:, None] == image[None, :]) & near(x) & near(y)
 
 
+def cross_images_reference(seq_len, kv_len, lead, text, images):
+    """Text run i (the queries from lead on, run by run) sees image i (the keys, image by image), pair by pair."""
+    out = np.zeros((seq_len, kv_len), bool)
+    q0 = lead
+    for i, n in enumerate(text):
+        if i < len(images):
+            k0 = sum(images[:i])
+            out[q0:q0 + n, k0:k0 + images[i]] = True
+        q0 += n
+    return out
+
+
+def tree_verify_reference(seq_len, kv_len, anc):
+    """Draft token i sees the prefix (kv_len - seq_len keys) and draft token j where anc[i][j] != 0."""
+    prefix = kv_len - seq_len
+    out = np.zeros((seq_len, kv_len), bool)
+    for i in range(seq_len):
+        out[i, :prefix] = True
+        for j in range(seq_len):
+            out[i, prefix + j] = anc[i][j] != 0
+    return out
+
+
 def video_reference(seq_len, width, height, radius, past):
     """A token of frame t at (y, x) sees frames t - past .. t within `radius` rows and columns."""
     i = np.arange(seq_len)
@@ -144,6 +173,7 @@ def video_reference(seq_len, width, height, radius, past):
 def test_meaning(name, seed, seq_len):
     params = example_params(name, seq_len, np.random.default_rng(seed))
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=seq_len, **params)
+    params.setdefault("kv_len", seq_len)
     for head in range(bound.num_heads or 1):
         np.testing.assert_array_equal(bound.dense(0, head), reference(name, seq_len, params, head))
 
@@ -172,6 +202,32 @@ def test_per_head_window_needs_one_window_per_head():
         mask.bind(seq_len=64, num_heads=3, window=[1, 8])
     with pytest.raises(maskc.BindError, match="requirement"):
         mask.bind(seq_len=64, num_heads=3, window=[1, 0, 8])
+
+
+def test_cross_images_is_exact_and_keys_cover_kv_len():
+    """Each text run's keys are one interval (its image): exact tiles, at a kv_len unlike seq_len."""
+    from conftest import tile_truth
+    mask = maskc.load(EXAMPLES / "cross_images.mask")
+    assert mask.exact
+    p = {"lead": 5, "text": [10, 0, 30, 17], "images": [64, 40, 64]}     # one text run too many: sees nothing
+    bound = mask.bind(seq_len=62, kv_len=168, **p)
+    dense = bound.dense()
+    np.testing.assert_array_equal(dense, cross_images_reference(62, 168, **p))
+    for bm, bn in ((16, 16), (7, 13), (64, 32)):
+        np.testing.assert_array_equal(bound.tiles(bm, bn), tile_truth(dense, bm, bn))
+    with pytest.raises(maskc.BindError, match=r"must cover \[0, 168\) \(the keys"):
+        mask.bind(seq_len=62, kv_len=168, lead=5, text=[57], images=[62])
+
+
+def test_tree_verify_sees_prefix_and_ancestors():
+    mask = maskc.load(EXAMPLES / "tree_verify.mask")
+    anc = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]]       # 0 <- 1, 0 <- 2 <- 3
+    bound = mask.bind(seq_len=4, kv_len=10, anc=anc)
+    np.testing.assert_array_equal(bound.dense(), tree_verify_reference(4, 10, anc))
+    with pytest.raises(maskc.BindError, match=r"table 'anc' has 4 x 3 entries, but is declared \[seq_len, seq_len\]"):
+        mask.bind(seq_len=4, kv_len=10, anc=[r[:3] for r in anc])
+    with pytest.raises(maskc.BindError, match="requirement"):
+        mask.bind(seq_len=4, kv_len=3, anc=anc)
 
 
 def test_hstu_targets_see_history_and_themselves_only():

@@ -311,7 +311,7 @@ def _table(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int, ...
     declared = sizes if not per_head else (None if sizes is None else (shape[0],) + sizes)
     if declared is not None and shape != declared:
         from maskc.explain import expr_text
-        names = " x ".join(expr_text(e) for e in p.shape or ())
+        names = ", ".join(expr_text(e) for e in p.shape or ())
         raise BindError(f"table '{p.name}' has {' x '.join(map(str, shape))} entries, but is declared "
                         f"{'per h, ' if per_head else ''}[{names}] = {' x '.join(map(str, declared))}{at}", p.span)
     if not values and not per_head:
