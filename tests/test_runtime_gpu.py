@@ -180,7 +180,8 @@ extern "C" __global__ void table(const int* mask, unsigned char* out, int S, int
 def test_kv_len_differs(name):
     rng = np.random.default_rng(3)
     try:
-        bound = load(name).bind(seq_len=300, kv_len=500, **example_params(name, 300, rng))
+        params = {"kv_len": 500, **example_params(name, 300, rng)}      # cross_images, tree_verify: their own
+        bound = load(name).bind(seq_len=300, **params)
     except Exception as exc:
         pytest.skip(f"{name}: kv_len != seq_len not bindable ({exc})")
     check(bound, B=1, Hq=4, Hkv=1, D=64, dtype="bf16", against_numpy=False)
