@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 import maskc
-from maskc.analysis.bind import MAX_TABLE
 from conftest import batch_params, example_params
 
 TOL = {"bf16": 1e-2, "fp16": 5e-3}
@@ -38,8 +36,6 @@ def bind(name, S, seed=0, batch=None, heads=4, **kw):
     """A real bound mask with example_params; batch=n: n elements with different parameters (lists). A mask
     that reads h is bound to ``heads`` query heads."""
     rng = np.random.default_rng(seed)
-    if name == "tree_verify" and S * S > MAX_TABLE:       # anc is S x S: token trees are short
-        pytest.skip(f"tree_verify at {S} draft tokens: anc would have {S * S} entries, past maskc's {MAX_TABLE}")
     if batch is None:
         return load(name).bind(seq_len=S, **example_params(name, S, rng, heads), **kw)
     return load(name).bind(seq_len=S, **batch_params(load(name), name, S, rng, batch, heads, **kw), **kw)
