@@ -161,6 +161,7 @@ def table_ranges(mask: ir.ResolvedMask, warn: Warn) -> None:
             if not isinstance(n, ir.TableAt) or n.table not in shapes:
                 continue
             p = shapes[n.table]
+            assert p.shape is not None
             indices = n.indices[1:] if p.of == "h" else n.indices        # the head's index is always in range
             for d, (index, size) in enumerate(zip(indices, p.shape)):
                 key = (n.table, d, index)

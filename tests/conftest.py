@@ -164,7 +164,7 @@ def batch_params(mask, name: str, seq_len: int, rng: np.random.Generator, batch:
     while len(per) < batch:
         p = {**example_params(name, seq_len, rng, heads), **{key: per[0][key] for key in mask.const_params}}
         try:
-            mask.bind(seq_len=seq_len, **p, **bind_kw)
+            mask.bind(seq_len=seq_len, **{**bind_kw, **p})
         except MaskError:
             continue
         per.append(p)

@@ -159,7 +159,7 @@ def test_interval_path_for_exact_masks(name):
     sp = mask.kernel_spec(head_dim=128, dtype="bf16", constants=constants, engine="mma")
     iv = interval_regions(sp)
     assert (iv is None) == (not mask.ranges.linear)
-    assert mask.ranges.linear == (name not in ("clear", "neighborhood", "video", "morton_local"))
+    assert mask.ranges.linear == (name not in ("clear", "neighborhood", "video", "morton_local", "tree_verify"))
     plan = emit_kernel(sp).plan
     assert plan.interval_regions == (None if iv is None else (iv["allow"], iv["deny"]))
 

@@ -17,10 +17,10 @@ def test_mask_mod_matches_dense(name, seed, seq_len):
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=seq_len, **params)
     mod = bound.flex_mask_mod(device="cpu")
     q = torch.arange(seq_len)[:, None]
-    k = torch.arange(seq_len)[None, :]
+    k = torch.arange(bound.kv_len)[None, :]          # cross_images and tree_verify bring their own kv_len
     for h in range(bound.num_heads or 1):
         got = mod(torch.tensor(0), torch.tensor(h), q, k)
-        np.testing.assert_array_equal(np.broadcast_to(got.numpy(), (seq_len, seq_len)), bound.dense(0, h))
+        np.testing.assert_array_equal(np.broadcast_to(got.numpy(), (seq_len, bound.kv_len)), bound.dense(0, h))
 
 
 def test_mask_mod_reads_each_batch_element():

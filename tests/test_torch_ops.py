@@ -18,9 +18,10 @@ def bound_of(name, S, seed=0, batch=None, kv_len=None, heads=4):
     """A mask that reads h is bound to ``heads`` query heads."""
     mask = maskc.load(EXAMPLES / f"{name}.mask")
     rng = np.random.default_rng(seed)
+    kw = {} if kv_len is None else {"kv_len": kv_len}     # cross_images and tree_verify bring their own
     if batch is None:
-        return mask.bind(seq_len=S, kv_len=kv_len, **example_params(name, S, rng, heads))
-    return mask.bind(seq_len=S, kv_len=kv_len, **batch_params(mask, name, S, rng, batch, heads, kv_len=kv_len))
+        return mask.bind(seq_len=S, **{**kw, **example_params(name, S, rng, heads)})
+    return mask.bind(seq_len=S, **{**kw, **batch_params(mask, name, S, rng, batch, heads, **kw)})
 
 
 def inputs(B, Hq, Hkv, S, Skv, D, seed, dtype=torch.float64):
@@ -46,7 +47,7 @@ def dense_attention(q, k, v, bound, scale):
 def test_gradcheck(name):
     """Finite differences against the backward op (LSE's gradient included), GQA, jagged batch."""
     bound = bound_of(name, 23, seed=1, batch=2 if maskc.load(EXAMPLES / f"{name}.mask").params else None)
-    q, k, v = inputs(2, 4, 2, 23, 23, 8, seed=2)
+    q, k, v = inputs(2, 4, 2, 23, bound.kv_len, 8, seed=2)
 
     def f(q, k, v):
         out, lse = maskc.attention(q, k, v, bound, return_lse=True, enable_gqa=True)

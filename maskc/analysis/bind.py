@@ -279,6 +279,7 @@ def _table(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int, ...
     a table per h has one entry (or one row) per head (a per-head value: its default for every head)."""
     per_head = p.of == "h"
     rows = p.dims == 2 or (per_head and p.dims == 1)
+    shape: tuple[int, ...]
     if value is None:
         if not per_head or p.default is None:
             what = ("one row per head" if rows else "one integer per head") if per_head else \

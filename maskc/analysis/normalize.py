@@ -18,6 +18,7 @@ such that
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from maskc import ir
 from maskc.analysis import linear as L
@@ -57,6 +58,8 @@ def _nnf(cond: ir.Cond, negate: bool = False) -> ir.Cond:
         # not same(S)  <=>  q outside S, or k before or after q's segment (the segment of B numbered as q's,
         # for same(A, B): _Bound below).
         s, span = cond.seg, cond.span
+        start: Any
+        end: Any
         if cond.key_seg is None:
             start, end = ir.SegAttr(s, "start", "q", span), ir.SegAttr(s, "end", "q", span)
         else:
