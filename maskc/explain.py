@@ -11,7 +11,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis.chunks import chunk_definition
-from maskc.analysis.linear import render, render_term
+from maskc.analysis.forms import render, render_term
 from maskc.errors import MaskError
 from maskc.options import DEFAULT, Options
 from maskc.pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Callable
 
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.frontend.resolve import nodes
 
@@ -137,7 +138,7 @@ def _facts(mask: ir.ResolvedMask) -> list[ir.Lin]:
     for r in mask.requires:
         regions = normalize(replace(mask, rules=(ir.Rule("allow", r.cond, r.span),))).allow
         if len(regions) == 1:
-            out += [a.lin for a in regions[0].atoms if not L.lin_mentions(
+            out += [a.lin for a in regions[0].atoms if not F.lin_mentions(
                 a.lin, lambda t: isinstance(t, (ir.Pos, ir.SegAttr, ir.SegValue)) or (
                     isinstance(t, ir.Builtin) and t.name in ("h", "b")))]
     return out
@@ -173,12 +174,12 @@ def table_ranges(mask: ir.ResolvedMask, warn: Warn) -> None:
                 which = "its index" if len(indices) == 1 else ("its first index" if d == 0 else "its second index")
                 text, declared = expr_text(index), ", ".join(expr_text(s) for s in p.shape)
                 if hi and not any(_at_most_zero(L.sub(h, last), facts) for h in hi):
-                    warn(n.span, f"{which}, {text}, can reach {L.render(hi[0])}, past the last entry "
-                                 f"{L.render(last)} of '{n.table}' (declared [{declared}]): bind refuses values for "
-                                 f"which {L.render(hi[0])} > {L.render(last)}",
-                         f"keep it in range with clamp({text}, 0, {L.render(last)}), or state what the values "
+                    warn(n.span, f"{which}, {text}, can reach {F.render(hi[0])}, past the last entry "
+                                 f"{F.render(last)} of '{n.table}' (declared [{declared}]): bind refuses values for "
+                                 f"which {F.render(hi[0])} > {F.render(last)}",
+                         f"keep it in range with clamp({text}, 0, {F.render(last)}), or state what the values "
                          "meet with 'require'")
                 if lo and not any(_at_most_zero(L.scale(x, -1), facts) for x in lo):
-                    warn(n.span, f"{which}, {text}, can be as low as {L.render(lo[0])}, below 0 (table "
-                                 f"'{n.table}'): bind refuses values for which {L.render(lo[0])} < 0",
+                    warn(n.span, f"{which}, {text}, can be as low as {F.render(lo[0])}, below 0 (table "
+                                 f"'{n.table}'): bind refuses values for which {F.render(lo[0])} < 0",
                          f"keep it in range with max({text}, 0), or state what the values meet with 'require'")

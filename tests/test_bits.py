@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc.analysis import bitops
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.evaluate import Evaluator
 from maskc.analysis.rows import RowValues, TileIntervals
@@ -86,7 +87,7 @@ def test_expressions_evaluate_as_in_python(text, seq_len, kv_len, a):
     assert dense.tolist() == want, text
     form = L.from_expr(expr)
     normal = np.broadcast_to(RowValues(params, seq_len, kv_len, 0, 0, q, k).lin(form), (seq_len, kv_len))
-    assert normal.tolist() == want, f"{text} as {L.render(form)}"
+    assert normal.tolist() == want, f"{text} as {F.render(form)}"
 
 
 @settings(max_examples=200, deadline=None)
@@ -137,7 +138,7 @@ def test_constant_shifts_and_low_bit_masks_are_floors():
         mask = maskc.compile_mask(f"mask m()\n  allow {rule}\n")
         assert mask.exact, rule
         assert not any(isinstance(t, maskc.ir.Bits) for r in mask.normal.allow for a in r.atoms
-                       for t in L.terms_of(a.lin)), rule
+                       for t in F.terms_of(a.lin)), rule
         bound = mask.bind(37, 29)
         np.testing.assert_array_equal(bound.tiles(4, 8), tile_truth(bound.dense(), 4, 8))
 

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.rows import RowValues, k_bound_rows
 
@@ -41,16 +42,16 @@ def range_dense(ranges: ir.RangeMask, bound) -> np.ndarray:
     def region(r: ir.RegionBounds):
         out = np.ones(shape, bool)
         for g in r.static_guards + r.guards:
-            assert not L.depends_on_k(g.lin)
+            assert not F.depends_on_k(g.lin)
             out &= _grid(rows.lin(g.lin) <= 0, shape)
         for b in r.lower:
-            assert not L.depends_on_k(b.lin) and b.den >= 1
+            assert not F.depends_on_k(b.lin) and b.den >= 1
             out &= _grid(k >= k_bound_rows(b, rows, True), shape)
         for b in r.upper:
-            assert not L.depends_on_k(b.lin) and b.den >= 1
+            assert not F.depends_on_k(b.lin) and b.den >= 1
             out &= _grid(k <= k_bound_rows(b, rows, False), shape)
         for a in r.opaque:
-            assert L.split_k(a.lin) is None
+            assert F.split_k(a.lin) is None
             out &= _grid(rows.lin(a.lin) <= 0, shape)
         return out
     return _union_minus(ranges.allow, ranges.deny, region, shape)
@@ -88,7 +89,7 @@ def test_exact_fragment_has_no_opaque_atoms_and_denotes_the_mask(text, b):
     for r in c.ranges.allow + c.ranges.deny:
         assert r.opaque == () and r.exact
         for a in r.static_guards + r.guards:
-            assert not L.depends_on_k(a.lin)
+            assert not F.depends_on_k(a.lin)
     _check(c, c.bind(b[0], b[1], **b[2]))
 
 
@@ -102,7 +103,7 @@ def test_same_regions_mention_no_k_side_attribute_of_that_segments(cond, extra):
         return isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k" and t.seg == "docs"
     for r in c.normal.allow:
         for a in r.atoms:
-            assert not L.lin_mentions(a.lin, k_side_docs), L.render(a.lin)
+            assert not F.lin_mentions(a.lin, k_side_docs), F.render(a.lin)
         # same(docs) itself is there, made linear: docs.index(q) >= 0
         idx = ir.SegAttr("docs", "index", "q")
         assert any(a.lin.coef(idx) < 0 for a in r.atoms)
@@ -112,7 +113,7 @@ def test_same_rewrites_k_attributes_to_q():
     c = maskc.compile_mask("mask m(d: segments, t: per d)\n  allow same(d), k >= d.start(k) + t(k)\n")
     for r in c.normal.allow:
         for a in r.atoms:
-            assert not L.lin_mentions(a.lin, lambda t: isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k")
+            assert not F.lin_mentions(a.lin, lambda t: isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k")
     assert c.exact
 
 

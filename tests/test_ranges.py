@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc import ir
-from maskc.analysis import linear as L
+from maskc.analysis import forms as F
 from maskc.analysis.intervals import visible_slots
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.rows import RowValues, k_bound_rows
@@ -60,7 +60,7 @@ def test_each_region_is_its_bounds(text, b):
     bound = c.bind(seq_len, kv_len, **params)
     assert len(c.ranges.allow) == len(c.normal.allow) and len(c.ranges.deny) == len(c.normal.deny)
     for region, bounds in _pairs(c):
-        assert np.array_equal(region_dense(region, bound), bounds_dense(bounds, bound)), L.render(region.atoms[0].lin)
+        assert np.array_equal(region_dense(region, bound), bounds_dense(bounds, bound)), F.render(region.atoms[0].lin)
 
 
 @given(text=mask_text(exact=True), b=binding())
@@ -140,7 +140,7 @@ def test_k_inside_another_term_is_opaque(atom):
     (region,) = c.ranges.allow
     assert region.opaque and not c.ranges.linear
     assert (region.chunks is not None) == region.exact == c.exact == (atom != "k * a <= q")
-    assert all(L.split_k(a.lin) is None for a in region.opaque)
+    assert all(F.split_k(a.lin) is None for a in region.opaque)
     bound = c.bind(20, a=3)
     assert np.array_equal(bounds_dense(region, bound), region_dense(c.normal.allow[0], bound))
 

@@ -18,10 +18,10 @@ import numbers
 import numpy as np
 
 from maskc import ir
-from maskc.analysis import linear as L
+from maskc.analysis import forms as F
 from maskc.analysis.evaluate import Evaluator
 from maskc.analysis.keys import sorted_unique
-from maskc.analysis.linear import render
+from maskc.analysis.forms import render
 from maskc.analysis.rows import lin_value
 from maskc.analysis.widths import check_bound, check_expr, fits_32_bits
 from maskc.errors import BindError, did_you_mean
@@ -80,17 +80,17 @@ def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -
         return ", ".join(f"'{n}' = {v}" for n, v in out if read(n))
 
     for lin in ranges.divisors:
-        if not L.lin_mentions(lin, unknown):
+        if not F.lin_mentions(lin, unknown):
             value = lin_value(lin, known, 1, 1, 0, 0)
             if value <= 0:
-                reads = {t.name for t in L.terms_of(lin) if isinstance(t, ir.ParamRef)}
+                reads = {t.name for t in F.terms_of(lin) if isinstance(t, ir.ParamRef)}
                 raise BindError(f"const parameter {named(reads.__contains__)} makes the divisor '{render(lin)}' = "
                                 f"{value}, and a divisor must be positive", const[min(reads)].span)
-    for lin in L.shift_amounts(f for r in ranges.allow + ranges.deny for f in r.forms):
-        if not L.lin_mentions(lin, unknown):
+    for lin in F.shift_amounts(f for r in ranges.allow + ranges.deny for f in r.forms):
+        if not F.lin_mentions(lin, unknown):
             value = lin_value(lin, known, 1, 1, 0, 0)
             if not 0 <= value <= ir.MAX_SHIFT:
-                reads = {t.name for t in L.terms_of(lin) if isinstance(t, ir.ParamRef)}
+                reads = {t.name for t in F.terms_of(lin) if isinstance(t, ir.ParamRef)}
                 raise BindError(f"const parameter {named(reads.__contains__)} makes the shift amount '{render(lin)}' "
                                 f"= {value}; shifts take 0 to {ir.MAX_SHIFT}", const[min(reads)].span)
     for r in mask.requires:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 
 _MAX_LEVELS = 4
@@ -38,7 +39,7 @@ class _Fail(Exception):
 
 
 def _name(var) -> str:
-    return "k" if var == L.K else L.render_term(var)
+    return "k" if var == F.K else F.render_term(var)
 
 
 # -- 1. canonical floors ------------------------------------------------------------------------
@@ -46,7 +47,7 @@ def _name(var) -> str:
 def _canonical_floor(op: str, num: ir.Lin, den: ir.Lin, var) -> ir.Lin | None:
     """``num op den`` with every floor of ``var`` of the form ``(var + r) // d``; None when ``num`` is not
     linear in ``var`` (left as it is) or its coefficient does not divide ``den`` (raises)."""
-    split = L.split_on(num, var)
+    split = F.split_on(num, var)
     if split is None or split[0] in (0, 1):
         return None
     s, r = split
@@ -56,18 +57,18 @@ def _canonical_floor(op: str, num: ir.Lin, den: ir.Lin, var) -> ir.Lin | None:
     else:
         m = L.divide(den, L.const(s))
         if m is None:
-            raise ValueError(f"the coefficient {s} of {_name(var)} does not divide the divisor {L.render(den)}")
+            raise ValueError(f"the coefficient {s} of {_name(var)} does not divide the divisor {F.render(den)}")
         floor = L.floor_op("//", L.add(L.of_term(var), L.floor_op("//", r, L.const(s))), m)
     return floor if op == "//" else L.sub(num, L.mul(den, floor))
 
 
 def _canonical(atom: ir.Atom, var) -> ir.Atom:
     def mapping(t):
-        if isinstance(t, ir.Floor) and L.reads(t.num, var):
+        if isinstance(t, ir.Floor) and F.reads(t.num, var):
             try:
                 return _canonical_floor(t.op, t.num, t.den, var)
             except ValueError as err:
-                raise _Fail(atom, f"{L.render_term(t)}: {err}") from None
+                raise _Fail(atom, f"{F.render_term(t)}: {err}") from None
         return None
     return ir.Atom(L.substitute(atom.lin, mapping), atom.span)
 
@@ -76,9 +77,9 @@ def _canonical(atom: ir.Atom, var) -> ir.Atom:
 
 def _floors_of(lin: ir.Lin, var):
     """(r, d) of every floor ``(var + r) // d`` (or ``%``) in ``lin``, at any depth."""
-    for t in L.terms_of(lin):
+    for t in F.terms_of(lin):
         if isinstance(t, ir.Floor):
-            split = L.split_on(t.num, var)
+            split = F.split_on(t.num, var)
             if split is not None and split[0] == 1:
                 yield split[1], t.den, t
 
@@ -105,7 +106,7 @@ def _choose_chunk(atoms: list[ir.Atom], var) -> tuple[ir.Lin, ir.Lin] | None:
         if g > 1:
             return r0, L.const(g)
     (atom, first), (_, second) = found[pairs[0]], found[pairs[-1]]
-    raise _Fail(atom, f"{L.render_term(first)} and {L.render_term(second)} have no common chunk (one divisor "
+    raise _Fail(atom, f"{F.render_term(first)} and {F.render_term(second)} have no common chunk (one divisor "
                       "must divide the others, with offsets that differ by multiples of it)")
 
 
@@ -116,7 +117,7 @@ def _chunk_map(var, nxt, offset: ir.Lin, size: ir.Lin):
     def mapping(t):
         if not isinstance(t, ir.Floor):
             return None
-        split = L.split_on(t.num, var)
+        split = F.split_on(t.num, var)
         if split is None or split[0] != 1:
             return None
         m, a = L.divide(t.den, size), L.divide(L.sub(split[1], offset), size)
@@ -138,16 +139,16 @@ def _carried(bound: ir.KBound, offset: ir.Lin, size: ir.Lin, lower: bool) -> ir.
 def _solve(atom: ir.Atom, var) -> tuple[list[ir.KBound], list[ir.KBound], list[ir.Atom]]:
     """(lower, upper, implied atoms free of ``var``) equivalent to ``atom`` (see step 3)."""
     lin = atom.lin
-    split = L.split_on(lin, var)
+    split = F.split_on(lin, var)
     if split is not None and split[0] != 0:
         a, rest = split
         if a > 0:
             return [], [ir.KBound(L.scale(rest, -1), a)], []
         return [ir.KBound(rest, -a)], [], []
-    reading = [(t, c) for t, c in lin.terms if L.reads(L.of_term(t), var)]
+    reading = [(t, c) for t, c in lin.terms if F.reads(L.of_term(t), var)]
     square, w = reading[0] if len(reading) == 1 else (None, 0)
     if isinstance(square, ir.Square) and w > 0:
-        base = L.split_on(square.base, var)
+        base = F.split_on(square.base, var)
         if base is not None and base[0] != 0:
             a, b = base
             rest = L.sub(lin, L.scale(L.of_term(square), w))
@@ -166,29 +167,29 @@ def _why(reading, var) -> str:
     terms = [t for t, _ in reading]
     for t in terms:
         if isinstance(t, (ir.SegAttr, ir.SegValue)):
-            return (f"{L.render_term(t)} reads the segment that holds k (same({t.seg}) in the rule would make "
+            return (f"{F.render_term(t)} reads the segment that holds k (same({t.seg}) in the rule would make "
                     "it the segment of q)")
-    if L.K in terms or any(t == var for t in terms):
-        others = [L.render_term(t) for t in terms if t != var]
+    if F.K in terms or any(t == var for t in terms):
+        others = [F.render_term(t) for t in terms if t != var]
         return f"{name} appears both on its own and in {', '.join(others)}"
     if len(terms) > 1:
-        return f"{name} appears in {len(terms)} non-linear terms ({', '.join(L.render_term(t) for t in terms)})"
+        return f"{name} appears in {len(terms)} non-linear terms ({', '.join(F.render_term(t) for t in terms)})"
     t, c = reading[0]
     if isinstance(t, ir.Square):
         if c < 0:
-            return (f"{L.render_term(t)} must be large: the keys outside a disc are two intervals per row, "
+            return (f"{F.render_term(t)} must be large: the keys outside a disc are two intervals per row, "
                     "not one")
-        return f"{L.render_term(t)}: the square of a form that is not linear in {name}"
+        return f"{F.render_term(t)}: the square of a form that is not linear in {name}"
     if isinstance(t, ir.Product):
-        return f"{L.render_term(t)}: a product in which {name} is multiplied by a form that is not constant"
+        return f"{F.render_term(t)}: a product in which {name} is multiplied by a form that is not constant"
     if isinstance(t, ir.Floor):
-        return f"{L.render_term(t)}: a floor division whose numerator is not linear in {name}"
+        return f"{F.render_term(t)}: a floor division whose numerator is not linear in {name}"
     if isinstance(t, ir.Bits):
-        return (f"{L.render_term(t)}: a bit operation on {name} (maskc solves shifts by a constant and & with a "
+        return (f"{F.render_term(t)}: a bit operation on {name} (maskc solves shifts by a constant and & with a "
                 "constant 2**n - 1 or -2**n, which are // and %, and no other)")
     if isinstance(t, ir.Lookup):
-        return f"{L.render_term(t)}: a table entry at an index that depends on {name}"
-    return f"{L.render_term(t)} is not linear in {name}"
+        return f"{F.render_term(t)}: a table entry at an index that depends on {name}"
+    return f"{F.render_term(t)} is not linear in {name}"
 
 
 # -- the nest -------------------------------------------------------------------------------------
@@ -197,14 +198,14 @@ def floor_bound(lin: ir.Lin) -> tuple[ir.KBound, bool] | None:
     """``(bound, is_lower)``: the bound on k equivalent to ``lin <= 0`` when k appears in it only as
     ``b * ((s*k + r) // d)`` (``b != 0``, ``s`` dividing ``d``); else None."""
     try:
-        canon = _canonical(ir.Atom(lin), L.K).lin
+        canon = _canonical(ir.Atom(lin), F.K).lin
     except _Fail:
         return None
-    reading = [(t, c) for t, c in canon.terms if L.depends_on_k(L.of_term(t))]
+    reading = [(t, c) for t, c in canon.terms if F.depends_on_k(L.of_term(t))]
     floor, b = reading[0] if len(reading) == 1 else (None, 0)
     if not isinstance(floor, ir.Floor) or floor.op != "//":
         return None
-    split = L.split_on(floor.num, L.K)
+    split = F.split_on(floor.num, F.K)
     if split is None or split[0] != 1:
         return None
     r, d = split[1], floor.den
@@ -223,34 +224,34 @@ def chunk_keys(lower: tuple[ir.KBound, ...], upper: tuple[ir.KBound, ...],
     try:
         return _nest(list(lower), list(upper), list(opaque), levels)
     except _Fail as fail:
-        defined = [f"{L.render_term(ir.ChunkVar(i + 1))} = {chunk_definition(level)}" for i, level in enumerate(levels)]
+        defined = [f"{F.render_term(ir.ChunkVar(i + 1))} = {chunk_definition(level)}" for i, level in enumerate(levels)]
         return ir.Inexact(fail.atom, fail.reason + (f" (where {', '.join(defined)})" if defined else ""))
 
 
 def chunk_definition(level: ir.ChunkLevel) -> str:
     """``(k - text) // width``: how a level's variable is cut into the next level's chunks."""
     assert level.offset is not None and level.size is not None
-    size = L.render(level.size)
-    return f"({L.render(L.add(L.of_term(level.var), level.offset))}) // " + (
+    size = F.render(level.size)
+    return f"({F.render(L.add(L.of_term(level.var), level.offset))}) // " + (
         size if L.is_const(level.size) or L.single_term(level.size) is not None else f"({size})")
 
 
 def _nest(lower: list[ir.KBound], upper: list[ir.KBound], pending: list[ir.Atom],
           levels: list[ir.ChunkLevel]) -> ir.ChunkedKeys:
-    var: ir.Term = L.K
+    var: ir.Term = F.K
     for level in range(_MAX_LEVELS + 1):
         # canonical floors may cancel var ((-q - 2*k) % 2 == q % 2, free of k): those atoms go up too
-        canonical = [_canonical(a, var) if L.reads(a.lin, var) else a for a in pending]
-        here = [a for a in canonical if L.reads(a.lin, var)]
-        up = [a for a in canonical if not L.reads(a.lin, var)]
+        canonical = [_canonical(a, var) if F.reads(a.lin, var) else a for a in pending]
+        here = [a for a in canonical if F.reads(a.lin, var)]
+        up = [a for a in canonical if not F.reads(a.lin, var)]
         chunk = _choose_chunk(here, var)
         nxt = ir.ChunkVar(level + 1)
         if chunk is not None:
             if level == _MAX_LEVELS:
                 raise _Fail(here[0], f"floors nested more than {_MAX_LEVELS} deep")
             here = [ir.Atom(L.substitute(a.lin, _chunk_map(var, nxt, *chunk)), a.span) for a in here]
-            up += [a for a in here if not L.reads(a.lin, var)]
-            here = [a for a in here if L.reads(a.lin, var)]
+            up += [a for a in here if not F.reads(a.lin, var)]
+            here = [a for a in here if F.reads(a.lin, var)]
         for atom in here:
             lo, hi, implied = _solve(atom, var)
             lower, upper, up = lower + lo, upper + hi, up + implied
@@ -264,9 +265,9 @@ def _nest(lower: list[ir.KBound], upper: list[ir.KBound], pending: list[ir.Atom]
         lower.append(ir.KBound(first, 1))
         upper.append(ir.KBound(L.add(first, L.sub(size, L.const(1))), 1))
         levels.append(ir.ChunkLevel(var, tuple(lower), tuple(upper), offset, size))
-        known_lo = [b for b in lower if not L.reads(b.lin, nxt)]
-        known_hi = [b for b in upper if not L.reads(b.lin, nxt)]
-        if var == L.K:                                 # keys lie in [0, kv_len)
+        known_lo = [b for b in lower if not F.reads(b.lin, nxt)]
+        known_hi = [b for b in upper if not F.reads(b.lin, nxt)]
+        if var == F.K:                                 # keys lie in [0, kv_len)
             known_lo.append(ir.KBound(L.ZERO, 1))
             known_hi.append(ir.KBound(L.sub(L.of_term(ir.Builtin("kv_len")), L.const(1)), 1))
         lower = [_carried(b, offset, size, True) for b in known_lo]

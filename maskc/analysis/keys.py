@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from maskc import ir
-from maskc.analysis import linear as L
+from maskc.analysis import forms as F
 from maskc.analysis.rows import RowValues, k_bound_rows
 
 
@@ -36,7 +36,7 @@ def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
     if region.chunks is not None:
         return region.chunks
     assert region.linear, "an opaque region without chunks has no exact keys"
-    return ir.ChunkedKeys((ir.ChunkLevel(L.K, region.lower, region.upper),))
+    return ir.ChunkedKeys((ir.ChunkLevel(F.K, region.lower, region.upper),))
 
 
 def _extreme(arrays, fn, n: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Integer linear forms (:class:`~maskc.ir.Lin`): building them from expressions, and their algebra.
+"""Integer linear forms (:class:`~maskc.ir.Lin`): building them from expressions, and their algebra (what a
+form reads, and how it prints: :mod:`maskc.analysis.forms`).
 
 A ``Lin`` is canonical: terms sorted by a fixed key, no zero coefficients, and non-linear terms built
 by smart constructors that fold constants. Two expressions that are equal as integer polynomials in
@@ -11,6 +12,7 @@ import functools
 import math
 
 from maskc import ir
+from maskc.analysis.forms import inner_lins
 from maskc.errors import ComplexityError
 
 ZERO = ir.Lin((), 0)
@@ -269,101 +271,6 @@ def _strip(leaf):
     return replace(leaf, span=NO_SPAN)
 
 
-# -- questions about terms ------------------------------------------------------------------
-
-def inner_lins(term) -> tuple[ir.Lin, ...]:
-    if isinstance(term, ir.Root):
-        return (term.arg,)
-    if isinstance(term, ir.Square):
-        return (term.base,)
-    if isinstance(term, ir.Product):
-        return (term.left, term.right)
-    if isinstance(term, ir.Floor):
-        return (term.num, term.den)
-    if isinstance(term, ir.Extreme):
-        return term.args
-    if isinstance(term, ir.Bits):
-        return (term.left, term.right)
-    if isinstance(term, (ir.Lookup, ir.SegBound)):
-        return (term.index,)
-    return ()
-
-
-def term_mentions(term, leaf_test) -> bool:
-    if leaf_test(term):
-        return True
-    return any(lin_mentions(lin, leaf_test) for lin in inner_lins(term))
-
-
-def lin_mentions(lin: ir.Lin, leaf_test) -> bool:
-    return any(term_mentions(t, leaf_test) for t, _ in lin.terms)
-
-
-def _is_k_leaf(t) -> bool:
-    return (isinstance(t, ir.Pos) and t.which == "k") or (
-        isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k")
-
-
-def depends_on_k(lin: ir.Lin) -> bool:
-    return lin_mentions(lin, _is_k_leaf)
-
-
-def term_depends_on_k(term) -> bool:
-    return term_mentions(term, _is_k_leaf)
-
-
-@functools.lru_cache(maxsize=4096)
-def term_reads_chunks(term) -> bool:
-    """Whether a term reads a chunk index (:class:`~maskc.ir.ChunkVar`)."""
-    return term_mentions(term, lambda t: isinstance(t, ir.ChunkVar))
-
-
-def reads_chunks(lin: ir.Lin) -> bool:
-    return any(term_reads_chunks(t) for t, _ in lin.terms)
-
-
-def shift_amounts(lins):
-    """The amount of every shift that stayed whole (a ``<<`` or ``>>`` :class:`~maskc.ir.Bits`) in the forms."""
-    for lin in lins:
-        for t in terms_of(lin):
-            if isinstance(t, ir.Bits) and t.op in ("<<", ">>"):
-                yield t.right
-
-
-def depends_on_q(lin: ir.Lin) -> bool:
-    return lin_mentions(lin, lambda t: (isinstance(t, ir.Pos) and t.which == "q") or (
-        isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "q"))
-
-
-def depends_on_head(lin: ir.Lin) -> bool:
-    return lin_mentions(lin, lambda t: isinstance(t, ir.Builtin) and t.name == "h")
-
-
-K = ir.Pos("k")
-Q = ir.Pos("q")
-
-
-def split_k(lin: ir.Lin) -> tuple[int, ir.Lin] | None:
-    """``lin = a*k + rest`` with ``rest`` free of k, as ``(a, rest)``; None if k appears otherwise."""
-    return split_on(lin, K)
-
-
-def reads(lin: ir.Lin, var) -> bool:
-    """Whether ``lin`` reads the variable ``var``: k (with the segment attributes at k) or a ChunkVar."""
-    if var == K:
-        return depends_on_k(lin)
-    return lin_mentions(lin, lambda t: t == var)
-
-
-def split_on(lin: ir.Lin, var) -> tuple[int, ir.Lin] | None:
-    """``lin = a*var + rest`` with ``rest`` free of ``var``, as ``(a, rest)``; None if ``var`` appears otherwise."""
-    a = lin.coef(var)
-    rest = ir.Lin(tuple((t, c) for t, c in lin.terms if t != var), lin.const)
-    if reads(rest, var):
-        return None
-    return a, rest
-
-
 def substitute(lin: ir.Lin, mapping) -> ir.Lin:
     """Replace terms (at any depth) by linear forms: ``mapping(term)`` returns a Lin or None."""
     out = const(lin.const)
@@ -406,60 +313,3 @@ def reduce_atom(lin: ir.Lin) -> ir.Lin:
     if g <= 1:
         return lin
     return ir.Lin(tuple((t, c // g) for t, c in lin.terms), -((-lin.const) // g))
-
-
-def terms_of(lin: ir.Lin):
-    """Every term at any depth, outermost first."""
-    for t, _ in lin.terms:
-        yield t
-        for inner in inner_lins(t):
-            yield from terms_of(inner)
-
-
-def render(lin: ir.Lin) -> str:
-    """A readable form, for explain and diagnostics."""
-    parts = []
-    for t, c in lin.terms:
-        name = render_term(t)
-        if c == 1:
-            parts.append(f"+ {name}")
-        elif c == -1:
-            parts.append(f"- {name}")
-        else:
-            parts.append(f"{'+' if c > 0 else '-'} {abs(c)}*{name}")
-    if lin.const or not parts:
-        parts.append(f"{'+' if lin.const >= 0 else '-'} {abs(lin.const)}")
-    text = " ".join(parts)
-    return text[2:] if text.startswith("+ ") else "-" + text[2:]
-
-
-def render_term(t) -> str:
-    if isinstance(t, ir.Pos):
-        return t.which
-    if isinstance(t, ir.Builtin):
-        return t.name
-    if isinstance(t, ir.ParamRef):
-        return t.name
-    if isinstance(t, ir.SegAttr):
-        return f"{t.seg}.{t.attr}({t.pos})"
-    if isinstance(t, ir.SegValue):
-        return f"{t.array}({t.pos})"
-    if isinstance(t, ir.Square):
-        return f"({render(t.base)})**2"
-    if isinstance(t, ir.Product):
-        return f"({render(t.left)})*({render(t.right)})"
-    if isinstance(t, ir.Floor):
-        return f"({render(t.num)}) {t.op} ({render(t.den)})"
-    if isinstance(t, ir.Extreme):
-        return f"{t.fn}({', '.join(render(a) for a in t.args)})"
-    if isinstance(t, ir.ChunkVar):
-        return f"J{t.level}"
-    if isinstance(t, ir.Root):
-        return f"isqrt({render(t.arg)})"
-    if isinstance(t, ir.Bits):
-        return f"({render(t.left)}) {t.op} ({render(t.right)})"
-    if isinstance(t, ir.Lookup):
-        return f"{t.table}[{render(t.index)}]"
-    if isinstance(t, ir.SegBound):
-        return f"{t.seg}.bound({render(t.index)})"
-    return repr(t)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.errors import ComplexityError, Span
 
@@ -158,7 +159,7 @@ def _outside_tables(lin: ir.Lin):
     for t, _ in lin.terms:
         yield t
         if not isinstance(t, ir.Lookup):
-            for inner in L.inner_lins(t):
+            for inner in F.inner_lins(t):
                 yield from _outside_tables(inner)
 
 
@@ -169,8 +170,8 @@ def _split_extremes(lins: tuple[ir.Lin, ...], budget: _Budget) -> list[tuple[ir.
     target = None
     for lin in lins:
         for t in _outside_tables(lin):
-            if isinstance(t, ir.Extreme) and L.term_depends_on_k(t) and not any(
-                    isinstance(u, ir.Extreme) and L.term_depends_on_k(u) for a in t.args for u in _outside_tables(a)):
+            if isinstance(t, ir.Extreme) and F.term_depends_on_k(t) and not any(
+                    isinstance(u, ir.Extreme) and F.term_depends_on_k(u) for a in t.args for u in _outside_tables(a)):
                 target = t
                 break
         if target is not None:
@@ -261,7 +262,7 @@ def _regions(cond: ir.Cond, span) -> list[ir.Region]:
                 start, end = (L.of_term(ir.SegAttr(a, attr, "q")) for attr in ("start", "end"))
             else:
                 start, end = _seg_bound(b, a, 0), _seg_bound(b, a, 1)
-            same_lins = (L.scale(index, -1), L.sub(start, L.of_term(L.K)), L.add(L.sub(L.of_term(L.K), end), L.const(1)))
+            same_lins = (L.scale(index, -1), L.sub(start, L.of_term(F.K)), L.add(L.sub(L.of_term(F.K), end), L.const(1)))
             literal_alts.append([(same_lins, span)])
         for lit in conj:
             if isinstance(lit, ir.Cmp):
@@ -305,9 +306,9 @@ def normalize(mask: ir.ResolvedMask) -> ir.NormalMask:
 
 
 def _divisors(regions) -> tuple[ir.Lin, ...]:
-    found = {t.den for r in regions for a in r.atoms for t in L.terms_of(a.lin) if isinstance(t, ir.Floor)}
+    found = {t.den for r in regions for a in r.atoms for t in F.terms_of(a.lin) if isinstance(t, ir.Floor)}
     # a divisor nested in another comes first: checking in this order never divides by zero
-    return tuple(sorted(found, key=lambda d: (sum(1 for _ in L.terms_of(d)), L._term_key(d))))
+    return tuple(sorted(found, key=lambda d: (sum(1 for _ in F.terms_of(d)), L._term_key(d))))
 
 
 def _dedupe(regions: list[ir.Region]) -> tuple[ir.Region, ...]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, sorted_unique, subtract, union
 from maskc.analysis.rows import RowValues, lin_value
@@ -45,11 +46,11 @@ class Breaks:
 
 
 def _free_of_rows(lin: ir.Lin) -> bool:
-    return not L.depends_on_q(lin) and not L.lin_mentions(lin, lambda t: isinstance(t, ir.ChunkVar))
+    return not F.depends_on_q(lin) and not F.lin_mentions(lin, lambda t: isinstance(t, ir.ChunkVar))
 
 
 def _term_slopes(t, breaks: Breaks) -> frozenset | None:
-    if t == L.Q:
+    if t == F.Q:
         return frozenset({1})
     if isinstance(t, (ir.Builtin, ir.ParamRef, ir.ChunkVar)):
         return frozenset({0})
@@ -59,15 +60,15 @@ def _term_slopes(t, breaks: Breaks) -> frozenset | None:
         breaks.segments.add(t.seg)
         return frozenset({0})
     if isinstance(t, ir.Floor):
-        split = L.split_on(t.num, L.Q)
+        split = F.split_on(t.num, F.Q)
         if split is not None and split[0] in (1, -1) and _free_of_rows(split[1]) and _free_of_rows(t.den):
             breaks.floors.add((split[0], split[1], t.den))
             return frozenset({0 if t.op == "//" else split[0]})
-    found = [slopes(lin, breaks) for lin in L.inner_lins(t)]
+    found = [slopes(lin, breaks) for lin in F.inner_lins(t)]
     inner = [s for s in found if s is not None]
     if len(inner) < len(found):
         return None
-    if isinstance(t, ir.Extreme) and not L.lin_mentions(L.of_term(t), lambda u: isinstance(u, ir.ChunkVar)):
+    if isinstance(t, ir.Extreme) and not F.lin_mentions(L.of_term(t), lambda u: isinstance(u, ir.ChunkVar)):
         if any(s != {0} for s in inner) and t not in breaks.extremes:
             breaks.extremes.append(t)          # after the extremes inside it
         return frozenset().union(*inner)

@@ -12,6 +12,7 @@ as one interval per chunk of k (:func:`maskc.analysis.chunks.chunk_keys`), when 
 from __future__ import annotations
 
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.chunks import chunk_keys, floor_bound
 
@@ -23,7 +24,7 @@ def _bounds(region: ir.Region) -> ir.RegionBounds:
     opaque: list[ir.Atom] = []
     static: list[ir.Atom] = []
     for atom in region.atoms:
-        split = L.split_k(atom.lin)
+        split = F.split_k(atom.lin)
         if split is None:
             solved = floor_bound(atom.lin)
             if solved is None:
@@ -33,7 +34,7 @@ def _bounds(region: ir.Region) -> ir.RegionBounds:
             continue
         a, rest = split
         if a == 0:
-            varies = L.depends_on_q(atom.lin) or L.depends_on_head(atom.lin) or L.lin_mentions(
+            varies = F.depends_on_q(atom.lin) or F.depends_on_head(atom.lin) or F.lin_mentions(
                 atom.lin, lambda t: isinstance(t, ir.Builtin) and t.name == "b")
             (guards if varies else static).append(atom)
         elif a > 0:
@@ -50,6 +51,6 @@ def _bounds(region: ir.Region) -> ir.RegionBounds:
 
 def analyze_ranges(mask: ir.NormalMask) -> ir.RangeMask:
     """Per region, the k-interval of each row as max/min of functions of q (see module docstring)."""
-    uses_head = any(L.depends_on_head(a.lin) for r in mask.allow + mask.deny for a in r.atoms)
+    uses_head = any(F.depends_on_head(a.lin) for r in mask.allow + mask.deny for a in r.atoms)
     return ir.RangeMask(mask.name, mask.params, tuple(_bounds(r) for r in mask.allow),
                         tuple(_bounds(r) for r in mask.deny), mask.divisors, uses_head, mask.span)

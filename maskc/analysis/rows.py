@@ -13,7 +13,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import bitops
-from maskc.analysis import linear as L
+from maskc.analysis import forms as F
 from maskc.kernel_ir import BatchParams, Table
 
 
@@ -128,7 +128,7 @@ class RowValues(_Scalars):
     def term(self, t):
         hit = self._memo.get(t)
         if hit is None:
-            if self.gather is not None and not L.term_reads_chunks(t):
+            if self.gather is not None and not F.term_reads_chunks(t):
                 hit = self.gather[0].term(t)
                 hit = hit[self.gather[1]] if np.ndim(hit) else hit
             else:
@@ -190,7 +190,7 @@ def _split_on_chunks(lin: ir.Lin) -> tuple[ir.Lin, tuple]:
     cached on the form (immutable)."""
     cached = lin.__dict__.get("_chunk_split")
     if cached is None:
-        moving = tuple((t, c) for t, c in lin.terms if L.term_reads_chunks(t))
+        moving = tuple((t, c) for t, c in lin.terms if F.term_reads_chunks(t))
         fixed = lin if not moving else ir.Lin(tuple((t, c) for t, c in lin.terms if (t, c) not in moving), lin.const)
         cached = (fixed, moving)
         object.__setattr__(lin, "_chunk_split", cached)

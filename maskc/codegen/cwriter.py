@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 
 
@@ -95,11 +96,11 @@ class CWriter:
 
     # -- forms -----------------------------------------------------------------------------
     def lin(self, lin: ir.Lin, per_element: bool = False) -> str:
-        if per_element and not L.depends_on_k(lin) and not self._is_leafish(lin):
+        if per_element and not F.depends_on_k(lin) and not self._is_leafish(lin):
             return self.hoist(lin)
         parts = []
         for t, c in lin.terms:
-            hoist = per_element and not L.term_depends_on_k(t) and not isinstance(t, (ir.Pos, ir.Builtin, ir.ParamRef))
+            hoist = per_element and not F.term_depends_on_k(t) and not isinstance(t, (ir.Pos, ir.Builtin, ir.ParamRef))
             parts.append((c, self.hoist(L.of_term(t)) if hoist else self.term(t, per_element)))
         out = ""
         for c, text in parts:

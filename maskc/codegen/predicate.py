@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from maskc import ir
-from maskc.analysis import linear as L
+from maskc.analysis import forms as F
 from maskc.codegen.cwriter import CWriter, TableLayout
 from maskc.codegen.sanitize import comment_text
 from maskc.codegen.tile_bits import bits_function, chunk_function, has_tile_bits
@@ -201,7 +201,7 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
                 test += f" && {w.lin(atom.lin, per_element=True)} <= 0"
             visible_terms[kind].append(test + ")")
     k_segments = sorted({t.seg for r in mask.allow + mask.deny for a in r.opaque
-                         for t in L.terms_of(a.lin) if isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k"})
+                         for t in F.terms_of(a.lin) if isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k"})
     out = ["// What mask_visible needs of one query row, computed once per row and tile.", "struct MaskRow {"]
     out += [f"    int {f};" for f in row_fields]
     out += [f"    {ctype} {name};" for name, ctype, _ in w.row_values]
