@@ -11,7 +11,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis.chunks import chunk_definition
-from maskc.analysis.forms import render, render_term
+from maskc.analysis.forms import leaf_text, render, render_term
 from maskc.errors import MaskError
 from maskc.options import DEFAULT, Options
 from maskc.pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
@@ -64,14 +64,9 @@ def expr_text(e: ir.IntExpr, outer: int = 0) -> str:
     """An integer expression in .mask syntax, parenthesized only where precedence needs it."""
     if isinstance(e, ir.Const):
         return str(e.value)
-    if isinstance(e, ir.Pos):
-        return e.which
-    if isinstance(e, (ir.Builtin, ir.ParamRef)):
-        return e.name
-    if isinstance(e, ir.SegAttr):
-        return f"{e.seg}.{e.attr}({e.pos})"
-    if isinstance(e, ir.SegValue):
-        return f"{e.array}({e.pos})"
+    leaf = leaf_text(e)
+    if leaf is not None:
+        return leaf
     if isinstance(e, ir.TableAt):
         return f"{e.table}[{', '.join(expr_text(i) for i in e.indices)}]"
     if isinstance(e, ir.Func):

@@ -127,17 +127,24 @@ def render(lin: ir.Lin) -> str:
     return text[2:] if text.startswith("+ ") else "-" + text[2:]
 
 
-def render_term(t) -> str:
+def leaf_text(t) -> str | None:
+    """A leaf (a position, builtin, parameter, segment attribute or per-segment value) as .mask text, in
+    terms and in resolved expressions alike; None for anything else."""
     if isinstance(t, ir.Pos):
         return t.which
-    if isinstance(t, ir.Builtin):
-        return t.name
-    if isinstance(t, ir.ParamRef):
+    if isinstance(t, (ir.Builtin, ir.ParamRef)):
         return t.name
     if isinstance(t, ir.SegAttr):
         return f"{t.seg}.{t.attr}({t.pos})"
     if isinstance(t, ir.SegValue):
         return f"{t.array}({t.pos})"
+    return None
+
+
+def render_term(t) -> str:
+    leaf = leaf_text(t)
+    if leaf is not None:
+        return leaf
     if isinstance(t, ir.Square):
         return f"({render(t.base)})**2"
     if isinstance(t, ir.Product):
