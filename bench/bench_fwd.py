@@ -67,10 +67,11 @@ def run(args) -> list[dict]:
             from torch.nn.attention.flex_attention import create_block_mask
 
             block_mask = create_block_mask(w.mask_mod(), None, None, S, S, device="cuda")
+            score_mod = w.score_mod()
             if "flex" in impls:
-                runners["flex"] = lambda: flex(q, k, v, block_mask=block_mask)
+                runners["flex"] = lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
             if "flex_fa4" in impls and flex_fa4 is not None:
-                runners["flex_fa4"] = lambda: flex_fa4(q, k, v, block_mask=block_mask)
+                runners["flex_fa4"] = lambda: flex_fa4(q, k, v, score_mod=score_mod, block_mask=block_mask)
         if fa4 is not None and "fa4" in impls and w.fa4_native() is not None:
             kw = w.fa4_native()
             runners["fa4"] = lambda: W.first(fa4.flash_attn_func(qs, ks, vs, **kw)).transpose(1, 2)
@@ -97,7 +98,7 @@ def run(args) -> list[dict]:
             except Exception as exc:   # noqa: BLE001 - a peer that cannot run this case is reported, not fatal
                 print(f"# {impl} {name} S={S} D={D}: {exc!r}"[:400], flush=True)
         if S <= 4096:
-            ref, against = W.reference(q, k, v, W.dense_mask(w)), "float32"
+            ref, against = W.reference(q, k, v, W.dense_mask(w), score_mod=w.score_mod()), "float32"
         else:   # an independent peer's output: Flex-Triton's, else FA4's, else Flex-FA4's
             against = next((i for i in ("flex", "fa4", "fa4_varlen", "flex_fa4") if i in outputs), None)
             ref = outputs.get(against)

@@ -30,6 +30,8 @@ import maskc  # noqa: E402
 
 ALL_MASKS = ("causal", "sliding_window", "document", "shared_prompt", "hstu", "hstu_ctx32", "prefix_lm",
              "global_local", "clear", "neighborhood", "video")
+SCORE_MASKS = ("softcap", "alibi")       # causal with a score modifier: compare with causal in the same run
+SOFTCAP = 50.0
 WINDOW = 1024
 NATTEN_WIDTH, NATTEN_WINDOW = 181, 13                 # a 13x13 window on a 181-wide image: 181 x 181 ~ 32K
 VIDEO_WIDTH, VIDEO_HEIGHT, VIDEO_RADIUS, VIDEO_PAST = 32, 32, 4, 1     # 32 x 32 frames, 9 x 9 x 2 window
@@ -51,10 +53,20 @@ class Workload:
     def short_params(self) -> dict:
         return {k: (v if not isinstance(v, list) or len(v) <= 4 else f"{len(v)} items") for k, v in self.params.items()}
 
+    def score_mod(self):
+        """The score modifier as a Flex user writes it, or None (the mask has none). It acts on the scaled score,
+        as maskc's does."""
+        if self.name == "softcap":
+            return lambda score, b, h, q, k: SOFTCAP * torch.tanh(score / SOFTCAP)
+        if self.name == "alibi":
+            slopes = self.tables["slopes"]
+            return lambda score, b, h, q, k: score - slopes[h] * (q - k)
+        return None
+
     def mask_mod(self):
         """The mask as a Flex user writes it (closures over small per-token tables)."""
         t, name = self.tables, self.name
-        if name == "causal":
+        if name in ("causal", "softcap", "alibi"):
             return lambda b, h, q, k: q >= k
         if name == "sliding_window":
             return lambda b, h, q, k: (q >= k) & (q - k < WINDOW)
@@ -115,6 +127,8 @@ class Workload:
         """kwargs of flash_attn_func for the masks FA4 has built in, else None."""
         if self.name == "causal":
             return {"causal": True}
+        if self.name == "softcap":
+            return {"causal": True, "softcap": SOFTCAP}
         if self.name == "sliding_window":
             return {"causal": True, "window_size": (WINDOW - 1, 0)}
         return None
@@ -133,6 +147,12 @@ def workload(name: str, S: int, device: str = "cuda") -> Workload:
         return Workload(name, S, "causal", {})
     if name == "sliding_window":
         return Workload(name, S, "sliding_window", {"window": WINDOW})
+    if name == "softcap":
+        return Workload(name, S, "softcap", {"cap": SOFTCAP})
+    if name == "alibi":        # the paper's slopes for 16 heads (B, H of the benchmarks)
+        slopes = [2 ** (-8 * (i + 1) / 16) for i in range(16)]
+        return Workload(name, S, "alibi", {"num_heads": 16, "slope": slopes},
+                        {"slopes": torch.tensor(slopes, dtype=torch.float32, device=device)})
     if name == "document":
         cuts = np.sort(rng.choice(np.arange(1, S), 11, replace=False))
         docs = [int(x) for x in np.diff(np.concatenate([[0], cuts, [S]]))]
@@ -181,14 +201,19 @@ def dense_mask(w: Workload, rows: int | None = None) -> torch.Tensor:
     return w.mask_mod()(zero, zero, q, k)
 
 
-def reference(q, k, v, mask: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """softmax(QK^T * scale + mask) V in float32, head by head (rows that see nothing give 0)."""
+def reference(q, k, v, mask: torch.Tensor, scale: float | None = None, score_mod=None) -> torch.Tensor:
+    """softmax(mod(QK^T * scale) + mask) V in float32, head by head (rows that see nothing give 0); ``score_mod``
+    as Flex takes it (a Workload's), applied to the scaled scores."""
     D = q.shape[-1]
     scale = scale if scale is not None else D ** -0.5
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
             s = (q[b, h].float() @ k[b, h].float().T) * scale
+            if score_mod is not None:
+                rows = torch.arange(s.shape[0], device=s.device)[:, None]
+                cols = torch.arange(s.shape[1], device=s.device)[None, :]
+                s = score_mod(s, torch.tensor(b, device=s.device), torch.tensor(h, device=s.device), rows, cols)
             s = s.masked_fill(~mask, float("-inf"))
             p = torch.softmax(s, -1).nan_to_num(0.0)
             out[b, h] = p @ v[b, h].float()
