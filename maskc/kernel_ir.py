@@ -68,6 +68,8 @@ class BatchParams:
     ints: tuple[tuple[str, int], ...]
     segments: tuple[tuple[str, SegmentTable], ...]
     tables: tuple[tuple[str, Table], ...] = ()
+    # float parameters (read by the score modifier only): a float, or a float64 array for a float table
+    floats: tuple[tuple[str, "float | np.ndarray"], ...] = ()
 
     def int(self, name: str) -> int:
         return next(v for n, v in self.ints if n == name)
@@ -77,6 +79,9 @@ class BatchParams:
 
     def table(self, name: str) -> Table:
         return next(v for n, v in self.tables if n == name)
+
+    def float(self, name: str):
+        return next(v for n, v in self.floats if n == name)
 
 
 @dataclass(frozen=True, eq=False)
