@@ -20,6 +20,7 @@ from maskc.analysis.classify import classify
 from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_arrays
 from maskc.analysis.evaluate import dense_mask
 from maskc.analysis.normalize import normalize, specialize
+from maskc.analysis.score import modified_scores
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.widths import check_static
 from maskc.codegen.predicate import pack_mask_data, predicate
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
-    from maskc.flex import FlexMaskMod
+    from maskc.flex import FlexMaskMod, FlexScoreMod
     from maskc.restrict import RestrictedMask
 
 Device = Union[str, "torch.device", None]
@@ -332,6 +333,12 @@ class BoundMask:
         return dense_mask(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len,
                           head, batch_index)
 
+    def modified_scores(self, scores: np.ndarray, batch_index: int = 0, head: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(mod(scores), mod'(scores)): the score modifier and its derivative on dense float64 scaled scores
+        [seq_len, kv_len] of one batch element and head (the scores and ones without a modifier)."""
+        return modified_scores(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len, head,
+                               batch_index, scores, range(self.seq_len), range(self.kv_len))
+
     def tile_map(self, block_m: int = 128, block_n: int = 128, max_bytes: int = MAX_DESCRIPTOR_BYTES) -> TileMap:
         """Every batch element's tile classes as run-length rows: memory grows with the runs, never with the
         tile grid; more than ``max_bytes`` of them is a BindError (raise the cap for very long sequences)."""
@@ -370,6 +377,12 @@ class BoundMask:
                                         t["full_kv_indices"], BLOCK_SIZE=(block_m, block_n),
                                         mask_mod=self.flex_mask_mod(device),
                                         seq_lengths=(self.seq_len, self.kv_len))
+
+    def flex_score_mod(self, device: Device = None) -> "FlexScoreMod | None":
+        """The mask's score modifier as Flex's ``score_mod`` ``(score, b, h, q_idx, kv_idx)`` (None when the mask
+        has none); its tables on ``device`` (default the CPU), following the positions it is called with."""
+        from maskc.flex import FlexScoreMod
+        return None if self.mask.resolved.score is None else FlexScoreMod(self, device)
 
     def flex_mask_mod(self, device: Device = None) -> "FlexMaskMod":
         """The mask as a FlexAttention mask_mod in torch operations (O(N) tables, any length), its tables on

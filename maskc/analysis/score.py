@@ -78,6 +78,17 @@ class ScoreEvaluator:
         raise TypeError(e)
 
 
+def modified_scores(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, head: int,
+                    batch_index: int, scores: np.ndarray, rows: range, cols: range) -> tuple[np.ndarray, np.ndarray]:
+    """(mod(scores), mod'(scores)) for the dense block ``scores[rows x cols]`` of one batch element and head;
+    the scores themselves and 1 for a mask without a modifier."""
+    if mask.score is None:
+        return scores, np.ones_like(scores)
+    q = np.arange(rows.start, rows.stop, dtype=np.int64)[:, None]
+    k = np.arange(cols.start, cols.stop, dtype=np.int64)[None, :]
+    return ScoreEvaluator(mask, params, seq_len, kv_len, head, batch_index)(scores, q, k)
+
+
 def integer_parts(expr: ir.ScoreExpr):
     """Every integer expression the modifier computes: ToFloat values and float-table indices."""
     stack = [expr]
