@@ -24,6 +24,7 @@ from maskc.analysis.score import modified_scores
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.widths import check_static
 from maskc.codegen.predicate import pack_mask_data, predicate
+from maskc.codegen.score import score_code
 from maskc.errors import BindError, MaskError, MaskSyntaxError
 from maskc.frontend.parse import parse
 from maskc.frontend.resolve import Program, resolve, resolve_all
@@ -185,7 +186,7 @@ class CompiledMask:
         constants = self.const_values(constants)
         return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps,
                           predicate(self.ranges, tuple(constants), self.offsets, narrow), self._summary(constants),
-                          engine, arch)
+                          engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
@@ -200,7 +201,7 @@ class CompiledMask:
         return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n,
                             tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets, narrow),
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine, dq_reduction),
-                            arch)
+                            arch, score_code(self.resolved, tuple(constants), self.offsets))
 
     def _c_name(self) -> str:
         from maskc.codegen.sanitize import c_identifier

@@ -133,6 +133,11 @@ def example_params(name: str, seq_len: int, rng: np.random.Generator, heads: int
                 anc[i, j] = 1
                 j = parent[j]
         return {"kv_len": tree_kv_len(seq_len), "anc": anc.tolist()}
+    if name == "alibi":            # the paper's slopes, 2 ** (-8 (i + 1) / H), scaled at random
+        return {"num_heads": heads, "slope": [float(rng.uniform(0.5, 2.0)) * 2 ** (-8 * (i + 1) / heads)
+                                              for i in range(heads)]}
+    if name == "softcap":
+        return {"cap": float(rng.choice([0.5, 5.0, 50.0]))}
     raise KeyError(name)
 
 

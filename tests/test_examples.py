@@ -23,6 +23,8 @@ CONTRACT = {
     "per_head_window": ["window"],
     "cross_images": ["lead", "text", "images"],
     "tree_verify": ["anc"],
+    "alibi": ["slope"],
+    "softcap": ["cap"],
 }
 
 
