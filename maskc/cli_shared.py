@@ -95,7 +95,7 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
 def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_params: tuple[str, ...],
                   heads: int) -> "BoundMask":
     # Only a mask that reads h is bound per head (else every head shares one mask).
-    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.ranges.uses_head else None,
+    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None,
                      **parse_params(mask, raw_params))
 
 

@@ -42,7 +42,7 @@ def _bind(mask: "CompiledMask | str | os.PathLike[str]", B: int | None, H: int |
     compiled = mask if isinstance(mask, CompiledMask) else load(os.fspath(mask))
     if Q_LEN is None:
         raise TypeError("Q_LEN is required: the number of query positions")
-    bound = compiled.bind(seq_len=Q_LEN, kv_len=KV_LEN, num_heads=H if compiled.ranges.uses_head else None,
+    bound = compiled.bind(seq_len=Q_LEN, kv_len=KV_LEN, num_heads=H if compiled.reads_head else None,
                           **params)
     if B is not None and bound.batch > 1 and B != bound.batch:
         raise BindError(f"B={B}, but the parameters describe {bound.batch} batch elements", compiled.resolved.span)

@@ -21,6 +21,7 @@ from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_array
 from maskc.analysis.evaluate import dense_mask
 from maskc.analysis.normalize import normalize, specialize
 from maskc.analysis.score import modified_scores
+from maskc.analysis.score import reads_head as score_reads_head
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.widths import check_static
 from maskc.codegen.predicate import pack_mask_data, predicate
@@ -144,6 +145,11 @@ class CompiledMask:
         return 0 if any(r.opaque for r in regions) else len(regions)
 
     @property
+    def reads_head(self) -> bool:
+        """Whether binding needs ``num_heads``: the mask or its score modifier reads h."""
+        return self.ranges.uses_head or score_reads_head(self.resolved)
+
+    @property
     def exact(self) -> bool:
         """Whether tile classes are exact for this mask (else only sound)."""
         return self.ranges.exact
@@ -263,7 +269,8 @@ def _param_repr(p: ir.Param) -> str:
     sizes = "" if p.shape is None else f"[{', '.join(expr_text(e) for e in p.shape)}]"
     table = ("table" if p.of is None else f"per {p.of}" + (" table" if p.dims else "")) + sizes
     kind = {"int": "const int" if p.const else "int", "segments": "segments over k" if p.over == "k" else "segments",
-            "per": f"per {p.of}", "table": table}[p.kind]
+            "per": f"per {p.of}", "table": table,
+            "float": "float", "float_table": "float table" if p.of is None else f"float per {p.of}"}[p.kind]
     return f"{p.name}: {kind}" + (f" = {p.default}" if p.default is not None else "")
 
 
@@ -277,6 +284,8 @@ def _values_repr(element) -> str:
         out.append(f"{n}={short(np.diff(table.bounds))}")
         out += [f"{a}={short(v)}" for a, v in table.values]
     out += [f"{n}={short(table.values)}" for n, table in element.tables]
+    out += [f"{n}={v:g}" if isinstance(v, float) else f"{n}=[{', '.join(f'{x:g}' for x in v[:5])}"
+            f"{', ...' if len(v) > 5 else ''}]" for n, v in element.floats]
     return ", ".join(out)
 
 

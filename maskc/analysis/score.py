@@ -104,6 +104,14 @@ def integer_parts(expr: ir.ScoreExpr):
             stack += list(e.args)
 
 
+def reads_head(mask: ir.ResolvedMask) -> bool:
+    """Whether the mask's score modifier reads h (a ``float per h``, a per-head int, h itself): its binding
+    then needs num_heads."""
+    from maskc.frontend.resolve import mentions
+    return mask.score is not None and any(
+        mentions(part, lambda n: isinstance(n, ir.Builtin) and n.name == "h") for part in integer_parts(mask.score.expr))
+
+
 def check_score(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, num_heads: int | None,
                 batch: int, at: str = "") -> None:
     """Bind's check of a score modifier: every intermediate of its integer parts fits in 32 bits (the kernels

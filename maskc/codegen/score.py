@@ -252,11 +252,12 @@ def _describe(e) -> str:
     if isinstance(e, ir.FloatParam):
         return e.name
     if isinstance(e, ir.FloatAt):
-        from maskc.analysis.linear import render, from_expr
+        from maskc.analysis.linear import from_expr, render
         return f"{e.table}[{render(from_expr(e.index))}]"
     if isinstance(e, ir.ToFloat):
-        from maskc.analysis.linear import render, from_expr
-        return render(from_expr(e.value))
+        from maskc.analysis.linear import from_expr, render
+        text = render(from_expr(e.value))
+        return f"({text})" if " " in text else text
     if isinstance(e, ir.FArith):
         return f"({_describe(e.left)} {e.op} {_describe(e.right)})"
     return f"{e.fn}({', '.join(_describe(a) for a in e.args)})"
