@@ -250,12 +250,18 @@ def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int
 @dataclass(frozen=True)
 class ScoreCode:
     """A mask's score modifier as device code (:mod:`maskc.codegen.score`): ``code`` defines ``ScoreHead``,
-    ``score_head``, ``score_mod`` and ``score_mod_grad``. ``unit_slope``: its derivative is 1 everywhere (an
-    additive modifier), so the backward multiplies dS by nothing. ``summary``: the modifier in one line."""
+    ``score_head``, ``score_mod`` and ``score_mod_grad``; ``helpers`` the device functions it calls (``tanh.approx``);
+    ``source`` is both. ``unit_slope``: its derivative is 1 everywhere (an additive modifier), so the backward
+    multiplies dS by nothing. ``summary``: the modifier in one line."""
 
     code: str = field(repr=False)
     unit_slope: bool
     summary: str
+    helpers: str = field(default="", repr=False)
+
+    @property
+    def source(self) -> str:
+        return self.helpers + self.code
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ __device__ __forceinline__ float maskc_tanh(float x) {
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+"""
+_FLOAT_AT = """\
 // Entry i of a float table [n, bits_0 .. bits_n-1], i clamped into [0, n).
 __device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, int i) {
     return __int_as_float(table[1 + min(max(i, 0), table[0] - 1)]);
@@ -281,7 +283,7 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
     out = [f"// The score modifier: {comment_text(describe(mask.score))}",
            "// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,",
            "// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))",
-           _HELPERS.rstrip("\n"), "struct ScoreHead {", "    float scale, inv_scale;"]
+           _FLOAT_AT.rstrip("\n"), "struct ScoreHead {", "    float scale, inv_scale;"]
     out += [f"    float f{i};" for i in range(len(w.fields))]
     out += ["};", ""]
     table = "table" if offsets else "mask"
@@ -308,5 +310,5 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
             out.append(f"    d = {'0.f' if grad is None else grad};")
         out += [f"    return {result};", "}", ""]
     code = "\n".join(out) + "\n"
-    return ScoreCode(code, grad == _ONE, describe(mask.score))
+    return ScoreCode(code, grad == _ONE, describe(mask.score), _HELPERS)
 

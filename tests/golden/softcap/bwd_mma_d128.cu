@@ -140,15 +140,15 @@ __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __re
 // ---- end of predicate --------------------------------------------------------------------------------
 
 // ---- the generated score modifier (maskc.codegen.score), verbatim --------------------------------------
-// The score modifier: score = softcap(score, cap)
-// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,
-// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))
 // tanh on the SFU (tanh.approx.f32: sm_75+, max relative error 2^-10.99), as FlashAttention-3 soft-caps.
 __device__ __forceinline__ float maskc_tanh(float x) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+// The score modifier: score = softcap(score, cap)
+// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,
+// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))
 // Entry i of a float table [n, bits_0 .. bits_n-1], i clamped into [0, n).
 __device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, int i) {
     return __int_as_float(table[1 + min(max(i, 0), table[0] - 1)]);
