@@ -296,6 +296,9 @@ def _summary_lines(mask: ir.ResolvedMask):
     for r in mask.rules:
         if r.span.source_line:
             yield comment_text(r.span.source_line.strip())
+    if mask.score is not None:
+        from maskc.codegen.score import describe
+        yield comment_text(describe(mask.score) + "   (the scaled score of a visible pair, before the softmax)")
 
 
 @dataclass(frozen=True, eq=False)

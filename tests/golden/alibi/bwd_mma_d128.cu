@@ -2,6 +2,7 @@
 // maskc: flash-attention backward, specialized to the mask `alibi`
 //   mask alibi (alibi.mask:6:6)
 //   allow k <= q
+//   score = score - (slope[h] * (-k + q))   (the scaled score of a visible pair, before the softmax)
 //
 // Four kernels, launched in this order by maskc.runtime.attention_backward:
 //   maskc_bwd_prep_alibi       per query row: LSE in log2 units, and delta = rowsum(dO * O) - dLSE

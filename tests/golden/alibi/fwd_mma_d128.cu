@@ -2,6 +2,7 @@
 // maskc: flash-attention forward, specialized to the mask `alibi`
 //   mask alibi (alibi.mask:6:6)
 //   allow k <= q
+//   score = score - (slope[h] * (-k + q))   (the scaled score of a visible pair, before the softmax)
 //
 // Notation
 //   B, Hq, Hkv   batch size, query heads, key/value heads (GQA/MQA: query head h reads kv head h / (Hq/Hkv))

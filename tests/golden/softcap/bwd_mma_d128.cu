@@ -2,6 +2,7 @@
 // maskc: flash-attention backward, specialized to the mask `softcap`
 //   mask softcap (softcap.mask:4:6)
 //   allow k <= q
+//   score = softcap(score, cap)   (the scaled score of a visible pair, before the softmax)
 //
 // Four kernels, launched in this order by maskc.runtime.attention_backward:
 //   maskc_bwd_prep_softcap       per query row: LSE in log2 units, and delta = rowsum(dO * O) - dLSE

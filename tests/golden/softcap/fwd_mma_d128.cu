@@ -2,6 +2,7 @@
 // maskc: flash-attention forward, specialized to the mask `softcap`
 //   mask softcap (softcap.mask:4:6)
 //   allow k <= q
+//   score = softcap(score, cap)   (the scaled score of a visible pair, before the softmax)
 //
 // Notation
 //   B, Hq, Hkv   batch size, query heads, key/value heads (GQA/MQA: query head h reads kv head h / (Hq/Hkv))

@@ -2,6 +2,7 @@
 // maskc: flash-attention forward on Hopper (wgmma + TMA, warp-specialized), specialized to the mask `softcap`
 //   mask softcap (softcap.mask:4:6)
 //   allow k <= q
+//   score = softcap(score, cap)   (the scaled score of a visible pair, before the softmax)
 //
 // Same contract, descriptor walk and notation as the mma.sync kernel (attention_fwd.cu.j2); what differs:
 //   warps        NUM_WARPS consumer warps = two warpgroups of 64 query rows each (wgmma: S = Q K^T from
