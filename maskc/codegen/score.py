@@ -118,10 +118,9 @@ class _Writer:
             args = [self.integer(a) for a in e.args]
             return f"abs({args[0]})" if e.fn == "abs" else f"{e.fn}({args[0]}, {args[1]})"
         left, right = self.integer(e.left), self.integer(e.right)
-        if e.op == "//":
-            return f"(int)maskc_floordiv({left}, {right})"
-        if e.op == "%":
-            return f"(int)maskc_floormod({left}, {right})"
+        if e.op in ("//", "%"):         # Python's floor semantics, in int (bind proved the values fit)
+            fn = "maskc_floordiv" if e.op == "//" else "maskc_floormod"
+            return f"{fn}((int){left}, (int){right})"
         return f"({left} {e.op} {right})"
 
     def natural(self, e, hoist: bool = True) -> str:

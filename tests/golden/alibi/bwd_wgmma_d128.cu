@@ -84,21 +84,56 @@ static_assert(KV_SMEM_BYTES <= 227 * 1024 && DQ_SMEM_BYTES <= 227 * 1024, "share
 // kernels of bindings proved to fit in 32 bits compute in int instead.
 typedef long long maskc_int;
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
-// Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
-__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
+// Floor division and modulo as in Python (den > 0, checked when the mask was bound), for maskc_int and for
+// the 64-bit chunk nests; 32-bit division when both operands fit, as they nearly always do (the test folds
+// away for int). Division by a constant power of two is written as a shift or a mask instead.
+template <class T>
+__device__ __forceinline__ T maskc_floordiv(T num, T den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const maskc_int q = num / den;
+    const T q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_ceildiv(T num, T den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
+}
+
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+__device__ __forceinline__ long long maskc_isqrt(long long n) {
+    if (n <= 0) return 0;
+    long long r = (long long)sqrt((double)n);
+    while (r * r > n) --r;
+    while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+
+// Bits a..b of a visibility word (clamped to the word); 0 when [a, b] misses it.
+template <class Word>
+__device__ __forceinline__ Word maskc_span_bits(int a, int b) {
+    constexpr int TOP = 8 * (int)sizeof(Word) - 1;
+    a = max(a, 0);
+    b = min(b, TOP);
+    if (a > b) return Word(0);
+    return (~Word(0) >> (TOP - b)) & (~Word(0) << a);
+}
+
+// Set, or clear, the keys lo..hi in visibility words of keys from k0 (bit j of word w: key k0 + w * bits + j).
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_set_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] |= maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+}
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_clear_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] &= ~maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
 }
 
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
@@ -434,14 +469,6 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 #endif
 }
 
-// Bits a..b (clamped to 0..31) of a 32-key visibility word; 0 when the interval misses the word.
-__device__ __forceinline__ u32 range_bits32(int a, int b) {
-    a = max(a, 0);
-    b = min(b, 31);
-    if (a > b) return 0u;
-    return (0xffffffffu >> (31 - b)) & (0xffffffffu << a);
-}
-
 // Visibility of the ROWS x COLS tile at (q0, k0): bits[row * (COLS / 32) + word], bit j = key k0 + 32 word + j.
 // Rows past seq_len and keys past kv_len are hidden. THREADS threads share the words.
 template <int ROWS, int COLS, int THREADS>
@@ -455,8 +482,8 @@ __device__ __forceinline__ void tile_visibility(u32* bits, const int* __restrict
         if (q < seq_len) {
             const MaskRow mr = mask_row(mask, mb, h, q);
             // interval masks: each region's [lo, hi] becomes a run of bits
-            word |= range_bits32(mr.lo0 - key0, mr.hi0 - key0);
-            word &= range_bits32(0, kv_len - 1 - key0);
+            word |= maskc_span_bits<u32>(mr.lo0 - key0, mr.hi0 - key0);
+            word &= maskc_span_bits<u32>(0, kv_len - 1 - key0);
         }
         bits[i] = word;
     }

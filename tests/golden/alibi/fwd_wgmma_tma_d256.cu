@@ -85,21 +85,56 @@ static_assert(SMEM_BYTES == 231512, "the launch gives what maskc.codegen.plan co
 // kernels of bindings proved to fit in 32 bits compute in int instead.
 typedef long long maskc_int;
 // Key bounds are clamped into [-1, kv_len] before they are narrowed to int.
-// Floor division and modulo as in Python (den > 0, checked when the mask was bound); 32-bit division
-// when both operands fit, as they nearly always do (the test folds away when maskc_int is int).
-__device__ __forceinline__ maskc_int maskc_floordiv(maskc_int num, maskc_int den) {
+// Floor division and modulo as in Python (den > 0, checked when the mask was bound), for maskc_int and for
+// the 64-bit chunk nests; 32-bit division when both operands fit, as they nearly always do (the test folds
+// away for int). Division by a constant power of two is written as a shift or a mask instead.
+template <class T>
+__device__ __forceinline__ T maskc_floordiv(T num, T den) {
     if (num == (int)num && den == (int)den) {
         const int n = (int)num, d = (int)den, q = n / d;
         return (n % d != 0 && n < 0) ? q - 1 : q;
     }
-    const maskc_int q = num / den;
+    const T q = num / den;
     return (num % den != 0 && num < 0) ? q - 1 : q;
 }
-__device__ __forceinline__ maskc_int maskc_ceildiv(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_ceildiv(T num, T den) {
     return -maskc_floordiv(-num, den);
 }
-__device__ __forceinline__ maskc_int maskc_floormod(maskc_int num, maskc_int den) {
+template <class T>
+__device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
+}
+
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+__device__ __forceinline__ long long maskc_isqrt(long long n) {
+    if (n <= 0) return 0;
+    long long r = (long long)sqrt((double)n);
+    while (r * r > n) --r;
+    while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+
+// Bits a..b of a visibility word (clamped to the word); 0 when [a, b] misses it.
+template <class Word>
+__device__ __forceinline__ Word maskc_span_bits(int a, int b) {
+    constexpr int TOP = 8 * (int)sizeof(Word) - 1;
+    a = max(a, 0);
+    b = min(b, TOP);
+    if (a > b) return Word(0);
+    return (~Word(0) >> (TOP - b)) & (~Word(0) << a);
+}
+
+// Set, or clear, the keys lo..hi in visibility words of keys from k0 (bit j of word w: key k0 + w * bits + j).
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_set_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] |= maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
+}
+template <class Word, int WORDS>
+__device__ __forceinline__ void maskc_clear_keys(Word (&bits)[WORDS], int k0, int lo, int hi) {
+    constexpr int BITS = 8 * (int)sizeof(Word);
+    for (int w = 0; w < WORDS; ++w) bits[w] &= ~maskc_span_bits<Word>(lo - k0 - w * BITS, hi - k0 - w * BITS);
 }
 
 // The segment holding position p: table = [n, bound_0 .. bound_n, ...]. Outside the partitioned
@@ -307,14 +342,6 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
     }
 }
 
-// Bits a..b of a 64-bit visibility word (clamped to 0..63); 0 when the interval misses the word.
-__device__ __forceinline__ unsigned long long range_bits(int a, int b) {
-    a = max(a, 0);
-    b = min(b, 63);
-    if (a > b) return 0ull;
-    return (~0ull >> (63 - b)) & (~0ull << a);
-}
-
 // Set to -inf the scores of one fragment row (half 0: row g, 1: row g + 8) whose key is hidden: past kv_len
 // (when BOUNDS) or not `visible(key)`. key0 = the tile's first key + 2t, this thread's first column.
 template <bool BOUNDS, int N_TILES, class Visible>
@@ -332,6 +359,23 @@ __device__ __forceinline__ void hide_keys(float (&s)[N_TILES][4], int half, int 
     }
 }
 
+// Set to -inf the scores of one fragment row whose bit in `bits` (the tile's visibility words, bit j = key
+// k0 + j) is clear, or whose key is past kv_len (when BOUNDS and do_bounds).
+template <bool BOUNDS, int N_TILES, int WORDS>
+__device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, unsigned long long (&bits)[WORDS], int t,
+                                           int k0, int kv_len, bool do_bounds) {
+    #pragma unroll
+    for (int w = 0; w < WORDS; ++w) {
+        if (BOUNDS && do_bounds) bits[w] &= maskc_span_bits<unsigned long long>(-64 * w, kv_len - 1 - k0 - 64 * w);
+        bits[w] >>= 2 * t;
+    }
+    #pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt)
+        #pragma unroll
+        for (int e = 0; e < 2; ++e)
+            if (!((bits[nt / 8] >> ((nt % 8) * 8 + e)) & 1ull)) s[nt][half * 2 + e] = neg_inf();
+}
+
 // Mask one 16-row score tile in place: -inf where the predicate (PARTIAL tiles) or the kv_len bound (the
 // ragged last tile) hides a key. MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs
 // for this tile (one instantiation can serve every tile kind: a uniform branch per tile). row16 is the tile's
@@ -345,31 +389,21 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
     for (int half = 0; half < 2; ++half) {
         const int rr = row16 + g + half * 8;   // row within the q_block
         if (MASKED && do_mask) {
-            // Interval path: the row's key intervals were computed once per CTA; build the tile's visibility
-            // as 64-bit words (allow ORed, deny cleared), then test this thread's bits.
-            constexpr int WORDS = (N_TILES * 8 + 63) / 64;
-            unsigned long long bits[WORDS];
+            // The tile's visibility for this row as 64-bit words, then this thread's bits.
+            unsigned long long bits[(N_TILES * 8 + 63) / 64];
+            // Interval path: the row's key intervals were computed once per CTA; allow ORed, deny cleared.
             #pragma unroll
-            for (int w = 0; w < WORDS; ++w) bits[w] = 0ull;
+            for (int w = 0; w < (N_TILES * 8 + 63) / 64; ++w) bits[w] = 0ull;
             #pragma unroll
             for (int i = 0; i < IV_REGIONS; ++i) {
                 const int2 v = iv_smem[i * BLOCK_M + rr];
                 #pragma unroll
-                for (int w = 0; w < WORDS; ++w) {
-                    const unsigned long long r = range_bits(v.x - k0 - 64 * w, v.y - k0 - 64 * w);
+                for (int w = 0; w < (N_TILES * 8 + 63) / 64; ++w) {
+                    const unsigned long long r = maskc_span_bits<unsigned long long>(v.x - k0 - 64 * w, v.y - k0 - 64 * w);
                     bits[w] = i < IV_ALLOW ? bits[w] | r : bits[w] & ~r;
                 }
             }
-            #pragma unroll
-            for (int w = 0; w < WORDS; ++w) {
-                if (BOUNDS && do_bounds) bits[w] &= range_bits(-64 * w, kv_len - 1 - k0 - 64 * w);
-                bits[w] >>= 2 * t;
-            }
-            #pragma unroll
-            for (int nt = 0; nt < N_TILES; ++nt)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    if (!((bits[nt / 8] >> ((nt % 8) * 8 + e)) & 1ull)) s[nt][half * 2 + e] = neg_inf();
+            hide_unset<BOUNDS>(s, half, bits, t, k0, kv_len, do_bounds);
         } else {
             hide_keys<true>(s, half, k0 + 2 * t, kv_len, [](int) { return true; });
         }
