@@ -79,13 +79,13 @@ class ScoreEvaluator:
 
 
 def modified_scores(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, head: int,
-                    batch_index: int, scores: np.ndarray, rows: range, cols: range) -> tuple[np.ndarray, np.ndarray]:
-    """(mod(scores), mod'(scores)) for the dense block ``scores[rows x cols]`` of one batch element and head;
-    the scores themselves and 1 for a mask without a modifier."""
+                    batch_index: int, scores: np.ndarray, rows, cols) -> tuple[np.ndarray, np.ndarray]:
+    """(mod(scores), mod'(scores)) for the dense block ``scores[rows x cols]`` (positions: ranges or integer
+    arrays) of one batch element and head; the scores themselves and 1 for a mask without a modifier."""
     if mask.score is None:
         return scores, np.ones_like(scores)
-    q = np.arange(rows.start, rows.stop, dtype=np.int64)[:, None]
-    k = np.arange(cols.start, cols.stop, dtype=np.int64)[None, :]
+    q = np.asarray(rows, np.int64)[:, None]
+    k = np.asarray(cols, np.int64)[None, :]
     return ScoreEvaluator(mask, params, seq_len, kv_len, head, batch_index)(scores, q, k)
 
 
