@@ -212,7 +212,9 @@ class FlexScoreMod:
 
         self.ints = FlexMaskMod(bound, device)
         self.device = self.ints.device
-        self.expr = bound.mask.resolved.score.expr
+        score = bound.mask.resolved.score
+        assert score is not None, "a mask without a score modifier has no score_mod"
+        self.expr = score.expr
         params, device = bound.params, self.ints.device
         self.floats = {}
         for p in bound.mask.resolved.params:

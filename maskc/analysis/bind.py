@@ -347,7 +347,7 @@ def _float_value(mask, p, value, num_heads: int | None, at: str):
         if not per_head or p.default is None:
             what = "one float per head" if per_head else "a list of floats"
             raise BindError(f"mask '{mask.name}' needs '{p.name}' ({what})", p.span)
-        value = [p.default] * num_heads
+        value = [p.default] * (num_heads or 0)
     if isinstance(value, np.ndarray):
         value = value.tolist() if value.ndim == 1 else None
     if not isinstance(value, (list, tuple)):

@@ -38,8 +38,9 @@ class ScoreEvaluator:
 
     def __call__(self, score: np.ndarray, q, k) -> tuple[np.ndarray, np.ndarray]:
         """(mod(score), mod'(score)) elementwise, float64, broadcast to ``score``'s shape."""
-        expr = self.ints.mask.score.expr
-        value, grad = self._dual(expr, np.asarray(score, np.float64), q, k)
+        modifier = self.ints.mask.score
+        assert modifier is not None, "a mask without a score modifier"
+        value, grad = self._dual(modifier.expr, np.asarray(score, np.float64), q, k)
         shape = np.broadcast_shapes(np.shape(score), np.shape(value))
         return np.broadcast_to(value, shape).astype(np.float64), np.broadcast_to(grad, shape).astype(np.float64)
 

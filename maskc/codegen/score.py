@@ -117,6 +117,8 @@ class _Writer:
         if isinstance(e, ir.Func):
             args = [self.integer(a) for a in e.args]
             return f"abs({args[0]})" if e.fn == "abs" else f"{e.fn}({args[0]}, {args[1]})"
+        if not isinstance(e, ir.Arith):      # resolve lets no segment reach a score modifier
+            raise TypeError(e)
         left, right = self.integer(e.left), self.integer(e.right)
         if e.op in ("//", "%"):         # Python's floor semantics, in int (bind proved the values fit)
             fn = "maskc_floordiv" if e.op == "//" else "maskc_floormod"
