@@ -257,14 +257,24 @@ class FlexScoreMod:
         cap = self.value(e.args[1], score, b, h, q, k)
         return cap * torch.tanh(x / cap)
 
+    def on(self, device: Device) -> "FlexScoreMod":
+        """The same score_mod with its tables on ``device`` (made once per device)."""
+        import torch
+
+        device = _concrete(torch.device(device or "cpu"))
+        if device == self.device:
+            return self
+        if torch.compiler.is_compiling():    # traced: no cache mutation
+            return FlexScoreMod(self.ints.bound, device)
+        copies = self.__dict__.setdefault("_copies", {})
+        if device not in copies:
+            copies[device] = FlexScoreMod(self.ints.bound, device)
+        return copies[device]
+
     def __call__(self, score, b, h, q_idx, kv_idx):
         device = getattr(q_idx, "device", self.device)
-        if _concrete(device) != self.device:
-            import torch
-            if torch.compiler.is_compiling():
-                return FlexScoreMod(self.ints.bound, device)(score, b, h, q_idx, kv_idx)
-            self.ints = self.ints.on(device)
-            self.__init__(self.ints.bound, device)
+        if _concrete(device) != self.device:   # called with positions on another device
+            return self.on(device)(score, b, h, q_idx, kv_idx)
         return self.value(self.expr, score, b, h, q_idx, kv_idx)
 
 
