@@ -308,7 +308,7 @@ def test_modifier_is_part_of_the_kernel_and_its_cache_key():
     assert a.spec.score is not None and a.spec != b.spec and a.source != b.source
     assert "modify_scores(s, sh, mask" in a.source and "tanh.approx.f32" in a.source
     back = soft.backward_source(head_dim=64)
-    assert "score_mod_grad" in back.source and "* slope[nt][e]" in back.source
+    assert "score_mod_grad" in back.source and "p[nt][e] *= slope[nt][e]" in back.source
 
 
 def test_additive_modifiers_cost_one_fma_and_no_backward_factor():

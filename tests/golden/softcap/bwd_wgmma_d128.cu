@@ -639,17 +639,16 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
     }
 }
 
-// dS^T = P^T * (dP^T - delta) in place of dP^T (same fragments as transposed_probabilities),
-// times the score modifier's slope.
+// dS^T = P^T * (dP^T - delta) in place of dP^T (same fragments as transposed_probabilities);
+// the kernels pass P^T times the score modifier's slope, once dV has used P^T.
 __device__ __forceinline__ void transposed_ds(float (&ds)[Q_TILES][4], const float (&p)[Q_TILES][4],
-                                              const float* delta_row, int lane,
-                                              const float (&slope)[Q_TILES][4]) {
+                                              const float* delta_row, int lane) {
     const int t = lane & 3;
     #pragma unroll
     for (int nt = 0; nt < Q_TILES; ++nt) {
         const float2 d2 = *reinterpret_cast<const float2*>(delta_row + nt * 8 + 2 * t);
         #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? d2.y : d2.x)) * slope[nt][e];
+        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? d2.y : d2.x));
     }
 }
 
@@ -854,6 +853,11 @@ __device__ __forceinline__ void dkdv_kernel(
                                  q0, k0, slope);
         u32 pt[Q_TILES / 2][4];
         pack_a_fragments(pt, p);
+        // P^T is packed for dV; from here on it serves dS^T only, which goes through the modifier's slope
+        #pragma unroll
+        for (int nt = 0; nt < Q_TILES; ++nt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) p[nt][e] *= slope[nt][e];
         fence_accumulators(dv_acc);
         wgmma_fence();
         accumulate_keys(dv_acc, pt, do_smem);
@@ -862,7 +866,7 @@ __device__ __forceinline__ void dkdv_kernel(
         // ---- dS^T = P^T (dP^T - delta), then dK += dS^T Q (scaled at the end) ----
         wgmma_wait<1>();
         fence_accumulators(ds);
-        transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane, slope);
+        transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane);
         u32 dst[Q_TILES / 2][4];
         pack_a_fragments(dst, ds);
         fence_accumulators(dk_acc);
@@ -1066,17 +1070,17 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_softcap(
 
         // ---- P = exp2(S scale_log2 - LSE_log2), S = Q K^T; hidden pairs 0 ----
         float p[DQ_K_TILES][4];
-        float slope[DQ_K_TILES][4];     // mod'(scale S): dS goes through the score modifier
         scores_16xN<DQ_K_TILES>(p, q_smem, row0, a_off, k_smem, b_off);
         #pragma unroll
         for (int nt = 0; nt < DQ_K_TILES; ++nt)
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int half = e >> 1, col = nt * 8 + 2 * t + (e & 1);
-                p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + row0 + g + half * 8, k0 + col, slope[nt][e]);
+                float slope;    // mod'(scale S): P is used only for dS here, so it carries the factor
+                p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + row0 + g + half * 8, k0 + col, slope);
                 float x = exp2_approx(fmaf(p[nt][e], scale_log2, -lse_r[half]));
                 if (masked && !((bits[(row0 + g + half * 8) * WORDS + (col >> 5)] >> (col & 31)) & 1u)) x = 0.f;
-                p[nt][e] = x;
+                p[nt][e] = x * slope;
             }
         // ---- dS = P * (dP - delta), dP = dO V^T ----
         float ds[DQ_K_TILES][4];
@@ -1084,7 +1088,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_softcap(
         #pragma unroll
         for (int nt = 0; nt < DQ_K_TILES; ++nt)
             #pragma unroll
-            for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - delta_r[e >> 1]) * slope[nt][e];
+            for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - delta_r[e >> 1]);
         // ---- dQ += dS K (scaled at the end) ----
         accumulate_16xD<DQ_K_TILES>(dq_acc, ds, k_smem, a_off);
 
