@@ -205,8 +205,8 @@ extern "C" void score_fill(const int* mask, int b, int h, float scale, int seq_l
     for (int q = 0; q < seq_len; ++q)
         for (int k = 0; k < kv_len; ++k) {
             const int i = q * kv_len + k;
-            out[i] = score_mod_grad(c, mask, s[i], q, k, slope[i]);
-            plain[i] = score_mod(c, mask, s[i], q, k);
+            out[i] = score_mod_grad(c, mask, s[i], q, k, (float)q, (float)k, slope[i]);
+            plain[i] = score_mod(c, mask, s[i], q, k, (float)q, (float)k);
         }
 }
 """
@@ -314,7 +314,7 @@ def test_modifier_is_part_of_the_kernel_and_its_cache_key():
 def test_additive_modifiers_cost_one_fma_and_no_backward_factor():
     spec = maskc.load(EXAMPLES / "alibi.mask").kernel_spec(head_dim=64)
     body = spec.score.code.split("float score_mod(")[1].split("}")[0]
-    assert body.count("const float") == 1 and "fmaf(c.f0, (float)(q - k), s)" in body
+    assert body.count("const float") == 1 and "fmaf(c.f0, (qf - kf), s)" in body
     assert spec.score.unit_slope
     back = maskc.load(EXAMPLES / "alibi.mask").backward_source(head_dim=64).source
     assert "score_mod(sh, mask" in back and "slope[nt]" not in back

@@ -136,7 +136,12 @@ class _Writer:
         if isinstance(e, ir.FloatAt):
             return f"maskc_float_at(mask + mask[{self.layout.float_slot(e.table)}], {self.integer(e.index)})"
         if isinstance(e, ir.ToFloat):
-            return f"(float){self.integer(e.value)}"
+            split = _position_linear(e.value) if hoist else None
+            if split is None:
+                return f"(float){self.integer(e.value)}"
+            cq, ck, rest = split      # cq q + ck k + rest: the positions as floats, the rest hoisted
+            terms = [_times(cq, "qf"), _times(ck, "kf")] + ([self.head(f"(float){self.integer(rest)}")] if rest else [])
+            return "(" + " + ".join(t for t in terms if t).replace("+ -", "- ") + ")"
         if isinstance(e, ir.FArith):
             return f"({self.natural(e.left, hoist)} {e.op} {self.natural(e.right, hoist)})"
         args = [self.natural(a, hoist) for a in e.args]
@@ -247,6 +252,35 @@ class _Writer:
         return self.local(f"{a} {op} {b}", grad=True)
 
 
+def _position_linear(e: ir.IntExpr) -> tuple[int, int, ir.IntExpr | None] | None:
+    """``e`` as ``cq * q + ck * k + rest`` (rest free of positions, None for 0), or None when it reads q or k
+    otherwise (through ``//``, ``min``, a product of positions...)."""
+    if isinstance(e, ir.Pos):
+        return (1, 0, None) if e.which == "q" else (0, 1, None)
+    if not _int_reads_position(e):
+        return 0, 0, e
+    if isinstance(e, ir.Arith) and e.op in ("+", "-"):
+        left, right = _position_linear(e.left), _position_linear(e.right)
+        if left is None or right is None:
+            return None
+        sign = 1 if e.op == "+" else -1
+        rest = left[2] if right[2] is None else (
+            ir.Arith(e.op, left[2] if left[2] is not None else ir.Const(0), right[2]))
+        return left[0] + sign * right[0], left[1] + sign * right[1], rest
+    if isinstance(e, ir.Arith) and e.op == "*" and (isinstance(e.left, ir.Const) or isinstance(e.right, ir.Const)):
+        const, other = (e.left, e.right) if isinstance(e.left, ir.Const) else (e.right, e.left)
+        inner = _position_linear(other)
+        if inner is None:
+            return None
+        rest = None if inner[2] is None else ir.Arith("*", const, inner[2])
+        return const.value * inner[0], const.value * inner[1], rest
+    return None
+
+
+def _times(coef: int, name: str) -> str:
+    return "" if coef == 0 else name if coef == 1 else f"-{name}" if coef == -1 else f"{coef}.f * {name}"
+
+
 def _describe(e) -> str:
     if isinstance(e, ir.ScoreIn):
         return "score"
@@ -284,7 +318,9 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
     out = [f"// The score modifier: {comment_text(describe(mask.score))}",
            "// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,",
            "// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))",
-           _FLOAT_AT.rstrip("\n"), "struct ScoreHead {", "    float scale, inv_scale;"]
+           "// q, k: the pair's positions; qf, kf: the same as floats (exact below 2**24), which the caller derives from",
+           "// a row's and a tile's first position by adding constants, so that (q - k) costs one add, not a conversion",
+           _FLOAT_AT.rstrip("\n"), "struct ScoreHead {", "    float scale, inv_scale;" + (" float q0, k0;" if offsets else "")]
     out += [f"    float f{i};" for i in range(len(w.fields))]
     out += ["};", ""]
     table = "table" if offsets else "mask"
@@ -292,19 +328,22 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
             "float scale) {"]
     if offsets:
         out.append("    const int* __restrict__ mask = table + 2;")
-    out += ["    ScoreHead c;", "    (void)mask; (void)b; (void)h;", "    c.scale = scale;", "    c.inv_scale = 1.f / scale;",
-            "    const float inv_scale = c.inv_scale;", "    (void)inv_scale;"]
+    out += ["    ScoreHead c;", "    (void)mask; (void)b; (void)h;", "    c.scale = scale;", "    c.inv_scale = 1.f / scale;"]
+    if offsets:
+        out += ["    c.q0 = (float)table[0];", "    c.k0 = (float)table[1];"]
+    out += ["    const float inv_scale = c.inv_scale;", "    (void)inv_scale;"]
     out += [f"    c.f{i} = {code};" for i, code in enumerate(w.fields)]
     out += ["    return c;", "}", ""]
-    position = "q_local, int k_local" if offsets else "q, int k"
+    position = "q_local, int k_local, float qf_local, float kf_local" if offsets else "q, int k, float qf, float kf"
     for with_grad in (False, True):
         name, extra = ("score_mod_grad", ", float& d") if with_grad else ("score_mod", "")
         out.append(f"__device__ __forceinline__ float {name}(const ScoreHead& c, const int* __restrict__ {table}, "
                    f"float s, int {position}{extra}) {{")
         if offsets:
             out += ["    const int* __restrict__ mask = table + 2;",
-                    "    const int q = q_local + table[0], k = k_local + table[1];"]
-        out.append("    (void)mask; (void)q; (void)k; (void)s;")
+                    "    const int q = q_local + table[0], k = k_local + table[1];",
+                    "    const float qf = qf_local + c.q0, kf = kf_local + c.k0;"]
+        out.append("    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;")
         body = w.lines + (w.grad_lines if with_grad else [])
         out += sorted(body, key=lambda line: int(line.split("=")[0].split()[-1][1:]))     # definition order
         if with_grad:

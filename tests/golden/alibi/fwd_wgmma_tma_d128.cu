@@ -187,6 +187,8 @@ __device__ __forceinline__ float maskc_tanh(float x) {
 // The score modifier: score = score - (slope[h] * (-k + q))
 // (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,
 // so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))
+// q, k: the pair's positions; qf, kf: the same as floats (exact below 2**24), which the caller derives from
+// a row's and a tile's first position by adding constants, so that (q - k) costs one add, not a conversion
 // Entry i of a float table [n, bits_0 .. bits_n-1], i clamped into [0, n).
 __device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, int i) {
     return __int_as_float(table[1 + min(max(i, 0), table[0] - 1)]);
@@ -207,15 +209,15 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     return c;
 }
 
-__device__ __forceinline__ float score_mod(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k) {
-    (void)mask; (void)q; (void)k; (void)s;
-    const float v0 = fmaf(c.f0, (float)(q - k), s);
+__device__ __forceinline__ float score_mod(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;
+    const float v0 = fmaf(c.f0, (qf - kf), s);
     return v0;
 }
 
-__device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float& d) {
-    (void)mask; (void)q; (void)k; (void)s;
-    const float v0 = fmaf(c.f0, (float)(q - k), s);
+__device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float& d) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;
+    const float v0 = fmaf(c.f0, (qf - kf), s);
     d = 1.f;
     return v0;
 }
@@ -480,17 +482,20 @@ __device__ __forceinline__ float row_lse(float m, float l, float scale_log2) {
 }
 
 // s <- mod(scale * s) / scale on every pair of the tile (q_row: the query of fragment row g; key0: the tile's
-// first key + 2t). One call per kv tile; ScoreHead holds everything that reads neither q, k nor s.
+// first key + 2t). One call per kv tile; ScoreHead holds everything that reads neither q, k nor s. Positions
+// as floats are the row's and the tile's first plus constants: two conversions per call, none per pair.
 template <int N_TILES>
 __device__ __forceinline__ void modify_scores(float (&s)[N_TILES][4], const ScoreHead& sh, const int* __restrict__ mask,
                                               int q_row, int key0) {
+    const float q_rowf = (float)q_row, key0f = (float)key0;
     #pragma unroll
     for (int half = 0; half < 2; ++half)
         #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt)
             #pragma unroll
             for (int e = 0; e < 2; ++e)
-                s[nt][half * 2 + e] = score_mod(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e);
+                s[nt][half * 2 + e] = score_mod(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
+                                                q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e));
 }
 
 // ---- 128-byte-swizzled tiles, the layout wgmma reads ---------------------------------------------------

@@ -186,6 +186,8 @@ __device__ __forceinline__ float maskc_tanh(float x) {
 // The score modifier: score = softcap(score, cap)
 // (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,
 // so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))
+// q, k: the pair's positions; qf, kf: the same as floats (exact below 2**24), which the caller derives from
+// a row's and a tile's first position by adding constants, so that (q - k) costs one add, not a conversion
 // Entry i of a float table [n, bits_0 .. bits_n-1], i clamped into [0, n).
 __device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, int i) {
     return __int_as_float(table[1 + min(max(i, 0), table[0] - 1)]);
@@ -208,15 +210,15 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     return c;
 }
 
-__device__ __forceinline__ float score_mod(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k) {
-    (void)mask; (void)q; (void)k; (void)s;
+__device__ __forceinline__ float score_mod(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;
     const float v0 = maskc_tanh(s * c.f0);
     const float v1 = c.f1 * v0;
     return v1;
 }
 
-__device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float& d) {
-    (void)mask; (void)q; (void)k; (void)s;
+__device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float& d) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;
     const float v0 = maskc_tanh(s * c.f0);
     const float v1 = c.f1 * v0;
     const float d2 = fmaf(-v0, v0, 1.f);
@@ -625,13 +627,15 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
                                                          float (&slope)[Q_TILES][4]) {
     constexpr int WORDS = KV_BLOCK / 32;
     const int g = lane >> 2, t = lane & 3;
+    const float q0f = (float)(q0 + 2 * t), k0f = (float)(k0 + key_row0 + g);   // positions as floats: + constants
     #pragma unroll
     for (int nt = 0; nt < Q_TILES; ++nt) {
         const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int qc = nt * 8 + 2 * t + (e & 1), kr = key_row0 + g + (e >> 1) * 8;
-            p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + qc, k0 + kr, slope[nt][e]);
+            p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + qc, k0 + kr, q0f + (float)(nt * 8 + (e & 1)),
+                                      k0f + (float)((e >> 1) * 8), slope[nt][e]);
             float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
             if (masked && !((bits[qc * WORDS + (kr >> 5)] >> (kr & 31)) & 1u)) x = 0.f;
             p[nt][e] = x;
@@ -1071,13 +1075,15 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_softcap(
         // ---- P = exp2(S scale_log2 - LSE_log2), S = Q K^T; hidden pairs 0 ----
         float p[DQ_K_TILES][4];
         scores_16xN<DQ_K_TILES>(p, q_smem, row0, a_off, k_smem, b_off);
+        const float q0f = (float)(q0 + row0 + g), k0f = (float)(k0 + 2 * t);   // positions as floats: + constants
         #pragma unroll
         for (int nt = 0; nt < DQ_K_TILES; ++nt)
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int half = e >> 1, col = nt * 8 + 2 * t + (e & 1);
                 float slope;    // mod'(scale S): P is used only for dS here, so it carries the factor
-                p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + row0 + g + half * 8, k0 + col, slope);
+                p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + row0 + g + half * 8, k0 + col, q0f + (float)(half * 8),
+                                          k0f + (float)(nt * 8 + (e & 1)), slope);
                 float x = exp2_approx(fmaf(p[nt][e], scale_log2, -lse_r[half]));
                 if (masked && !((bits[(row0 + g + half * 8) * WORDS + (col >> 5)] >> (col & 31)) & 1u)) x = 0.f;
                 p[nt][e] = x * slope;
