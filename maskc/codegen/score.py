@@ -267,13 +267,14 @@ def _position_linear(e: ir.IntExpr) -> tuple[int, int, ir.IntExpr | None] | None
         rest = left[2] if right[2] is None else (
             ir.Arith(e.op, left[2] if left[2] is not None else ir.Const(0), right[2]))
         return left[0] + sign * right[0], left[1] + sign * right[1], rest
-    if isinstance(e, ir.Arith) and e.op == "*" and (isinstance(e.left, ir.Const) or isinstance(e.right, ir.Const)):
-        const, other = (e.left, e.right) if isinstance(e.left, ir.Const) else (e.right, e.left)
-        inner = _position_linear(other)
-        if inner is None:
-            return None
-        rest = None if inner[2] is None else ir.Arith("*", const, inner[2])
-        return const.value * inner[0], const.value * inner[1], rest
+    if isinstance(e, ir.Arith) and e.op == "*":
+        for const, other in ((e.left, e.right), (e.right, e.left)):
+            if isinstance(const, ir.Const):
+                inner = _position_linear(other)
+                if inner is None:
+                    return None
+                rest = None if inner[2] is None else ir.Arith("*", const, inner[2])
+                return const.value * inner[0], const.value * inner[1], rest
     return None
 
 
