@@ -73,7 +73,7 @@ def _int_reads_position(e: ir.IntExpr) -> bool:
     if isinstance(e, ir.Func):
         return any(_int_reads_position(a) for a in e.args)
     if isinstance(e, ir.TableAt):
-        return _int_reads_position(e.index)
+        return any(_int_reads_position(i) for i in e.indices)
     return False
 
 
@@ -113,7 +113,7 @@ class _Writer:
         if isinstance(e, ir.ParamRef):
             return f"({self.constants[e.name]})" if e.name in self.constants else f"mask[{self.layout.int_slot(e.name)}]"
         if isinstance(e, ir.TableAt):       # a per-head int parameter (resolve allows no other table here)
-            return f"(mask + mask[{self.layout.table_slot(e.table)}])[1 + {self.integer(e.index)}]"
+            return f"(mask + mask[{self.layout.table_slot(e.table)}])[1 + {self.integer(e.indices[0])}]"
         if isinstance(e, ir.Func):
             args = [self.integer(a) for a in e.args]
             return f"abs({args[0]})" if e.fn == "abs" else f"{e.fn}({args[0]}, {args[1]})"
@@ -290,10 +290,12 @@ def _describe(e) -> str:
     if isinstance(e, ir.FloatParam):
         return e.name
     if isinstance(e, ir.FloatAt):
-        from maskc.analysis.linear import from_expr, render
+        from maskc.analysis.forms import render
+        from maskc.analysis.linear import from_expr
         return f"{e.table}[{render(from_expr(e.index))}]"
     if isinstance(e, ir.ToFloat):
-        from maskc.analysis.linear import from_expr, render
+        from maskc.analysis.forms import render
+        from maskc.analysis.linear import from_expr
         text = render(from_expr(e.value))
         return f"({text})" if " " in text else text
     if isinstance(e, ir.FArith):

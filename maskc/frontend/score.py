@@ -112,13 +112,17 @@ class _ScoreResolver:
         for n in nodes(out):
             if isinstance(n, ir.Arith) and n.op in ir.BIT_OPS:
                 raise MaskTypeError(f"score modifiers do not compute bit operations ('{n.op}')", n.span)
-            if isinstance(n, (ir.SegAttr, ir.SegValue)) or (isinstance(n, ir.TableAt) and
-                                                             not isinstance(n.index, ir.Builtin)):
+            if isinstance(n, (ir.SegAttr, ir.SegValue)) or (isinstance(n, ir.TableAt) and not _per_head(n)):
                 what = "segments" if isinstance(n, (ir.SegAttr, ir.SegValue)) else "int tables (at other than h)"
                 raise MaskTypeError(f"score modifiers do not read {what}", n.span,
                                     "they read q, k, h, b, seq_len, kv_len, int and float parameters and "
                                     "float tables")
         return out
+
+
+def _per_head(read: ir.TableAt) -> bool:
+    """A per-head int parameter's read (``w`` for ``w: per h``): its only index is h."""
+    return len(read.indices) == 1 and isinstance(read.indices[0], ir.Builtin) and read.indices[0].name == "h"
 
 
 def resolve_score(resolver, decl: ir.MaskDecl, scope, file) -> ir.ScoreMod | None:
