@@ -44,6 +44,7 @@ def compile_text(text: str, name=None):
     ("mask a(score: int)\n  allow k <= q\n  score = score * 2.0\n", "t.mask:1:8", "'score' names the score"),
     ("mask a(t: float table)\n  allow k <= q\n  score = score + t\n", "t.mask:3:19", "a float table, not a number"),
     ("mask a(c: float = q)\n  allow k <= q\n", "t.mask:1:19", "a float default must be a number"),
+    ("mask a(t: float table)\n  allow k <= q\n  score = score + t[q, k]\n", "t.mask:3:19", "takes one index"),
     ("mask a()\n  allow k <= q\n  score = score + (k < 2)\n", "t.mask:3:20", "found a condition"),
 ])
 def test_errors_point_at_the_text(text, where, words):

@@ -80,7 +80,9 @@ class _ScoreResolver:
             raise MaskTypeError(f"'{node.id}' is a float table, not a number", node.span,
                                 f"read an entry: {node.id}[i]")
         if isinstance(node, ir.Subscript):
-            return ir.FloatAt(node.table, self.integer(node.index, scope), node.span)
+            if len(node.indices) != 1:
+                raise MaskTypeError(f"float table '{node.table}' takes one index, got {len(node.indices)}", node.span)
+            return ir.FloatAt(node.table, self.integer(node.indices[0], scope), node.span)
         if isinstance(node, ir.UnaryMinus):
             return ir.FArith("-", ir.FloatConst(0.0, node.span), self.value(node.operand, scope), node.span)
         if isinstance(node, ir.BinOp):
