@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from maskc import ir
+
 if TYPE_CHECKING:
     from maskc.options import Options
     from maskc.pipeline import BoundMask, CompiledMask
@@ -62,11 +64,18 @@ def _ints(text: str, what: str) -> list[int]:
         bad_param(f"{what}: expected integers separated by ',', got {text!r}")
 
 
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        bad_param(f"{what}: expected numbers separated by ',', got {text!r}")
+
+
 def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
-    """``name=value`` strings to bind's keyword arguments: an int, or a comma list for segments, per
-    arrays and tables; ``/`` separates the rows of a table with two indices (or per h with one); ``;``
-    separates batch elements (jagged batches). Names the mask does not declare pass through: bind reports
-    them, with the names it does declare."""
+    """``name=value`` strings to bind's keyword arguments: an int (a float for ``float`` parameters), or a comma
+    list for segments, per arrays and tables (floats for float tables); ``/`` separates the rows of a table with
+    two indices (or per h with one); ``;`` separates batch elements (jagged batches). Names the mask does not
+    declare pass through: bind reports them, with the names it does declare."""
     kinds = {p.name: p.kind for p in mask.params}
     rows = {p.name for p in mask.params if p.kind == "table" and (p.dims == 2 or (p.of == "h" and p.dims == 1))}
     values: dict[str, Any] = {}
@@ -79,10 +88,11 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
             bad_param(f"{name} is given twice")
         elements: list[Any] = []
         for part in text.split(";"):
-            nums = _ints(part, name) if name not in rows else []
-            if kinds.get(name) == "int" or (name not in kinds and "," not in part):
+            nums = [] if name in rows else _floats(part, name) if kinds.get(name) in ir.FLOAT_KINDS else _ints(part, name)
+            if kinds.get(name) in ("int", "float") or (name not in kinds and "," not in part):
                 if len(nums) != 1:
-                    bad_param(f"{name} is an int: give one integer per batch element, got {part!r}")
+                    what = "a float: give one number" if kinds.get(name) == "float" else "an int: give one integer"
+                    bad_param(f"{name} is {what} per batch element, got {part!r}")
                 elements.append(nums[0])
             elif name in rows:
                 elements.append([_ints(row, name) for row in part.split("/")])
@@ -95,7 +105,7 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
 def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_params: tuple[str, ...],
                   heads: int) -> "BoundMask":
     # Only a mask that reads h is bound per head (else every head shares one mask).
-    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.ranges.uses_head else None,
+    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None,
                      **parse_params(mask, raw_params))
 
 

@@ -34,6 +34,11 @@ def _line_text(span) -> str:
 
 
 def _param_decl(p: ir.ParamDecl) -> str:
+    default = f" = {_span_text(p.default.span)}" if p.default is not None else ""
+    if p.kind == "float":
+        return f"{p.name}: float{default}"
+    if p.kind == "float_table":
+        return f"{p.name}: float " + (f"per {p.of}{default}" if p.of else "table")
     if p.kind == "per":
         return f"{p.name}: per {p.of}" + (f" = {_span_text(p.default.span)}" if p.default is not None else "")
     if p.kind == "table":
@@ -55,6 +60,8 @@ def source_text(file: ir.SourceFile) -> str:
         for r in m.rules:
             text = _line_text(r.span).removeprefix(r.kind).strip()
             lines.append(f"  line {r.span.line:<4} {r.kind:<8} {text}   ({len(r.conditions)} condition(s))")
+        for s in m.scores:
+            lines.append(f"  line {s.span.line:<4} score    {_line_text(s.span).removeprefix('score').strip()}")
     return "\n".join(lines) or "(no masks)"
 
 
@@ -96,6 +103,11 @@ def cond_text(c: ir.Cond, outer: str = "") -> str:
 
 
 def _param_text(p: ir.Param) -> str:
+    if p.kind == "float":
+        return f"{p.name}: float" + (f" = {p.default}" if p.default is not None else "")
+    if p.kind == "float_table":
+        return f"{p.name}: float " + (f"per {p.of}" + (f" = {p.default}" if p.default is not None else "")
+                                      if p.of else "table")
     if p.kind == "int":
         return f"{p.name}: int" + (f" = {p.default}" if p.default is not None else "")
     if p.kind == "segments":
@@ -110,6 +122,10 @@ def _param_text(p: ir.Param) -> str:
 def resolved_text(m: ir.ResolvedMask) -> str:
     lines = [f"mask {m.name}({', '.join(_param_text(p) for p in m.params)})"]
     lines += [f"  {r.kind:<7} {cond_text(r.cond)}   (line {r.span.line})" for r in m.rules]
+    if m.score is not None:
+        from maskc.codegen.score import describe
+        lines.append(f"  {describe(m.score)}   (line {m.score.span.line}; the scaled score of a visible pair, "
+                     "before the softmax)")
     return "\n".join(lines)
 
 

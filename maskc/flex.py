@@ -4,6 +4,10 @@ with a .mask file where Flex takes a mask_mod.
     block_mask = maskc.create_block_mask("examples/document.mask", B=None, H=None, Q_LEN=4096, docs=[1000, 3096])
     flex_attention(q, k, v, block_mask=block_mask)        # or maskc.attention(q, k, v, block_mask=block_mask)
 
+A mask with a score modifier (``score = ...``) exports it as a ``score_mod`` too (:class:`FlexScoreMod`,
+``bound.flex_score_mod()``): ``flex_attention(q, k, v, score_mod=bound.flex_score_mod(), block_mask=...)``
+computes what ``maskc.attention`` does (Flex also hands score_mod the scaled score).
+
 The mask_mod reads only O(seq_len + kv_len) per-position tables (segment index/start/end and
 per-segment values, one row per batch element) and the table parameters, so it works at any length, under torch.compile,
 and agrees pair for pair with :func:`maskc.analysis.evaluate.dense_mask` (tests check it). Its tables follow
@@ -38,7 +42,7 @@ def _bind(mask: "CompiledMask | str | os.PathLike[str]", B: int | None, H: int |
     compiled = mask if isinstance(mask, CompiledMask) else load(os.fspath(mask))
     if Q_LEN is None:
         raise TypeError("Q_LEN is required: the number of query positions")
-    bound = compiled.bind(seq_len=Q_LEN, kv_len=KV_LEN, num_heads=H if compiled.ranges.uses_head else None,
+    bound = compiled.bind(seq_len=Q_LEN, kv_len=KV_LEN, num_heads=H if compiled.reads_head else None,
                           **params)
     if B is not None and bound.batch > 1 and B != bound.batch:
         raise BindError(f"B={B}, but the parameters describe {bound.batch} batch elements", compiled.resolved.span)
@@ -196,6 +200,82 @@ class FlexMaskMod:
             else:
                 deny = v if deny is None else deny | v
         return allow if deny is None else allow & ~deny
+
+
+class FlexScoreMod:
+    """Callable ``(score, b, h, q_idx, kv_idx) -> modified score`` for ``flex_attention``'s ``score_mod``: the mask's
+    score modifier (:mod:`maskc.analysis.score`), elementwise in the score's dtype; its integer parts are
+    computed as the mask_mod computes them (as integers), float tables are read at a clamped index."""
+
+    def __init__(self, bound: "BoundMask", device: Device = None):
+        import torch
+
+        self.ints = FlexMaskMod(bound, device)
+        self.device = self.ints.device
+        score = bound.mask.resolved.score
+        assert score is not None, "a mask without a score modifier has no score_mod"
+        self.expr = score.expr
+        params, device = bound.params, self.ints.device
+        self.floats = {}
+        for p in bound.mask.resolved.params:
+            if p.kind == "float":
+                self.floats[p.name] = torch.as_tensor([e.float(p.name) for e in params.batch], dtype=torch.float64,
+                                                      device=device)
+            elif p.kind == "float_table":       # one row per batch element, padded with its last entry
+                rows = [e.float(p.name) for e in params.batch]
+                width = max(len(r) for r in rows)
+                self.floats[p.name] = torch.as_tensor(np.stack([np.pad(r, (0, width - len(r)), mode="edge")
+                                                                for r in rows]), dtype=torch.float64, device=device)
+        self.lengths = {p.name: torch.as_tensor([len(e.float(p.name)) for e in params.batch], device=device)
+                        for p in bound.mask.resolved.params if p.kind == "float_table"}
+
+    def __repr__(self) -> str:
+        return f"FlexScoreMod(mask {self.ints.mask.name!r}, device {self.device})"
+
+    def value(self, e, score, b, h, q, k):
+        import torch
+        row = self.ints._row(b)
+        if isinstance(e, ir.ScoreIn):
+            return score
+        if isinstance(e, ir.FloatConst):
+            return e.value
+        if isinstance(e, ir.FloatParam):
+            return self.floats[e.name][row].to(score.dtype)
+        if isinstance(e, ir.FloatAt):
+            index = torch.as_tensor(self.ints.int(e.index, b, h, q, k), device=score.device)
+            index = torch.clamp(index, min=torch.zeros_like(index), max=self.lengths[e.table][row] - 1)
+            return self.floats[e.table][row, index].to(score.dtype)
+        if isinstance(e, ir.ToFloat):
+            return torch.as_tensor(self.ints.int(e.value, b, h, q, k), device=score.device).to(score.dtype)
+        if isinstance(e, ir.FArith):
+            left, right = self.value(e.left, score, b, h, q, k), self.value(e.right, score, b, h, q, k)
+            return {"+": lambda: left + right, "-": lambda: left - right, "*": lambda: left * right,
+                    "/": lambda: left / right}[e.op]()
+        x = self.value(e.args[0], score, b, h, q, k)
+        if e.fn == "tanh":
+            return torch.tanh(torch.as_tensor(x))
+        cap = self.value(e.args[1], score, b, h, q, k)
+        return cap * torch.tanh(x / cap)
+
+    def on(self, device: Device) -> "FlexScoreMod":
+        """The same score_mod with its tables on ``device`` (made once per device)."""
+        import torch
+
+        device = _concrete(torch.device(device or "cpu"))
+        if device == self.device:
+            return self
+        if torch.compiler.is_compiling():    # traced: no cache mutation
+            return FlexScoreMod(self.ints.bound, device)
+        copies = self.__dict__.setdefault("_copies", {})
+        if device not in copies:
+            copies[device] = FlexScoreMod(self.ints.bound, device)
+        return copies[device]
+
+    def __call__(self, score, b, h, q_idx, kv_idx):
+        device = getattr(q_idx, "device", self.device)
+        if _concrete(device) != self.device:   # called with positions on another device
+            return self.on(device)(score, b, h, q_idx, kv_idx)
+        return self.value(self.expr, score, b, h, q_idx, kv_idx)
 
 
 def _compare(op, left, right):

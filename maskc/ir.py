@@ -48,6 +48,14 @@ class Num:
 
 
 @dataclass(frozen=True)
+class FloatNum:
+    """A float literal (``30.0``, ``1e-3``): score modifiers and float parameters' defaults only."""
+
+    value: float
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Name:
     id: str
     span: Span = _span()
@@ -145,15 +153,16 @@ class Not:
     span: Span = _span()
 
 
-Syntax = Union[Num, Name, BoolLit, BinOp, UnaryMinus, Invert, Subscript, Call, MethodCall, Compare, InRange, BoolOp,
+Syntax = Union[Num, FloatNum, Name, BoolLit, BinOp, UnaryMinus, Invert, Subscript, Call, MethodCall, Compare, InRange, BoolOp,
                Not]
 
 
 @dataclass(frozen=True)
 class ParamDecl:
     name: str
-    kind: str                   # "int", "const" (an int fixed when the kernel is built), "segments", "per", "table"
-    default: Syntax | None      # int parameters and per-arrays only
+    kind: str                   # "int", "const" (an int fixed when the kernel is built), "segments", "per", "table",
+                                # "float" (one float), "float_table" (a list of floats; of="h": one per head)
+    default: Syntax | None      # int and float parameters and per-arrays only
     origin: Syntax | None       # segments: where the partitioned range starts (default 0)
     of: str | None              # per: the segments parameter it is indexed by, or "h" (one value per head)
     over: str = "q"             # segments: the positions they partition, "q" ([0, seq_len)) or "k" ([0, kv_len))
@@ -177,12 +186,21 @@ class RuleDecl:
 
 
 @dataclass(frozen=True)
+class ScoreDecl:
+    """``score = value``: one statement of the mask's score modifier."""
+
+    value: Syntax
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class MaskDecl:
     name: str
     params: tuple[ParamDecl, ...]
     lets: tuple[LetDecl, ...]
     rules: tuple[RuleDecl, ...]     # allow and deny rules, and require checks, in source order
     span: Span = _span()
+    scores: tuple[ScoreDecl, ...] = ()  # the score modifier's statements, in source order
 
 
 @dataclass(frozen=True)
@@ -344,13 +362,18 @@ class Negate:
 Cond = Union[Truth, Cmp, Same, All, Any_, Negate]
 
 
+FLOAT_KINDS = ("float", "float_table")
+"""Parameter kinds that only a score modifier reads (they never enter the mask's analyses)."""
+
+
 @dataclass(frozen=True)
 class Param:
     """A typed run-time parameter of a mask."""
 
     name: str
-    kind: str                   # "int", "segments", "per" (one value per segment), "table" (a list of values)
-    default: int | None = None  # int: the default value; per, and tables per h: the value of every entry
+    kind: str                   # "int", "segments", "per" (one value per segment), "table" (a list of values),
+                                # "float", "float_table" (FLOAT_KINDS: read by the score modifier only)
+    default: int | float | None = None  # int, float: the default; per, tables per h: the value of every entry
     const: bool = False         # int: its value is compiled into the kernel (one kernel per value)
     origin: IntExpr | None = None   # segments: start of the partitioned range (k- and q-free)
     of: str | None = None       # per: the segments parameter; table: "h" for one value (or row) per head, else None
@@ -373,14 +396,85 @@ class Rule:
     span: Span = _span()
 
 
+# Score modifiers (resolve): a float expression of the incoming score, float parameters and integer
+# expressions (converted to float after they are computed as integers). See :mod:`maskc.score`.
+
+@dataclass(frozen=True)
+class ScoreIn:
+    """The score the modifier receives: ``scale * (q_vec . k_vec)`` of one visible pair (or the value of
+    the statements before, for the second statement on)."""
+
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class FloatConst:
+    value: float
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class FloatParam:
+    """A ``float`` parameter's value."""
+
+    name: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class FloatAt:
+    """An entry of a ``float table`` (a ``float per h`` reads as ``FloatAt(name, h)``); in range at bind."""
+
+    table: str
+    index: IntExpr
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class ToFloat:
+    """An integer expression, computed exactly as an integer, then rounded to float."""
+
+    value: IntExpr
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class FArith:
+    op: str                     # + - * /
+    left: "ScoreExpr"
+    right: "ScoreExpr"
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class FCall:
+    fn: str                     # softcap(x, cap) = cap * tanh(x / cap); tanh(x)
+    args: tuple["ScoreExpr", ...]
+    span: Span = _span()
+
+
+ScoreExpr = Union[ScoreIn, FloatConst, FloatParam, FloatAt, ToFloat, FArith, FCall]
+
+
+@dataclass(frozen=True)
+class ScoreMod:
+    """A mask's score modifier: ``expr`` is what a visible pair's scaled score becomes before the softmax
+    (its statements composed into one expression; ``ScoreIn`` is the incoming score)."""
+
+    expr: ScoreExpr
+    span: Span = _span()
+
+
 @dataclass(frozen=True)
 class ResolvedMask:
-    """A mask with every name resolved: visible(q, k) = any(allow) and not any(deny)."""
+    """A mask with every name resolved: visible(q, k) = any(allow) and not any(deny); ``score``: how a
+    visible pair's scaled score is modified before the softmax (None: unchanged)."""
 
     name: str
     params: tuple[Param, ...]
     rules: tuple[Rule, ...]
     span: Span = _span()
+    score: ScoreMod | None = None
 
     @property
     def allow(self) -> tuple[Rule, ...]:

@@ -68,6 +68,8 @@ class BatchParams:
     ints: tuple[tuple[str, int], ...]
     segments: tuple[tuple[str, SegmentTable], ...]
     tables: tuple[tuple[str, Table], ...] = ()
+    # float parameters (read by the score modifier only): a float, or a float64 array for a float table
+    floats: tuple[tuple[str, "float | np.ndarray"], ...] = ()
 
     def int(self, name: str) -> int:
         return next(v for n, v in self.ints if n == name)
@@ -77,6 +79,9 @@ class BatchParams:
 
     def table(self, name: str) -> Table:
         return next(v for n, v in self.tables if n == name)
+
+    def float(self, name: str):
+        return next(v for n, v in self.floats if n == name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,6 +248,23 @@ def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int
 
 
 @dataclass(frozen=True)
+class ScoreCode:
+    """A mask's score modifier as device code (:mod:`maskc.codegen.score`): ``code`` defines ``ScoreHead``,
+    ``score_head``, ``score_mod`` and ``score_mod_grad``; ``helpers`` the device functions it calls (``tanh.approx``);
+    ``source`` is both. ``unit_slope``: its derivative is 1 everywhere (an additive modifier), so the backward
+    multiplies dS by nothing. ``summary``: the modifier in one line."""
+
+    code: str = field(repr=False)
+    unit_slope: bool
+    summary: str
+    helpers: str = field(default="", repr=False)
+
+    @property
+    def source(self) -> str:
+        return self.helpers + self.code
+
+
+@dataclass(frozen=True)
 class Predicate:
     """The mask as device code (:mod:`maskc.codegen.predicate`), with what the kernels need to know of it kept as
     data, so that nothing reads the generated C. ``code`` defines (``helpers`` the functions it calls, such
@@ -300,6 +322,7 @@ class KernelSpec:
     # attention_fwd_tma.cu.j2)
     engine: str = "mma"
     arch: str = "sm_90a"    # NVRTC's target (maskc.codegen.schedule.ARCHES, or compute_XY for PTX)
+    score: ScoreCode | None = None      # the score modifier, applied to every visible pair's score
 
     @property
     def entry(self) -> str:
@@ -333,6 +356,7 @@ class BackwardSpec:
     engine: str = "mma"      # the dK/dV kernel's: "mma" (mma.sync) or "wgmma" (Hopper warpgroup products)
     dq_reduction: str = "red2"   # how the wgmma dK/dV kernel adds dQ to the fp32 buffer (DQ_REDUCTIONS)
     arch: str = "sm_90a"         # NVRTC's target, as KernelSpec.arch
+    score: ScoreCode | None = None   # the score modifier (as KernelSpec.score); dS goes through its derivative
 
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
     entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")

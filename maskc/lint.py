@@ -313,12 +313,31 @@ def _reads(node, name: str) -> bool:
     return mentions(node, hit)
 
 
+def score_params(mask: ir.ResolvedMask) -> set[str]:
+    """The parameters a mask's score modifier reads."""
+    if mask.score is None:
+        return set()
+    out, stack = set(), [mask.score.expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (ir.FloatParam, ir.FloatAt)):
+            out.add(e.name if isinstance(e, ir.FloatParam) else e.table)
+        if isinstance(e, ir.FArith):
+            stack += [e.left, e.right]
+        elif isinstance(e, ir.FCall):
+            stack += list(e.args)
+        elif isinstance(e, (ir.ToFloat, ir.FloatAt)):
+            out |= {p.name for p in mask.params if _reads(e.value if isinstance(e, ir.ToFloat) else e.index, p.name)}
+    return out
+
+
 def unused_params(mask: ir.ResolvedMask) -> list[ir.Param]:
-    """Parameters that no rule and no segments origin reads."""
+    """Parameters that no rule, no segments origin and no score modifier reads."""
     # `segments from prompt` reads `prompt` when the segments are bound, whatever the rules say.
     readers = [r.cond for r in mask.rules] + [p.origin for p in mask.params if p.origin is not None] + [
         size for p in mask.params for size in p.shape or ()]
-    return [p for p in mask.params if not any(_reads(node, p.name) for node in readers)]
+    scored = score_params(mask)
+    return [p for p in mask.params if p.name not in scored and not any(_reads(node, p.name) for node in readers)]
 
 
 # -- output formats ---------------------------------------------------------------------------------

@@ -20,9 +20,12 @@ from maskc.analysis.classify import classify
 from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_arrays
 from maskc.analysis.evaluate import dense_mask
 from maskc.analysis.normalize import normalize, specialize
+from maskc.analysis.score import modified_scores
+from maskc.analysis.score import reads_head as score_reads_head
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.widths import check_static
 from maskc.codegen.predicate import pack_mask_data, predicate
+from maskc.codegen.score import score_code
 from maskc.errors import BindError, MaskError, MaskSyntaxError
 from maskc.frontend.parse import parse
 from maskc.frontend.resolve import Program, resolve, resolve_all
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
-    from maskc.flex import FlexMaskMod
+    from maskc.flex import FlexMaskMod, FlexScoreMod
     from maskc.restrict import RestrictedMask
 
 Device = Union[str, "torch.device", None]
@@ -142,6 +145,11 @@ class CompiledMask:
         return 0 if any(r.opaque for r in regions) else len(regions)
 
     @property
+    def reads_head(self) -> bool:
+        """Whether binding needs ``num_heads``: the mask or its score modifier reads h."""
+        return self.ranges.uses_head or score_reads_head(self.resolved)
+
+    @property
     def exact(self) -> bool:
         """Whether tile classes are exact for this mask (else only sound)."""
         return self.ranges.exact
@@ -184,7 +192,7 @@ class CompiledMask:
         constants = self.const_values(constants)
         return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps,
                           predicate(self.ranges, tuple(constants), self.offsets, narrow), self._summary(constants),
-                          engine, arch)
+                          engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
@@ -199,7 +207,7 @@ class CompiledMask:
         return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n,
                             tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets, narrow),
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine, dq_reduction),
-                            arch)
+                            arch, score_code(self.resolved, tuple(constants), self.offsets))
 
     def _c_name(self) -> str:
         from maskc.codegen.sanitize import c_identifier
@@ -261,7 +269,8 @@ def _param_repr(p: ir.Param) -> str:
     sizes = "" if p.shape is None else f"[{', '.join(expr_text(e) for e in p.shape)}]"
     table = ("table" if p.of is None else f"per {p.of}" + (" table" if p.dims else "")) + sizes
     kind = {"int": "const int" if p.const else "int", "segments": "segments over k" if p.over == "k" else "segments",
-            "per": f"per {p.of}", "table": table}[p.kind]
+            "per": f"per {p.of}", "table": table,
+            "float": "float", "float_table": "float table" if p.of is None else f"float per {p.of}"}[p.kind]
     return f"{p.name}: {kind}" + (f" = {p.default}" if p.default is not None else "")
 
 
@@ -275,6 +284,8 @@ def _values_repr(element) -> str:
         out.append(f"{n}={short(np.diff(table.bounds))}")
         out += [f"{a}={short(v)}" for a, v in table.values]
     out += [f"{n}={short(table.values)}" for n, table in element.tables]
+    out += [f"{n}={v:g}" if isinstance(v, float) else f"{n}=[{', '.join(f'{x:g}' for x in v[:5])}"
+            f"{', ...' if len(v) > 5 else ''}]" for n, v in element.floats]
     return ", ".join(out)
 
 
@@ -285,6 +296,9 @@ def _summary_lines(mask: ir.ResolvedMask):
     for r in mask.rules:
         if r.span.source_line:
             yield comment_text(r.span.source_line.strip())
+    if mask.score is not None:
+        from maskc.codegen.score import describe
+        yield comment_text(describe(mask.score) + "   (the scaled score of a visible pair, before the softmax)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -332,6 +346,12 @@ class BoundMask:
         return dense_mask(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len,
                           head, batch_index)
 
+    def modified_scores(self, scores: np.ndarray, batch_index: int = 0, head: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(mod(scores), mod'(scores)): the score modifier and its derivative on dense float64 scaled scores
+        [seq_len, kv_len] of one batch element and head (the scores and ones without a modifier)."""
+        return modified_scores(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len, head,
+                               batch_index, scores, range(self.seq_len), range(self.kv_len))
+
     def tile_map(self, block_m: int = 128, block_n: int = 128, max_bytes: int = MAX_DESCRIPTOR_BYTES) -> TileMap:
         """Every batch element's tile classes as run-length rows: memory grows with the runs, never with the
         tile grid; more than ``max_bytes`` of them is a BindError (raise the cap for very long sequences)."""
@@ -370,6 +390,12 @@ class BoundMask:
                                         t["full_kv_indices"], BLOCK_SIZE=(block_m, block_n),
                                         mask_mod=self.flex_mask_mod(device),
                                         seq_lengths=(self.seq_len, self.kv_len))
+
+    def flex_score_mod(self, device: Device = None) -> "FlexScoreMod | None":
+        """The mask's score modifier as Flex's ``score_mod`` ``(score, b, h, q_idx, kv_idx)`` (None when the mask
+        has none); its tables on ``device`` (default the CPU), following the positions it is called with."""
+        from maskc.flex import FlexScoreMod
+        return None if self.mask.resolved.score is None else FlexScoreMod(self, device)
 
     def flex_mask_mod(self, device: Device = None) -> "FlexMaskMod":
         """The mask as a FlexAttention mask_mod in torch operations (O(N) tables, any length), its tables on

@@ -28,6 +28,7 @@ import numpy as np
 
 from maskc.analysis.descriptor import check_size, pack
 from maskc.analysis.evaluate import dense_mask
+from maskc.analysis.score import modified_scores
 from maskc.analysis.tiles import block_runs, merge_runs
 from maskc.codegen.predicate import pack_mask_data
 from maskc.kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, Descriptor, TileMap
@@ -101,6 +102,12 @@ class RestrictedMask:
         p = self.parent
         return dense_mask(p.mask.resolved, p.params.batch[batch_index], p.seq_len, p.kv_len, head, batch_index,
                           rows=range(self.q_start, self.q_stop), cols=range(self.kv_start, self.kv_stop))
+
+    def modified_scores(self, scores: np.ndarray, batch_index: int = 0, head: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """As BoundMask.modified_scores, for this block (the modifier sees the parent's positions)."""
+        p = self.parent
+        return modified_scores(p.mask.resolved, p.params.batch[batch_index], p.seq_len, p.kv_len, head, batch_index,
+                               scores, range(self.q_start, self.q_stop), range(self.kv_start, self.kv_stop))
 
     def tile_map(self, block_m: int = 128, block_n: int = 128, max_bytes: int = MAX_DESCRIPTOR_BYTES) -> TileMap:
         cache = self.__dict__.setdefault("_tile_maps", {})

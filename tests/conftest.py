@@ -133,6 +133,11 @@ def example_params(name: str, seq_len: int, rng: np.random.Generator, heads: int
                 anc[i, j] = 1
                 j = parent[j]
         return {"kv_len": tree_kv_len(seq_len), "anc": anc.tolist()}
+    if name == "alibi":            # the paper's slopes, 2 ** (-8 (i + 1) / H), scaled at random
+        return {"num_heads": heads, "slope": [float(rng.uniform(0.5, 2.0)) * 2 ** (-8 * (i + 1) / heads)
+                                              for i in range(heads)]}
+    if name == "softcap":
+        return {"cap": float(rng.choice([0.5, 5.0, 50.0]))}
     raise KeyError(name)
 
 
@@ -147,6 +152,19 @@ def tree_kv_len(seq_len: int) -> int:
 
 
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.mask"))
+
+
+def example_score_mod(name: str, params: dict):
+    """The score modifier of an example written from its definition (not from maskc): f(score, h, q, k) with
+    h an int and the rest broadcasting numpy or torch values, or None for the examples without one."""
+    if name == "alibi":
+        slopes = params["slope"]
+        return lambda s, h, q, k: s - slopes[h] * (q - k)
+    if name == "softcap":
+        cap = params["cap"]
+        tanh = lambda x: x.tanh() if hasattr(x, "tanh") else np.tanh(x)  # noqa: E731
+        return lambda s, h, q, k: cap * tanh(s / cap)
+    return None
 # Examples whose tile classes are sound but not exact (k enters through bit operations): lint warns about them.
 SOUND_ONLY_EXAMPLES = ("morton_local", "tree_verify")
 # Examples whose keys are another sequence than the queries (kv_len != seq_len): context parallelism, which

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 import maskc
-from conftest import batch_params, example_params
+from conftest import batch_params, example_params, example_score_mod
 
 TOL = {"bf16": 1e-2, "fp16": 5e-3}
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -45,6 +45,22 @@ def poison(shape, dtype):
     """Fill a block of this size with NaN and free it: the runtime's next torch.empty of it gets the memory."""
     x = torch.full(shape, float("nan"), dtype=TORCH_DTYPE[dtype], device="cuda")
     del x
+
+
+def modify(s: torch.Tensor, bound, b: int, h: int, rows=None) -> torch.Tensor:
+    """Scaled scores ``s`` (rows x kv_len of batch element b, head h) through the example's score modifier as
+    its definition says (conftest.example_score_mod, not maskc's); ``s`` itself for masks without one."""
+    mod = example_score_mod(bound.mask.name, dict(bound.params.batch[b if bound.batch > 1 else 0].floats))
+    if mod is None:
+        return s
+    q = torch.as_tensor(np.arange(bound.seq_len) if rows is None else rows, dtype=s.dtype, device=s.device)
+    return mod(s, h, q[:, None], torch.arange(bound.kv_len, dtype=s.dtype, device=s.device)[None, :])
+
+
+def modify_all(s: torch.Tensor, bound) -> torch.Tensor:
+    """:func:`modify` on scores (B, Hq, S, Skv), every batch element and head."""
+    return torch.stack([torch.stack([modify(s[b, h], bound, b, h) for h in range(s.shape[1])])
+                        for b in range(s.shape[0])])
 
 
 def visibility(bound, B, Hq) -> torch.Tensor:

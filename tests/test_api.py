@@ -50,13 +50,13 @@ def test_create_block_mask_drives_flex_attention_and_maskc_alike(name):
     block_mask = maskc.create_block_mask(EXAMPLES / f"{name}.mask", B=None, H=H, Q_LEN=S, KV_LEN=KV, BLOCK_SIZE=64,
                                          **params)
     assert isinstance(block_mask, BlockMask) and block_mask.kv_num_blocks.device.type == "cpu"
-    bound = mask.bind(seq_len=S, kv_len=KV, num_heads=H if mask.ranges.uses_head else None, **params)
+    bound = mask.bind(seq_len=S, kv_len=KV, num_heads=H if mask.reads_head else None, **params)
     np.testing.assert_array_equal(block_mask.to_dense()[0, 0].numpy().astype(bool), bound.tiles(64, 64) != maskc.EMPTY)
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, H, n, 16, generator=g) for n in (S, KV, KV))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                       # Flex's note about running uncompiled
-        theirs = flex_attention(q, k, v, block_mask=block_mask)
+        theirs = flex_attention(q, k, v, block_mask=block_mask, score_mod=bound.flex_score_mod())
     ours = maskc.attention(q, k, v, block_mask=block_mask)
     dense = maskc.create_mask(mask, H=H, Q_LEN=S, KV_LEN=KV, **params)[0]          # (H, S, KV)
     seen = dense.any(-1)                                   # Flex leaves rows that see nothing undefined

@@ -46,6 +46,15 @@ def test_backward_compiles_for_every_target():
         assert size > 0 and engine == ("wgmma" if arch == "sm_90a" else "mma"), (arch, engine)
 
 
+def test_score_modifier_backward_compiles_for_every_target():
+    """The examples with a score modifier: their backward (the gradient through mod') on every target (the
+    forward is in test_every_example_compiles_for_every_target)."""
+    paths = [p for p in EXAMPLES if Path(p).stem in ("alibi", "softcap")]
+    assert len(paths) == 2
+    for name, arch, engine, size in _build_all([(p, arch, True) for p in paths for arch in TARGETS]):
+        assert size > 0 and engine == ("wgmma" if arch == "sm_90a" else "mma"), (name, arch, engine)
+
+
 @pytest.mark.slow
 def test_every_example_backward_compiles_for_every_target():
     assert len(_build_all([(p, arch, True) for p in EXAMPLES for arch in TARGETS])) == len(EXAMPLES) * len(TARGETS)

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 import maskc  # noqa: E402
 from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS  # noqa: E402
-from gpu_support import EX, bind, load, poison, randn, rel, visibility  # noqa: E402
+from gpu_support import EX, bind, load, modify_all, poison, randn, rel, visibility  # noqa: E402
 
 # bf16/fp16 operands of P and dS: gradients land a little above the forward's error
 GRAD_TOL = {"bf16": 2e-2, "fp16": 1e-2}
@@ -36,23 +36,25 @@ def backward_engine(request, monkeypatch):
     return request.param
 
 
-def reference_grads(q, k, v, dout, bound, scale, dlse=None):
-    """float64 (dq, dk, dv) by autograd of softmax attention with the dense mask. Hidden scores are set to
-    -1e30 and P multiplied by the mask, so rows without a visible key give O = 0 and zero gradients."""
-    qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
+def reference_grads(q, k, v, dout, bound, scale, dlse=None, dtype=torch.float64, with_out=False):
+    """float64 (dq, dk, dv) (or ``dtype``'s; O first when ``with_out``) by autograd of softmax attention with the
+    dense mask and the example's score modifier (gpu_support.modify_all). Hidden scores are set to -1e30 and P
+    multiplied by the mask, so rows without a visible key give O = 0 and zero gradients."""
+    qd, kd, vd = (x.detach().to(dtype).requires_grad_() for x in (q, k, v))
     B, Hq = q.shape[:2]
     group = Hq // k.shape[1]
     vis = visibility(bound, B, Hq)
     kx, vx = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
-    s = (qd @ kx.transpose(-1, -2) * scale).masked_fill(~vis, -1e30)
+    s = modify_all(qd @ kx.transpose(-1, -2) * scale, bound).masked_fill(~vis, -1e30)
     p = torch.softmax(s, -1) * vis
     out = p @ vx
-    loss = (out * dout.double()).sum()
+    loss = (out * dout.to(dtype)).sum()
     if dlse is not None:
         seen = vis.any(-1)
         lse = torch.logsumexp(s, -1)
-        loss = loss + torch.where(seen, lse * dlse.double(), 0).sum()
-    return torch.autograd.grad(loss, (qd, kd, vd))
+        loss = loss + torch.where(seen, lse * dlse.to(dtype), 0).sum()
+    grads = torch.autograd.grad(loss, (qd, kd, vd))
+    return (out.detach(), *grads) if with_out else grads
 
 
 def run(bound, B, Hq, Hkv, D, dtype, deterministic=False, with_lse=False):
@@ -98,6 +100,23 @@ def test_example_gradients(name, S, D, dtype):
     check(bound, B=2, Hq=4, Hkv=2, D=D, dtype=dtype, deterministic=(S + D) % 2 == 0)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("S", [127, 1000, 4097])
+@pytest.mark.parametrize("name", ["alibi", "softcap"])
+def test_score_modifier_against_float32(name, S, D, dtype):
+    """The score-modifier examples (scores changed on every visible pair, the gradient through mod'): O and
+    dQ, dK, dV against a float32 reference (eager torch, the modifier from its definition), GQA 4/2."""
+    bound = bind(name, S, seed=S + D, heads=4)
+    (q, k, v, dout, _), grads = run(bound, 1, 4, 2, D, dtype)
+    out = maskc.attention(q, k, v, bound, enable_gqa=True)
+    ref = reference_grads(q, k, v, dout, bound, 1 / math.sqrt(D), dtype=torch.float32, with_out=True)
+    assert rel(out.double(), ref[0].double()) <= 1e-2, "O vs the float32 reference"
+    for what, got, want in zip(("dq", "dk", "dv"), grads, ref[1:]):
+        assert not torch.isnan(got).any(), what
+        assert rel(got.double(), want.double()) <= GRAD_TOL[dtype], f"{what} vs the float32 reference"
+
+
 @pytest.mark.parametrize("reduction", DQ_REDUCTIONS)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear"])
@@ -135,15 +154,16 @@ def test_deterministic_is_bitwise_repeatable(name):
         assert rel(a.double(), b.double()) <= 1e-2
 
 
-@pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear"])
+@pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear", "alibi", "softcap"])
 def test_against_flex_backward(name):
     from torch.nn.attention.flex_attention import flex_attention
 
-    bound = bind(name, 1000, seed=2)
+    bound = bind(name, 1000, seed=2, heads=2)
     q, k, v = (randn(1, 2, 1000, 128, dtype="bf16").requires_grad_() for _ in range(3))
     dout = randn(1, 2, 1000, 128, dtype="bf16")
     ours = torch.autograd.grad(maskc.attention(q, k, v, bound), (q, k, v), dout)
-    flex_out = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask(device="cuda"))
+    flex_out = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask(device="cuda"),
+                              score_mod=bound.flex_score_mod("cuda"))
     theirs = torch.autograd.grad(flex_out, (q, k, v), dout)
     for a, b in zip(ours, theirs):
         assert rel(a.double(), b.double()) <= 3e-2

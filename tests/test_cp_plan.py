@@ -39,7 +39,7 @@ def dense_all(bound):
 def test_block_pairs_count_the_dense_mask(name):
     for seed in range(3):
         bound = bound_of(name, 96, seed, batch=1 + seed % 2)
-        heads = range(bound.num_heads) if bound.num_heads else (0,)          # pairs of every head
+        heads = range(bound.num_heads) if bound.mask.ranges.uses_head else (0,)   # pairs of every head
         dense = np.stack([bound.dense(b, h) for b in range(bound.batch) for h in heads])
         for block in (1, 7, 32, 96):
             want = np.add.reduceat(dense.sum(axis=(0, 2)), np.arange(0, 96, block))
@@ -127,7 +127,8 @@ def workloads(S):
             "neighborhood": {"width": 181, "window": 13},
             "video": {"width": 32, "height": 32, "radius": 3, "past": 1},
             "morton_local": {"radius": 3},
-            "per_head_window": {"num_heads": 8, "window": [256, 256, 512, 512, 1024, 2048, 4096, S]}}
+            "per_head_window": {"num_heads": 8, "window": [256, 256, 512, 512, 1024, 2048, 4096, S]},
+            "alibi": {"num_heads": 8, "slope": [2 ** (-i - 1) for i in range(8)]}, "softcap": {"cap": 50.0}}
 
 
 @pytest.mark.parametrize("S", [32768, 131072])

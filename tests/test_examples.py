@@ -23,6 +23,8 @@ CONTRACT = {
     "per_head_window": ["window"],
     "cross_images": ["lead", "text", "images"],
     "tree_verify": ["anc"],
+    "alibi": ["slope"],
+    "softcap": ["cap"],
 }
 
 
@@ -71,7 +73,7 @@ def reference(name, seq_len, p, head=0):
         return tree_verify_reference(seq_len, p["kv_len"], p["anc"])
     q = np.arange(seq_len)[:, None]
     k = np.arange(seq_len)[None, :]
-    if name == "causal":
+    if name in ("causal", "alibi", "softcap"):         # the modifiers change scores, not visibility
         return np.broadcast_to(k <= q, (seq_len, seq_len))
     if name == "sliding_window":
         return (k <= q) & (q - k < p["window"])

@@ -32,7 +32,7 @@ from maskc.runtime import state  # noqa: E402
 from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
 from maskc.codegen.schedule import choose_tiles, forward_candidates  # noqa: E402
-from gpu_support import EX, TOL, bind, load, poison, randn, rel  # noqa: E402
+from gpu_support import EX, TOL, bind, load, modify, poison, randn, rel  # noqa: E402
 
 
 def reference(q, k, v, bound, scale, rows):
@@ -52,7 +52,7 @@ def reference(q, k, v, bound, scale, rows):
                 vis_cache[hm] = torch.as_tensor(np.ascontiguousarray(bound.dense(mb, hm)[rows]), device="cuda")
             vis = vis_cache[hm]
             s = (q[b, h, rows_t].double() @ k[b, h // rep].double().T) * scale
-            s = s.masked_fill(~vis, -math.inf)
+            s = modify(s, bound, b, h, rows).masked_fill(~vis, -math.inf)
             l = torch.logsumexp(s, dim=-1)
             p = torch.exp(s - l[:, None]).nan_to_num(0.0)
             out[b, h] = p @ v[b, h // rep].double()
@@ -97,7 +97,7 @@ def check(bound, B, Hq, Hkv, D, dtype, rows=None, make=None, scale=None, against
         from torch.nn.attention.flex_attention import flex_attention
 
         fo = flex_attention(q, k, v, block_mask=bound.to_flex_block_mask(device="cuda"), scale=scale,
-                            enable_gqa=Hq != Hkv)
+                            enable_gqa=Hq != Hkv, score_mod=bound.flex_score_mod("cuda"))
         seen = ~torch.isneginf(lse)
         assert rel(o.double()[seen], fo.double()[seen]) <= 2 * TOL[dtype], "O vs flex_attention"
     return o, lse

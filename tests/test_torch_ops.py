@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import maskc  # noqa: E402
 from maskc.runtime import torch_ops  # noqa: E402
 
-from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params  # noqa: E402
+from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params, example_score_mod  # noqa: E402
 
 
 def bound_of(name, S, seed=0, batch=None, kv_len=None, heads=4):
@@ -39,6 +39,10 @@ def dense_attention(q, k, v, bound, scale):
                                                                  h if bound.num_heads else 0))
                                     for h in range(Hq)]) for b in range(B)])
     s = q @ k.repeat_interleave(group, 1).transpose(-1, -2) * scale
+    mod = example_score_mod(bound.mask.name, dict(bound.params.batch[0].floats))
+    if mod is not None:                 # the example's modifier, from its definition (batch element 0's values)
+        rows, cols = (torch.arange(n, dtype=s.dtype).view(shape) for n, shape in ((s.shape[2], (-1, 1)), (s.shape[3], (1, -1))))
+        s = torch.stack([mod(s[:, h], h, rows, cols) for h in range(Hq)], 1)
     p = torch.softmax(s.masked_fill(~vis, -1e30), -1) * vis
     return p @ v.repeat_interleave(group, 1)
 

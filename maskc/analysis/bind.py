@@ -23,6 +23,7 @@ from maskc.analysis.evaluate import Evaluator
 from maskc.analysis.keys import sorted_unique
 from maskc.analysis.forms import render
 from maskc.analysis.rows import lin_value
+from maskc.analysis.score import check_score
 from maskc.analysis.widths import check_bound, check_expr, fits_32_bits
 from maskc.errors import BindError, did_you_mean
 from maskc.frontend.resolve import nodes
@@ -130,8 +131,8 @@ def _depth(value) -> int:
 
 def _is_batched(param: ir.Param, value) -> bool:
     """A list of lists for segments, per-arrays and tables (of lists of lists for a table of rows), a list for
-    ints: one value per batch element."""
-    if param.kind == "int":
+    ints and floats: one value per batch element."""
+    if param.kind in ("int", "float"):
         return isinstance(value, (list, tuple, np.ndarray))
     rows = param.kind == "table" and (param.dims == 2 or (param.of == "h" and param.dims == 1))
     if rows:
@@ -188,9 +189,12 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
     segments: dict[str, SegmentTable] = {}
     arrays: dict[str, dict[str, np.ndarray]] = {}
     tables: dict[str, Table] = {}
+    floats: dict[str, float | np.ndarray] = {}
     for p in mask.params:
         v = value_of(p)
-        if p.kind == "int":
+        if p.kind in ir.FLOAT_KINDS:
+            floats[p.name] = _float_value(mask, p, v, num_heads, at)
+        elif p.kind == "int":
             if v is None:
                 if p.default is None:
                     raise BindError(f"mask '{mask.name}' needs parameter '{p.name}'", p.span)
@@ -211,11 +215,12 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
             arrays.setdefault(p.of, {})[p.name] = _per_segment(mask, p, v, segments[p.of].count, at)
     params = BatchParams(tuple(ints.items()), tuple(
         (name, SegmentTable(table.bounds, tuple(arrays.get(name, {}).items()))) for name, table in segments.items()),
-        tuple(tables.items()))
+        tuple(tables.items()), tuple(floats.items()))
     uses_head = ranges.uses_head
     if uses_head and num_heads is None:
         raise BindError(f"mask '{mask.name}' depends on the head h: bind it with num_heads=", mask.span)
     check_bound(mask, ranges, params, seq_len, kv_len, num_heads if uses_head else 1, b, at)
+    check_score(mask, params, seq_len, kv_len, num_heads, batch, at)
     for h in range(num_heads) if uses_head else (0,):
         _check(mask, ranges.divisors, params, seq_len, kv_len, h, b, at)
     return params
@@ -318,6 +323,44 @@ def _table(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int, ...
     if not values and not per_head:
         raise BindError(f"table '{p.name}' is empty{at}", p.span)
     return Table(np.asarray(values, np.int64), shape)
+
+
+def _float_value(mask, p, value, num_heads: int | None, at: str):
+    """A float parameter's value: a finite real number; a float table, a non-empty list of them (a float per
+    h: one per head, so the mask must be bound with num_heads; its default for every head)."""
+    def finite(v, what):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(float(v)) \
+                or abs(float(v)) > np.finfo(np.float32).max:
+            raise BindError(f"{what} must be a finite number (a float32), got {v!r}", p.span)
+        return float(v)
+
+    if p.kind == "float":
+        if value is None:
+            if p.default is None:
+                raise BindError(f"mask '{mask.name}' needs parameter '{p.name}' (a float)", p.span)
+            value = p.default
+        return finite(value, f"parameter '{p.name}'{at}")
+    per_head = p.of == "h"
+    if per_head and num_heads is None:
+        raise BindError(f"'{p.name}' has one value per head: bind mask '{mask.name}' with num_heads=", p.span)
+    if value is None:
+        if not per_head or p.default is None:
+            what = "one float per head" if per_head else "a list of floats"
+            raise BindError(f"mask '{mask.name}' needs '{p.name}' ({what})", p.span)
+        value = [p.default] * (num_heads or 0)
+    if isinstance(value, np.ndarray):
+        value = value.tolist() if value.ndim == 1 else None
+    if not isinstance(value, (list, tuple)):
+        raise BindError(f"'{p.name}'{at} must be a list of floats", p.span)
+    if len(value) > MAX_TABLE:
+        raise BindError(f"table '{p.name}' has {len(value)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
+                        p.span)
+    values = [finite(v, f"'{p.name}'{at}") for v in value]
+    if per_head and len(values) != num_heads:
+        raise BindError(f"'{p.name}' has {len(values)} entries, one per head, but num_heads = {num_heads}{at}", p.span)
+    if not values:
+        raise BindError(f"table '{p.name}' is empty{at}", p.span)
+    return np.asarray(values, np.float64)
 
 
 def _check(mask, divisors, params, seq_len, kv_len, h, b, at):

@@ -21,6 +21,7 @@ class TableLayout:
     segments: tuple[str, ...]
     arrays: tuple[tuple[str, str, int], ...]     # (array, its segments, position among that seg's arrays)
     tables: tuple[str, ...] = ()
+    floats: tuple[tuple[str, bool], ...] = ()     # (float parameter, whether it is a table): the score modifier's
 
     @classmethod
     def of(cls, params: tuple[ir.Param, ...]) -> "TableLayout":
@@ -32,7 +33,8 @@ class TableLayout:
             if p.kind == "per" and p.of is not None:
                 arrays.append((p.name, p.of, count.get(p.of, 0)))
                 count[p.of] = count.get(p.of, 0) + 1
-        return cls(ints, segs, tuple(arrays), tuple(p.name for p in params if p.kind == "table"))
+        return cls(ints, segs, tuple(arrays), tuple(p.name for p in params if p.kind == "table"),
+                   tuple((p.name, p.kind == "float_table") for p in params if p.kind in ir.FLOAT_KINDS))
 
     def int_slot(self, name: str) -> int:
         return 2 + self.ints.index(name)
@@ -45,6 +47,9 @@ class TableLayout:
 
     def table_slot(self, name: str) -> int:
         return 2 + len(self.ints) + len(self.segments) + self.tables.index(name)
+
+    def float_slot(self, name: str) -> int:
+        return 2 + len(self.ints) + len(self.segments) + len(self.tables) + [n for n, _ in self.floats].index(name)
 
 
 class CWriter:

@@ -39,7 +39,9 @@ def _params(text: str) -> tuple[Param, ...]:
 
 
 # Every forward kernel's parameters, in order. q, k, v, o: (B, H, S, D) 16-bit data; lse [B, Hq, S] float32 or
-# null; element strides (batch, head, row), the last dim contiguous; the descriptor's arrays (kernel_ir).
+# null; element strides (batch, head, row), the last dim contiguous; the descriptor's arrays (kernel_ir). A score
+# modifier's float parameters travel in mask_data as their bits (maskc.codegen.predicate.pack_mask_data), so a
+# modifier adds no parameter and a mask without one has the signature it always had.
 COMMON_PARAMS = _params(
     "const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, "
     "const unsigned short* __restrict__ v, unsigned short* __restrict__ o, float* __restrict__ lse, "
@@ -78,6 +80,12 @@ class ForwardPlan:
     @property
     def threads(self) -> int:
         return self.spec.threads
+
+    @property
+    def score(self):
+        """The score modifier's device code (``spec.score``, None without one): part of the plan, hence of the
+        rendered source and of the kernel cache key (a hash of the source)."""
+        return self.spec.score
 
     @property
     def iv(self) -> dict | None:

@@ -20,6 +20,8 @@ sanitized; C identifiers are generated (``lo0``, ``p1``, ...).
     segments table s:  [n, bound_0 .. bound_n, then each per-segment array of s: n entries]
     table parameter t: [n, entry_0 .. entry_n-1]     (a table per h: one entry per head; a table with two
                        indices, or per h with one: its n = rows x columns entries, row-major)
+    mask[2 + n_ints + n_segs + n_tables + f]   float parameter f (FLOAT_KINDS, declaration order): a float's
+                             bits (read with __int_as_float), or a float table's offset: [n, bits_0 .. bits_n-1]
 
 A sub-block of a bound mask (``BoundMask.restrict``: query rows from q0, keys from k0) uses the predicate of
 ``emit_predicate(..., offsets=True)`` and tables packed with ``origin=(q0, k0)``: the kernel passes
@@ -127,7 +129,7 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
     for params in bound.batch:
         header = [bound.seq_len, bound.kv_len] + [params.int(n) for n in layout.ints]
         tables = []
-        at = len(header) + len(layout.segments) + len(layout.tables)
+        at = len(header) + len(layout.segments) + len(layout.tables) + len(layout.floats)
         for s in layout.segments:
             table = params.segment(s)
             header.append(at)
@@ -142,6 +144,12 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
             body = [params.table(name).count] + [int(x) for x in params.table(name).values]
             tables += body
             at += len(body)
+        for name, is_table in layout.floats:
+            bits = [int(x) for x in np.asarray(params.float(name), np.float32).reshape(-1).view(np.int32)]
+            header += [at] if is_table else bits
+            if is_table:
+                tables += [len(bits)] + bits
+                at += 1 + len(bits)
         chunk = np.asarray(([] if origin is None else list(origin)) + header + tables, np.int64)
         if np.any(np.abs(chunk) > np.iinfo(np.int32).max):
             raise OverflowError("a mask parameter does not fit in int32")

@@ -46,7 +46,7 @@ _PARSE_LOCK = threading.Lock()
 
 # What a user should read instead of Lark's terminal names.
 _TOKEN_WORDS = {
-    "NAME": "a name", "INT": "a number", "STRING": "a quoted path", "_NL": "the end of the line",
+    "NAME": "a name", "INT": "a number", "FLOAT": "a number", "STRING": "a quoted path", "_NL": "the end of the line",
     "_INDENT": "an indented line", "_DEDENT": "the end of the block", "$END": "the end of the file",
     "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '//' or '%'", "OR_OP": "'|'",
     "XOR_OP": "'^'", "AND_OP": "'&'", "SHIFT_OP": "'<<' or '>>'", "TILDE": "'~'",
@@ -148,19 +148,20 @@ class _ToSyntax(Transformer_NonRecursive):
     @v_args(meta=True)
     def mask_def(self, meta, items):
         name, *params, tail = items
-        lets, rules = tail
+        lets, rules, scores = tail
         params = tuple(p for p in params if p is not None)
-        return ir.MaskDecl(str(name), params, lets, rules, self._tok_span(name))
+        return ir.MaskDecl(str(name), params, lets, rules, self._tok_span(name), scores)
 
     @v_args(meta=True)
     def mask_alias(self, meta, items):
         cond = items[0]
-        return (), (ir.RuleDecl("allow", (cond,), cond.span),)
+        return (), (ir.RuleDecl("allow", (cond,), cond.span),), ()
 
     def mask_body(self, items):
         lets = tuple(i for i in items if isinstance(i, ir.LetDecl))
         rules = tuple(i for i in items if isinstance(i, ir.RuleDecl))
-        return lets, rules
+        scores = tuple(i for i in items if isinstance(i, ir.ScoreDecl))
+        return lets, rules, scores
 
     @v_args(meta=True)
     def param(self, meta, items):
@@ -191,6 +192,24 @@ class _ToSyntax(Transformer_NonRecursive):
 
     def table_sizes(self, items):
         return tuple(items)
+
+    def float_type(self, items):
+        return ("float", None, None)
+
+    def float_per_type(self, items):
+        return ("float_table", None, str(items[0]))
+
+    def float_table_type(self, items):
+        return ("float_table", None, None)
+
+    @v_args(meta=True)
+    def score_stmt(self, meta, items):
+        target, value = items
+        if str(target) != "score":
+            raise MaskSyntaxError(f"'{target} = ...' assigns to '{target}'; only 'score' can be assigned",
+                                  self._tok_span(target),
+                                  f"a named value is 'let {target} = ...'; a score modifier is 'score = ...'")
+        return ir.ScoreDecl(value, self._through(self._tok_span(target), value.span))
 
     @v_args(meta=True)
     def let_stmt(self, meta, items):
@@ -280,6 +299,10 @@ class _ToSyntax(Transformer_NonRecursive):
     @v_args(meta=True)
     def number(self, meta, items):
         return ir.Num(int(items[0]), self._span(meta))
+
+    @v_args(meta=True)
+    def float_number(self, meta, items):
+        return ir.FloatNum(float(items[0]), self._span(meta))
 
     @v_args(meta=True)
     def true_(self, meta, items):

@@ -17,6 +17,7 @@ from typing import Any
 from maskc import ir
 from maskc.errors import ComplexityError, MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
 from maskc.frontend.parse import MAX_NESTING
+from maskc.frontend.score import float_param, resolve_score
 
 _FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 2)}
 _MAX_EXPONENT = 8
@@ -217,7 +218,7 @@ class _Resolver:
                                         r.span)
             if not any(r.kind == "allow" for r in rules):
                 raise MaskError(f"mask '{decl.name}' has no 'allow' rule, so it shows nothing", decl.span)
-            result = ir.ResolvedMask(decl.name, params, rules, decl.span)
+            result = ir.ResolvedMask(decl.name, params, rules, decl.span, resolve_score(self, decl, scope, file))
             self.call_depth[key] = 1 + self._callees[-1]
         finally:
             self.active.pop()
@@ -233,7 +234,9 @@ class _Resolver:
             if any(o.name == p.name for o in out):
                 raise MaskNameError(f"parameter '{p.name}' is declared twice", p.span)
             scope = _Scope(tuple((o.name, o) for o in out), decl)
-            if p.kind in ("int", "const"):
+            if p.kind in ir.FLOAT_KINDS:
+                out.append(float_param(self, p, scope))
+            elif p.kind in ("int", "const"):
                 default = None
                 if p.default is not None:
                     default = self._constant(p.default, scope)
@@ -373,6 +376,10 @@ class _Resolver:
             raise MaskTypeError("this number does not fit in 32 bits", node.span)
         return ir.Const(node.value, node.span)
 
+    def _FloatNum(self, node, scope, file):
+        raise MaskTypeError("masks compute on integers: a float is read only by a score modifier", node.span,
+                            "e.g. 'score = softcap(score, 30.0)'")
+
     def _UnaryMinus(self, node, scope, file):
         return ir.Arith("-", ir.Const(0, node.span), self._int(node.operand, scope, file), node.span)
 
@@ -396,6 +403,9 @@ class _Resolver:
         return table_at(table, indices, node.span)
 
     def _BinOp(self, node, scope, file):
+        if node.op == "/":
+            raise MaskTypeError("'/' divides floats, in score modifiers only", node.span,
+                                "integer division, floored as in Python, is '//'")
         left = self._int(node.left, scope, file)
         right = self._int(node.right, scope, file)
         if node.op == "**":
@@ -430,6 +440,9 @@ class _Resolver:
         if isinstance(bound, ir.Param):
             if bound.kind == "int":
                 return ir.ParamRef(bound.name, node.span)
+            if bound.kind in ir.FLOAT_KINDS:
+                raise MaskTypeError(f"'{node.id}' is a float parameter: only a score modifier reads it", node.span,
+                                    f"e.g. 'score = score - {node.id} * (q - k)'")
             if bound.kind == "table" and bound.dims == 0:            # this head's value
                 return table_at(bound, (), node.span)
             use = "same(" + bound.name + ") or " + bound.name + ".start(q)" if bound.kind == "segments" \
@@ -546,6 +559,11 @@ class _Resolver:
                                     did_you_mean(name, [p.name for p in callee.params]))
         for p in callee.params:
             a = keywords.get(p.name)
+            if p.kind in ir.FLOAT_KINDS:     # read only by the callee's score modifier, which is not inherited
+                if a is not None:
+                    raise MaskTypeError(f"parameter '{p.name}' of mask '{callee.name}' is a float: only its score "
+                                        "modifier reads it, and a call takes the mask's rules alone", a.span)
+                continue
             if a is None:
                 if p.kind == "int" and p.default is not None:
                     mapping[p.name] = ir.Const(p.default, node.span)

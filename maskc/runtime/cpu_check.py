@@ -51,7 +51,8 @@ def blocked_attention(q, k, v, bound, block_m: int, block_n: int) -> np.ndarray:
                 if not cols:
                     continue                            # a row block that sees no key: O = 0
                 c, ok = np.concatenate(cols), np.concatenate(allowed, axis=1)
-                scores = np.where(ok, (q[b, h, rows] @ k[b, h, c].T) * scale, -np.inf).astype(np.float32)
+                scores = _modified(bound, (q[b, h, rows] @ k[b, h, c].T) * scale, mb, h, rows, c)[0]
+                scores = np.where(ok, scores, -np.inf).astype(np.float32)
                 peak = scores.max(axis=1, keepdims=True)
                 seen = np.isfinite(peak)
                 p = np.where(ok, np.exp(scores - np.where(seen, peak, 0)), 0).astype(np.float32)
@@ -84,18 +85,32 @@ def blocked_attention_backward(q, k, v, dout, bound, block_m: int, block_n: int)
                 dense = bound.dense(mb, h if bound.num_heads else 0)
                 for begin, end, kind in desc.col_runs[desc.col_offsets[column]:desc.col_offsets[column + 1]]:
                     rows = slice(begin * block_m, min(seq_len, end * block_m))
-                    s = q[b, h, rows] @ k[b, kv, keys].T
+                    s, slope = _modified(bound, q[b, h, rows] @ k[b, kv, keys].T * scale, mb, h, rows, keys)
                     lse_rows = lse[b, h, rows, None]
                     seen = np.isfinite(lse_rows)
-                    p = np.where(seen, np.exp(s * scale - np.where(seen, lse_rows, 0)), 0).astype(np.float32)
+                    p = np.where(seen, np.exp(s - np.where(seen, lse_rows, 0)), 0).astype(np.float32)
                     if kind == 1:                                   # PARTIAL: the predicate decides
                         p = np.where(dense[rows, keys], p, 0)
                     dp = dout[b, h, rows] @ v[b, kv, keys].T
-                    ds = p * (dp - delta[b, h, rows, None])
+                    ds = p * (dp - delta[b, h, rows, None]) * slope.astype(np.float32)
                     dv[b, kv, keys] += p.T @ dout[b, h, rows]
                     dk[b, kv, keys] += ds.T @ q[b, h, rows] * scale
                     dq[b, h, rows] += ds @ k[b, kv, keys] * scale
     return dq, dk, dv
+
+
+def _modified(bound, scores, batch_index: int, head: int, rows, cols):
+    """The mask's score modifier on a block of scaled scores at query ``rows`` (a slice) and key ``cols`` (a
+    slice or positions), in float32 as the kernels compute it, with its derivative (scores and 1 without one)."""
+    from maskc.analysis.score import modified_scores
+
+    resolved = bound.mask.resolved
+    if resolved.score is None:
+        return scores, np.ones(scores.shape, np.float32)
+    positions = lambda p: np.arange(p.start, p.stop) if isinstance(p, slice) else p  # noqa: E731
+    value, slope = modified_scores(resolved, bound.params.batch[batch_index], bound.seq_len, bound.kv_len, head,
+                                   batch_index, np.asarray(scores, np.float64), positions(rows), positions(cols))
+    return value.astype(np.float32), slope.astype(np.float32)
 
 
 def relative_error(out, ref) -> float:

@@ -12,8 +12,17 @@ def _as_numpy(x) -> np.ndarray:
     return np.asarray(x, np.float64)
 
 
+def _modified(bound_mask, scores: np.ndarray, batch_index: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+    """The score modifier and its derivative on one head's scaled scores (scores and 1 without one)."""
+    if bound_mask.mask.resolved.score is None:
+        return scores, np.ones_like(scores)
+    with np.errstate(all="ignore"):           # hidden pairs may overflow; np.where drops them
+        return bound_mask.modified_scores(scores, batch_index, head)
+
+
 def reference_attention(q, k, v, bound_mask, scale=None, return_lse=False):
-    """softmax(q kᵀ · scale, masked) v in float64, shapes (B, Hq, S, D) and (B, Hkv, K, D).
+    """softmax(mod(q kᵀ · scale), masked) v in float64, shapes (B, Hq, S, D) and (B, Hkv, K, D); ``mod`` is
+    the mask's score modifier (none: the identity), applied to the scaled scores.
 
     Rows that see no key give 0 and log-sum-exp -inf. GQA: query head h reads kv head
     h // (Hq // Hkv). Returns numpy arrays.
@@ -33,7 +42,7 @@ def reference_attention(q, k, v, bound_mask, scale=None, return_lse=False):
         for h in range(hq):
             mask = bound_mask.dense(mb, h) if uses_head else dense
             kv = h // (hq // hkv)
-            scores = np.where(mask, q[b, h] @ k[b, kv].T * scale, -np.inf)
+            scores = np.where(mask, _modified(bound_mask, q[b, h] @ k[b, kv].T * scale, mb, h)[0], -np.inf)
             peak = scores.max(axis=1, keepdims=True)
             seen = np.isfinite(peak[:, 0])
             p = np.where(mask, np.exp(scores - np.where(seen[:, None], peak, 0.0)), 0.0)
@@ -46,7 +55,8 @@ def reference_attention(q, k, v, bound_mask, scale=None, return_lse=False):
 def reference_attention_backward(q, k, v, dout, bound_mask, scale=None):
     """(dq, dk, dv) of :func:`reference_attention` for the output gradient ``dout``, in float64, by the
     textbook softmax backward dS = P * (dP - rowsum(P * dP)) (the kernels use rowsum(dO * O) instead: equal
-    in exact arithmetic, computed differently). dk and dv are summed over each GQA group."""
+    in exact arithmetic, computed differently), times the score modifier's derivative mod'(scaled score). dk and
+    dv are summed over each GQA group."""
     q, k, v, dout = _as_numpy(q), _as_numpy(k), _as_numpy(v), _as_numpy(dout)
     batch, hq, s, d = q.shape
     group = hq // k.shape[1]
@@ -57,13 +67,14 @@ def reference_attention_backward(q, k, v, dout, bound_mask, scale=None):
         for h in range(hq):
             mask = bound_mask.dense(mb, h if bound_mask.num_heads is not None else 0)
             kv = h // group
-            scores = np.where(mask, q[b, h] @ k[b, kv].T * scale, -np.inf)
+            modified, slope = _modified(bound_mask, q[b, h] @ k[b, kv].T * scale, mb, h)
+            scores = np.where(mask, modified, -np.inf)
             peak = scores.max(axis=1, keepdims=True)
             p = np.where(mask, np.exp(scores - np.where(np.isfinite(peak), peak, 0.0)), 0.0)
             total = p.sum(axis=1, keepdims=True)
             p = p / np.where(total > 0, total, 1.0)
             dp = dout[b, h] @ v[b, kv].T
-            ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+            ds = p * (dp - (p * dp).sum(axis=1, keepdims=True)) * np.where(mask, slope, 0.0)
             dq[b, h] = ds @ k[b, kv] * scale
             dk[b, kv] += ds.T @ q[b, h] * scale
             dv[b, kv] += p.T @ dout[b, h]

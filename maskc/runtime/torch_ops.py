@@ -65,20 +65,40 @@ def _check_cpu_inputs(q, k, v, bound) -> None:
         raise ValueError(f"the mask was bound to num_heads={bound.num_heads}; q has {Hq} heads")
 
 
+def _modified_scores(bound, s: torch.Tensor, grad: bool = False):
+    """(mod(s), mod'(s) or None): the mask's score modifier on scaled scores (B, H, S, K), through its Flex
+    score_mod (positions of a sub-block are its parent's); the derivative, when ``grad``, by autograd
+    (the modifier is elementwise). (s, None) for a mask without one."""
+    if bound.mask.resolved.score is None:
+        return s, None
+    parent, (q0, k0) = getattr(bound, "parent", bound), getattr(bound, "origin", (0, 0))
+    score_mod = parent.flex_score_mod(s.device)
+    B, H, S, K = s.shape
+    at = lambda start, n, dim: torch.arange(start, start + n, device=s.device).view(  # noqa: E731
+        [n if d == dim else 1 for d in range(4)])
+    b = at(0, B, 0) if parent.batch > 1 else 0
+    with torch.enable_grad():
+        x = s.detach().requires_grad_(grad)
+        y = score_mod(x, b, at(0, H, 1), at(q0, S, 2), at(k0, K, 3))
+        slope = torch.autograd.grad(y.sum(), x)[0] if grad else None
+    return y.detach(), slope
+
+
 def _reference_probabilities(q, k, bound, scale, lse=None):
-    """(P, LSE, k expanded over the GQA group, group size) in the compute dtype: P = softmax of the visible
-    scaled scores, 0 where hidden and on rows that see nothing (their LSE = -inf). With ``lse`` given, P is
-    recomputed from it, as the backward kernels do."""
+    """(P, LSE, k expanded over the GQA group, group size, mod'(scores) or None) in the compute dtype: P =
+    softmax of the visible modified scaled scores (:func:`_modified_scores`), 0 where hidden and on rows that
+    see nothing (their LSE = -inf). With ``lse`` given, P is recomputed from it, as the backward kernels do,
+    and the modifier's derivative comes with it."""
     group = q.shape[1] // k.shape[1]
     kx = k.repeat_interleave(group, dim=1)
     visible = _dense_mask(bound, q.device)
-    s = torch.matmul(q, kx.transpose(-1, -2)) * scale
+    s, slope = _modified_scores(bound, torch.matmul(q, kx.transpose(-1, -2)) * scale, grad=lse is not None)
     s = s.masked_fill(~visible, -math.inf)
     if lse is None:
         lse = torch.logsumexp(s, dim=-1)
     # exp(-inf - (-inf)) is NaN on rows without a visible key: those are zero
     p = torch.where(visible, torch.exp(s - lse.unsqueeze(-1)), torch.zeros((), dtype=s.dtype))
-    return p, lse, kx, group
+    return p, lse, kx, group, slope
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -88,7 +108,7 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 def _reference_forward(q, k, v, bound, scale):
     _check_cpu_inputs(q, k, v, bound)
     cd = _compute_dtype(q)
-    p, lse, _, group = _reference_probabilities(q.to(cd), k.to(cd), bound, scale)
+    p, lse, _, group, _ = _reference_probabilities(q.to(cd), k.to(cd), bound, scale)
     out = torch.matmul(p, v.to(cd).repeat_interleave(group, dim=1))
     return out.to(q.dtype), lse
 
@@ -101,13 +121,15 @@ def _sum_groups(x: torch.Tensor, group: int) -> torch.Tensor:
 def _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale):
     cd = _compute_dtype(q)
     q_, k_, v_, out_, dout_ = (x.to(cd) for x in (q, k, v, out, dout))
-    p, _, kx, group = _reference_probabilities(q_, k_, bound, scale, lse=lse.to(cd))
+    p, _, kx, group, slope = _reference_probabilities(q_, k_, bound, scale, lse=lse.to(cd))
     delta = (dout_ * out_).sum(-1)
     if dlse is not None:
         delta = delta - dlse.to(cd)
     dv = _sum_groups(torch.matmul(p.transpose(-1, -2), dout_), group)
     dp = torch.matmul(dout_, v_.repeat_interleave(group, dim=1).transpose(-1, -2))
     ds = p * (dp - delta.unsqueeze(-1))
+    if slope is not None:               # through the score modifier: dS_in = dS_out * mod'(s)
+        ds = ds * slope
     dq = torch.matmul(ds, kx) * scale
     dk = _sum_groups(torch.matmul(ds.transpose(-1, -2), q_), group) * scale
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)

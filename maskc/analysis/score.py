@@ -1,0 +1,169 @@
+"""Score modifiers, evaluated: the reference semantics of ``score = ...`` in numpy float64, with the derivative
+the backward needs, and bind's check that the kernels' integer arithmetic cannot overflow.
+
+Semantics (docs/language/score.md): for a visible pair, the kernel's score ``x = scale * (q_vec . k_vec)`` (the
+softmax scale applied first, as FlexAttention's ``score_mod`` receives it) becomes ``mod(x)``, and the softmax
+runs over the modified scores; hidden pairs stay hidden. The gradient flows through it:
+``dL/dx = dL/dmod * mod'(x)``. Integer sub-expressions are computed exactly (Python's floor semantics) and then
+rounded to float; a float table read at an index outside it reads its nearest entry (the index is clamped to
+``[0, n)``: relative-position buckets past the last read the last).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from maskc import ir
+from maskc.analysis.evaluate import Evaluator
+from maskc.errors import BindError
+from maskc.kernel_ir import BatchParams
+
+_INT32 = (-2 ** 31, 2 ** 31 - 1)
+POSITION_SLACK = 256
+"""Kernels evaluate the modifier on whole tiles: positions up to a tile (at most 256) past seq_len and kv_len."""
+
+
+def float_table_index(index: np.ndarray, n: int) -> np.ndarray:
+    """Where a float table of ``n`` entries is read at ``index``: clamped into [0, n)."""
+    return np.clip(index, 0, n - 1)
+
+
+class ScoreEvaluator:
+    """Evaluates a mask's score modifier for one batch element and head; q and k broadcast as in
+    :class:`~maskc.analysis.evaluate.Evaluator`."""
+
+    def __init__(self, mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, head: int = 0,
+                 batch_index: int = 0):
+        self.params = params
+        self.ints = Evaluator(mask, params, seq_len, kv_len, head, batch_index)
+
+    def __call__(self, score: np.ndarray, q, k) -> tuple[np.ndarray, np.ndarray]:
+        """(mod(score), mod'(score)) elementwise, float64, broadcast to ``score``'s shape."""
+        modifier = self.ints.mask.score
+        assert modifier is not None, "a mask without a score modifier"
+        value, grad = self._dual(modifier.expr, np.asarray(score, np.float64), q, k)
+        shape = np.broadcast_shapes(np.shape(score), np.shape(value))
+        return np.broadcast_to(value, shape).astype(np.float64), np.broadcast_to(grad, shape).astype(np.float64)
+
+    def _dual(self, e: ir.ScoreExpr, x, q, k):
+        """(value, derivative with respect to the incoming score) of ``e``."""
+        if isinstance(e, ir.ScoreIn):
+            return x, np.float64(1.0)
+        if isinstance(e, ir.FloatConst):
+            return np.float64(e.value), np.float64(0.0)
+        if isinstance(e, ir.FloatParam):
+            return np.float64(self.params.float(e.name)), np.float64(0.0)
+        if isinstance(e, ir.FloatAt):
+            table = self.params.float(e.table)
+            index = np.asarray(self.ints.int(e.index, q, k), np.int64)
+            return table[float_table_index(index, len(table))], np.float64(0.0)
+        if isinstance(e, ir.ToFloat):
+            return np.asarray(self.ints.int(e.value, q, k), np.float64), np.float64(0.0)
+        if isinstance(e, ir.FArith):
+            (a, da), (b, db) = self._dual(e.left, x, q, k), self._dual(e.right, x, q, k)
+            if e.op == "+":
+                return a + b, da + db
+            if e.op == "-":
+                return a - b, da - db
+            if e.op == "*":
+                return a * b, da * b + a * db
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return a / b, da / b        # b never reads the score (resolve)
+        if isinstance(e, ir.FCall):
+            a, da = self._dual(e.args[0], x, q, k)
+            if e.fn == "tanh":
+                t = np.tanh(a)
+                return t, da * (1.0 - t * t)
+            cap = self._dual(e.args[1], x, q, k)[0]
+            t = np.tanh(a / cap)
+            return cap * t, da * (1.0 - t * t)
+        raise TypeError(e)
+
+
+def modified_scores(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, head: int,
+                    batch_index: int, scores: np.ndarray, rows, cols) -> tuple[np.ndarray, np.ndarray]:
+    """(mod(scores), mod'(scores)) for the dense block ``scores[rows x cols]`` (positions: ranges or integer
+    arrays) of one batch element and head; the scores themselves and 1 for a mask without a modifier."""
+    if mask.score is None:
+        return scores, np.ones_like(scores)
+    q = np.asarray(rows, np.int64)[:, None]
+    k = np.asarray(cols, np.int64)[None, :]
+    return ScoreEvaluator(mask, params, seq_len, kv_len, head, batch_index)(scores, q, k)
+
+
+def integer_parts(expr: ir.ScoreExpr):
+    """Every integer expression the modifier computes: ToFloat values and float-table indices."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ir.ToFloat):
+            yield e.value
+        elif isinstance(e, ir.FloatAt):
+            yield e.index
+        elif isinstance(e, ir.FArith):
+            stack += [e.left, e.right]
+        elif isinstance(e, ir.FCall):
+            stack += list(e.args)
+
+
+def reads_head(mask: ir.ResolvedMask) -> bool:
+    """Whether the mask's score modifier reads h (a ``float per h``, a per-head int, h itself): its binding
+    then needs num_heads."""
+    from maskc.frontend.resolve import mentions
+    return mask.score is not None and any(
+        mentions(part, lambda n: isinstance(n, ir.Builtin) and n.name == "h") for part in integer_parts(mask.score.expr))
+
+
+def check_score(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, num_heads: int | None,
+                batch: int, at: str = "") -> None:
+    """Bind's check of a score modifier: every intermediate of its integer parts fits in 32 bits (the kernels
+    compute them in int) and every divisor is positive, for every position up to POSITION_SLACK past the
+    ends, head and batch element; by interval arithmetic, so sound (it may refuse what never overflows)."""
+    if mask.score is None:
+        return
+    box = {"q": (0, seq_len + POSITION_SLACK), "k": (0, kv_len + POSITION_SLACK),
+           "seq_len": (seq_len, seq_len), "kv_len": (kv_len, kv_len), "h": (0, max(0, (num_heads or 1) - 1)),
+           "b": (0, batch - 1)}
+    for part in integer_parts(mask.score.expr):
+        _interval(part, box, params, mask.name, at)
+
+
+def _interval(e: ir.IntExpr, box, params: BatchParams, name: str, at: str) -> tuple[int, int]:
+    if isinstance(e, ir.Const):
+        out = (e.value, e.value)
+    elif isinstance(e, ir.Pos):
+        out = box[e.which]
+    elif isinstance(e, ir.Builtin):
+        out = box[e.name]
+    elif isinstance(e, ir.ParamRef):
+        out = (params.int(e.name),) * 2
+    elif isinstance(e, ir.TableAt):
+        values = params.table(e.table).values
+        out = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    elif isinstance(e, ir.Func):
+        args = [_interval(a, box, params, name, at) for a in e.args]
+        if e.fn == "abs":
+            lo, hi = args[0]
+            out = (0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
+        else:
+            pick = min if e.fn == "min" else max
+            out = (pick(a[0] for a in args), pick(a[1] for a in args))
+    elif isinstance(e, ir.Arith):
+        (a, b), (c, d) = _interval(e.left, box, params, name, at), _interval(e.right, box, params, name, at)
+        if e.op in ("//", "%"):
+            if c <= 0:
+                raise BindError(f"a divisor of the score modifier of mask '{name}' may be {c}; it must be "
+                                f"positive{at}", e.right.span)
+            out = (min(a // c, a // d), max(b // c, b // d)) if e.op == "//" else (0, d - 1)
+        elif e.op == "+":
+            out = (a + c, b + d)
+        elif e.op == "-":
+            out = (a - d, b - c)
+        else:
+            products = (a * c, a * d, b * c, b * d)
+            out = (min(products), max(products))
+    else:
+        raise TypeError(e)
+    if out[0] < _INT32[0] or out[1] > _INT32[1]:
+        raise BindError(f"the score modifier of mask '{name}' computes values in [{out[0]}, {out[1]}] here, past "
+                        f"32 bits{at}", getattr(e, "span", None), "the kernels compute its integer parts in int")
+    return out

@@ -1,0 +1,357 @@
+"""The score modifier as CUDA device code: ``ScoreMod`` (resolve) → :class:`~maskc.kernel_ir.ScoreCode`.
+
+The kernels keep scores in raw units, ``s = q_vec . k_vec``, and fold the softmax scale into the exponent
+(``exp2(s * scale_log2 - m * scale_log2)``). A modifier ``mod`` acts on the scaled score ``x = scale * s``, so the
+kernels replace ``s`` by ``mod(scale * s) / scale`` and everything after (row maxima, exponent, LSE) stays as
+it is. The generated code computes that in as few per-element instructions as the expression allows: every
+part that reads neither q, k nor the score is hoisted into ``ScoreHead`` (computed once per work item), and
+the factors ``scale`` and ``1 / scale`` are folded into those hoisted constants wherever the expression is
+linear in the score (``score - slope * (q - k)`` is one FMA on s: ``fmaf(-slope / scale, (float)(q - k), s)``;
+``softcap(score, cap)`` is two multiplies around one ``tanh.approx.f32``). The derivative the backward needs,
+``d mod(scale * s) / scale / ds = mod'(x)``, is propagated alongside (forward mode) and folds to nothing when
+it is 1 (additive modifiers: ALiBi, bias tables)::
+
+    struct ScoreHead { float f0, ...; };     // hoisted per (mask batch element, head)
+    ScoreHead score_head(const int* mask, int b, int h, float scale);
+    float score_mod(const ScoreHead& c, const int* mask, float s, int q, int k);        // raw units in, out
+    float score_mod_grad(const ScoreHead& c, const int* mask, float s, int q, int k, float& d);   // d = mod'(x)
+
+``mask`` is the kernel's ``mask_data + mask_offsets[b]``: float parameters travel in it as their bits
+(:func:`maskc.codegen.predicate.pack_mask_data`). A sub-block's kernels (``offsets``) read its origin from the
+head of the table and pass local positions, as the predicate's do.
+"""
+from __future__ import annotations
+
+from maskc import ir
+from maskc.codegen.cwriter import TableLayout
+from maskc.codegen.sanitize import comment_text
+from maskc.kernel_ir import ScoreCode
+
+_HELPERS = """\
+// tanh on the SFU (tanh.approx.f32: sm_75+, max relative error 2^-10.99), as FlashAttention-3 soft-caps.
+__device__ __forceinline__ float maskc_tanh(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+"""
+_FLOAT_AT = """\
+// Entry i of a float table [n, bits_0 .. bits_n-1], i clamped into [0, n).
+__device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, int i) {
+    return __int_as_float(table[1 + min(max(i, 0), table[0] - 1)]);
+}
+"""
+
+_ONE = "1.f"
+
+
+def _literal(value: float) -> str:
+    text = repr(float(value))
+    return (text if any(c in text for c in ".e") else text + ".0") + "f"
+
+
+def _reads(e, score: bool) -> bool:
+    """Whether ``e`` reads the score (``score``), else whether it reads q or k."""
+    if isinstance(e, ir.ScoreIn):
+        return score
+    if isinstance(e, ir.FArith):
+        return _reads(e.left, score) or _reads(e.right, score)
+    if isinstance(e, ir.FCall):
+        return any(_reads(a, score) for a in e.args)
+    if isinstance(e, ir.ToFloat):
+        return not score and _int_reads_position(e.value)
+    if isinstance(e, ir.FloatAt):
+        return not score and _int_reads_position(e.index)
+    return False
+
+
+def _int_reads_position(e: ir.IntExpr) -> bool:
+    if isinstance(e, ir.Pos):
+        return True
+    if isinstance(e, ir.Arith):
+        return _int_reads_position(e.left) or _int_reads_position(e.right)
+    if isinstance(e, ir.Func):
+        return any(_int_reads_position(a) for a in e.args)
+    if isinstance(e, ir.TableAt):
+        return any(_int_reads_position(i) for i in e.indices)
+    return False
+
+
+def _is_score(e) -> bool:
+    return _reads(e, True)
+
+
+def _is_pair(e) -> bool:
+    """Reads q or k (not the score): computed per element."""
+    return not _is_score(e) and _reads(e, False)
+
+
+class _Writer:
+    def __init__(self, layout: TableLayout, constants: dict[str, int]):
+        self.layout, self.constants = layout, constants
+        self.fields: list[str] = []          # C expressions of ScoreHead's fields, in order
+        self.lines: list[str] = []           # score_mod's statements (value), in order
+        self.grad_lines: list[str] = []      # score_mod_grad's extra statements (derivatives)
+        self._memo: dict = {}
+
+    # -- hoisted, per work item --------------------------------------------------------------
+    def head(self, code: str) -> str:
+        """A ScoreHead field holding ``code`` (which may read ``mask``, ``b``, ``h``, ``scale``, ``inv_scale``)."""
+        if code in ("scale", "inv_scale"):
+            return f"c.{code}"
+        if code not in self.fields:
+            self.fields.append(code)
+        return f"c.f{self.fields.index(code)}"
+
+    def integer(self, e: ir.IntExpr) -> str:
+        if isinstance(e, ir.Const):
+            return f"({e.value})"
+        if isinstance(e, ir.Pos):
+            return e.which
+        if isinstance(e, ir.Builtin):
+            return {"seq_len": "mask[0]", "kv_len": "mask[1]", "h": "h", "b": "b"}[e.name]
+        if isinstance(e, ir.ParamRef):
+            return f"({self.constants[e.name]})" if e.name in self.constants else f"mask[{self.layout.int_slot(e.name)}]"
+        if isinstance(e, ir.TableAt):       # a per-head int parameter (resolve allows no other table here)
+            return f"(mask + mask[{self.layout.table_slot(e.table)}])[1 + {self.integer(e.indices[0])}]"
+        if isinstance(e, ir.Func):
+            args = [self.integer(a) for a in e.args]
+            return f"abs({args[0]})" if e.fn == "abs" else f"{e.fn}({args[0]}, {args[1]})"
+        if not isinstance(e, ir.Arith):      # resolve lets no segment reach a score modifier
+            raise TypeError(e)
+        left, right = self.integer(e.left), self.integer(e.right)
+        if e.op in ("//", "%"):         # Python's floor semantics, in int (bind proved the values fit)
+            fn = "maskc_floordiv" if e.op == "//" else "maskc_floormod"
+            return f"{fn}((int){left}, (int){right})"
+        return f"({left} {e.op} {right})"
+
+    def natural(self, e, hoist: bool = True) -> str:
+        """A score-free float expression; parts free of q and k hoisted into ScoreHead when ``hoist``."""
+        if hoist and not _is_pair(e):
+            return self.head(self.natural(e, hoist=False))
+        if isinstance(e, ir.FloatConst):
+            return _literal(e.value)
+        if isinstance(e, ir.FloatParam):
+            return f"__int_as_float(mask[{self.layout.float_slot(e.name)}])"
+        if isinstance(e, ir.FloatAt):
+            return f"maskc_float_at(mask + mask[{self.layout.float_slot(e.table)}], {self.integer(e.index)})"
+        if isinstance(e, ir.ToFloat):
+            split = _position_linear(e.value) if hoist else None
+            if split is None:
+                return f"(float){self.integer(e.value)}"
+            cq, ck, rest = split      # cq q + ck k + rest: the positions as floats, the rest hoisted
+            terms = [_times(cq, "qf"), _times(ck, "kf")] + ([self.head(f"(float){self.integer(rest)}")] if rest else [])
+            return "(" + " + ".join(t for t in terms if t).replace("+ -", "- ") + ")"
+        if isinstance(e, ir.FArith):
+            return f"({self.natural(e.left, hoist)} {e.op} {self.natural(e.right, hoist)})"
+        args = [self.natural(a, hoist) for a in e.args]
+        fn = "maskc_tanh" if hoist else "tanhf"      # per work item: the accurate one
+        return f"{fn}({args[0]})" if e.fn == "tanh" else f"({args[1]} * {fn}({args[0]} / {args[1]}))"
+
+    def scaled(self, e, factor: str) -> tuple[str, str | None]:
+        """The score-free ``e`` times ``factor`` (``inv_scale`` or ``-inv_scale``) as (a, b) meaning ``a * b``
+        (b None: just a): one hoisted constant when ``e`` is free of q and k; for a product ``H * P`` the
+        factor folds into H's hoisted constant."""
+        if not _is_pair(e):
+            return self.head(f"({self.natural(e, hoist=False)}) * {factor}"), None
+        if isinstance(e, ir.FArith) and e.op == "*" and (not _is_pair(e.left) or not _is_pair(e.right)):
+            h, p = (e.left, e.right) if not _is_pair(e.left) else (e.right, e.left)
+            return self.scaled(h, factor)[0], self.natural(p)
+        return self.head(factor), self.natural(e)
+
+    # -- per element: the score ------------------------------------------------------------
+    def local(self, code: str, grad: bool = False) -> str:
+        lines = self.grad_lines if grad else self.lines
+        name = f"{'d' if grad else 'v'}{sum(len(x) for x in (self.lines, self.grad_lines))}"
+        lines.append(f"    const float {name} = {code};")
+        return name
+
+    def to(self, value: str, unit: str, want: str) -> str:
+        if unit == want:
+            return value
+        return f"({value} * {self.head('scale' if want == 'nat' else 'inv_scale')})"
+
+    def score(self, e) -> tuple[str, str, str | None]:
+        """(C value, its unit "raw" or "nat", its derivative mod'(x): C, _ONE, or None for 0) of a
+        score-reading node."""
+        key = e
+        if key in self._memo:
+            return self._memo[key]
+        out = self._score(e)
+        self._memo[key] = out
+        return out
+
+    def _score(self, e):
+        if isinstance(e, ir.ScoreIn):
+            return "s", "raw", _ONE
+        if isinstance(e, ir.FArith):
+            ls, rs = _is_score(e.left), _is_score(e.right)
+            if e.op in "+-":
+                if ls and rs:
+                    (a, ua, da), (b, ub, db) = self.score(e.left), self.score(e.right)
+                    unit = "raw" if ua == ub == "raw" else "nat"
+                    value = self.local(f"{self.to(a, ua, unit)} {e.op} {self.to(b, ub, unit)}")
+                    return value, unit, self.grad_sum(da, db, e.op)
+                if ls:     # A +- B: raw A + (+-B) / scale
+                    a, ua, da = self.score(e.left)
+                    return self.shift(self.to(a, ua, "raw"), e.right, e.op == "-"), "raw", da
+                b, ub, db = self.score(e.right)       # B +- A
+                if e.op == "-":
+                    negated = self.local(f"-{self.to(b, ub, 'raw')}")
+                    return self.shift(negated, e.left, False), "raw", self.grad_scale(db, "-1.f")
+                return self.shift(self.to(b, ub, "raw"), e.left, False), "raw", db
+            if e.op == "*" and ls and rs:
+                (a, ua, da), (b, ub, db) = self.score(e.left), self.score(e.right)
+                a, b = self.to(a, ua, "nat"), self.to(b, ub, "nat")
+                return self.local(f"{a} * {b}"), "nat", self.grad_sum(self.grad_scale(da, b), self.grad_scale(db, a), "+")
+            score_side, other = (e.left, e.right) if ls else (e.right, e.left)
+            a, ua, da = self.score(score_side)
+            if e.op == "*":
+                factor = self.natural(other)
+            elif _is_pair(other):      # resolve: the divisor never reads the score
+                factor = f"(1.f / {self.natural(other)})"
+            else:
+                factor = self.head(f"1.f / ({self.natural(other, hoist=False)})")
+            return self.local(f"{a} * {factor}"), ua, self.grad_scale(da, factor)
+        if isinstance(e, ir.FCall):
+            a, ua, da = self.score(e.args[0])
+            if e.fn == "softcap" and not _is_pair(e.args[1]):
+                # cap * tanh(x / cap) with x = scale * s, in raw units: (cap / scale) * tanh(s * (scale / cap))
+                cap = self.natural(e.args[1], hoist=False)
+                t = self.local(f"maskc_tanh({self.to(a, ua, 'raw')} * {self.head(f'scale / ({cap})')})")
+                value = self.local(f"{self.head(f'({cap}) * inv_scale')} * {t}")
+                return value, "raw", self.grad_scale(da, self.local(f"fmaf(-{t}, {t}, 1.f)", grad=True))
+            if e.fn == "softcap":
+                cap = self.natural(e.args[1])
+                t = self.local(f"maskc_tanh({self.to(a, ua, 'nat')} / {cap})")
+                value = self.local(f"{cap} * {t}")
+            else:
+                t = value = self.local(f"maskc_tanh({self.to(a, ua, 'nat')})")
+            return value, "nat", self.grad_scale(da, self.local(f"fmaf(-{t}, {t}, 1.f)", grad=True))
+        raise TypeError(e)
+
+    def shift(self, raw: str, other, negate: bool) -> str:
+        """``raw + (-other if negate else other) / scale``: one add of a hoisted constant, or one FMA."""
+        a, b = self.scaled(other, "-inv_scale" if negate else "inv_scale")
+        return self.local(f"{raw} + {a}" if b is None else f"fmaf({a}, {b}, {raw})")
+
+    def grad_scale(self, d: str | None, factor: str) -> str | None:
+        if d is None:
+            return None
+        if d == _ONE:
+            return factor
+        return self.local(f"{d} * {factor}", grad=True)
+
+    def grad_sum(self, a: str | None, b: str | None, op: str) -> str | None:
+        if a is None and b is None:
+            return None
+        if b is None:
+            return a
+        if a is None:
+            return b if op == "+" else self.local(f"-{b}", grad=True)
+        return self.local(f"{a} {op} {b}", grad=True)
+
+
+def _position_linear(e: ir.IntExpr) -> tuple[int, int, ir.IntExpr | None] | None:
+    """``e`` as ``cq * q + ck * k + rest`` (rest free of positions, None for 0), or None when it reads q or k
+    otherwise (through ``//``, ``min``, a product of positions...)."""
+    if isinstance(e, ir.Pos):
+        return (1, 0, None) if e.which == "q" else (0, 1, None)
+    if not _int_reads_position(e):
+        return 0, 0, e
+    if isinstance(e, ir.Arith) and e.op in ("+", "-"):
+        left, right = _position_linear(e.left), _position_linear(e.right)
+        if left is None or right is None:
+            return None
+        sign = 1 if e.op == "+" else -1
+        rest = left[2] if right[2] is None else (
+            ir.Arith(e.op, left[2] if left[2] is not None else ir.Const(0), right[2]))
+        return left[0] + sign * right[0], left[1] + sign * right[1], rest
+    if isinstance(e, ir.Arith) and e.op == "*":
+        for const, other in ((e.left, e.right), (e.right, e.left)):
+            if isinstance(const, ir.Const):
+                inner = _position_linear(other)
+                if inner is None:
+                    return None
+                rest = None if inner[2] is None else ir.Arith("*", const, inner[2])
+                return const.value * inner[0], const.value * inner[1], rest
+    return None
+
+
+def _times(coef: int, name: str) -> str:
+    return "" if coef == 0 else name if coef == 1 else f"-{name}" if coef == -1 else f"{coef}.f * {name}"
+
+
+def _describe(e) -> str:
+    if isinstance(e, ir.ScoreIn):
+        return "score"
+    if isinstance(e, ir.FloatConst):
+        return repr(e.value)
+    if isinstance(e, ir.FloatParam):
+        return e.name
+    if isinstance(e, ir.FloatAt):
+        from maskc.analysis.forms import render
+        from maskc.analysis.linear import from_expr
+        return f"{e.table}[{render(from_expr(e.index))}]"
+    if isinstance(e, ir.ToFloat):
+        from maskc.analysis.forms import render
+        from maskc.analysis.linear import from_expr
+        text = render(from_expr(e.value))
+        return f"({text})" if " " in text else text
+    if isinstance(e, ir.FArith):
+        return f"({_describe(e.left)} {e.op} {_describe(e.right)})"
+    return f"{e.fn}({', '.join(_describe(a) for a in e.args)})"
+
+
+def describe(mod: ir.ScoreMod) -> str:
+    """The modifier in one line (for kernel headers and ``maskc explain``)."""
+    text = _describe(mod.expr)
+    return "score = " + (text[1:-1] if text.startswith("(") and text.endswith(")") else text)
+
+
+def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (),
+               offsets: bool = False) -> ScoreCode | None:
+    """The device code of ``mask``'s score modifier (see the module docstring), or None when it has none."""
+    if mask.score is None:
+        return None
+    w = _Writer(TableLayout.of(mask.params), dict(constants))
+    value, unit, grad = w.score(mask.score.expr) if _is_score(mask.score.expr) else (
+        w.local(w.natural(mask.score.expr)), "nat", None)
+    result = w.to(value, unit, "raw")
+    out = [f"// The score modifier: {comment_text(describe(mask.score))}",
+           "// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,",
+           "// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))",
+           "// q, k: the pair's positions; qf, kf: the same as floats (exact below 2**24), which the caller derives from",
+           "// a row's and a tile's first position by adding constants, so that (q - k) costs one add, not a conversion",
+           _FLOAT_AT.rstrip("\n"), "struct ScoreHead {", "    float scale, inv_scale;" + (" float q0, k0;" if offsets else "")]
+    out += [f"    float f{i};" for i in range(len(w.fields))]
+    out += ["};", ""]
+    table = "table" if offsets else "mask"
+    out += [f"__device__ __forceinline__ ScoreHead score_head(const int* __restrict__ {table}, int b, int h, "
+            "float scale) {"]
+    if offsets:
+        out.append("    const int* __restrict__ mask = table + 2;")
+    out += ["    ScoreHead c;", "    (void)mask; (void)b; (void)h;", "    c.scale = scale;", "    c.inv_scale = 1.f / scale;"]
+    if offsets:
+        out += ["    c.q0 = (float)table[0];", "    c.k0 = (float)table[1];"]
+    out += ["    const float inv_scale = c.inv_scale;", "    (void)inv_scale;"]
+    out += [f"    c.f{i} = {code};" for i, code in enumerate(w.fields)]
+    out += ["    return c;", "}", ""]
+    position = "q_local, int k_local, float qf_local, float kf_local" if offsets else "q, int k, float qf, float kf"
+    for with_grad in (False, True):
+        name, extra = ("score_mod_grad", ", float& d") if with_grad else ("score_mod", "")
+        out.append(f"__device__ __forceinline__ float {name}(const ScoreHead& c, const int* __restrict__ {table}, "
+                   f"float s, int {position}{extra}) {{")
+        if offsets:
+            out += ["    const int* __restrict__ mask = table + 2;",
+                    "    const int q = q_local + table[0], k = k_local + table[1];",
+                    "    const float qf = qf_local + c.q0, kf = kf_local + c.k0;"]
+        out.append("    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;")
+        body = w.lines + (w.grad_lines if with_grad else [])
+        out += sorted(body, key=lambda line: int(line.split("=")[0].split()[-1][1:]))     # definition order
+        if with_grad:
+            out.append(f"    d = {'0.f' if grad is None else grad};")
+        out += [f"    return {result};", "}", ""]
+    code = "\n".join(out) + "\n"
+    return ScoreCode(code, grad == _ONE, describe(mask.score), _HELPERS)
+

@@ -1,0 +1,343 @@
+"""Score modifiers (``score = ...``): the language's errors, the numpy reference against independent
+implementations and finite differences, the generated device code (compiled by g++ on the CPU) against the
+reference on random modifiers, the Flex score_mod, and what the kernels are given."""
+import ctypes
+import hashlib
+import math
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import maskc
+from maskc.analysis.score import ScoreEvaluator
+from maskc.runtime.reference import reference_attention, reference_attention_backward
+from conftest import EXAMPLES, example_score_mod
+
+GXX = shutil.which("g++")
+
+
+def compile_text(text: str, name=None):
+    return maskc.compile_mask(text, name, path="t.mask")
+
+
+# ---- errors: file:line:col, a caret, plain words ------------------------------------------------------
+
+@pytest.mark.parametrize("text,where,words", [
+    ("mask a()\n  allow k <= q\n  x = 3\n", "t.mask:3:3", "only 'score' can be assigned"),
+    ("mask a()\n  allow k <= 2.5\n", "t.mask:2:14", "masks compute on integers"),
+    ("mask a()\n  allow k <= q / 2\n", "t.mask:2:14", "'/' divides floats"),
+    ("mask a(c: float)\n  allow k <= c\n", "t.mask:2:14", "float parameter: only a score modifier"),
+    ("mask a()\n  allow k <= q\n  score = softcap(score)\n", "t.mask:3:11", "softcap() takes 2 argument"),
+    ("mask a()\n  allow k <= q\n  score = score / score\n", "t.mask:3:19", "right side of '/' cannot read"),
+    ("mask a()\n  allow k <= q\n  score = score // 2\n", "t.mask:3:11", "'//' takes integers"),
+    ("mask a()\n  allow k <= q\n  score = softcap(score, score)\n", "t.mask:3:26", "cap cannot read the score"),
+    ("mask a(d: segments)\n  allow k <= q\n  score = score + d.start(q)\n", "t.mask:3:19",
+     "do not read segments"),
+    ("mask a(t: table)\n  allow k <= q, t[0] >= 0\n  score = score + t[q]\n", "t.mask:3:19", "do not read int tables"),
+    ("mask a()\n  allow k <= q\n  score = score + (q & k)\n", "t.mask:3:20", "bit operations"),
+    ("mask a(d: segments, s: float per d)\n  allow k <= q\n", "t.mask:1:21", "float per d"),
+    ("mask a(score: int)\n  allow k <= q\n  score = score * 2.0\n", "t.mask:1:8", "'score' names the score"),
+    ("mask a(t: float table)\n  allow k <= q\n  score = score + t\n", "t.mask:3:19", "a float table, not a number"),
+    ("mask a(c: float = q)\n  allow k <= q\n", "t.mask:1:19", "a float default must be a number"),
+    ("mask a(t: float table)\n  allow k <= q\n  score = score + t[q, k]\n", "t.mask:3:19", "takes one index"),
+    ("mask a()\n  allow k <= q\n  score = score + (k < 2)\n", "t.mask:3:20", "found a condition"),
+])
+def test_errors_point_at_the_text(text, where, words):
+    with pytest.raises(maskc.MaskError) as err:
+        compile_text(text)
+    message = str(err.value)
+    assert message.startswith(where), message
+    assert words in message, message
+    assert "^" in message and "Traceback" not in message
+
+
+def test_a_call_of_a_mask_with_a_modifier_takes_its_rules_alone():
+    m = compile_text("mask soft(c: float = 2.0)\n  allow k <= q\n  score = softcap(score, c)\n"
+                     "mask user()\n  allow soft()\n", "user")
+    assert m.resolved.score is None
+    with pytest.raises(maskc.MaskError, match="is a float: only its score modifier reads it"):
+        compile_text("mask soft(c: float = 2.0)\n  allow k <= q\n  score = softcap(score, c)\n"
+                     "mask user()\n  allow soft(c=3)\n", "user")
+
+
+@pytest.mark.parametrize("params,words", [
+    ({}, "with num_heads="),
+    ({"num_heads": 2, "slope": [0.5]}, "one per head, but num_heads = 2"),
+    ({"num_heads": 1, "slope": [math.inf]}, "finite number"),
+    ({"num_heads": 1, "slope": ["a"]}, "finite number"),
+    ({"num_heads": 1, "slope": 0.5}, "a list of floats"),
+])
+def test_bind_checks_float_values(params, words):
+    with pytest.raises(maskc.BindError, match=words):
+        maskc.load(EXAMPLES / "alibi.mask").bind(seq_len=8, **params)
+
+
+def test_bind_refuses_integer_parts_past_32_bits():
+    m = compile_text("mask a()\n  allow k <= q\n  score = score + q * k * 1000\n")
+    m.bind(seq_len=100)
+    with pytest.raises(maskc.BindError, match="past 32 bits"):
+        m.bind(seq_len=5000)
+
+
+# ---- the reference against independent implementations ----------------------------------------------
+
+def independent_attention(q, k, v, visible, mod, scale):
+    """softmax(mod(scale q k^T) | visible) v for one head, from the definition."""
+    s = q @ k.T * scale
+    rows, cols = np.arange(s.shape[0])[:, None], np.arange(s.shape[1])[None, :]
+    s = np.where(visible, mod(s, rows, cols), -np.inf)
+    p = np.exp(s - s.max(1, keepdims=True))
+    return (p / p.sum(1, keepdims=True)) @ v
+
+
+BIAS_MASK = """mask biased(bias: float table, cap: float = 4.0, w: int = 3)
+  allow k <= q, q - k < 40
+  score = softcap(score + bias[(q - k) // w], cap) * 0.5 - score * score / 8.0
+"""
+
+
+def cases():
+    rng = np.random.default_rng(5)
+    bias = rng.normal(size=7).tolist()         # (q - k) // 3 reaches 13: indices past 6 read the last entry
+    return [
+        ("alibi", maskc.load(EXAMPLES / "alibi.mask"), {"num_heads": 2, "slope": [0.5, 0.125]},
+         example_score_mod("alibi", {"slope": [0.5, 0.125]})),
+        ("softcap", maskc.load(EXAMPLES / "softcap.mask"), {"cap": 1.5}, example_score_mod("softcap", {"cap": 1.5})),
+        ("biased", compile_text(BIAS_MASK), {"bias": bias},
+         lambda s, h, q, k: np.tanh((s + np.asarray(bias)[np.minimum((q - k) // 3, 6).clip(0)]) / 4.0) * 2.0
+         - s * s / 8.0),
+    ]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_reference_forward_is_the_definition(case):
+    name, mask, params, mod = cases()[case]
+    S, D = 45, 8
+    bound = mask.bind(seq_len=S, **params)
+    rng = np.random.default_rng(case)
+    q, k, v = (rng.normal(size=(1, 2, S, D)) for _ in range(3))
+    got = reference_attention(q, k, v, bound, scale=0.7)
+    for h in range(2):
+        want = independent_attention(q[0, h], k[0, h], v[0, h], bound.dense(0, h if bound.num_heads else 0),
+                                     lambda s, r, c: mod(s, h, r, c), 0.7)
+        np.testing.assert_allclose(got[0, h], want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_reference_backward_is_the_derivative(case):
+    """Central finite differences of <dO, attention(q, k, v)> at random entries of q, k and v."""
+    name, mask, params, _ = cases()[case]
+    S, D = 23, 4
+    bound = mask.bind(seq_len=S, **params)
+    rng = np.random.default_rng(10 + case)
+    q, k, v, dout = (rng.normal(size=(1, 2, S, D)) for _ in range(4))
+    grads = reference_attention_backward(q, k, v, dout, bound, scale=0.6)
+    loss = lambda q, k, v: float((reference_attention(q, k, v, bound, scale=0.6) * dout).sum())  # noqa: E731
+    eps = 1e-6
+    for which in range(3):
+        for _ in range(12):
+            at = tuple(int(rng.integers(0, n)) for n in q.shape)
+            args = [q, k, v]
+            plus, minus = [a.copy() for a in args], [a.copy() for a in args]
+            plus[which][at] += eps
+            minus[which][at] -= eps
+            numeric = (loss(*plus) - loss(*minus)) / (2 * eps)
+            assert abs(grads[which][at] - numeric) <= 1e-6 * max(1.0, abs(numeric)), (name, which, at)
+
+
+# ---- random modifiers: derivative, generated C (g++), Flex -------------------------------------------
+
+def _expr(depth):
+    leaves = st.sampled_from(["score", "score", "c", "sl", "t[q - k]", "(q - k)", "1.5", "((q - 2 * k) // 3)"])
+    if depth == 0:
+        return leaves
+    sub = _expr(depth - 1)
+    return st.one_of(
+        leaves,
+        st.tuples(sub, st.sampled_from(["+", "-", "*"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(sub, st.sampled_from(["c", "2.0", "(1.0 + sl)"])).map(lambda t: f"({t[0]} / {t[1]})"),
+        sub.map(lambda e: f"softcap({e}, c)"),
+        sub.map(lambda e: f"tanh({e})"),
+        sub.map(lambda e: f"-{e}"))
+
+
+RANDOM_HEADER = "mask r(c: float = 2.5, sl: float per h = 0.25, t: float table)\n  allow k <= q + 3\n"
+RANDOM_VALUES = {"num_heads": 2, "sl": [0.25, 0.75], "t": [0.5, -1.0, 0.25, 2.0]}
+
+
+def _random_mask(statements):
+    return compile_text(RANDOM_HEADER + "".join(f"  score = {s}\n" for s in statements))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_expr(3), min_size=1, max_size=2))
+def test_reference_derivative_is_the_slope(statements):
+    bound = _random_mask(statements).bind(seq_len=9, **RANDOM_VALUES)
+    x = np.random.default_rng(0).uniform(-2, 2, (9, 9))
+    q, k = np.arange(9)[:, None], np.arange(9)[None, :]
+    ev = ScoreEvaluator(bound.mask.resolved, bound.params.batch[0], 9, 9, 1, 0)
+    value, slope = ev(x, q, k)
+    eps = 1e-6
+    numeric = (ev(x + eps, q, k)[0] - ev(x - eps, q, k)[0]) / (2 * eps)
+    np.testing.assert_allclose(slope, numeric, rtol=1e-5, atol=1e-5)
+    assert value.shape == (9, 9)
+
+
+SHIM = """\
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+using std::min; using std::max;
+static inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+static inline float maskc_tanh(float x) { return std::tanh(x); }
+"""
+LOOP = """
+extern "C" void score_fill(const int* mask, int b, int h, float scale, int seq_len, int kv_len, const float* s,
+                           float* out, float* slope, float* plain) {
+    const ScoreHead c = score_head(mask, b, h, scale);
+    for (int q = 0; q < seq_len; ++q)
+        for (int k = 0; k < kv_len; ++k) {
+            const int i = q * kv_len + k;
+            out[i] = score_mod_grad(c, mask, s[i], q, k, (float)q, (float)k, slope[i]);
+            plain[i] = score_mod(c, mask, s[i], q, k, (float)q, (float)k);
+        }
+}
+"""
+_BUILD = Path(tempfile.mkdtemp(prefix="maskc_score_"))
+
+
+def compile_score(source: str):
+    key = hashlib.sha1(source.encode()).hexdigest()[:16]
+    cpp, so = _BUILD / f"{key}.cpp", _BUILD / f"{key}.so"
+    cpp.write_text(SHIM + source + LOOP)
+    res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, f"g++ rejected the score code:\n{res.stderr[:4000]}\n{source}"
+    lib = ctypes.CDLL(str(so))
+    f32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
+    lib.score_fill.argtypes = [np.ctypeslib.ndpointer(np.int32), ctypes.c_int, ctypes.c_int, ctypes.c_float,
+                               ctypes.c_int, ctypes.c_int, f32, f32, f32, f32]
+    return lib
+
+
+def device_scores(bound, offsets: bool, x: np.ndarray, head: int, scale: float):
+    """(mod, mod') from the generated code run by g++, in the kernels' units (raw s in; x = scale * s)."""
+    spec = bound.kernel_spec(head_dim=64)
+    source = spec.predicate.source + spec.score.code          # helpers but tanh.approx: the shim's
+    lib = compile_score(source)
+    data, starts = bound.descriptor(64, 64).mask_data, bound.descriptor(64, 64).mask_offsets
+    S, K = x.shape
+    s = np.ascontiguousarray(x / scale, np.float32)
+    out, slope, plain = (np.zeros((S, K), np.float32) for _ in range(3))
+    lib.score_fill(np.ascontiguousarray(data[starts[0]:], np.int32), 0, head, scale, S, K, s, out, slope, plain)
+    np.testing.assert_array_equal(out, plain)                   # score_mod and score_mod_grad agree
+    return out.astype(np.float64) * scale, slope.astype(np.float64)
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_expr(2), min_size=1, max_size=2), st.sampled_from([0.125, 0.3, 1.0]))
+def test_generated_code_computes_the_reference(statements, scale):
+    bound = _random_mask(statements).bind(seq_len=11, **RANDOM_VALUES)
+    x = np.random.default_rng(1).uniform(-2, 2, (11, 11)).astype(np.float32).astype(np.float64)
+    x = (x / scale).astype(np.float32).astype(np.float64) * scale     # what a float32 raw score can be
+    q, k = np.arange(11)[:, None], np.arange(11)[None, :]
+    for head in (0, 1):
+        want, want_slope = ScoreEvaluator(bound.mask.resolved, bound.params.batch[0], 11, 11, head, 0)(x, q, k)
+        got, got_slope = device_scores(bound, False, x, head, scale)
+        size = max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * size)
+        np.testing.assert_allclose(got_slope, want_slope, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want_slope).max()))
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+def test_sub_block_code_sees_the_parents_positions():
+    """A restricted (context-parallel) block's kernels take local positions and read the origin from the table."""
+    bound = maskc.load(EXAMPLES / "alibi.mask").bind(seq_len=40, num_heads=2, slope=[0.5, 0.25])
+    sub = bound.restrict((16, 32), (8, 24))
+    spec = sub.kernel_spec(head_dim=64)
+    lib = compile_score(spec.predicate.source + spec.score.code)
+    data, starts = sub.descriptor(64, 64).mask_data, sub.descriptor(64, 64).mask_offsets
+    x = np.random.default_rng(2).uniform(-2, 2, (16, 16)).astype(np.float32)
+    out, slope, plain = (np.zeros((16, 16), np.float32) for _ in range(3))
+    lib.score_fill(np.ascontiguousarray(data[starts[0]:], np.int32), 0, 1, 1.0, 16, 16, x, out, slope, plain)
+    want = sub.modified_scores(x.astype(np.float64), 0, 1)[0]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(want, bound.modified_scores(np.pad(x.astype(np.float64), ((16, 8), (8, 16))), 0, 1)[0]
+                               [16:32, 8:24])
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_flex_score_mod_is_the_reference(case):
+    torch = pytest.importorskip("torch")
+    import warnings
+    from torch.nn.attention.flex_attention import flex_attention
+    name, mask, params, _ = cases()[case]
+    S = 70
+    bound = mask.bind(seq_len=S, **params)
+    g = torch.Generator().manual_seed(case)
+    q, k, v = (torch.randn(1, 2, S, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    score_mod = bound.flex_score_mod()
+    x = torch.randn(S, S, generator=g, dtype=torch.float64)
+    rows, cols = torch.arange(S)[:, None], torch.arange(S)[None, :]
+    for h in range(2):        # elementwise, as Flex calls it (scalars per pair, vmapped; here broadcast)
+        got = score_mod(x, 0, torch.tensor(h), rows, cols).numpy()
+        np.testing.assert_allclose(got, bound.modified_scores(x.numpy(), 0, h)[0], rtol=1e-12, atol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                       # Flex's note about running uncompiled
+        out = flex_attention(q, k, v, score_mod=score_mod, block_mask=bound.to_flex_block_mask(64), scale=0.5)
+    np.testing.assert_allclose(out.numpy(), reference_attention(q, k, v, bound, scale=0.5), rtol=1e-10, atol=1e-10)
+    assert maskc.load(EXAMPLES / "causal.mask").bind(seq_len=4).flex_score_mod() is None
+
+
+# ---- what the kernels are given -----------------------------------------------------------------------
+
+def test_modifier_is_part_of_the_kernel_and_its_cache_key():
+    causal = maskc.load(EXAMPLES / "causal.mask").kernel_source(head_dim=64)
+    soft = maskc.load(EXAMPLES / "softcap.mask")
+    a, b = soft.kernel_source(head_dim=64), compile_text(
+        "mask softcap(cap: float = 50.0)\n  allow k <= q\n  score = softcap(score, cap) * 2.0\n").kernel_source(head_dim=64)
+    assert causal.spec.score is None and "score_mod" not in causal.source
+    assert a.spec.score is not None and a.spec != b.spec and a.source != b.source
+    assert "modify_scores(s, sh, mask" in a.source and "tanh.approx.f32" in a.source
+    back = soft.backward_source(head_dim=64)
+    assert "score_mod_grad" in back.source and "p[nt][e] *= slope[nt][e]" in back.source
+
+
+def test_additive_modifiers_cost_one_fma_and_no_backward_factor():
+    spec = maskc.load(EXAMPLES / "alibi.mask").kernel_spec(head_dim=64)
+    body = spec.score.code.split("float score_mod(")[1].split("}")[0]
+    assert body.count("const float") == 1 and "fmaf(c.f0, (qf - kf), s)" in body
+    assert spec.score.unit_slope
+    back = maskc.load(EXAMPLES / "alibi.mask").backward_source(head_dim=64).source
+    assert "score_mod(sh, mask" in back and "slope[nt]" not in back
+    soft = maskc.load(EXAMPLES / "softcap.mask").kernel_spec(head_dim=64).score
+    body = soft.code.split("float score_mod(")[1].split("}")[0]
+    assert body.count("maskc_tanh(") == 1 and body.count("const float") == 2 and not soft.unit_slope
+
+
+def test_float_parameters_travel_as_bits_in_the_mask_table():
+    bound = compile_text("mask a(n: int = 3, c: float = 2.5, s: float per h, t: float table)\n"
+                         "  allow k <= q, k >= n\n  score = score * c + s + t[0]\n").bind(
+        seq_len=4, num_heads=2, s=[0.5, -1.0], t=[7.0])
+    data = bound.descriptor(64, 64).mask_data
+    assert list(data[:3]) == [4, 4, 3]
+    bits_c, offset_s, offset_t = data[3:4].view(np.float32)[0], int(data[4]), int(data[5])   # declaration order
+    assert bits_c == 2.5
+    assert data[offset_s] == 2 and list(data[offset_s + 1:offset_s + 3].view(np.float32)) == [0.5, -1.0]
+    assert data[offset_t] == 1 and data[offset_t + 1:offset_t + 2].view(np.float32)[0] == 7.0
+
+
+def test_a_mask_without_modifier_renders_as_before():
+    """No modifier, no trace of one (tests/test_golden.py holds every example's kernels byte for byte)."""
+    for name in ("causal", "document", "per_head_window"):
+        src = maskc.load(EXAMPLES / f"{name}.mask").kernel_source(head_dim=64).source
+        assert "ScoreHead" not in src and "score_mod" not in src
