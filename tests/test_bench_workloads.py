@@ -25,3 +25,20 @@ def test_hand_written_mask_mod_is_the_example(name, S):
     assert theirs.shape == ours.shape and ours.any()
     mismatch = np.argwhere(theirs != ours)
     assert not len(mismatch), f"{name}: {len(mismatch)} cells differ, first (q, k) = {tuple(mismatch[0])}"
+
+
+@pytest.mark.parametrize("name", W.SCORE_MASKS)
+def test_hand_written_score_mod_is_the_example(name):
+    """The Flex score_mod the benchmark times is maskc's modifier: against the numpy reference's (through the
+    bound mask's own score_mod export, which tests/test_score.py checks against an independent numpy one),
+    on random scaled scores, every head the benchmark runs."""
+    S = 300
+    w = W.workload(name, S, device="cpu")
+    assert [p.name for p in w.bound().mask.resolved.params] == list(w.params.keys() - {"num_heads"})
+    ours = w.bound().flex_score_mod()
+    q, k = torch.arange(S)[:, None], torch.arange(S)[None, :]
+    scores = torch.randn(S, S, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 20
+    for h in range(16):
+        b, head = torch.tensor(0), torch.tensor(h)
+        theirs = w.score_mod()(scores, b, head, q, k)
+        torch.testing.assert_close(theirs, ours(scores, b, head, q, k), rtol=1e-6, atol=1e-4)
