@@ -75,7 +75,7 @@ def prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, option
     # The kernel depends on the compiled mask, not on lengths or values: a new bind reuses it. (Values of
     # const parameters are compiled in, and the predicate's width follows the binding: both in the key.)
     mask_state = state_for(bound.mask)
-    arch = arch(device, options)
+    arch = target_arch(device, options)
     kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, bound.narrow, options.forward_switches)
     kernel = mask_state.get(kkey)
     if kernel is None:
@@ -93,7 +93,7 @@ def device_capability(device: int) -> tuple[int, int]:
     return major, minor
 
 
-def arch(device: int, options: Options) -> str:
+def target_arch(device: int, options: Options) -> str:
     """The target kernels are built for on ``device``: ``options.arch`` (for instance compute_80: PTX of the
     portable mma kernels that the driver compiles, to test them on a Hopper), else the device's own
     (maskc.codegen.schedule.arch_for)."""
@@ -102,7 +102,7 @@ def arch(device: int, options: Options) -> str:
 
 def capability(device: int, options: Options) -> tuple[int, int]:
     """The compute capability the schedule plans for: the target's."""
-    return capability_of(arch(device, options))
+    return capability_of(target_arch(device, options))
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,7 +137,7 @@ def device_descriptor(bound, block_m: int, block_n: int, device: int, options: O
 def backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int,
                      options: Options) -> LoadedKernel:
     mask_state = state_for(bound.mask)
-    arch = arch(device, options)
+    arch = target_arch(device, options)
     kkey = ("backward", head_dim, dtype, device, arch, bound.constants, bound.narrow, tiles.engine,
             options.dq_reduction)
     kernel = mask_state.get(kkey)
