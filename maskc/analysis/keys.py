@@ -60,8 +60,10 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     taken from ``gather``: values at the owners' rows, and an index). Returns ``(owner, lo, hi, unsure,
     blind)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
-    intervals are left out), and ``blind`` the intervals that some upper bound keeps below some lower
-    bound at both points.
+    intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
+    bound at both points, and ``cut`` (-1 where none) for intervals empty at one point only, the row where
+    they would change from empty to not or back if every bound were affine between the points (see
+    :func:`_blind_and_cuts`).
     """
     nest = nest_of(region)
     n = len(points[0])
@@ -104,16 +106,50 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         hi.append(_extreme(highs, np.minimum, len(owner)) + 1)
         bounds.append((lows, highs))
     blind = np.zeros(len(owner), bool)
+    cut = np.full(len(owner), -1, np.int64)
     if len(points) == 2:
-        empty = np.flatnonzero((lo[0] >= hi[0]) & (lo[1] >= hi[1]))
-        if len(empty):
-            def pick_empty(values):
-                return np.broadcast_to(values, (len(owner),))[empty]
-            (lows_a, highs_a), (lows_b, highs_b) = bounds
-            for u_a, u_b in zip(highs_a, highs_b):
-                for l_a, l_b in zip(lows_a, lows_b):
-                    blind[empty] |= (pick_empty(u_a) < pick_empty(l_a)) & (pick_empty(u_b) < pick_empty(l_b))
-    return owner, lo, hi, unsure, blind
+        _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut)
+    return owner, lo, hi, unsure, blind, cut
+
+
+def _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut) -> None:
+    """``blind`` and ``cut`` of :func:`enumerate_keys` (filled in place) for the intervals empty at one point
+    at least.
+
+    An interval is non-empty where every difference ``d = upper - lower`` of one of its upper and one of its
+    lower bounds is >= 0. Interpolating each difference between the two points gives, for an interval
+    non-empty at the first point only, the first row where some difference turns negative, and for one
+    non-empty at the second only, the first row from which all are >= 0: the row where a piece would be cut
+    so that the interval is empty at both ends of each part or at neither. Only a proposal: the caller
+    enumerates the parts again and checks them as any piece (bounds that are not affine there just leave
+    the parts flagged).
+    """
+    n = len(owner)
+    live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
+    pick = np.flatnonzero(~(live_a & live_b))
+    if not len(pick):
+        return
+    def at(values):
+        return np.broadcast_to(values, (n,))[pick]
+    (lows_a, highs_a), (lows_b, highs_b) = bounds
+    lows = [(at(a), at(b)) for a, b in zip(lows_a, lows_b)]
+    start, end = points[0][owner[pick]], points[1][owner[pick]]
+    span = end - start
+    never = np.zeros(len(pick), bool)
+    first_out, first_in = end + 1, start.copy()
+    for u_a, u_b in zip(highs_a, highs_b):
+        u_a, u_b = at(u_a), at(u_b)
+        for l_a, l_b in lows:
+            d_a, d_b = u_a - l_a, u_b - l_b
+            never |= (d_a < 0) & (d_b < 0)
+            down, up = (d_a >= 0) & (d_b < 0), (d_a < 0) & (d_b >= 0)
+            step = np.where(down | up, d_b - d_a, 1)
+            first_out = np.where(down, np.minimum(first_out, start + (d_a * span) // -step + 1), first_out)
+            first_in = np.where(up, np.maximum(first_in, start + (-d_a * span + step - 1) // step), first_in)
+    blind[pick] = never
+    row = np.where(live_a[pick], first_out, first_in)
+    proposed = (live_a[pick] != live_b[pick]) & (row > start) & (row <= end)
+    cut[pick[proposed]] = row[proposed]
 
 
 # -- flat interval lists ----------------------------------------------------------------------------
@@ -189,7 +225,7 @@ def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.nda
 
 def region_keys(region: ir.RegionBounds, make, q: np.ndarray, kv_len: int, budget: int):
     """The flat intervals of one exact region at the rows ``q`` (unsorted; disjoint within a row)."""
-    owner, lo, hi, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
+    owner, lo, hi, _, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
     keep = lo[0] < hi[0]
     return owner[keep], lo[0][keep], hi[0][keep]
 
