@@ -39,11 +39,16 @@ def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
     return ir.ChunkedKeys((ir.ChunkLevel(F.K, region.lower, region.upper),))
 
 
-def _extreme(arrays, fn, n: int) -> np.ndarray:
+def _extreme(arrays, fn, shape) -> np.ndarray:
     out = arrays[0]
     for a in arrays[1:]:
         out = fn(out, a)
-    return np.broadcast_to(out, (n,))
+    return np.broadcast_to(out, shape)
+
+
+def _by_point(values, count: int):
+    """Values at the stacked points as (count, owners) (a scalar stays one: the same at every point)."""
+    return values.reshape(count, -1) if np.ndim(values) else values
 
 
 def _bounds(level: ir.ChunkLevel, rows: RowValues):
@@ -69,42 +74,50 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     n = len(points[0])
     owner = np.arange(n)
     unsure = np.zeros(n, bool)
-    base = [make(p, {}, None) for p in points]
-    ok = [np.ones(n, bool) for _ in points]
+    count = len(points)               # the points stacked: one RowValues over all of them, half the calls
+    at = points[0] if count == 1 else np.concatenate(points)
+    base = make(at, {}, None)
+    ok = np.ones(n * count, bool)
     for g in region.static_guards + region.guards + nest.guards:
-        for p, rows in enumerate(base):
-            ok[p] = ok[p] & (rows.lin(g.lin) <= 0)
-    if len(points) == 2:
+        ok = ok & (base.lin(g.lin) <= 0)
+    ok = ok.reshape(count, n)
+    if count == 2:
         unsure |= ok[0] != ok[1]
     owner = owner[ok[0] & ~unsure]
+
+    def at_points(level: ir.ChunkLevel, chunks: dict):
+        """The level's bounds at every point of every owner: (lows, highs) as lists of (count, owners)
+        arrays, or scalars."""
+        index = owner if count == 1 else np.concatenate([owner, owner + n])
+        stacked = {v: a if count == 1 else np.concatenate([a, a]) for v, a in chunks.items()}
+        lows, highs = _bounds(level, make(at[index], stacked, (base, index)))
+        return [_by_point(v, count) for v in lows], [_by_point(v, count) for v in highs]
+
     chunks: dict = {}
     for level in reversed(nest.levels[1:]):
-        lo: list[np.ndarray] = []
-        hi: list[np.ndarray] = []
-        for at, rows in zip(points, base):
-            lows, highs = _bounds(level, make(at[owner], chunks, (rows, owner)))
-            lo.append(_extreme(lows, np.maximum, len(owner)))
-            hi.append(_extreme(highs, np.minimum, len(owner)))
-        if len(points) == 2:
+        lows, highs = at_points(level, chunks)
+        lo = _extreme(lows, np.maximum, (count, len(owner)))
+        hi = _extreme(highs, np.minimum, (count, len(owner)))
+        first_lo, first_hi = lo[0], hi[0]
+        if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
             unsure[owner[differ]] = True
-            hi[0] = np.where(differ, lo[0] - 1, hi[0])
-        count = np.maximum(hi[0] - lo[0] + 1, 0)
-        total = int(count.sum())
+            first_hi = np.where(differ, first_lo - 1, first_hi)
+        per = np.maximum(first_hi - first_lo + 1, 0)
+        total = int(per.sum())
         if total > budget:
             raise TooMany(f"{total} chunks")
-        pick = np.repeat(np.arange(len(owner)), count)
-        within = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+        pick = np.repeat(np.arange(len(owner)), per)
+        within = np.arange(total) - np.repeat(np.cumsum(per) - per, per)
         chunks = {v: a[pick] for v, a in chunks.items()}
-        chunks[level.var] = lo[0][pick] + within
+        chunks[level.var] = first_lo[pick] + within
         owner = owner[pick]
-    lo, hi, bounds = [], [], []
-    for at, rows in zip(points, base):
-        lows, highs = _bounds(nest.levels[0], make(at[owner], chunks, (rows, owner)))
-        lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
-        lo.append(_extreme(lows, np.maximum, len(owner)))
-        hi.append(_extreme(highs, np.minimum, len(owner)) + 1)
-        bounds.append((lows, highs))
+    lows, highs = at_points(nest.levels[0], chunks)
+    lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
+    lo = list(_extreme(lows, np.maximum, (count, len(owner))))
+    hi = list(_extreme(highs, np.minimum, (count, len(owner))) + 1)
+    bounds = [([v[p] if np.ndim(v) else v for v in lows], [v[p] if np.ndim(v) else v for v in highs])
+              for p in range(count)]
     blind = np.zeros(len(owner), bool)
     cut = np.full(len(owner), -1, np.int64)
     if len(points) == 2:
@@ -129,23 +142,19 @@ def _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut) -> None:
     pick = np.flatnonzero(~(live_a & live_b))
     if not len(pick):
         return
-    def at(values):
-        return np.broadcast_to(values, (n,))[pick]
+
+    def at(bounds):                   # (bounds, picked) values at one point
+        return np.stack([np.broadcast_to(v, (n,))[pick] for v in bounds])
     (lows_a, highs_a), (lows_b, highs_b) = bounds
-    lows = [(at(a), at(b)) for a, b in zip(lows_a, lows_b)]
+    d_a = (at(highs_a)[:, None] - at(lows_a)[None]).reshape(-1, len(pick))     # every (upper, lower) pair
+    d_b = (at(highs_b)[:, None] - at(lows_b)[None]).reshape(-1, len(pick))
     start, end = points[0][owner[pick]], points[1][owner[pick]]
     span = end - start
-    never = np.zeros(len(pick), bool)
-    first_out, first_in = end + 1, start.copy()
-    for u_a, u_b in zip(highs_a, highs_b):
-        u_a, u_b = at(u_a), at(u_b)
-        for l_a, l_b in lows:
-            d_a, d_b = u_a - l_a, u_b - l_b
-            never |= (d_a < 0) & (d_b < 0)
-            down, up = (d_a >= 0) & (d_b < 0), (d_a < 0) & (d_b >= 0)
-            step = np.where(down | up, d_b - d_a, 1)
-            first_out = np.where(down, np.minimum(first_out, start + (d_a * span) // -step + 1), first_out)
-            first_in = np.where(up, np.maximum(first_in, start + (-d_a * span + step - 1) // step), first_in)
+    never = ((d_a < 0) & (d_b < 0)).any(axis=0)
+    down, up = (d_a >= 0) & (d_b < 0), (d_a < 0) & (d_b >= 0)
+    step = np.where(down | up, d_b - d_a, 1)
+    first_out = np.where(down, start + (d_a * span) // -step + 1, end + 1).min(axis=0)
+    first_in = np.where(up, start + (-d_a * span + step - 1) // step, start).max(axis=0)
     blind[pick] = never
     row = np.where(live_a[pick], first_out, first_in)
     proposed = (live_a[pick] != live_b[pick]) & (row > start) & (row <= end)
