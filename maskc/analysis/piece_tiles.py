@@ -157,8 +157,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
-    order = np.argsort(piece * (kv_len + 1) + np.minimum(la, lb), kind="stable")   # mostly sorted already
-    piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
+    key = piece * (kv_len + 1) + np.minimum(la, lb)
+    if np.any(key[1:] < key[:-1]):              # one region's families come sorted: no sort, no gathers
+        order = np.argsort(key, kind="stable")
+        piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     same = piece[1:] == piece[:-1]
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
