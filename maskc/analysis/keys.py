@@ -39,16 +39,11 @@ def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
     return ir.ChunkedKeys((ir.ChunkLevel(F.K, region.lower, region.upper),))
 
 
-def _extreme(arrays, fn, shape) -> np.ndarray:
+def _extreme(arrays, fn, n: int) -> np.ndarray:
     out = arrays[0]
     for a in arrays[1:]:
         out = fn(out, a)
-    return np.broadcast_to(out, shape)
-
-
-def _by_point(values, count: int):
-    """Values at the stacked points as (count, owners) (a scalar stays one: the same at every point)."""
-    return values.reshape(count, -1) if np.ndim(values) else values
+    return np.broadcast_to(out, (n,))
 
 
 def _bounds(level: ir.ChunkLevel, rows: RowValues):
@@ -74,7 +69,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     n = len(points[0])
     owner = np.arange(n)
     unsure = np.zeros(n, bool)
-    count = len(points)               # the points stacked: one RowValues over all of them, half the calls
+    count = len(points)               # the points stacked: one RowValues over all of them
     at = points[0] if count == 1 else np.concatenate(points)
     base = make(at, {}, None)
     ok = np.ones(n * count, bool)
@@ -86,38 +81,34 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     owner = owner[ok[0] & ~unsure]
 
     def at_points(level: ir.ChunkLevel, chunks: dict):
-        """The level's bounds at every point of every owner: (lows, highs) as lists of (count, owners)
-        arrays, or scalars."""
-        index = owner if count == 1 else np.concatenate([owner, owner + n])
-        stacked = {v: a if count == 1 else np.concatenate([a, a]) for v, a in chunks.items()}
-        lows, highs = _bounds(level, make(at[index], stacked, (base, index)))
-        return [_by_point(v, count) for v in lows], [_by_point(v, count) for v in highs]
+        """The level's (lows, highs) at each point, as lists of values over the owners (or scalars): all
+        points in one RowValues, forms of the chunks alone evaluated once per owner, not per point."""
+        index = owner[None] + n * np.arange(count)[:, None]      # (count, owners); chunks broadcast along
+        lows, highs = _bounds(level, make(at[index], chunks, (base, index)))
+        return [([v[p] if np.ndim(v) == 2 else v for v in lows], [v[p] if np.ndim(v) == 2 else v for v in highs])
+                for p in range(count)]
 
     chunks: dict = {}
     for level in reversed(nest.levels[1:]):
-        lows, highs = at_points(level, chunks)
-        lo = _extreme(lows, np.maximum, (count, len(owner)))
-        hi = _extreme(highs, np.minimum, (count, len(owner)))
-        first_lo, first_hi = lo[0], hi[0]
+        found = at_points(level, chunks)
+        lo = [_extreme(lows, np.maximum, len(owner)) for lows, _ in found]
+        hi = [_extreme(highs, np.minimum, len(owner)) for _, highs in found]
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
             unsure[owner[differ]] = True
-            first_hi = np.where(differ, first_lo - 1, first_hi)
-        per = np.maximum(first_hi - first_lo + 1, 0)
+            hi[0] = np.where(differ, lo[0] - 1, hi[0])
+        per = np.maximum(hi[0] - lo[0] + 1, 0)
         total = int(per.sum())
         if total > budget:
             raise TooMany(f"{total} chunks")
         pick = np.repeat(np.arange(len(owner)), per)
         within = np.arange(total) - np.repeat(np.cumsum(per) - per, per)
         chunks = {v: a[pick] for v, a in chunks.items()}
-        chunks[level.var] = first_lo[pick] + within
+        chunks[level.var] = lo[0][pick] + within
         owner = owner[pick]
-    lows, highs = at_points(nest.levels[0], chunks)
-    lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
-    lo = list(_extreme(lows, np.maximum, (count, len(owner))))
-    hi = list(_extreme(highs, np.minimum, (count, len(owner))) + 1)
-    bounds = [([v[p] if np.ndim(v) else v for v in lows], [v[p] if np.ndim(v) else v for v in highs])
-              for p in range(count)]
+    bounds = [(lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]) for lows, highs in at_points(nest.levels[0], chunks)]
+    lo = [_extreme(lows, np.maximum, len(owner)) for lows, _ in bounds]
+    hi = [_extreme(highs, np.minimum, len(owner)) + 1 for _, highs in bounds]
     blind = np.zeros(len(owner), bool)
     cut = np.full(len(owner), -1, np.int64)
     if len(points) == 2:
