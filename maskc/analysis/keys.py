@@ -58,7 +58,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks,
     gather)`` returns the RowValues at positions ``q`` with chunk indices ``chunks`` (forms free of them
     taken from ``gather``: values at the owners' rows, and an index). Returns ``(owner, lo, hi, unsure,
-    blind)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
+    blind, cut)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
     intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
     bound at both points, and ``cut`` (-1 where none) for intervals empty at one point only, the row where

@@ -19,9 +19,11 @@ Families (one per region, piece and chunk tuple) of one region lie in disjoint c
 piece whose hulls lie inside a family constant over the piece are dropped (a row sees them anyway); the
 others must have disjoint hulls, and consecutive ones that abut at both end rows abut at every row (a
 *chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
-families' hulls reach, and covered where every piece has a chain covering. Pieces that break a condition
-(ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block, which the
-caller classifies row by row.
+families' hulls reach, and covered where every piece has a chain covering. A piece where an interval is
+empty at one end only (an image's short last row) is cut once where the interval empties (interpolated
+from its bounds at the two ends) and its q_block's pieces enumerated again. Pieces that still break a
+condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
+which the caller classifies row by row.
 """
 from __future__ import annotations
 
