@@ -75,10 +75,10 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     ok = np.ones(n * count, bool)
     for g in region.static_guards + region.guards + nest.guards:
         ok = ok & (base.lin(g.lin) <= 0)
-    ok = ok.reshape(count, n)
+    at_point = ok.reshape(count, n)
     if count == 2:
-        unsure |= ok[0] != ok[1]
-    owner = owner[ok[0] & ~unsure]
+        unsure |= at_point[0] != at_point[1]
+    owner = owner[at_point[0] & ~unsure]
 
     def at_points(level: ir.ChunkLevel, chunks: dict):
         """The level's (lows, highs) at each point, as lists of values over the owners (or scalars): all
