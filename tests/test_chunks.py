@@ -6,6 +6,7 @@ from hypothesis import assume, event, given, settings, strategies as st
 
 import maskc
 import maskc.analysis.classify as classify_module
+import maskc.analysis.piece_tiles as piece_tiles
 from maskc import ir
 from maskc.analysis.descriptor import unpack
 from maskc.analysis.keys import region_keys, values_at
@@ -176,3 +177,46 @@ def test_a_floor_whose_k_cancels_leaves_the_nest():
     mask = maskc.compile_mask("mask m()\n  allow (-q - 2 * k) % 2 == 0, k <= q\n")
     assert mask.exact
     _check_classes(mask.bind(seq_len=40), 4, 4, exact=True)
+
+
+_NEIGHBORHOOD = """
+mask neighborhood(width: int, window: int)
+  let height = (seq_len + width - 1) // width
+  let y(i) = i // width
+  let x(i) = i % width
+  let y0(i) = clamp(y(i) - window // 2, 0, height - window)
+  let x0(i) = clamp(x(i) - window // 2, 0, width - window)
+  allow y(k) in [y0(q), y0(q) + window), x(k) in [x0(q), x0(q) + window)
+"""
+
+
+@settings(max_examples=60)
+@given(st.integers(2, 20), st.data(), tile_shape)
+def test_pieces_cut_where_a_chunk_interval_empties(width, data, shape):
+    """A window over an image whose last row is short (seq_len not a multiple of the width): a chunk's key
+    interval empties inside a piece, where the pieces are cut again. Classes against brute force and
+    against the rows-only classification."""
+    window = data.draw(st.integers(1, width), label="window")
+    seq_len = data.draw(st.integers((window - 1) * width + 1, (window + 6) * width), label="seq_len")
+    assume((seq_len + width - 1) // width >= window)
+    mask = maskc.compile_mask(_NEIGHBORHOOD)
+    cuts = []
+    real_cut = piece_tiles._cut
+
+    def counting_cut(*args, **kwargs):
+        cuts.append(len(args[6]))
+        return real_cut(*args, **kwargs)
+    piece_tiles._cut = counting_cut
+    try:
+        bound = mask.bind(seq_len=seq_len, width=width, window=window)
+        _check_classes(bound, *shape, exact=True)
+    finally:
+        piece_tiles._cut = real_cut
+    event(f"pieces cut again: {bool(cuts)}")
+    saved = classify_module._piece_breaks
+    classify_module._piece_breaks = lambda mask: None
+    try:
+        rows_only = maskc.compile_mask(_NEIGHBORHOOD).bind(seq_len=seq_len, width=width, window=window)
+        np.testing.assert_array_equal(bound.tiles(*shape), rows_only.tiles(*shape))
+    finally:
+        classify_module._piece_breaks = saved

@@ -58,62 +58,98 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks,
     gather)`` returns the RowValues at positions ``q`` with chunk indices ``chunks`` (forms free of them
     taken from ``gather``: values at the owners' rows, and an index). Returns ``(owner, lo, hi, unsure,
-    blind)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
+    blind, cut)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
-    intervals are left out), and ``blind`` the intervals that some upper bound keeps below some lower
-    bound at both points.
+    intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
+    bound at both points, and ``cut`` (-1 where none) for intervals empty at one point only, the row where
+    they would change from empty to not or back if every bound were affine between the points (see
+    :func:`_blind_and_cuts`).
     """
     nest = nest_of(region)
     n = len(points[0])
     owner = np.arange(n)
     unsure = np.zeros(n, bool)
-    base = [make(p, {}, None) for p in points]
-    ok = [np.ones(n, bool) for _ in points]
+    count = len(points)               # the points stacked: one RowValues over all of them
+    at = points[0] if count == 1 else np.concatenate(points)
+    base = make(at, {}, None)
+    ok = np.ones(n * count, bool)
     for g in region.static_guards + region.guards + nest.guards:
-        for p, rows in enumerate(base):
-            ok[p] = ok[p] & (rows.lin(g.lin) <= 0)
-    if len(points) == 2:
-        unsure |= ok[0] != ok[1]
-    owner = owner[ok[0] & ~unsure]
+        ok = ok & (base.lin(g.lin) <= 0)
+    at_point = ok.reshape(count, n)
+    if count == 2:
+        unsure |= at_point[0] != at_point[1]
+    owner = owner[at_point[0] & ~unsure]
+
+    def at_points(level: ir.ChunkLevel, chunks: dict):
+        """The level's (lows, highs) at each point, as lists of values over the owners (or scalars): all
+        points in one RowValues, forms of the chunks alone evaluated once per owner, not per point."""
+        index = owner[None] + n * np.arange(count)[:, None]      # (count, owners); chunks broadcast along
+        lows, highs = _bounds(level, make(at[index], chunks, (base, index)))
+        return [([v[p] if np.ndim(v) == 2 else v for v in lows], [v[p] if np.ndim(v) == 2 else v for v in highs])
+                for p in range(count)]
+
     chunks: dict = {}
     for level in reversed(nest.levels[1:]):
-        lo: list[np.ndarray] = []
-        hi: list[np.ndarray] = []
-        for at, rows in zip(points, base):
-            lows, highs = _bounds(level, make(at[owner], chunks, (rows, owner)))
-            lo.append(_extreme(lows, np.maximum, len(owner)))
-            hi.append(_extreme(highs, np.minimum, len(owner)))
-        if len(points) == 2:
+        found = at_points(level, chunks)
+        lo = [_extreme(lows, np.maximum, len(owner)) for lows, _ in found]
+        hi = [_extreme(highs, np.minimum, len(owner)) for _, highs in found]
+        if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
             unsure[owner[differ]] = True
             hi[0] = np.where(differ, lo[0] - 1, hi[0])
-        count = np.maximum(hi[0] - lo[0] + 1, 0)
-        total = int(count.sum())
+        per = np.maximum(hi[0] - lo[0] + 1, 0)
+        total = int(per.sum())
         if total > budget:
             raise TooMany(f"{total} chunks")
-        pick = np.repeat(np.arange(len(owner)), count)
-        within = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+        pick = np.repeat(np.arange(len(owner)), per)
+        within = np.arange(total) - np.repeat(np.cumsum(per) - per, per)
         chunks = {v: a[pick] for v, a in chunks.items()}
         chunks[level.var] = lo[0][pick] + within
         owner = owner[pick]
-    lo, hi, bounds = [], [], []
-    for at, rows in zip(points, base):
-        lows, highs = _bounds(nest.levels[0], make(at[owner], chunks, (rows, owner)))
-        lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
-        lo.append(_extreme(lows, np.maximum, len(owner)))
-        hi.append(_extreme(highs, np.minimum, len(owner)) + 1)
-        bounds.append((lows, highs))
+    bounds = [(lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]) for lows, highs in at_points(nest.levels[0], chunks)]
+    lo = [_extreme(lows, np.maximum, len(owner)) for lows, _ in bounds]
+    hi = [_extreme(highs, np.minimum, len(owner)) + 1 for _, highs in bounds]
     blind = np.zeros(len(owner), bool)
+    cut = np.full(len(owner), -1, np.int64)
     if len(points) == 2:
-        empty = np.flatnonzero((lo[0] >= hi[0]) & (lo[1] >= hi[1]))
-        if len(empty):
-            def pick_empty(values):
-                return np.broadcast_to(values, (len(owner),))[empty]
-            (lows_a, highs_a), (lows_b, highs_b) = bounds
-            for u_a, u_b in zip(highs_a, highs_b):
-                for l_a, l_b in zip(lows_a, lows_b):
-                    blind[empty] |= (pick_empty(u_a) < pick_empty(l_a)) & (pick_empty(u_b) < pick_empty(l_b))
-    return owner, lo, hi, unsure, blind
+        _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut)
+    return owner, lo, hi, unsure, blind, cut
+
+
+def _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut) -> None:
+    """``blind`` and ``cut`` of :func:`enumerate_keys` (filled in place) for the intervals empty at one point
+    at least.
+
+    An interval is non-empty where every difference ``d = upper - lower`` of one of its upper and one of its
+    lower bounds is >= 0. Interpolating each difference between the two points gives, for an interval
+    non-empty at the first point only, the first row where some difference turns negative, and for one
+    non-empty at the second only, the first row from which all are >= 0: the row where a piece would be cut
+    so that the interval is empty at both ends of each part or at neither. Only a proposal: the caller
+    enumerates the parts again and checks them as any piece (bounds that are not affine there just leave
+    the parts flagged).
+    """
+    n = len(owner)
+    live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
+    pick = np.flatnonzero(~(live_a & live_b))
+    if not len(pick):
+        return
+
+    def at(bounds):                   # (bounds, picked) values at one point
+        return np.stack([np.broadcast_to(v, (n,))[pick] for v in bounds])
+    (lows_a, highs_a), (lows_b, highs_b) = bounds
+    d_a = (at(highs_a)[:, None] - at(lows_a)[None]).reshape(-1, len(pick))     # every (upper, lower) pair
+    d_b = (at(highs_b)[:, None] - at(lows_b)[None]).reshape(-1, len(pick))
+    start, end = points[0][owner[pick]], points[1][owner[pick]]
+    span = end - start
+    never = ((d_a < 0) & (d_b < 0)).any(axis=0)
+    down, up = (d_a >= 0) & (d_b < 0), (d_a < 0) & (d_b >= 0)
+    step = np.where(down | up, d_b - d_a, 1)
+    first_out = np.where(down, start + (d_a * span) // -step + 1, end + 1).min(axis=0)
+    first_in = np.where(up, start + (-d_a * span + step - 1) // step, start).max(axis=0)
+    blind[pick] = never
+    row = np.where(live_a[pick], first_out, first_in)
+    proposed = (live_a[pick] != live_b[pick]) & (row > start) & (row <= end)
+    cut[pick[proposed]] = row[proposed]
 
 
 # -- flat interval lists ----------------------------------------------------------------------------
@@ -189,7 +225,7 @@ def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.nda
 
 def region_keys(region: ir.RegionBounds, make, q: np.ndarray, kv_len: int, budget: int):
     """The flat intervals of one exact region at the rows ``q`` (unsorted; disjoint within a row)."""
-    owner, lo, hi, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
+    owner, lo, hi, _, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
     keep = lo[0] < hi[0]
     return owner[keep], lo[0][keep], hi[0][keep]
 

@@ -19,9 +19,11 @@ Families (one per region, piece and chunk tuple) of one region lie in disjoint c
 piece whose hulls lie inside a family constant over the piece are dropped (a row sees them anyway); the
 others must have disjoint hulls, and consecutive ones that abut at both end rows abut at every row (a
 *chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
-families' hulls reach, and covered where every piece has a chain covering. Pieces that break a condition
-(ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block, which the
-caller classifies row by row.
+families' hulls reach, and covered where every piece has a chain covering. A piece where an interval is
+empty at one end only (an image's short last row) is cut once where the interval empties (interpolated
+from its bounds at the two ends) and its q_block's pieces enumerated again. Pieces that still break a
+condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
+which the caller classifies row by row.
 """
 from __future__ import annotations
 
@@ -146,25 +148,21 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
     ends = np.append(starts[1:], seq_len) - 1
+    families, bad_piece, cuts, budget = _families(regions, make, starts, ends, kv_len, budget)
+    if len(cuts):
+        starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
+                                                 block_m, budget)
     block = starts // block_m
-    bad_piece = np.zeros(len(starts), bool)
-    parts = []
-    for region in regions:
-        owner, lo, hi, unsure, blind = enumerate_keys(region, make, [starts, ends], kv_len, budget)
-        budget -= len(owner)
-        bad_piece |= unsure
-        live = (lo[0] < hi[0]) & (lo[1] < hi[1])
-        dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
-        bad_piece[owner[~live & ~dead]] = True
-        parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
-    piece, la, ha, lb, hb = (np.concatenate(x) for x in zip(*parts))
+    piece, la, ha, lb, hb = families
     piece, la, ha, lb, hb = _drop_covered(piece, la, ha, lb, hb, kv_len)
     bad = np.zeros(qt, bool)
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
-    order = np.argsort(piece * (kv_len + 1) + np.minimum(la, lb), kind="stable")   # mostly sorted already
-    piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
+    key = piece * (kv_len + 1) + np.minimum(la, lb)
+    if np.any(key[1:] < key[:-1]):              # one region's families come sorted: no sort, no gathers
+        order = np.argsort(key, kind="stable")
+        piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     same = piece[1:] == piece[:-1]
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
@@ -183,6 +181,43 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     partial = subtract(touched, covered, kt)
     return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
                                                         partial + (np.full(len(partial[0]), PARTIAL),))), bad
+
+
+def _families(regions, make, starts, ends, kv_len: int, budget: int):
+    """The families of the pieces ``[starts, ends]`` (``(piece, lo, hi)`` at the start row, ``(lo, hi)`` at the
+    end row: those non-empty at both), which pieces break a condition, the rows where cutting such a piece
+    may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), and the budget left."""
+    bad_piece = np.zeros(len(starts), bool)
+    parts, cuts = [], []
+    for region in regions:
+        owner, lo, hi, unsure, blind, cut = enumerate_keys(region, make, [starts, ends], kv_len, budget)
+        budget -= len(owner)
+        bad_piece |= unsure
+        live = (lo[0] < hi[0]) & (lo[1] < hi[1])
+        dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
+        bad_piece[owner[~live & ~dead]] = True
+        parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
+        cuts.append(cut[cut >= 0])
+    families = tuple(np.concatenate(x) for x in zip(*parts))
+    return families, bad_piece, np.concatenate(cuts), budget
+
+
+def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, block_m: int, budget: int):
+    """The pieces of the q_blocks where :func:`_families` proposed cuts, cut there and enumerated again (once:
+    parts that still break a condition stay flagged); the other pieces and their families kept. Pieces
+    come back renumbered (the cut ones last), not in row order."""
+    again = np.isin(starts // block_m, sorted_unique(cuts // block_m))
+    new_starts = sorted_unique(np.concatenate([starts[again], cuts]))
+    whole = np.searchsorted(starts, new_starts, side="right") - 1        # the piece each part was cut from
+    new_ends = np.minimum(ends[whole], np.append(new_starts[1:], ends[-1] + 1) - 1)
+    found, new_bad, _, _ = _families(regions, make, new_starts, new_ends, kv_len, budget)
+    keep = ~again
+    renumber = np.cumsum(keep) - 1
+    old = keep[families[0]]
+    kept = (renumber[families[0][old]],) + tuple(f[old] for f in families[1:])
+    found = (found[0] + int(keep.sum()),) + found[1:]
+    return (np.concatenate([starts[keep], new_starts]), np.concatenate([ends[keep], new_ends]),
+            tuple(np.concatenate(x) for x in zip(kept, found)), np.concatenate([bad_piece[keep], new_bad]))
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
