@@ -835,7 +835,9 @@ __device__ __forceinline__ void dkdv_kernel(
         wgmma_commit();
         transposed_scores(ds, v_smem, wg, do_smem);
         wgmma_commit();
-        const bool masked = step.kind == KIND_PARTIAL;
+        // A score modifier can lift the scores of queries past seq_len (zero-filled Q, LSE 0) without bound: a
+        // ragged step is masked too, so that P is 0 there, not inf (whose product with a zero dO row is NaN).
+        const bool masked = step.kind == KIND_PARTIAL || q0 + Q_BLOCK > seq_len;
         if (masked) {
             tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid);
             __syncthreads();
@@ -1050,7 +1052,9 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_alibi(
             cp_async_commit();
         }
         const int k0 = kv_block * DQ_KV_BLOCK;
-        const bool masked = kind == KIND_PARTIAL;
+        // A score modifier can lift the scores of keys past kv_len (zero-filled K) without bound: a ragged tile is
+        // masked too, so that P is 0 there, not inf (whose product with a zero K row is NaN in 16 bits).
+        const bool masked = kind == KIND_PARTIAL || k0 + DQ_KV_BLOCK > kv_len;
         if (masked) {
             tile_visibility<Q_BLOCK, DQ_KV_BLOCK, DQ_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid);
             __syncthreads();
