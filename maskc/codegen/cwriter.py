@@ -175,6 +175,21 @@ class CWriter:
             return f"({self.int_type}){table}[1 + {index}]"
         return f"({self.int_type}){self.leaf(t, 'k' if per_element else 'q')}"
 
+    def k_bound(self, bound: ir.KBound, lower: bool) -> str:
+        """A KBound as a C expression: ``ceil(lin / den)`` (lower) or ``floor(lin / den)`` (upper)."""
+        value = self.cast(self.lin(bound.lin))
+        if bound.den == 1:
+            return value
+        fn = "maskc_ceildiv" if lower else "maskc_floordiv"
+        return f"{fn}({value}, ({self.int_type}){bound.den})"
+
+    def extreme(self, fn: str, first: str, bounds: tuple[ir.KBound, ...], lower: bool) -> str:
+        """``fn`` (max or min) of ``first`` and every bound, as nested C calls in ``int_type``."""
+        out = first
+        for b in bounds:
+            out = f"{fn}({self.cast(out)}, {self.k_bound(b, lower)})"
+        return out
+
     def cast(self, expr: str) -> str:
         """``expr`` as an ``int_type`` operand of min/max or of a helper template (CUDA has no mixed-width
         overloads), cast once."""

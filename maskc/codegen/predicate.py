@@ -188,14 +188,8 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
     for kind, regions in (("allow", mask.allow), ("deny", mask.deny)):
         for region in regions:
             i = len(row_fields) // 2
-            lo = "0"
-            for b in region.lower:
-                v = w.lin(b.lin) if b.den == 1 else f"maskc_ceildiv({w.cast(w.lin(b.lin))}, (maskc_int){b.den})"
-                lo = f"max({w.cast(lo)}, {w.cast(v)})"
-            hi = "mask[1] - 1"
-            for b in region.upper:
-                v = w.lin(b.lin) if b.den == 1 else f"maskc_floordiv({w.cast(w.lin(b.lin))}, (maskc_int){b.den})"
-                hi = f"min({w.cast(hi)}, {w.cast(v)})"
+            lo = w.extreme("max", "0", region.lower, lower=True)
+            hi = w.extreme("min", "mask[1] - 1", region.upper, lower=False)
             row_body += ["    " + c for c in _region_comment(region, kind)]
             # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
             row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((maskc_int)mask[1], {lo})'};")

@@ -13,22 +13,6 @@ from maskc import ir
 from maskc.codegen.cwriter import CWriter, TableLayout
 
 
-def _bound_c(w: CWriter, bound: ir.KBound, lower: bool) -> str:
-    """A KBound as a C expression: ``ceil(lin / den)`` (lower) or ``floor(lin / den)`` (upper)."""
-    value = w.lin(bound.lin)
-    if bound.den == 1:
-        return w.cast(value)
-    fn = "maskc_ceildiv" if lower else "maskc_floordiv"
-    return f"{fn}({w.cast(value)}, ({w.int_type}){bound.den})"
-
-
-def _extreme_c(w: CWriter, fn: str, first: str, values: list[str]) -> str:
-    out = first
-    for v in values:
-        out = f"{fn}({w.cast(out)}, {v})"
-    return out
-
-
 def chunk_function(i: int, region: ir.RegionBounds, layout: TableLayout, constants: dict[str, int]) -> str:
     """``mask_chunks{i}``: the keys of region ``i`` within [k_first, k_last] of one row, one interval per chunk
     (:class:`~maskc.ir.ChunkedKeys`), ascending, each handed to ``emit(lo, hi)``. The chunks are restricted
@@ -55,12 +39,12 @@ def chunk_function(i: int, region: ir.RegionBounds, layout: TableLayout, constan
     indent = "    "
     for n in range(len(levels) - 1, 0, -1):
         level = levels[n]
-        lo = _extreme_c(w, "max", f"j{n}_first", [_bound_c(w, b, True) for b in level.lower])
-        hi = _extreme_c(w, "min", f"j{n}_last", [_bound_c(w, b, False) for b in level.upper])
+        lo = w.extreme("max", f"j{n}_first", level.lower, lower=True)
+        hi = w.extreme("min", f"j{n}_last", level.upper, lower=False)
         body.append(f"{indent}for ({wide} j{n} = {lo}, j{n}_end = {hi}; j{n} <= j{n}_end; ++j{n}) {{")
         indent += "    "
-    lo = _extreme_c(w, "max", f"({wide})k_first", [_bound_c(w, b, True) for b in levels[0].lower])
-    hi = _extreme_c(w, "min", f"({wide})k_last", [_bound_c(w, b, False) for b in levels[0].upper])
+    lo = w.extreme("max", f"({wide})k_first", levels[0].lower, lower=True)
+    hi = w.extreme("min", f"({wide})k_last", levels[0].upper, lower=False)
     body.append(f"{indent}const {wide} lo = {lo};")
     body.append(f"{indent}const {wide} hi = {hi};")
     body.append(f"{indent}if (lo <= hi) emit((int)lo, (int)hi);")
