@@ -4,7 +4,8 @@
 # maskc's and FA4's causal kernels. Run from the repo root after the install line of ../shared/gpu/prepare.sh
 # fa4 (lark and FA4 on PYTHONPATH). Logs go to $OUT; a short summary and the benchmark's table are printed last.
 # Knobs: SKIP_PROBE, SKIP_TESTS, SKIP_BENCH, SANITIZE, NCU=1, PRECOMPILE_ARGS, PYTEST_ARGS, BENCH_ARGS (for bench_fwd.py, repeated runs
-# separated by ';'), *_TIMEOUT.
+# separated by ';'), *_TIMEOUT; PROFILE_ARGS for bench/profile_case.py (`--backward` with
+# NCU_KERNEL='dkdv|BackwardSm90' profiles the two backwards instead).
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MASKC_CACHE_DIR=/tmp/maskc_cache
@@ -43,7 +44,7 @@ fi
 if [ -n "${NCU:-}" ]; then
   for who in maskc fa4; do
     timeout ${NCU_TIMEOUT:-120} ncu --clock-control none --set full -k regex:${NCU_KERNEL:-"maskc_fwd|FlashAttention|flash_fwd"} \
-      -c 1 --launch-skip ${NCU_SKIP:-3} --csv --page details python3 bench/profile_case.py $who > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err"
+      -c 1 --launch-skip ${NCU_SKIP:-3} --csv --page details python3 bench/profile_case.py $who ${PROFILE_ARGS:-} > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err"
     summary+=("ncu $who: rc=$? $(wc -l < "$OUT/ncu_$who.csv") lines")
   done
   python3 bench/ncu_compare.py "$OUT/ncu_maskc.csv" "$OUT/ncu_fa4.csv" | tee "$OUT/ncu_compare.txt"

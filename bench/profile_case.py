@@ -1,7 +1,8 @@
-"""One forward case for a profiler (ncu): maskc's default kernel or FA4's, causal, B=1 H=16 D=128 bf16 at 32K
-unless told otherwise; a few launches, so that ``ncu --launch-skip`` can pass the warm-up ones.
+"""One case for a profiler (ncu): maskc's default kernels or FA4's, causal, B=1 H=16 D=128 bf16 at 32K unless
+told otherwise; a few launches, so that ``ncu --launch-skip`` can pass the warm-up ones. ``--backward``: the
+backward from a stored forward (maskc: ``attention_backward``; FA4: ``torch.autograd.grad`` of its output).
 
-    ncu ... python bench/profile_case.py maskc|fa4 [--seq-len 32768] [--head-dim 128] [--mask causal]
+    ncu ... python bench/profile_case.py maskc|fa4 [--seq-len 32768] [--head-dim 128] [--mask causal] [--backward]
 """
 import argparse
 import sys
@@ -18,6 +19,7 @@ ap.add_argument("--seq-len", type=int, default=32768)
 ap.add_argument("--head-dim", type=int, default=128)
 ap.add_argument("--mask", default="causal")
 ap.add_argument("--launches", type=int, default=5)
+ap.add_argument("--backward", action="store_true", help="profile the backward (the forward runs once before)")
 args = ap.parse_args()
 w = W.workload(args.mask, args.seq_len)
 q, k, v = (torch.randn(1, 16, args.seq_len, args.head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -26,10 +28,20 @@ if args.who == "maskc":
 
     bound = w.bound()
     run = lambda: attention(q, k, v, bound)   # noqa: E731
+    if args.backward:
+        from maskc.runtime import attention_backward
+
+        out, lse = attention(q, k, v, bound, return_lse=True)
+        dout = torch.randn_like(out)
+        run = lambda: attention_backward(dout, q, k, v, out, lse, bound)   # noqa: E731
 else:
     fa4 = W.fa4_module()
-    qs, ks, vs = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    qs, ks, vs = (x.transpose(1, 2).contiguous().requires_grad_(args.backward) for x in (q, k, v))
     run = lambda: fa4.flash_attn_func(qs, ks, vs, **w.fa4_native())   # noqa: E731
+    if args.backward:
+        out = W.first(run())
+        dout = torch.randn_like(out)
+        run = lambda: torch.autograd.grad(out, (qs, ks, vs), dout, retain_graph=True)   # noqa: E731
 for _ in range(args.launches):
     run()
 torch.cuda.synchronize()

@@ -77,6 +77,12 @@ def _l2_heads(ko: Operand, mask_batch: int, pairs: int, device: int) -> int:
     return max(1, min(pairs, 1 << (fit.bit_length() - 1)))
 
 
+def _l2_section_heads(heads: int, bytes_per_head: int, device: int) -> int:
+    """How many heads the backward's grids take at a time (at least 1, at most ``heads``): as many as most of
+    the L2 holds the per-head bytes of."""
+    return max(1, min(heads, int(0.8 * l2_bytes(device) // max(1, bytes_per_head))))
+
+
 def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = False, *,
               options: Options | None = None):
     """Masked attention forward: softmax(scale * Q K^T + mask) V for the mask ``bound``.
@@ -289,6 +295,11 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         scales = (f32(scale), f32(scale * math.log2(math.e)))
         common = (*strides(qo), *strides(ko), *strides(vo), *strides(do), i32(Hq), i32(Hkv), i32(S), i32(Skv),
                   i32(mask_batch))
+        # heads per L2 section: what the CTAs resident together read over and over (per kv head: its group's Q,
+        # dO and fp32 dQ rows for dK/dV; K and V for the deterministic dQ kernel) should stay in L2
+        group = Hq // Hkv
+        dkdv_sections = _l2_section_heads(Hkv, mask_batch * group * S * (D * (2 + 2 + 4) + 8), qo.device)
+        dq_sections = _l2_section_heads(Hq, mask_batch * 2 * Skv * D * 2, qo.device)
 
         def packed(entry, names, rest, grid, block):   # a kernel whose pointer arguments come first
             args = tuple(u64(0) for _ in names) + rest
@@ -301,12 +312,12 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         plan = [(prep, ((0, "out"), (1, "dout"), (2, "lse"), (3, "dlse"), (10, "lse_log2"), (11, "delta")))]
         entry = spec.entry_dkdv_det if deterministic else spec.entry_dkdv
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
-            *common, cols.run_offsets, cols.runs, cols.work_order, cols.mask_data, cols.mask_offsets, *scales),
+            *common, i32(dkdv_sections), cols.run_offsets, cols.runs, cols.work_order, cols.mask_data, cols.mask_offsets, *scales),
             (int(cols.work_order.size) * Hkv, batch_grid, 1), (block_n // 16 * 32, 1, 1)))
         if deterministic:
             rows_view = device_descriptor(bound, block_m, dq_block_n, qo.device, options)
             plan.append(packed(spec.entry_dq, ("q", "k", "v", "dout", "lse_log2", "delta", "dq"), (
-                *common, rows_view.run_offsets, rows_view.runs, rows_view.work_order, rows_view.mask_data,
+                *common, i32(dq_sections), rows_view.run_offsets, rows_view.runs, rows_view.work_order, rows_view.mask_data,
                 rows_view.mask_offsets, *scales), (int(rows_view.work_order.size) * Hq, batch_grid, 1),
                 (block_m // 16 * 32, 1, 1)))
         else:

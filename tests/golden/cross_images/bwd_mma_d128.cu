@@ -446,11 +446,28 @@ struct KeyBlock {
     int hk, column, mb, b, k0, group;
 };
 
+// This CTA's (head, block) when the grid's x covers `blocks` blocks of `heads` heads in L2 sections of
+// `section_heads` heads: a section's blocks in the order given (heaviest first), each for the section's heads in
+// turn. The CTAs resident together then read the Q, dO and dQ (or K and V) of few heads, which stay in L2.
+struct HeadSlot {
+    int head, slot;
+};
+
+__device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads) {
+    const int blocks = gridDim.x / heads, cta = blockIdx.x;
+    const int section = cta / (blocks * section_heads);
+    const int first = section * section_heads;
+    const int here = min(section_heads, heads - first);
+    const int j = cta - section * blocks * section_heads;
+    return {first + j % here, j / here};
+}
+
 __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order, int num_heads, int num_kv_heads,
-                                              int kv_len, int mask_batch) {
+                                              int kv_len, int mask_batch, int section_heads) {
     KeyBlock kb;
-    kb.hk = blockIdx.x % num_kv_heads;
-    kb.column = col_order[blockIdx.x / num_kv_heads];
+    const HeadSlot hs = head_and_slot(num_kv_heads, section_heads);
+    kb.hk = hs.head;
+    kb.column = col_order[hs.slot];
     const int kv_blocks = (kv_len + KV_BLOCK - 1) / KV_BLOCK;
     kb.mb = kb.column / kv_blocks;
     kb.b = mask_batch == 1 ? (int)blockIdx.y : kb.mb;
@@ -524,13 +541,14 @@ __device__ __forceinline__ void dkdv_kernel(
     u16* __restrict__ dk, u16* __restrict__ dv, float* __restrict__ dq_accum,
     long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,
     long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch,
+    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,
     const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,
     const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const auto [hk, column, mb, b, k0, group] = key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch);
+    const auto [hk, column, mb, b, k0, group] =
+        key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch, section_heads);
     const int* mask = mask_data + mask_offsets[mb];
     const int key_row0 = warp * 16;                               // this warp's key rows in the tile
 
@@ -702,12 +720,13 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_cro
     unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, float* __restrict__ dq_accum,              \
     long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
     long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch,                                    \
+    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
     const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
     const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
-    do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, col_offsets, col_runs, col_order, \
+    do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
+    col_runs, col_order,                                                                                         \
     mask_data, mask_offsets, scale, scale_log2
 
 extern "C" __global__ void __launch_bounds__(KV_THREADS, 1) maskc_bwd_dkdv_cross_images(MASKC_DKDV_PARAMS) {
@@ -725,15 +744,16 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_cross_imag
     const float* __restrict__ lse_log2, const float* __restrict__ delta, unsigned short* __restrict__ dq,
     long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,
     long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch,
+    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,
     const int* __restrict__ run_offsets, const int* __restrict__ runs, const int* __restrict__ work_order,
     const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2) {
     using namespace maskc;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int h = blockIdx.x % num_heads;
-    const int r = work_order[blockIdx.x / num_heads];           // row block
+    const HeadSlot hs = head_and_slot(num_heads, section_heads);
+    const int h = hs.head;
+    const int r = work_order[hs.slot];                          // row block
     const int q_blocks = (seq_len + Q_BLOCK - 1) / Q_BLOCK;
     const int mb = r / q_blocks;
     const int b = mask_batch == 1 ? (int)blockIdx.y : mb;
