@@ -141,6 +141,9 @@ def main():
                     ms_o = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, options=options),
                                     **reps)
                     record(name, S, f"maskc_{other}", "bwd", ms_o, pairs, ok_o, rel_err_vs_flex=errs_o)
+                    ms_ofb = bench_ms(lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=options),
+                                                                  (qg, kg, vg), dout), **reps)
+                    record(name, S, f"maskc_{other}", "fwd_bwd", ms_ofb, pairs, ok_o)
                     del got
                 except Exception as exc:   # an engine that fails is reported, the others still run
                     print(f"# {name} S={S} engine {other}: {type(exc).__name__}: {exc}", flush=True)

@@ -21,13 +21,16 @@ MAX_DESCRIPTOR_BYTES = 1 << 30
 # Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma fed by the copy engine
 # (TMA) from a producer warp.
 ENGINES = ("mma", "wgmma_tma")
-BACKWARD_ENGINES = ("mma", "wgmma")   # the dK/dV kernel's
+BACKWARD_ENGINES = ("mma", "wgmma", "wgmma_tma")   # the dK/dV kernel's
 # How the wgmma dK/dV kernel adds its dQ tile to the fp32 buffer: bulk_tile (the buffer laid out in per-warp
 # tiles of 16 rows x D / 2 in fragment order: each warp stages its tile in shared memory and one lane hands
 # it to the copy engine as one bulk reduction per step), red2 (a row-major buffer, vector reductions of two
 # floats per thread from the fragments: what the mma kernel always does). bench/NOTES.md, runs 25-26, has
 # these and the variants tried and dropped (among them `none`, a timing experiment that left dQ out).
 DQ_REDUCTIONS = ("bulk_tile", "red2")
+# Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so
+# that a 64-query step's rows are whole and 256-byte aligned (the copy engine reads them in one piece).
+BACKWARD_ROW_PAD = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -353,7 +356,8 @@ class BackwardSpec:
     dq_block_n: int
     predicate: Predicate
     mask_summary: tuple[str, ...] = field(default=())
-    engine: str = "mma"      # the dK/dV kernel's: "mma" (mma.sync) or "wgmma" (Hopper warpgroup products)
+    engine: str = "mma"      # the dK/dV kernel's: "mma" (mma.sync), "wgmma" (Hopper warpgroup products, loads by
+                             # every thread) or "wgmma_tma" (warp-specialized: copy-engine loads, a dQ warp)
     dq_reduction: str = "red2"   # how the wgmma dK/dV kernel adds dQ to the fp32 buffer (DQ_REDUCTIONS)
     arch: str = "sm_90a"         # NVRTC's target, as KernelSpec.arch
     score: ScoreCode | None = None   # the score modifier (as KernelSpec.score); dS goes through its derivative

@@ -128,8 +128,11 @@ def test_compile_backward_engine(tmp_path):
     result = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--backward", "--engine", "wgmma")
     assert result.exit_code == 0 and ", wgmma)" in result.stderr, result.output
     assert "wgmma.mma_async" in out.read_text()
-    bad = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--backward", "--engine", "wgmma_tma")
-    assert bad.exit_code == 1 and "backward engine 'wgmma_tma' unknown" in bad.stderr and "Traceback" not in bad.output
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--backward", "--engine", "wgmma_tma")
+    assert result.exit_code == 0 and ", wgmma_tma)" in result.stderr, result.output
+    assert "setmaxnreg" in out.read_text() and "cp.reduce.async.bulk" in out.read_text()
+    bad = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--engine", "wgmma")     # a backward engine only
+    assert bad.exit_code == 1 and "engine 'wgmma'" in bad.stderr and "Traceback" not in bad.output
 
 
 def test_cubin_registers_reads_the_elf():

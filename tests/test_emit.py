@@ -103,11 +103,35 @@ def test_backward_wgmma_layout_and_tiles():
     with pytest.raises(ValueError, match="64 queries x 128 keys"):
         check_backward_spec(dataclasses.replace(spec, block_n=64))
     with pytest.raises(ValueError, match="unknown"):
-        check_backward_spec(dataclasses.replace(spec, engine="wgmma_tma"))
-    with pytest.raises(ValueError, match="the mma kernel red2"):
+        check_backward_spec(dataclasses.replace(spec, engine="wgmma_v2"))
+    with pytest.raises(ValueError, match="mma red2"):
         check_backward_spec(dataclasses.replace(spec, engine="mma", dq_reduction="bulk_tile"))
+    with pytest.raises(ValueError, match="wgmma_tma bulk_tile"):
+        check_backward_spec(dataclasses.replace(spec, engine="wgmma_tma", dq_reduction="red2"))
     with pytest.raises(ValueError, match="dQ reduction 'none'"):      # retired: it left dQ out (timing only)
         check_backward_spec(dataclasses.replace(spec, dq_reduction="none"))
+
+
+def test_backward_warp_specialized_layout_and_registers():
+    """The warp-specialized dK/dV kernel double-buffers dS^T and the bits, keeps its mbarriers after the
+    staging, launches a producer warpgroup more, and assembles within the register split it asks for (168
+    per thread at launch: 24 for the producer, 240 for the consumers after setmaxnreg)."""
+    from maskc.codegen.emit import backward_layout, dkdv_threads
+    from maskc.runtime.cpu_check import cubin_registers_by_kernel
+
+    mask = maskc.load(EXAMPLES / "causal.mask")
+    tma = mask.backward_spec(head_dim=128, engine="wgmma_tma")
+    wgmma = dataclasses.replace(tma, engine="wgmma")
+    one, two = backward_layout(wgmma)["dkdv"], backward_layout(tma)["dkdv"]
+    assert two["lse"] - two["ds"] == 2 * (one["lse"] - one["ds"])        # dS^T x 2
+    assert all(two[name] % 1024 == 0 for name in ("k", "v", "q", "do", "ds", "dq_stage"))
+    assert two["bars"] > two["dq_stage"] and two["total"] <= 227 * 1024
+    assert dkdv_threads(tma) == dkdv_threads(wgmma) + 128 == 384
+    src = emit_backward_kernel(tma)
+    cubin, log = compile_with_log(src, ("--ptxas-options=-v",))
+    registers = cubin_registers_by_kernel(cubin)
+    assert registers[tma.entry_dkdv] <= 65536 // 384 and registers[tma.entry_dkdv_det] <= 65536 // 384
+    assert "C7514" not in log and "serialized" not in log, "ptxas serialized the wgmma pipeline"
 
 
 def test_source_reads_as_cuda():

@@ -7,7 +7,7 @@ After an intended change, rewrite them and read the diff before committing it::
     git diff tests/golden
 
 Forward kernels: mma at head dim 128, wgmma_tma at each of its head dims (64, 128, 256); backward kernels:
-the mma and wgmma dK/dV engines at head dim 128; all bf16, for sm_90a, with the product's default options,
+the mma, wgmma and wgmma_tma dK/dV engines at head dim 128; all bf16, for sm_90a, with the product's default options,
 const parameters at the file's defaults. The masks are loaded by absolute path: a kernel must not depend on
 where its .mask file lies.
 """
@@ -23,7 +23,7 @@ from conftest import EXAMPLE_NAMES, EXAMPLES
 GOLDEN = Path(__file__).resolve().parent / "golden"
 # (direction, engine, head dim)
 KERNELS = (("fwd", "mma", 128), ("fwd", "wgmma_tma", 64), ("fwd", "wgmma_tma", 128), ("fwd", "wgmma_tma", 256),
-           ("bwd", "mma", 128), ("bwd", "wgmma", 128))
+           ("bwd", "mma", 128), ("bwd", "wgmma", 128), ("bwd", "wgmma_tma", 128))
 CASES = [(name, *kernel) for name in EXAMPLE_NAMES for kernel in KERNELS]
 
 

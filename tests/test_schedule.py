@@ -91,10 +91,11 @@ def test_every_backward_choice_is_a_kernel(head_dim, capability):
 
 
 def test_backward_refusals():
-    with pytest.raises(ValueError, match="compute capability 9.0"):
-        choose_backward_tiles(128, "bf16", capability=(8, 9), engine="wgmma")
+    for engine in ("wgmma", "wgmma_tma"):
+        with pytest.raises(ValueError, match="compute capability 9.0"):
+            choose_backward_tiles(128, "bf16", capability=(8, 9), engine=engine)
     with pytest.raises(ValueError, match="unknown"):
-        choose_backward_tiles(128, "bf16", engine="wgmma_tma")      # a forward engine only
+        choose_backward_tiles(128, "bf16", engine="wgmma_tma_v2")
     with pytest.raises(ValueError, match="head dim 256"):
         choose_backward_tiles(256, "bf16")
 
@@ -103,6 +104,7 @@ def test_dq_reduction_choice():
     assert choose_dq_reduction("wgmma") == DEFAULT_DQ_REDUCTION
     assert choose_dq_reduction("wgmma", "red2") == "red2"
     assert choose_dq_reduction("mma") == choose_dq_reduction("mma", "bulk_tile") == "red2"   # its only one
+    assert choose_dq_reduction("wgmma_tma") == choose_dq_reduction("wgmma_tma", "red2") == "bulk_tile"   # its only one
     for retired in ("none", "atomics"):
         with pytest.raises(ValueError, match="unknown"):
             choose_dq_reduction("wgmma", retired)

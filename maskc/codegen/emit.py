@@ -18,7 +18,8 @@ import jinja2
 
 from maskc.codegen.plan import plan_forward
 from maskc.codegen.schedule import capability_of
-from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource, KernelSpec
+from maskc.kernel_ir import (BACKWARD_ENGINES, BACKWARD_ROW_PAD, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource,
+                              KernelSpec)
 from maskc.options import DEFAULT, Options
 from maskc.resources import data_dir
 
@@ -173,18 +174,28 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     and V, visibility bits."""
     d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
     tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
-    # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base
-    align = 1024 if spec.engine == "wgmma" else 128
-    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": bn * bm * 2,
-             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": bm * (bn // 32) * 4}
+    hopper = spec.engine in ("wgmma", "wgmma_tma")
+    # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base; the
+    # warp-specialized kernel double-buffers dS^T and the bits too (its warps drift apart by up to a step)
+    align = 1024 if hopper else 128
+    stages = 2 if spec.engine == "wgmma_tma" else 1
+    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": stages * bn * bm * 2,
+             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": stages * bm * (bn // 32) * 4}
     if spec.dq_reduction == "bulk_tile":
         sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's dQ tile, as it lies in the buffer
+    if spec.engine == "wgmma_tma":
+        sizes["bars"] = 5 * 8                                 # mbarriers: kv_full, q_full x2, q_empty x2
     dkdv = _placed(sizes, align)
-    if spec.engine == "wgmma":
+    if hopper:
         dkdv["total"] += 1024
     dq = _placed({"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn),
                   "bits": bm * (dbn // 32) * 4})
     return {"dkdv": dkdv, "dq": dq}
+
+
+def dkdv_threads(spec: BackwardSpec) -> int:
+    """The dK/dV kernel's block size: a warp per 16 keys, plus a producer warpgroup when warp-specialized."""
+    return spec.block_n // 16 * 32 + (128 if spec.engine == "wgmma_tma" else 0)
 
 
 def check_backward_spec(spec: BackwardSpec) -> None:
@@ -193,10 +204,11 @@ def check_backward_spec(spec: BackwardSpec) -> None:
     if spec.engine not in BACKWARD_ENGINES:
         raise ValueError(f"backward engine {spec.engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
     _check_arch(spec)
-    if spec.dq_reduction not in DQ_REDUCTIONS or (spec.engine != "wgmma" and spec.dq_reduction != "red2"):
+    allowed = {"mma": ("red2",), "wgmma": DQ_REDUCTIONS, "wgmma_tma": ("bulk_tile",)}[spec.engine]
+    if spec.dq_reduction not in allowed:
         raise ValueError(f"dQ reduction {spec.dq_reduction!r} on the {spec.engine} engine (the wgmma kernel takes "
-                         f"{', '.join(DQ_REDUCTIONS)}; the mma kernel red2)")
-    if spec.engine == "wgmma" and (spec.block_m, spec.block_n) != (64, 128):
+                         f"{', '.join(DQ_REDUCTIONS)}; wgmma_tma bulk_tile; mma red2)")
+    if spec.engine in ("wgmma", "wgmma_tma") and (spec.block_m, spec.block_n) != (64, 128):
         raise ValueError(f"wgmma backward: tiles {spec.block_m}x{spec.block_n}; its dK/dV kernel takes 64 queries "
                          "x 128 keys (two warpgroups of 64 keys)")
     if spec.block_m % 16 or spec.block_m < 64 or spec.block_n % 32 or spec.dq_block_n % 32:
@@ -211,14 +223,17 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     intervals (exact masks), else by calling ``mask_visible`` per pair."""
     check_backward_spec(spec)
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
-    if spec.engine == "wgmma":
-        engine = dict(dkdv_template="bwd_dkdv_wgmma.cu.j2", engine_includes=("wgmma.cu.j2",),
-                      query_tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction,
+    if spec.engine in ("wgmma", "wgmma_tma"):
+        warp_specialized = spec.engine == "wgmma_tma"
+        engine = dict(dkdv_template="bwd_dkdv_tma.cu.j2" if warp_specialized else "bwd_dkdv_wgmma.cu.j2",
+                      engine_includes=("wgmma.cu.j2", "tma.cu.j2") if warp_specialized else ("wgmma.cu.j2",),
+                      query_tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction, debug_waits=False,
                       wgmma_widths=sorted({spec.block_m, spec.head_dim, spec.head_dim // 2}),
                       wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
     else:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
+                             row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
                              tile_bits=interval_regions(spec) is None and spec.predicate.tile_bits, **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)

@@ -161,8 +161,8 @@ def choose_backward_tiles(head_dim: int, dtype: str, capability: tuple[int, int]
     if engine not in (None, *BACKWARD_ENGINES):
         raise ValueError(f"backward engine {engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
     tiles = _lookup(_BACKWARD_TILES, head_dim, dtype, "backward: ")
-    if engine == "wgmma" and tuple(capability) != HOPPER:
-        raise ValueError(f"the wgmma backward engine needs compute capability 9.0 "
+    if engine in ("wgmma", "wgmma_tma") and tuple(capability) != HOPPER:
+        raise ValueError(f"the {engine} backward engine needs compute capability 9.0 "
                          f"(got {capability[0]}.{capability[1]})")
     if engine is None:
         engine = DEFAULT_HOPPER_BACKWARD_ENGINE if tuple(capability) == HOPPER else "mma"
@@ -176,9 +176,12 @@ DEFAULT_DQ_REDUCTION = "bulk_tile"
 
 def choose_dq_reduction(engine: str, requested: str | None = None) -> str:
     """The dQ reduction of a dK/dV kernel on ``engine``: ``requested`` (experiments: Options.dq_reduction),
-    else the default; the mma kernel has only red2."""
-    if engine != "wgmma":
+    else the default; the mma kernel has only red2, the warp-specialized one only bulk_tile (its dQ warp
+    reduces whole tiles)."""
+    if engine == "mma":
         return "red2"
+    if engine == "wgmma_tma":
+        return "bulk_tile"
     chosen = requested or DEFAULT_DQ_REDUCTION
     if chosen not in DQ_REDUCTIONS:
         raise ValueError(f"dQ reduction {chosen!r} unknown (known: {', '.join(DQ_REDUCTIONS)})")

@@ -21,12 +21,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from maskc.codegen.plan import POINTERS, TENSOR_MAPS
+from maskc.codegen.emit import dkdv_threads
 from maskc.codegen.schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
-from maskc.kernel_ir import BackwardSpec
+from maskc.kernel_ir import BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec
 from maskc.options import Options
 from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
@@ -247,25 +249,38 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
         dq, dq_ptr = outs.empty((B, Hq, S, D))
         dk, dk_ptr = outs.empty((B, Hkv, Skv, D))
         dv, dv_ptr = outs.empty((B, Hkv, Skv, D))
-        lse_log2, lse_log2_ptr = outs.empty((B, Hq, S), fp32=True)
-        delta, delta_ptr = outs.empty((B, Hq, S), fp32=True)
-        # rows padded to the 64-row query blocks the bulk_tile reduction lays the buffer out in
-        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, -(-S // 64) * 64, D), fp32=True,
-                                                                            zero=True)
+        # rows padded to whole 64-row query blocks (the template's ROW_PAD): the copy engine reads a step's LSE
+        # and delta in one aligned piece, and the bulk_tile reduction lays dQ out in blocks
+        padded = -(-S // ROW_PAD) * ROW_PAD
+        lse_log2, lse_log2_ptr = outs.empty((B, Hq, padded), fp32=True)
+        delta, delta_ptr = outs.empty((B, Hq, padded), fp32=True)
+        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, padded, D), fp32=True, zero=True)
         pointers = {"q": qo.ptr, "k": ko.ptr, "v": vo.ptr, "out": oo.ptr, "dout": do.ptr, "lse": lse_ptr,
                     "dlse": dlse_ptr, "lse_log2": lse_log2_ptr, "delta": delta_ptr, "dq": dq_ptr, "dk": dk_ptr,
                     "dv": dv_ptr, "dq_accum": dq_accum_ptr}
-        for launch, slots in plan:
-            launch(outs.stream, [(index, pointers[name]) for index, name in slots])
+        operands = {"q": qo, "k": ko, "v": vo, "dout": do}
+        for step in plan:
+            maps = [(index, tile_map(operands[name].ptr, operands[name].shape, operands[name].strides, rows))
+                    for index, name, rows in step.maps]
+            step.launch(outs.stream, [(index, pointers[name]) for index, name in step.pointers], maps)
         outs.synchronize_if_asked(options)
         del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
     return dq, dk, dv
 
 
+class _BackwardLaunch(NamedTuple):
+    """One packed backward launch and what each call sets in it: ``pointers`` ((argument index, buffer name),
+    ...) and ``maps`` ((argument index, operand name, box rows), ...: tensor maps of the call's operands)."""
+
+    launch: PackedLaunch
+    pointers: tuple[tuple[int, str], ...]
+    maps: tuple[tuple[int, str, int], ...] = ()
+
+
 def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Operand, bound, scale,
-                   deterministic: bool, options: Options) -> list:
-    """Validate, compile or fetch the backward kernels, upload the descriptor's views, and pack the three
-    launches: [(PackedLaunch, ((argument index, pointer name), ...) set per call), ...] in launch order."""
+                   deterministic: bool, options: Options) -> list[_BackwardLaunch]:
+    """Validate, compile or fetch the backward kernels, upload the descriptor's views, and pack the launches in
+    launch order (prep, dK/dV, then dQ's conversion or deterministic kernel)."""
     validate(qo, ko, vo, bound)
     for op in (oo, do):
         check_layout(op)
@@ -290,7 +305,7 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         i64, i32, u64, f32 = np.int64, np.int32, np.uint64, np.float32
         strides = lambda op: tuple(i64(s) for s in op.strides[:3])   # noqa: E731
         batch_grid = B if mask_batch == 1 else 1
-        rows = B * Hq * S
+        rows = B * Hq * (-(-S // ROW_PAD) * ROW_PAD)      # the prep kernel writes the padding rows too
         fns = kernel.functions
         scales = (f32(scale), f32(scale * math.log2(math.e)))
         common = (*strides(qo), *strides(ko), *strides(vo), *strides(do), i32(Hq), i32(Hkv), i32(S), i32(Skv),
@@ -301,19 +316,30 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         dkdv_sections = _l2_section_heads(Hkv, mask_batch * group * S * (D * (2 + 2 + 4) + 8), qo.device)
         dq_sections = _l2_section_heads(Hq, mask_batch * 2 * Skv * D * 2, qo.device)
 
-        def packed(entry, names, rest, grid, block):   # a kernel whose pointer arguments come first
-            args = tuple(u64(0) for _ in names) + rest
-            return PackedLaunch(fns[entry], args, grid, block, kernel.shared[entry]), tuple(enumerate(names))
+        def packed(entry, names, rest, grid, block, maps=()):
+            """A kernel whose pointer arguments (``names``) come first, then ``rest``, then the tensor maps of
+            ``maps`` ((operand, box rows), set per call like the pointers: they hold the data addresses)."""
+            operands = {"q": qo, "k": ko, "v": vo, "dout": do}
+            args = (tuple(u64(0) for _ in names) + rest
+                    + tuple(tile_map(operands[n].ptr, operands[n].shape, operands[n].strides, r) for n, r in maps))
+            first_map = len(names) + len(rest)
+            return _BackwardLaunch(PackedLaunch(fns[entry], args, grid, block, kernel.shared[entry]),
+                                   tuple(enumerate(names)),
+                                   tuple((first_map + i, n, r) for i, (n, r) in enumerate(maps)))
 
         # prep: out, dout, lse, dlse, the strides of out and dout, then lse_log2 and delta
         prep = PackedLaunch(fns[spec.entry_prep], (
             u64(0), u64(0), u64(0), u64(0), *strides(oo), *strides(do), u64(0), u64(0), i32(Hq), i32(S), i64(rows)),
             ((rows + 7) // 8, 1, 1), (256, 1, 1), 0)
-        plan = [(prep, ((0, "out"), (1, "dout"), (2, "lse"), (3, "dlse"), (10, "lse_log2"), (11, "delta")))]
+        plan = [_BackwardLaunch(prep, ((0, "out"), (1, "dout"), (2, "lse"), (3, "dlse"), (10, "lse_log2"),
+                                       (11, "delta")))]
         entry = spec.entry_dkdv_det if deterministic else spec.entry_dkdv
+        maps = ((("q", block_m), ("k", block_n), ("v", block_n), ("dout", block_m)) if spec.engine == "wgmma_tma"
+                else ())
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
-            *common, i32(dkdv_sections), cols.run_offsets, cols.runs, cols.work_order, cols.mask_data, cols.mask_offsets, *scales),
-            (int(cols.work_order.size) * Hkv, batch_grid, 1), (block_n // 16 * 32, 1, 1)))
+            *common, i32(dkdv_sections), cols.run_offsets, cols.runs, cols.work_order, cols.mask_data,
+            cols.mask_offsets, *scales), (int(cols.work_order.size) * Hkv, batch_grid, 1), (dkdv_threads(spec), 1, 1),
+            maps))
         if deterministic:
             rows_view = device_descriptor(bound, block_m, dq_block_n, qo.device, options)
             plan.append(packed(spec.entry_dq, ("q", "k", "v", "dout", "lse_log2", "delta", "dq"), (

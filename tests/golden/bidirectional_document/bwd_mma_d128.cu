@@ -37,7 +37,8 @@ constexpr int KV_BLOCK    = 128;    // keys per CTA of the dK/dV kernel
 constexpr int DQ_KV_BLOCK = 64; // keys per step of the dQ kernel
 
 constexpr int KV_WARPS    = KV_BLOCK / 16;         // dK/dV: each warp owns 16 key rows
-constexpr int KV_THREADS  = KV_WARPS * 32;
+constexpr int KV_THREADS  = KV_WARPS * 32;         // ... its consumer threads
+constexpr int DKDV_THREADS = 256;        // the dK/dV kernel's block: KV_THREADS (+ a producer warpgroup)
 constexpr int Q_TILES     = Q_BLOCK / 8;           // dK/dV: 8-query score tiles per warp
 constexpr int Q_CHUNKS    = Q_BLOCK / 8;           // 16-byte chunks per row of the dS^T tile
 
@@ -46,6 +47,10 @@ constexpr int DQ_THREADS  = DQ_WARPS * 32;
 constexpr int DQ_K_TILES  = DQ_KV_BLOCK / 8;       // dQ kernel: 8-key score tiles per warp
 
 constexpr int PREP_WARPS  = 8;                     // prep kernel: one warp per query row
+// LSE_log2, delta and the fp32 dQ buffer: rows per (batch, head) rounded up to ROW_PAD, so that a step's rows
+// are whole and aligned
+constexpr int ROW_PAD     = 64;
+static_assert(ROW_PAD % 64 == 0 && ROW_PAD % Q_BLOCK == 0, "whole steps and 64-row dQ tiles in the padded rows");
 
 constexpr int KIND_PARTIAL = 1;
 constexpr int KIND_FULL    = 2;
@@ -297,6 +302,10 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
 
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000u); }
 
+// Rows per (batch, head) of the LSE_log2 and delta buffers (and of the fp32 dQ buffer): seq_len rounded up to
+// ROW_PAD. The prep kernel writes the padding rows as LSE = +inf, delta = 0 (so that their P is 0).
+__device__ __forceinline__ int padded_rows(int seq_len) { return (seq_len + ROW_PAD - 1) / ROW_PAD * ROW_PAD; }
+
 // The two 16-bit values of a 32-bit word as floats (low half first).
 __device__ __forceinline__ float2 unpack2(u32 x) {
     if constexpr (IS_BF16) return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
@@ -520,7 +529,7 @@ __device__ __forceinline__ void load_query_step(u32 smem0, int stage, const u16*
                                    q_ss, q0, seq_len, tid);
     load_tile<Q_BLOCK, KV_THREADS>(smem0 + KV_SMEM_DO + stage * Q_TILE_BYTES, dout + b * do_sb + h * do_sh,
                                    do_ss, q0, seq_len, tid);
-    const long long row0 = ((long long)b * num_heads + h) * seq_len + q0;
+    const long long row0 = ((long long)b * num_heads + h) * padded_rows(seq_len) + q0;
     for (int i = tid; i < 2 * Q_BLOCK; i += KV_THREADS) {
         const int r = i % Q_BLOCK;
         const bool valid = q0 + r < seq_len;
@@ -678,7 +687,8 @@ __device__ __forceinline__ void dkdv_kernel(
 // ---- entries -----------------------------------------------------------------------------------------
 
 // delta = rowsum(dO * O) - dLSE (dLSE may be null) and LSE in log2 units, +inf for a row that sees no key
-// (so that its P is 0 everywhere). One warp per row of the [B, Hq, S] grid.
+// (so that its P is 0 everywhere). One warp per row of the [B, Hq, padded_rows(S)] grid; the padding rows get
+// LSE = +inf and delta = 0.
 extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_bidirectional_document(
     const unsigned short* __restrict__ o, const unsigned short* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ dlse,
@@ -688,8 +698,14 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_bid
     const long long row = (long long)blockIdx.x * PREP_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    const int qi = (int)(row % seq_len);
-    const long long bh = row / seq_len;
+    const int padded = padded_rows(seq_len);
+    const int qi = (int)(row % padded);
+    const long long bh = row / padded;
+    if (qi >= seq_len) {
+        if (lane == 0) { delta[row] = 0.f; lse_log2[row] = pos_inf(); }
+        return;
+    }
+    const long long in_row = bh * seq_len + qi;                 // lse and dlse are [B, Hq, S]
     const int h = (int)(bh % num_heads), b = (int)(bh / num_heads);
     const u32* o_row = reinterpret_cast<const u32*>(o + b * o_sb + h * o_sh + qi * o_ss);
     const u32* do_row = reinterpret_cast<const u32*>(dout + b * do_sb + h * do_sh + qi * do_ss);
@@ -702,16 +718,17 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_bid
     #pragma unroll
     for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
     if (lane == 0) {
-        const float l = lse[row];
-        delta[row] = sum - (dlse != nullptr ? dlse[row] : 0.f);
+        const float l = lse[in_row];
+        delta[row] = sum - (dlse != nullptr ? dlse[in_row] : 0.f);
         lse_log2[row] = l == neg_inf() ? pos_inf() : l * 1.4426950408889634f;
     }
 }
 
-// Grid: x = column work items (len(col_order) * Hkv, heaviest column blocks first), y = batch elements when
-// the mask is broadcast over the batch, else 1. Block: KV_THREADS. Dynamic smem: KV_SMEM_BYTES.
-// dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq, S, D] fp32 (bulk_tile: in tiles, rows padded to a
-// multiple of 64), zeroed by the caller.
+// Grid: x = column work items (len(col_order) * Hkv: in L2 sections of section_heads kv heads, heaviest column
+// blocks first in each), y = batch elements when the mask is broadcast over the batch, else 1. Block:
+// DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
+// padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the caller. The warp-specialized engine also takes
+// tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
 #define MASKC_DKDV_PARAMS                                                                                        \
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
     const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
@@ -725,13 +742,12 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_bid
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
-    col_runs, col_order,                                                                                         \
-    mask_data, mask_offsets, scale, scale_log2
+    col_runs, col_order, mask_data, mask_offsets, scale, scale_log2
 
-extern "C" __global__ void __launch_bounds__(KV_THREADS, 1) maskc_bwd_dkdv_bidirectional_document(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_bidirectional_document(MASKC_DKDV_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(KV_THREADS, 1) maskc_bwd_dkdv_det_bidirectional_document(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_bidirectional_document(MASKC_DKDV_PARAMS) {
     maskc::dkdv_kernel<false>(MASKC_DKDV_ARGS);
 }
 
@@ -785,7 +801,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_bidirectio
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int qrow = q0 + row0 + g + half * 8;
-        const long long i = ((long long)b * num_heads + h) * seq_len + qrow;
+        const long long i = ((long long)b * num_heads + h) * padded_rows(seq_len) + qrow;
         lse_r[half] = qrow < seq_len ? lse_log2[i] : pos_inf();
         delta_r[half] = qrow < seq_len ? delta[i] : 0.f;
     }

@@ -640,6 +640,21 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, int c
                     "r"(batch), "r"(bar) : "memory");
 }
 
+// A contiguous piece of global memory into shared memory (both 16-byte aligned, `bytes` a multiple of 16);
+// completion is counted in bytes on `bar`.
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// Add `bytes` of fp32 in shared memory to global memory through the copy engine (both 16-byte aligned),
+// as one bulk group: cp.async.bulk.wait_group.read tells when the source may be overwritten.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
 
 // Ping-pong: warpgroup wg issues its products only between taking its turn (named barrier 2 + wg, which
 // the previous warpgroup's 128 threads arrive at) and passing it on to the next (round robin); so one

@@ -38,7 +38,8 @@ constexpr int KV_BLOCK    = 128;    // keys per CTA of the dK/dV kernel
 constexpr int DQ_KV_BLOCK = 64; // keys per step of the dQ kernel
 
 constexpr int KV_WARPS    = KV_BLOCK / 16;         // dK/dV: each warp owns 16 key rows
-constexpr int KV_THREADS  = KV_WARPS * 32;
+constexpr int KV_THREADS  = KV_WARPS * 32;         // ... its consumer threads
+constexpr int DKDV_THREADS = 256;        // the dK/dV kernel's block: KV_THREADS (+ a producer warpgroup)
 constexpr int Q_TILES     = Q_BLOCK / 8;           // dK/dV: 8-query score tiles per warp
 constexpr int Q_CHUNKS    = Q_BLOCK / 8;           // 16-byte chunks per row of the dS^T tile
 
@@ -47,6 +48,10 @@ constexpr int DQ_THREADS  = DQ_WARPS * 32;
 constexpr int DQ_K_TILES  = DQ_KV_BLOCK / 8;       // dQ kernel: 8-key score tiles per warp
 
 constexpr int PREP_WARPS  = 8;                     // prep kernel: one warp per query row
+// LSE_log2, delta and the fp32 dQ buffer: rows per (batch, head) rounded up to ROW_PAD, so that a step's rows
+// are whole and aligned
+constexpr int ROW_PAD     = 64;
+static_assert(ROW_PAD % 64 == 0 && ROW_PAD % Q_BLOCK == 0, "whole steps and 64-row dQ tiles in the padded rows");
 
 constexpr int KIND_PARTIAL = 1;
 constexpr int KIND_FULL    = 2;
@@ -400,6 +405,10 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const u32 (&a)[
 
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000u); }
 
+// Rows per (batch, head) of the LSE_log2 and delta buffers (and of the fp32 dQ buffer): seq_len rounded up to
+// ROW_PAD. The prep kernel writes the padding rows as LSE = +inf, delta = 0 (so that their P is 0).
+__device__ __forceinline__ int padded_rows(int seq_len) { return (seq_len + ROW_PAD - 1) / ROW_PAD * ROW_PAD; }
+
 // The two 16-bit values of a 32-bit word as floats (low half first).
 __device__ __forceinline__ float2 unpack2(u32 x) {
     if constexpr (IS_BF16) return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
@@ -623,7 +632,7 @@ __device__ __forceinline__ void load_query_step(u32 smem0, int stage, const u16*
                                    q_ss, q0, seq_len, tid);
     load_tile_sw128<Q_BLOCK, KV_THREADS>(smem0 + KV_SMEM_DO + stage * Q_TILE_BYTES, dout + b * do_sb + h * do_sh,
                                    do_ss, q0, seq_len, tid);
-    const long long row0 = ((long long)b * num_heads + h) * seq_len + q0;
+    const long long row0 = ((long long)b * num_heads + h) * padded_rows(seq_len) + q0;
     for (int i = tid; i < 2 * Q_BLOCK; i += KV_THREADS) {
         const int r = i % Q_BLOCK;
         const bool valid = q0 + r < seq_len;
@@ -644,16 +653,20 @@ __device__ __forceinline__ long long dq_tile_index(long long bh, int seq_len, in
     return tile * 16 * HALF + (((cc / 8) * 2 + half) * 32 + g * 4 + t) * 2 + (cc % 2);
 }
 
-// ---- dK/dV with wgmma ------------------------------------------------------------------------------
-// The same walk, masking and arithmetic as the mma.sync kernel; the 8 warps are two warpgroups, warpgroup
-// wg owning keys 64 wg .. 64 wg + 63 of the block (warp w still owns keys 16 w ..: wgmma's accumulator rows).
-// Per step, for each warpgroup (all tiles 128B-swizzled in shared memory, the layout wgmma reads):
+// ---- dK/dV with wgmma, loads by all threads (cp.async) ---------------------------------------------
+// The same walk, masking and arithmetic as the mma.sync kernel, on the products of bwd_wgmma_products.cu.j2;
+// every thread takes part in each step's loads (cp.async, double-buffered) and the CTA synchronizes once per
+// step. dQ goes to the fp32 buffer by add_dq (by default one copy-engine bulk reduction per warp).
+// ---- dK/dV products on Hopper -----------------------------------------------------------------------
+// Two warpgroups, warpgroup wg owning keys 64 wg .. 64 wg + 63 of the block (warp w owns keys 16 w ..: wgmma's
+// accumulator rows). Per step, for each warpgroup (all tiles 128B-swizzled in shared memory, the layout wgmma
+// reads):
 //   S^T  = K_wg Q^T       SS, m64 n64          dP^T = V_wg dO^T    SS, issued right behind S^T
 //   dV  += P^T dO         RS (P^T from registers; dO read MN-major)
 //   dK  += dS^T Q         RS (dS^T from registers; Q read MN-major)
-//   dQ  += dS K           SS: dS^T goes to shared memory and is read MN-major as A; warpgroup wg computes
-//                         columns wg * HEAD_DIM / 2 .. of dQ over all KV_BLOCK keys, then adds them to the
-//                         fp32 buffer (add_dq: by default one copy-engine bulk reduction per warp).
+//   dQ   = dS K           SS: dS^T goes to shared memory and is read MN-major as A; warpgroup wg computes
+//                         columns wg * HEAD_DIM / 2 .. of dQ over all KV_BLOCK keys, which the kernel then adds
+//                         to the fp32 buffer.
 static_assert(KV_BLOCK == 128 && Q_BLOCK == 64, "wgmma dK/dV: two warpgroups of 64 keys, 64 queries per step");
 constexpr int DQ_COLS = HEAD_DIM / 2;              // dQ columns per warpgroup
 
@@ -695,6 +708,41 @@ __device__ __forceinline__ void dq_product(float (&dq)[DQ_COLS / 8][4], u32 ds_t
     }
 }
 
+// This warp's dS^T rows (keys key_row0 + g, + 8; the step's queries as packed 16-bit pairs) into the dS^T tile
+// at ds_tile, swizzled as dq_product reads it.
+__device__ __forceinline__ void store_transposed_ds(u32 ds_tile, const u32 (&dst)[Q_TILES / 2][4], int key_row0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int kk = 0; kk < Q_TILES / 2; ++kk)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half)
+            #pragma unroll
+            for (int c = 0; c < 2; ++c)   // queries 16kk + 8c ..: 16-byte chunk 2kk + c of the row
+                asm volatile("st.shared.u32 [%0], %1;\n"
+                             :: "r"(ds_tile + sw128_offset<KV_BLOCK>(key_row0 + g + half * 8, 2 * kk + c) + 4 * t),
+                                "r"(dst[kk][2 * c + half]));
+}
+
+// A warp's 16 rows x DQ_COLS of dQ into its staging tile at `stage`, in the order of its accumulator fragments
+// (column group j, row half, lane, then the pair: the fp32 buffer's tile layout, dq_tile_index), with
+// conflict-free 8-byte stores.
+__device__ __forceinline__ void stage_dq_tile(const float (&dq)[DQ_COLS / 8][4], u32 stage, int lane) {
+    #pragma unroll
+    for (int j = 0; j < DQ_COLS / 8; ++j)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half)
+            asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n"
+                         :: "r"(stage + ((j * 2 + half) * 32 + lane) * 8), "f"(dq[j][half * 2]), "f"(dq[j][half * 2 + 1])
+                         : "memory");
+}
+
+// Keys 64 wg .. 64 wg + 63 may only be overwritten once both warpgroups' dQ products have read the whole dS^T
+// tile; and dS^T must be whole before either reads it: a barrier of the 256 consumer threads (id 1; 0 is
+// __syncthreads).
+__device__ __forceinline__ void sync_warpgroups() {
+    asm volatile("bar.sync 1, %0;\n" :: "n"(KV_THREADS) : "memory");
+}
+
 // ---- adding a warp's 16 rows x DQ_COLS of dQ to the fp32 buffer ----------------------------------------
 // dq: the warp's accumulator fragments (rows g, g + 8; columns 8j + 2t, + 1); the target: the row-major
 // buffer at the warp's first row and its warpgroup's first column (red2), or the warp's tile (bulk_tile);
@@ -705,26 +753,13 @@ __device__ __forceinline__ void dq_product(float (&dq)[DQ_COLS / 8][4], u32 ds_t
 __device__ __forceinline__ void add_dq(const float (&dq)[DQ_COLS / 8][4], float* dq_tile, int, int lane, u32 stage) {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     __syncwarp();
-    #pragma unroll
-    for (int j = 0; j < DQ_COLS / 8; ++j)
-        #pragma unroll
-        for (int half = 0; half < 2; ++half)
-            asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n"
-                         :: "r"(stage + ((j * 2 + half) * 32 + lane) * 8), "f"(dq[j][half * 2]), "f"(dq[j][half * 2 + 1])
-                         : "memory");
+    stage_dq_tile(dq, stage, lane);
     fence_proxy_async();
     __syncwarp();
     if (lane == 0)
         asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                      :: "l"(dq_tile), "r"(stage), "n"(16 * DQ_COLS * 4) : "memory");
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-
-// Keys 64 wg .. 64 wg + 63 may only be overwritten once both warpgroups' dQ products have read the whole dS^T
-// tile; and dS^T must be whole before either reads it: a barrier of the 256 consumer threads (id 1; 0 is
-// __syncthreads).
-__device__ __forceinline__ void sync_warpgroups() {
-    asm volatile("bar.sync 1, %0;\n" :: "n"(KV_THREADS) : "memory");
 }
 
 template <bool WITH_DQ>
@@ -739,7 +774,6 @@ __device__ __forceinline__ void dkdv_kernel(
     const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-    const int g = lane >> 2, t = lane & 3;
     const auto [hk, column, mb, b, k0, group] =
         key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch, section_heads);
     const int* mask = mask_data + mask_offsets[mb];
@@ -826,15 +860,7 @@ __device__ __forceinline__ void dkdv_kernel(
         if constexpr (WITH_DQ) {
             // this warp's dS^T rows to shared memory (the same 16-bit values dK uses), whole before either
             // warpgroup's dQ product reads them
-            #pragma unroll
-            for (int kk = 0; kk < Q_TILES / 2; ++kk)
-                #pragma unroll
-                for (int half = 0; half < 2; ++half)
-                    #pragma unroll
-                    for (int c = 0; c < 2; ++c)   // queries 16kk + 8c ..: 16-byte chunk 2kk + c of the row
-                        asm volatile("st.shared.u32 [%0], %1;\n"
-                                     :: "r"(ds_smem + sw128_offset<KV_BLOCK>(key_row0 + g + half * 8, 2 * kk + c) + 4 * t),
-                                        "r"(dst[kk][2 * c + half]));
+            store_transposed_ds(ds_smem, dst, key_row0, lane);
             fence_proxy_async();
             sync_warpgroups();
             float dq[DQ_COLS / 8][4];
@@ -879,7 +905,8 @@ __device__ __forceinline__ void dkdv_kernel(
 // ---- entries -----------------------------------------------------------------------------------------
 
 // delta = rowsum(dO * O) - dLSE (dLSE may be null) and LSE in log2 units, +inf for a row that sees no key
-// (so that its P is 0 everywhere). One warp per row of the [B, Hq, S] grid.
+// (so that its P is 0 everywhere). One warp per row of the [B, Hq, padded_rows(S)] grid; the padding rows get
+// LSE = +inf and delta = 0.
 extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sliding_window(
     const unsigned short* __restrict__ o, const unsigned short* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ dlse,
@@ -889,8 +916,14 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sli
     const long long row = (long long)blockIdx.x * PREP_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    const int qi = (int)(row % seq_len);
-    const long long bh = row / seq_len;
+    const int padded = padded_rows(seq_len);
+    const int qi = (int)(row % padded);
+    const long long bh = row / padded;
+    if (qi >= seq_len) {
+        if (lane == 0) { delta[row] = 0.f; lse_log2[row] = pos_inf(); }
+        return;
+    }
+    const long long in_row = bh * seq_len + qi;                 // lse and dlse are [B, Hq, S]
     const int h = (int)(bh % num_heads), b = (int)(bh / num_heads);
     const u32* o_row = reinterpret_cast<const u32*>(o + b * o_sb + h * o_sh + qi * o_ss);
     const u32* do_row = reinterpret_cast<const u32*>(dout + b * do_sb + h * do_sh + qi * do_ss);
@@ -903,16 +936,17 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sli
     #pragma unroll
     for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
     if (lane == 0) {
-        const float l = lse[row];
-        delta[row] = sum - (dlse != nullptr ? dlse[row] : 0.f);
+        const float l = lse[in_row];
+        delta[row] = sum - (dlse != nullptr ? dlse[in_row] : 0.f);
         lse_log2[row] = l == neg_inf() ? pos_inf() : l * 1.4426950408889634f;
     }
 }
 
-// Grid: x = column work items (len(col_order) * Hkv, heaviest column blocks first), y = batch elements when
-// the mask is broadcast over the batch, else 1. Block: KV_THREADS. Dynamic smem: KV_SMEM_BYTES.
-// dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq, S, D] fp32 (bulk_tile: in tiles, rows padded to a
-// multiple of 64), zeroed by the caller.
+// Grid: x = column work items (len(col_order) * Hkv: in L2 sections of section_heads kv heads, heaviest column
+// blocks first in each), y = batch elements when the mask is broadcast over the batch, else 1. Block:
+// DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
+// padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the caller. The warp-specialized engine also takes
+// tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
 #define MASKC_DKDV_PARAMS                                                                                        \
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
     const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
@@ -926,13 +960,12 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sli
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
-    col_runs, col_order,                                                                                         \
-    mask_data, mask_offsets, scale, scale_log2
+    col_runs, col_order, mask_data, mask_offsets, scale, scale_log2
 
-extern "C" __global__ void __launch_bounds__(KV_THREADS, 1) maskc_bwd_dkdv_sliding_window(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_sliding_window(MASKC_DKDV_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(KV_THREADS, 1) maskc_bwd_dkdv_det_sliding_window(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_sliding_window(MASKC_DKDV_PARAMS) {
     maskc::dkdv_kernel<false>(MASKC_DKDV_ARGS);
 }
 
@@ -986,7 +1019,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_sliding_wi
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int qrow = q0 + row0 + g + half * 8;
-        const long long i = ((long long)b * num_heads + h) * seq_len + qrow;
+        const long long i = ((long long)b * num_heads + h) * padded_rows(seq_len) + qrow;
         lse_r[half] = qrow < seq_len ? lse_log2[i] : pos_inf();
         delta_r[half] = qrow < seq_len ? delta[i] : 0.f;
     }
