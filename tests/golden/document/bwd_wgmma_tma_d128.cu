@@ -337,6 +337,13 @@ __device__ __forceinline__ unsigned long long sw128_desc(u32 addr, u32 leading_b
            ((unsigned long long)(stride_bytes >> 4) << 32) | (1ull << 62);
 }
 
+// The same operand's descriptor `bytes` further on (a multiple of 16). The start address is the low field
+// (address >> 4 in 14 bits) and shared addresses stay below 256 KB, so the sum never carries out of it: one add
+// with a constant where the products step through a tile, instead of building each descriptor anew.
+__device__ __forceinline__ unsigned long long sw128_desc_plus(unsigned long long desc, u32 bytes) {
+    return desc + (bytes >> 4);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int PENDING>
@@ -739,16 +746,19 @@ __device__ __forceinline__ long long dq_tile_index(long long bh, int seq_len, in
 static_assert(KV_BLOCK == 128 && Q_BLOCK == 64, "wgmma dK/dV: two warpgroups of 64 keys, 64 queries per step");
 constexpr int DQ_COLS = HEAD_DIM / 2;              // dQ columns per warpgroup
 
+// The products below build one descriptor per operand and step through the tile from it (sw128_desc_plus).
+
 // S^T (or dP^T) of one warpgroup: its 64 rows of the KV tile at kv_tile (K or V) times the step's Q_BLOCK x D
 // tile at query_tile (Q or dO), transposed. Both operands K-major.
 __device__ __forceinline__ void transposed_scores(float (&s)[Q_TILES][4], u32 kv_tile, int wg, u32 query_tile) {
+    const unsigned long long a0 = sw128_desc(kv_tile + wg * 64 * 128, 16, 1024);   // this warpgroup's rows
+    const unsigned long long b0 = sw128_desc(query_tile, 16, 1024);
     #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        // k-step kk: column block kk / 4, 32 bytes per step inside it; this warpgroup's rows start at row 64 wg
+        // k-step kk: column block kk / 4, 32 bytes per step inside it
         const u32 step = (kk & 3) * 32;
-        const unsigned long long a = sw128_desc(kv_tile + (kk >> 2) * KV_BLOCK * 128 + wg * 64 * 128 + step, 16, 1024);
-        const unsigned long long b = sw128_desc(query_tile + (kk >> 2) * Q_BLOCK * 128 + step, 16, 1024);
-        wgmma_ss_n64<0>(s, a, b, kk > 0);
+        wgmma_ss_n64<0>(s, sw128_desc_plus(a0, (kk >> 2) * KV_BLOCK * 128 + step),
+                                 sw128_desc_plus(b0, (kk >> 2) * Q_BLOCK * 128 + step), kk > 0);
     }
 }
 
@@ -756,40 +766,38 @@ __device__ __forceinline__ void transposed_scores(float (&s)[Q_TILES][4], u32 kv
 // query_tile (dO for dV, Q for dK), read MN-major: its rows are the product's K dimension.
 __device__ __forceinline__ void accumulate_keys(float (&acc)[D_TILES][4], const u32 (&x)[Q_TILES / 2][4],
                                                 u32 query_tile) {
+    // column blocks Q_BLOCK * 128 bytes apart
+    const unsigned long long b0 = sw128_desc(query_tile, Q_BLOCK * 128, 1024);
     #pragma unroll
-    for (int kk = 0; kk < Q_TILES / 2; ++kk) {
-        // queries 16kk .. 16kk+15: two 8-row groups of every column block; column blocks Q_BLOCK * 128 bytes apart
-        const unsigned long long b = sw128_desc(query_tile + kk * 16 * 128, Q_BLOCK * 128, 1024);
-        wgmma_rs_n128<1>(acc, x[kk], b, true);
-    }
+    for (int kk = 0; kk < Q_TILES / 2; ++kk)     // queries 16kk .. 16kk+15: two 8-row groups of every column block
+        wgmma_rs_n128<1>(acc, x[kk], sw128_desc_plus(b0, kk * 16 * 128), true);
 }
 
 // dQ[:, DQ_COLS columns from col0] = dS K for the step: dS^T (KV_BLOCK keys x Q_BLOCK queries, one 128-byte
 // column block) read MN-major as A, the K tile read MN-major as B.
 __device__ __forceinline__ void dq_product(float (&dq)[DQ_COLS / 8][4], u32 ds_tile, u32 k_tile, int col0) {
     // column col0 of the K tile: its column block, then 2 bytes per element inside the 128-byte row
-    const u32 k_cols = k_tile + (col0 / 64) * KV_BLOCK * 128 + (col0 % 64) * 2;
+    const unsigned long long a0 = sw128_desc(ds_tile, KV_BLOCK * 128, 1024);
+    const unsigned long long b0 = sw128_desc(k_tile + (col0 / 64) * KV_BLOCK * 128 + (col0 % 64) * 2, KV_BLOCK * 128, 1024);
     #pragma unroll
-    for (int kk = 0; kk < KV_BLOCK / 16; ++kk) {
-        const unsigned long long a = sw128_desc(ds_tile + kk * 16 * 128, KV_BLOCK * 128, 1024);
-        const unsigned long long b = sw128_desc(k_cols + kk * 16 * 128, KV_BLOCK * 128, 1024);
-        wgmma_ss_n64<1, 1>(dq, a, b, kk > 0);
-    }
+    for (int kk = 0; kk < KV_BLOCK / 16; ++kk)
+        wgmma_ss_n64<1, 1>(dq, sw128_desc_plus(a0, kk * 16 * 128), sw128_desc_plus(b0, kk * 16 * 128), kk > 0);
 }
 
 // This warp's dS^T rows (keys key_row0 + g, + 8; the step's queries as packed 16-bit pairs) into the dS^T tile
-// at ds_tile, swizzled as dq_product reads it.
+// at ds_tile, swizzled as dq_product reads it. Each register of an A fragment is one thread's share of an 8 x 8
+// block (row g, columns 2t, 2t + 1): stmatrix writes four such blocks per instruction, lane L giving the address
+// of row L % 8 of block L / 8 (blocks: row half (L / 8) % 2, 16-byte chunk 2 kk + L / 16).
 __device__ __forceinline__ void store_transposed_ds(u32 ds_tile, const u32 (&dst)[Q_TILES / 2][4], int key_row0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
+    const int row = key_row0 + ((lane >> 3) & 1) * 8 + (lane & 7);
+    const u32 row_base = ds_tile + row * 128;
     #pragma unroll
-    for (int kk = 0; kk < Q_TILES / 2; ++kk)
-        #pragma unroll
-        for (int half = 0; half < 2; ++half)
-            #pragma unroll
-            for (int c = 0; c < 2; ++c)   // queries 16kk + 8c ..: 16-byte chunk 2kk + c of the row
-                asm volatile("st.shared.u32 [%0], %1;\n"
-                             :: "r"(ds_tile + sw128_offset<KV_BLOCK>(key_row0 + g + half * 8, 2 * kk + c) + 4 * t),
-                                "r"(dst[kk][2 * c + half]));
+    for (int kk = 0; kk < Q_TILES / 2; ++kk) {
+        const u32 chunk = (u32)(2 * kk + (lane >> 4));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], { %1, %2, %3, %4 };\n"
+                     :: "r"(row_base + ((chunk ^ (u32)(row & 7)) << 4)),
+                        "r"(dst[kk][0]), "r"(dst[kk][1]), "r"(dst[kk][2]), "r"(dst[kk][3]) : "memory");
+    }
 }
 
 // A warp's 16 rows x DQ_COLS of dQ into its staging tile at `stage`, in the order of its accumulator fragments

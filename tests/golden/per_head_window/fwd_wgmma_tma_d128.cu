@@ -468,6 +468,13 @@ __device__ __forceinline__ unsigned long long sw128_desc(u32 addr, u32 leading_b
            ((unsigned long long)(stride_bytes >> 4) << 32) | (1ull << 62);
 }
 
+// The same operand's descriptor `bytes` further on (a multiple of 16). The start address is the low field
+// (address >> 4 in 14 bits) and shared addresses stay below 256 KB, so the sum never carries out of it: one add
+// with a constant where the products step through a tile, instead of building each descriptor anew.
+__device__ __forceinline__ unsigned long long sw128_desc_plus(unsigned long long desc, u32 bytes) {
+    return desc + (bytes >> 4);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int PENDING>
