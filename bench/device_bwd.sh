@@ -3,17 +3,21 @@
 # (Triton and FA4 backends), FA4 and cuDNN, and optionally ncu profiles of maskc's dK/dV kernel and FA4's
 # backward (causal 32K). Run from the repo root after the install line of ../shared/gpu/prepare.sh fa4. Logs
 # go to $OUT; a short summary and the benchmark's tables are printed last.
-# Knobs: PYTEST_ARGS (tests/test_backward_gpu.py ...; SKIP_TESTS=1), BWD_BENCH_ARGS (SKIP_BENCH=1), NCU=1 with
-# NCU_ENGINES (the dK/dV engines to profile, default the schedule's), *_TIMEOUT.
+# Knobs: PYTEST_ARGS (tests/test_backward_gpu.py ...; SKIP_TESTS=1), PRECOMPILE_ENGINES (dK/dV engines whose
+# kernels NVRTC compiles in parallel beside the tests), BWD_BENCH_ARGS (SKIP_BENCH=1), NCU=1 with NCU_ENGINES (the
+# dK/dV engines to profile, default the schedule's), NCU_SASS=1 (also per-instruction SASS counts), *_TIMEOUT.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MASKC_CACHE_DIR=${MASKC_CACHE_DIR:-/tmp/maskc_cache}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
 summary=()
 if [ -z "${SKIP_TESTS:-}" ]; then
-  eval timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -m gpu -q -p no:cacheprovider -rf \
+  [ -n "${PRECOMPILE_ENGINES:-}" ] && timeout ${PYTEST_TIMEOUT:-240} python3 bench/precompile.py \
+    --backward-engines "$PRECOMPILE_ENGINES" > "$OUT/precompile.log" 2>&1 &
+  eval timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -m gpu -v -p no:cacheprovider -rf \
     ${PYTEST_ARGS:-tests/test_backward_gpu.py} > "$OUT/pytest.log" 2>&1
-  summary+=("pytest: rc=$? $(tail -n 1 "$OUT/pytest.log")")
+  summary+=("pytest: rc=$? $(grep -c PASSED "$OUT/pytest.log") passed; $(tail -n 1 "$OUT/pytest.log")")
+  [ -n "${PRECOMPILE_ENGINES:-}" ] && { kill $! 2> /dev/null; wait; }
   grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -n 20
 fi
 if [ -z "${SKIP_BENCH:-}" ]; then
@@ -27,6 +31,12 @@ if [ -n "${NCU:-}" ]; then
     timeout ${NCU_TIMEOUT:-100} ncu --clock-control none --set full -k regex:dkdv -c 1 --launch-skip 2 --csv \
       --page details python3 bench/profile_case.py maskc --backward > "$OUT/ncu_$engine.csv" 2> "$OUT/ncu_$engine.err"
     summary+=("ncu $engine: rc=$? $(wc -l < "$OUT/ncu_$engine.csv") lines")
+    if [ -n "${NCU_SASS:-}" ]; then   # executed instructions per SASS line, for the instruction budget
+      timeout ${NCU_TIMEOUT:-100} ncu --clock-control none --section InstructionStats --section SourceCounters \
+        -k regex:dkdv -c 1 --launch-skip 2 --page source --print-source sass --csv python3 bench/profile_case.py \
+        maskc --backward > "$OUT/sass_$engine.csv" 2> "$OUT/sass_$engine.err"
+      summary+=("ncu sass $engine: rc=$? $(wc -l < "$OUT/sass_$engine.csv") lines")
+    fi
   done
   unset MASKC_BWD_ENGINE
   [ -f "$OUT/ncu_fa4.csv" ] || timeout ${NCU_TIMEOUT:-100} ncu --clock-control none --set full -k regex:BackwardSm90 \

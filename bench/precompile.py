@@ -5,6 +5,7 @@ environment's options (MASKC_*) ask for on an H100/H200 (sm_90a, unless MASKC_AR
 cache directory they name.
 
     python bench/precompile.py [--head-dims 64,128] [--dtypes bf16,fp16] [--backward] [--all-engines]
+                               [--backward-engines wgmma_tma,...]
 """
 from __future__ import annotations
 
@@ -47,12 +48,17 @@ def main():
     ap.add_argument("--backward", action="store_true", help="the backward kernels too")
     ap.add_argument("--all-engines", action="store_true",
                     help="every engine's kernels (the GPU tests run them all), not only the schedule's")
+    ap.add_argument("--backward-engines", default="",
+                    help="only the backward kernels, of these dK/dV engines (comma-separated)")
     args = ap.parse_args()
     from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
     engines = {False: ENGINES if args.all_engines else (None,), True: BACKWARD_ENGINES if args.all_engines else (None,)}
+    directions = (False, True) if args.backward else (False,)
+    if args.backward_engines:
+        engines[True], directions = tuple(args.backward_engines.split(",")), (True,)
     jobs = [(p, int(d), dt, bwd, e) for p in sorted(glob.glob(str(ROOT / "examples" / "*.mask")))
             for d in args.head_dims.split(",") for dt in args.dtypes.split(",")
-            for bwd in ((False, True) if args.backward else (False,)) for e in engines[bwd]]
+            for bwd in directions for e in engines[bwd]]
     with ProcessPoolExecutor(min(32, os.cpu_count() or 1)) as pool:
         print("compiled", sum(pool.map(compile_one, jobs)), "of", len(jobs), "kernels")
 
