@@ -662,15 +662,29 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
                                                          float scale_log2) {
     constexpr int WORDS = KV_BLOCK / 32;
     const int g = lane >> 2, t = lane & 3;
-    #pragma unroll
-    for (int nt = 0; nt < Q_TILES; ++nt) {
-        const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
+    // One loop per kind of step, so that a FULL step runs no masking code at all (with a runtime `masked` in the
+    // loop, the compiler loads and tests the bits of every pair and selects: run 45's SASS counts).
+    if (masked) {
         #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int qc = nt * 8 + 2 * t + (e & 1), kr = key_row0 + g + (e >> 1) * 8;
-            float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
-            if (masked && !((bits[qc * WORDS + (kr >> 5)] >> (kr & 31)) & 1u)) x = 0.f;
-            p[nt][e] = x;
+        for (int nt = 0; nt < Q_TILES; ++nt) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int qc = nt * 8 + 2 * t + (e & 1), kr = key_row0 + g + (e >> 1) * 8;
+                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
+                if (!((bits[qc * WORDS + (kr >> 5)] >> (kr & 31)) & 1u)) x = 0.f;
+                p[nt][e] = x;
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int nt = 0; nt < Q_TILES; ++nt) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
+                p[nt][e] = x;
+            }
         }
     }
 }
@@ -850,7 +864,9 @@ __device__ __forceinline__ void dkdv_kernel(
     const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2,
     const TensorMap& q_map, const TensorMap& k_map, const TensorMap& v_map, const TensorMap& do_map) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // the warp index through a shuffle: the compiler then knows it warp-uniform, and keeps the descriptors
+    // and addresses derived from it in uniform registers (no conversion before each wgmma)
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const auto [hk, column, mb, b, k0, group] =
         key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch, section_heads);
     const int run_begin = col_offsets[column], run_end = col_offsets[column + 1];
