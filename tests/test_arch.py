@@ -43,7 +43,7 @@ def test_every_example_compiles_for_every_target():
 def test_backward_compiles_for_every_target():
     hstu = next(p for p in EXAMPLES if p.endswith("hstu.mask"))   # the example with the most predicate code
     for name, arch, engine, size in _build_all([(hstu, arch, True) for arch in TARGETS]):
-        assert size > 0 and engine == ("wgmma" if arch == "sm_90a" else "mma"), (arch, engine)
+        assert size > 0 and engine == ("wgmma_tma" if arch == "sm_90a" else "mma"), (arch, engine)
 
 
 def test_score_modifier_backward_compiles_for_every_target():
@@ -52,7 +52,7 @@ def test_score_modifier_backward_compiles_for_every_target():
     paths = [p for p in EXAMPLES if Path(p).stem in ("alibi", "softcap")]
     assert len(paths) == 2
     for name, arch, engine, size in _build_all([(p, arch, True) for p in paths for arch in TARGETS]):
-        assert size > 0 and engine == ("wgmma" if arch == "sm_90a" else "mma"), (name, arch, engine)
+        assert size > 0 and engine == ("wgmma_tma" if arch == "sm_90a" else "mma"), (name, arch, engine)
 
 
 @pytest.mark.slow

@@ -133,16 +133,17 @@ def _tma_block_n(head_dim: int, block_n: int, table_regions: int) -> int:
 
 # Backward: (block_m, block_n, dq_block_n). The dK/dV kernel runs block_n / 16 warps (8), each owning 16 keys,
 # with dK and dV in registers (64 fp32 each at D=128); block_m queries per step. The deterministic dQ
-# kernel runs block_m / 16 warps (4) over keys dq_block_n at a time. Head dims 64 and 128. Both dK/dV
-# engines use these tiles: `mma` (mma.sync) and, on Hopper, `wgmma` (its 8 warps are two warpgroups of 64
-# keys; block_m 64 is the N of its S^T products and the M of its dQ product).
+# kernel runs block_m / 16 warps (4) over keys dq_block_n at a time. Head dims 64 and 128. Every dK/dV
+# engine uses these tiles: `mma` (mma.sync) and, on Hopper, `wgmma` and `wgmma_tma` (8 consumer warps in two
+# warpgroups of 64 keys; block_m 64 is the N of their S^T products and the M of their dQ product).
 _BACKWARD_TILES = {
     64: (64, 128, 64),
     128: (64, 128, 64),
 }
-# The dK/dV engine the schedule picks on Hopper: wgmma, measured faster than mma on every example mask at
-# 4K and 32K (run 24, bench/NOTES.md: causal 32K 354 against 249 TF/s), all GPU tests passed on both.
-DEFAULT_HOPPER_BACKWARD_ENGINE = "wgmma"
+# The dK/dV engine the schedule picks on Hopper: wgmma_tma (warp-specialized), measured faster than wgmma on
+# every mask at 32K (runs 43-46, bench/NOTES.md: causal backward 542 against 450 TF/s, document 459 against
+# 365), its GPU tests all passed (runs 44-46); wgmma had replaced mma (run 24: 354 against 249).
+DEFAULT_HOPPER_BACKWARD_ENGINE = "wgmma_tma"
 
 
 class BackwardTiles(NamedTuple):
