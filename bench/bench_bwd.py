@@ -14,9 +14,11 @@ Effective TF/s counts visible pairs only: 2.5 × the forward's 4·D per pair for
 maskc's gradients are checked against Flex's in the same run (`correct`: every gradient within 3e-2).
 `maskc` records time the schedule's dK/dV engine; `maskc_<engine>` records (`bwd`, fast mode) the other
 engines of --engines (maskc.kernel_ir.BACKWARD_ENGINES), checked the same way.
+`fwd_bwd` records also carry `extra_bytes`: the peak device memory a step allocates beyond Q, K, V, O, dO and
+the gradients (torch's allocator counters around one call).
 Writes its records (same keys as bench_fwd.py) to --out and prints a markdown table last.
 
-    python bench/bench_bwd.py [--lengths 4096,32768] [--masks causal,...]
+    python bench/bench_bwd.py [--lengths 4096,16384,32768] [--masks causal,...] [--engines wgmma,...]
 """
 from __future__ import annotations
 
@@ -42,6 +44,19 @@ WORK = {"bwd": 2.5, "fwd_bwd": 3.5}   # work relative to the forward's 4·D FLOP
 
 def rel(a, b) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def extra_bytes(step, kept_bytes: int) -> int:
+    """Peak device bytes one call of ``step`` (a forward + backward) allocates beyond ``kept_bytes`` (O and the
+    gradients, which the caller keeps): the memory it needs besides Q, K, V, O, dO and the gradients."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del result
+    return peak - base - kept_bytes
 
 
 def _fa4_peers(w, flex_fa4, fa4, block_mask, qg, kg, vg, dout) -> dict:
@@ -70,7 +85,7 @@ def _fa4_peers(w, flex_fa4, fa4, block_mask, qg, kg, vg, dout) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lengths", default="4096,32768")
+    ap.add_argument("--lengths", default="4096,16384,32768")
     ap.add_argument("--masks", default=",".join(ALL_MASKS))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest_bwd.json"))
     ap.add_argument("--engines", default=",".join(BACKWARD_ENGINES),
@@ -130,7 +145,10 @@ def main():
             record(name, S, "maskc", "bwd", ms, pairs, ok, rel_err_vs_flex=errs, **extra)
             record(name, S, "maskc_det", "bwd", ms_det, pairs, ok_det, rel_err_vs_flex=errs_det)
             record(name, S, "flex", "bwd", ms_flex, pairs)
-            record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok)
+            kept = 4 * q.numel() * q.element_size()          # O and the three gradients
+            fwd_bwd = lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=default),   # noqa: E731
+                                                  (qg, kg, vg), dout)
+            record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok, extra_bytes=extra_bytes(fwd_bwd, kept))
             record(name, S, "flex", "fwd_bwd", ms_flex_fb, pairs)
             for other in others:
                 options = default.replace(backward_engine=other)
@@ -151,7 +169,8 @@ def main():
             for impl, step in _fa4_peers(w, flex_fa4, fa4, bm, qg, kg, vg, dout).items():
                 try:
                     step()
-                    record(name, S, impl, "fwd_bwd", bench_ms(step, **reps), pairs)
+                    record(name, S, impl, "fwd_bwd", bench_ms(step, **reps), pairs,
+                           extra_bytes=extra_bytes(step, 4 * q.numel() * q.element_size()))
                 except Exception as exc:   # noqa: BLE001 - a peer that cannot run this case is reported, not fatal
                     print(f"# {impl} {name} S={S}: {exc!r}"[:400], flush=True)
 
@@ -192,8 +211,13 @@ def print_table(records):
         print(f"| {mask} | {S} | {pass_} | {fmt(r['ms'])} | {fmt(r['tflops'], 0)} | {fmt(d and d['ms'])} | "
               f"{fmt(f and f['ms'])} | {fmt(f and f['tflops'], 0)} | {fmt(f and r['tflops'] / f['tflops'], 2)} | "
               f"{fmt(c and c['tflops'], 0)} | {r['correct']} | {', '.join(alternatives(records, mask, S, pass_))} |")
-    print("\n| mask | S | fwd+bwd TF/s: maskc | flex_fa4 | fa4 | fa4_varlen | maskc / flex_fa4 | maskc / fa4 |")
-    print("|---|---|---|---|---|---|---|---|")
+
+    def mib(r):
+        return fmt(None if r is None or r.get("extra_bytes") is None else r["extra_bytes"] / 2**20, 0)
+
+    print("\n| mask | S | fwd+bwd TF/s: maskc | flex_fa4 | fa4 | fa4_varlen | maskc / flex_fa4 | maskc / fa4 "
+          "| extra MiB: maskc | flex_fa4 | fa4 (varlen) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (mask, S, impl, pass_), r in by.items():
         if impl != "maskc" or pass_ != "fwd_bwd":
             continue
@@ -201,7 +225,7 @@ def print_table(records):
         fa4 = peer["fa4"] or peer["fa4_varlen"]
         print(f"| {mask} | {S} | {r['tflops']:.0f} | " + " | ".join(fmt(p and p["tflops"], 0) for p in peer.values())
               + f" | {fmt(peer['flex_fa4'] and r['tflops'] / peer['flex_fa4']['tflops'], 2)} | "
-              f"{fmt(fa4 and r['tflops'] / fa4['tflops'], 2)} |")
+              f"{fmt(fa4 and r['tflops'] / fa4['tflops'], 2)} | {mib(r)} | {mib(peer['flex_fa4'])} | {mib(fa4)} |")
 
 
 def alternatives(records, mask, S, pass_):
