@@ -91,7 +91,8 @@ cli.add_command(run_cmd)
 @click.option("--block-n", type=TILE, help="keys per inner step (default: the schedule's)")
 @click.option("--engine", type=click.Choice(sorted(set(ENGINES) | set(BACKWARD_ENGINES))),
               help="forward kernel: mma (mma.sync, any GPU) or, for Hopper and head dims 64/128/256, wgmma_tma "
-                   "(copy engine, warp-specialized); with --backward the dK/dV kernel's: mma or wgmma; "
+                   "(copy engine, warp-specialized); with --backward the dK/dV kernel's: mma, wgmma or wgmma_tma "
+                   "(Hopper's default: warp-specialized); "
                    "default: $MASKC_ENGINE ($MASKC_BWD_ENGINE), else the schedule's")
 @click.option("--arch", type=click.Choice(list(ARCHES) + ["compute_80"]),
               help="the GPU to build for: sm_80 (A100), sm_86, sm_89 (L40S), sm_90a (H100/H200), sm_100a (B200), "

@@ -149,8 +149,17 @@ class TileMap:
     @functools.cached_property
     def classes(self) -> np.ndarray:
         """The dense int8[B, QT, KT] grid, built on first use from the runs (for those who ask: nothing on
-        the way to a descriptor does)."""
+        the way to a descriptor does). A BindError past MAX_TILES (2**28) tiles: the runs stay the way to
+        read a grid that large."""
+        from maskc.analysis.classify import MAX_TILES
         from maskc.analysis.tiles import dense_of
+        from maskc.errors import BindError
+        tiles = self.batch * self.n_q_blocks * self.n_kv_blocks
+        if tiles > MAX_TILES:
+            raise BindError(f"the dense grid of {self.batch} x {self.n_q_blocks} x {self.n_kv_blocks} = {tiles} tiles "
+                            f"({self.block_m} x {self.block_n} at seq_len {self.seq_len}, kv_len {self.kv_len}) "
+                            f"is past {MAX_TILES} (2**28) tiles", hint="read the runs (run_offsets, runs, counts()) "
+                            "instead, or use larger tiles")
         grid = dense_of(self.run_offsets, self.runs, self.n_kv_blocks)
         return grid.reshape(self.batch, self.n_q_blocks, self.n_kv_blocks)
 

@@ -267,3 +267,14 @@ def test_transposed_runs_equal_the_transposed_grid(batch, qt, kt, data):
     got = transposed(offsets, runs, batch, qt, kt)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_dense_grid_past_the_tile_cap_is_a_bind_error():
+    """A tile map of a huge sequence is cheap (its runs); asking for its dense grid there is a BindError, not a
+    petabyte allocation (hypothesis found causal at seq_len 2**31 - 1 with 64 x 128 tiles)."""
+    from maskc.errors import BindError
+
+    tiles = maskc.load(EXAMPLES / "causal.mask").bind(2 ** 31 - 1).tile_map(64, 128)
+    assert tiles.counts()["PARTIAL"] > 0
+    with pytest.raises(BindError, match="2\\*\\*28"):
+        tiles.classes
