@@ -223,6 +223,7 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     intervals (exact masks), else by calling ``mask_visible`` per pair."""
     check_backward_spec(spec)
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
+    engine: dict[str, object]
     if spec.engine in ("wgmma", "wgmma_tma"):
         warp_specialized = spec.engine == "wgmma_tma"
         engine = dict(dkdv_template="bwd_dkdv_tma.cu.j2" if warp_specialized else "bwd_dkdv_wgmma.cu.j2",
