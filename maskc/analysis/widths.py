@@ -82,7 +82,7 @@ class _Program:
         if hit is None:
             if kind == "lin":
                 kids = tuple(self._add("term", t) for t, _ in node.terms)
-            elif kind == "term" and isinstance(node, ir._HashOnce):
+            elif kind == "term" and isinstance(node, ir.HashOnce):
                 kids = tuple(self._add("lin", a) for a in F.inner_lins(node))
             elif kind == "expr" and isinstance(node, COMPOUND_EXPRS):
                 kids = tuple(self._add("expr", a) for a in operands(node))
