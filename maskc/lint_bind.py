@@ -19,7 +19,7 @@ from typing import Callable
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.frontend.resolve import nodes
+from maskc.ir.walk import nodes
 
 _MAX_BOUNDS = 6          # candidate bounds kept per expression
 

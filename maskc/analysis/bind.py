@@ -26,7 +26,7 @@ from maskc.analysis.rows import lin_value
 from maskc.analysis.score import check_score
 from maskc.analysis.widths import check_bound, check_expr, fits_32_bits
 from maskc.errors import BindError, did_you_mean
-from maskc.frontend.resolve import nodes
+from maskc.ir.walk import mentions, nodes
 from maskc.kernel_ir import BatchParams, BoundParams, SegmentTable, Table
 
 
@@ -68,7 +68,6 @@ def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -
     """Values of const parameters, checked before they are written into a kernel: integers that fit in 32
     bits, every divisor that reads only const parameters positive, and every ``require`` check that reads
     only them true. Returns them as ints, in the order given."""
-    from maskc.frontend.resolve import mentions
     const = {p.name: p for p in mask.params if p.const}
     out = tuple((n, _checked_int(v, f"const parameter '{n}'", const[n].span)) for n, v in values.items())
     known = BatchParams(out, ())

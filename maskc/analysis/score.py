@@ -15,6 +15,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis.evaluate import Evaluator
 from maskc.errors import BindError
+from maskc.ir.walk import mentions
 from maskc.kernel_ir import BatchParams
 
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
@@ -108,7 +109,6 @@ def integer_parts(expr: ir.ScoreExpr):
 def reads_head(mask: ir.ResolvedMask) -> bool:
     """Whether the mask's score modifier reads h (a ``float per h``, a per-head int, h itself): its binding
     then needs num_heads."""
-    from maskc.frontend.resolve import mentions
     return mask.score is not None and any(
         mentions(part, lambda n: isinstance(n, ir.Builtin) and n.name == "h") for part in integer_parts(mask.score.expr))
 

@@ -24,3 +24,13 @@ from maskc.ir.resolved import (FLOAT_KINDS, FArith, FCall, FloatAt, FloatConst, 
 from maskc.ir.syntax import (Arg, BinOp, BoolLit, BoolOp, Call, Compare, FloatNum, ImportDecl, InRange, Invert,
                              LetDecl, MaskDecl, MethodCall, Name, Not, Num, ParamDecl, RuleDecl, ScoreDecl,
                              SourceFile, Subscript, Syntax, UnaryMinus)
+
+__all__ = ["span_field", "HashOnce", "Num", "FloatNum", "Name", "BoolLit", "BinOp", "UnaryMinus", "Invert",
+           "Subscript", "Arg", "Call", "MethodCall", "Compare", "InRange", "BoolOp", "Not", "Syntax", "ParamDecl",
+           "LetDecl", "RuleDecl", "ScoreDecl", "MaskDecl", "ImportDecl", "SourceFile", "POSITIONS", "BUILTINS",
+           "SEGMENT_ATTRS", "Const", "Pos", "Builtin", "ParamRef", "SegAttr", "SegValue", "TableAt", "BIT_OPS",
+           "MAX_SHIFT", "Arith", "Func", "IntExpr", "Truth", "Cmp", "Same", "All", "Any_", "Negate", "Cond",
+           "FLOAT_KINDS", "Param", "Rule", "ScoreIn", "FloatConst", "FloatParam", "FloatAt", "ToFloat", "FArith",
+           "FCall", "ScoreExpr", "ScoreMod", "ResolvedMask", "Lin", "Square", "Product", "Floor", "Extreme", "Bits",
+           "Lookup", "SegBound", "ChunkVar", "Root", "Term", "Atom", "Region", "NormalMask", "KBound", "ChunkLevel",
+           "ChunkedKeys", "Inexact", "RegionBounds", "RangeMask"]
