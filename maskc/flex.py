@@ -10,7 +10,8 @@ computes what ``maskc.attention`` does (Flex also hands score_mod the scaled sco
 
 The mask_mod reads only O(seq_len + kv_len) per-position tables (segment index/start/end and
 per-segment values, one row per batch element) and the table parameters, so it works at any length, under torch.compile,
-and agrees pair for pair with :func:`maskc.analysis.evaluate.dense_mask` (tests check it). Its tables follow
+and agrees pair for pair with :func:`maskc.analysis.evaluate.dense_mask` (tests check it): both are the one
+interpreter of :mod:`maskc.analysis.interpret`, over torch and over numpy. Its tables follow
 the positions it is called with to their device.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis.evaluate import segment_tables
+from maskc.analysis.interpret import Interpreter
 
 if TYPE_CHECKING:
     import torch
@@ -118,57 +120,6 @@ class FlexMaskMod:
     def _row(self, b):
         return b if self.batched else 0
 
-    def int(self, e, b, h, q, k):
-        if isinstance(e, ir.Const):
-            return e.value
-        if isinstance(e, ir.Pos):
-            return q if e.which == "q" else k
-        if isinstance(e, ir.Builtin):
-            return {"h": h, "b": b}.get(e.name, self.builtins.get(e.name))
-        if isinstance(e, ir.ParamRef):
-            return self.ints[e.name][self._row(b)]
-        if isinstance(e, (ir.SegAttr, ir.SegValue)):
-            key = e.attr if isinstance(e, ir.SegAttr) else "value:" + e.array
-            return self.tables[e.seg][key][self._row(b), q if e.pos == "q" else k]
-        if isinstance(e, ir.TableAt):          # bind proved each index in range; read at the row-major one
-            flat = 0
-            for index, stride in zip(e.indices, e.strides):
-                flat = flat + self.int(index, b, h, q, k) * self.int(stride, b, h, q, k)
-            return self.lookups[e.table][self._row(b), flat]
-        if isinstance(e, ir.Func):
-            import torch
-            args = [torch.as_tensor(self.int(a, b, h, q, k)) for a in e.args]
-            if e.fn == "abs":
-                return torch.abs(args[0])
-            out = args[0]
-            for a in args[1:]:
-                out = torch.minimum(out, a) if e.fn == "min" else torch.maximum(out, a)
-            return out
-        left, right = self.int(e.left, b, h, q, k), self.int(e.right, b, h, q, k)
-        return {"+": lambda: left + right, "-": lambda: left - right, "*": lambda: left * right,
-                "//": lambda: left // right, "%": lambda: left % right, "&": lambda: left & right,
-                "|": lambda: left | right, "^": lambda: left ^ right, "<<": lambda: left << right,
-                ">>": lambda: left >> right}[e.op]()
-
-    def cond(self, c, b, h, q, k):
-        import torch
-        if isinstance(c, ir.Truth):
-            return torch.full_like(q, c.value, dtype=torch.bool) if hasattr(q, "shape") else c.value
-        if isinstance(c, ir.Cmp):
-            left, right = self.int(c.left, b, h, q, k), self.int(c.right, b, h, q, k)
-            return _compare(c.op, left, right)
-        if isinstance(c, ir.Same):
-            iq = self.tables[c.seg]["index"][self._row(b)][q]
-            ik = self.tables[c.k_seg]["index"][self._row(b)][k]
-            return (iq >= 0) & (iq == ik)
-        if isinstance(c, ir.Negate):
-            return ~self.cond(c.item, b, h, q, k)
-        parts = [self.cond(i, b, h, q, k) for i in c.items]
-        out = parts[0]
-        for p in parts[1:]:
-            out = (out & p) if isinstance(c, ir.All) else (out | p)
-        return out
-
     def __repr__(self) -> str:
         return f"FlexMaskMod(mask {self.mask.name!r}, seq_len {self.builtins['seq_len']}, " \
                f"kv_len {self.builtins['kv_len']}, device {self.device})"
@@ -190,16 +141,7 @@ class FlexMaskMod:
         device = getattr(q_idx, "device", self.device)
         if _concrete(device) != self.device:   # a BlockMask moved with .to(device), or called on another GPU
             return self.on(device)(b, h, q_idx, kv_idx)
-        allow = deny = None
-        for r in self.mask.rules:
-            if r.kind == "require":
-                continue
-            v = self.cond(r.cond, b, h, q_idx, kv_idx)
-            if r.kind == "allow":
-                allow = v if allow is None else allow | v
-            else:
-                deny = v if deny is None else deny | v
-        return allow if deny is None else allow & ~deny
+        return _TorchValues(self, b, h).visible(q_idx, kv_idx)
 
 
 class FlexScoreMod:
@@ -232,31 +174,6 @@ class FlexScoreMod:
     def __repr__(self) -> str:
         return f"FlexScoreMod(mask {self.ints.mask.name!r}, device {self.device})"
 
-    def value(self, e, score, b, h, q, k):
-        import torch
-        row = self.ints._row(b)
-        if isinstance(e, ir.ScoreIn):
-            return score
-        if isinstance(e, ir.FloatConst):
-            return e.value
-        if isinstance(e, ir.FloatParam):
-            return self.floats[e.name][row].to(score.dtype)
-        if isinstance(e, ir.FloatAt):
-            index = torch.as_tensor(self.ints.int(e.index, b, h, q, k), device=score.device)
-            index = torch.clamp(index, min=torch.zeros_like(index), max=self.lengths[e.table][row] - 1)
-            return self.floats[e.table][row, index].to(score.dtype)
-        if isinstance(e, ir.ToFloat):
-            return torch.as_tensor(self.ints.int(e.value, b, h, q, k), device=score.device).to(score.dtype)
-        if isinstance(e, ir.FArith):
-            left, right = self.value(e.left, score, b, h, q, k), self.value(e.right, score, b, h, q, k)
-            return {"+": lambda: left + right, "-": lambda: left - right, "*": lambda: left * right,
-                    "/": lambda: left / right}[e.op]()
-        x = self.value(e.args[0], score, b, h, q, k)
-        if e.fn == "tanh":
-            return torch.tanh(torch.as_tensor(x))
-        cap = self.value(e.args[1], score, b, h, q, k)
-        return cap * torch.tanh(x / cap)
-
     def on(self, device: Device) -> "FlexScoreMod":
         """The same score_mod with its tables on ``device`` (made once per device)."""
         import torch
@@ -275,18 +192,80 @@ class FlexScoreMod:
         device = getattr(q_idx, "device", self.device)
         if _concrete(device) != self.device:   # called with positions on another device
             return self.on(device)(score, b, h, q_idx, kv_idx)
-        return self.value(self.expr, score, b, h, q_idx, kv_idx)
+        return _TorchScores(self, b, h).score(self.expr, score, q_idx, kv_idx)
 
 
-def _compare(op, left, right):
-    if op == "<":
-        return left < right
-    if op == "<=":
-        return left <= right
-    if op == ">":
-        return left > right
-    if op == ">=":
-        return left >= right
-    if op == "==":
-        return left == right
-    return left != right
+class _TorchValues(Interpreter):
+    """The interpreter's primitives in torch operations, for one call of a mask_mod: batch element ``b`` and head
+    ``h`` as Flex passes them (tensors, or ints), the tables of ``mask_mod`` on the positions' device. Integers
+    are computed as Python computes them; bind proved every index in range and every divisor positive."""
+
+    def __init__(self, mask_mod: FlexMaskMod, b, h):
+        self.mask, self.data, self.b, self.h = mask_mod.mask, mask_mod, b, h
+        self.row = mask_mod._row(b)
+
+    def builtin(self, name: str):
+        return {"h": self.h, "b": self.b}.get(name, self.data.builtins.get(name))
+
+    def param(self, name: str):
+        return self.data.ints[name][self.row]
+
+    def segment(self, seg: str, attr: str, positions):
+        return self.data.tables[seg][attr][self.row, positions]
+
+    def table(self, e: ir.TableAt, indices: list, q, k):
+        """Read at the row-major index."""
+        flat = 0
+        for index, stride in zip(indices, e.strides):
+            flat = flat + index * self.int(stride, q, k)
+        return self.data.lookups[e.table][self.row, flat]
+
+    def minimum(self, a, b):
+        import torch
+        return torch.minimum(torch.as_tensor(a), torch.as_tensor(b))
+
+    def maximum(self, a, b):
+        import torch
+        return torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
+
+    def absolute(self, a):
+        import torch
+        return torch.abs(torch.as_tensor(a))
+
+    def truth(self, value: bool, q, k):
+        import torch
+        return torch.full_like(q, value, dtype=torch.bool) if hasattr(q, "shape") else value
+
+
+class _TorchScores(_TorchValues):
+    """The same for one call of a score_mod: floats in the score's dtype, on its device."""
+
+    def __init__(self, score_mod: FlexScoreMod, b, h):
+        super().__init__(score_mod.ints, b, h)
+        self.score_mod = score_mod
+
+    def score_in(self, x):
+        return x
+
+    def float_const(self, value: float, x):
+        return value
+
+    def float_param(self, name: str, x):
+        return self.score_mod.floats[name][self.row].to(x.dtype)
+
+    def float_at(self, table: str, index, x):
+        import torch
+        index = torch.as_tensor(index, device=x.device)
+        index = torch.clamp(index, min=torch.zeros_like(index), max=self.score_mod.lengths[table][self.row] - 1)
+        return self.score_mod.floats[table][self.row, index].to(x.dtype)
+
+    def to_float(self, value, x):
+        import torch
+        return torch.as_tensor(value, device=x.device).to(x.dtype)
+
+    def fcall(self, fn: str, args: list):
+        import torch
+        if fn == "tanh":
+            return torch.tanh(torch.as_tensor(args[0]))
+        x, cap = args
+        return cap * torch.tanh(x / cap)
