@@ -16,6 +16,7 @@ from maskc.bound import BoundMask
 from maskc.codegen.predicate import predicate
 from maskc.codegen.score import score_code
 from maskc.errors import BindError, MaskError
+from maskc.ir.text import expr_text
 from maskc.kernel_ir import BackwardSpec, KernelSource, KernelSpec
 from maskc.options import DEFAULT, Options
 
@@ -181,7 +182,6 @@ class CompiledMask:
 
 
 def _param_repr(p: ir.Param) -> str:
-    from maskc.explain import expr_text
     sizes = "" if p.shape is None else f"[{', '.join(expr_text(e) for e in p.shape)}]"
     table = ("table" if p.of is None else f"per {p.of}" + (" table" if p.dims else "")) + sizes
     kind = {"int": "const int" if p.const else "int", "segments": "segments over k" if p.over == "k" else "segments",

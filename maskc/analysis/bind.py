@@ -26,6 +26,7 @@ from maskc.analysis.values import (INT32, MAX_TABLE, checked_int, float_value, i
                                    segment_table, table_value)
 from maskc.analysis.widths import check_bound, check_expr, fits_32_bits
 from maskc.errors import BindError, did_you_mean
+from maskc.ir.text import expr_text
 from maskc.ir.walk import mentions, nodes
 from maskc.kernel_ir import BatchParams, BoundParams, SegmentTable, Table
 
@@ -188,7 +189,6 @@ def _sizes(mask, p, known: BatchParams, seq_len: int, kv_len: int, b: int, at: s
         check_expr(mask.name, size, known, seq_len, kv_len, b, p.span, at)
         value = int(Evaluator(mask, known, seq_len, kv_len, 0, b).int(size, None, None))
         if value < 1:
-            from maskc.explain import expr_text
             raise BindError(f"table '{p.name}' is declared with size {expr_text(size)} = {value}{at}; a table's "
                             "sizes must be positive", p.span)
         out.append(value)

@@ -10,6 +10,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.errors import BindError
+from maskc.ir.text import expr_text
 from maskc.kernel_ir import SegmentTable, Table
 
 INT32 = 2 ** 31 - 1
@@ -135,7 +136,6 @@ def table_value(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int
                         f"{num_heads}{at}", p.span)
     declared = sizes if not per_head else (None if sizes is None else (shape[0],) + sizes)
     if declared is not None and shape != declared:
-        from maskc.explain import expr_text
         names = ", ".join(expr_text(e) for e in p.shape or ())
         raise BindError(f"table '{p.name}' has {' x '.join(map(str, shape))} entries, but is declared "
                         f"{'per h, ' if per_head else ''}[{names}] = {' x '.join(map(str, declared))}{at}", p.span)
