@@ -4,7 +4,7 @@ BlockMask, mask_mod and score_mod, sub-blocks (``restrict``) and kernel specs fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,18 +14,15 @@ from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_array
 from maskc.analysis.evaluate import dense_mask
 from maskc.analysis.score import modified_scores
 from maskc.codegen.predicate import pack_mask_data
+from maskc.flex_mods import Device, FlexMaskMod, FlexScoreMod
 from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
 from maskc.runtime import handles
 
 if TYPE_CHECKING:
-    import torch
     from torch.nn.attention.flex_attention import BlockMask
 
     from maskc.compiled import CompiledMask
-    from maskc.flex import FlexMaskMod, FlexScoreMod
     from maskc.restrict import RestrictedMask
-
-Device = Union[str, "torch.device", None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,13 +118,11 @@ class BoundMask:
     def flex_score_mod(self, device: Device = None) -> "FlexScoreMod | None":
         """The mask's score modifier as Flex's ``score_mod`` ``(score, b, h, q_idx, kv_idx)`` (None when the mask
         has none); its tables on ``device`` (default the CPU), following the positions it is called with."""
-        from maskc.flex import FlexScoreMod
         return None if self.mask.resolved.score is None else FlexScoreMod(self, device)
 
     def flex_mask_mod(self, device: Device = None) -> "FlexMaskMod":
         """The mask as a FlexAttention mask_mod in torch operations (O(N) tables, any length), its tables on
         ``device`` (default: the CPU; they follow the positions it is called with to theirs)."""
-        from maskc.flex import FlexMaskMod
         return FlexMaskMod(self, device)
 
     def visible_pairs(self) -> int:

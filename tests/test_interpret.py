@@ -10,7 +10,7 @@ import maskc
 from maskc import ir
 from maskc.analysis.evaluate import Evaluator
 from maskc.analysis.score import ScoreEvaluator
-from maskc.flex import _TorchScores, _TorchValues
+from maskc.flex_mods import _TorchScores, _TorchValues
 
 torch = pytest.importorskip("torch")
 
