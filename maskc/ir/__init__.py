@@ -10,6 +10,8 @@ One module per stage, in stage order: :mod:`maskc.ir.syntax` (parse), :mod:`mask
 integer expressions and conditions), :mod:`maskc.ir.resolved` (parameters, rules, score modifiers, the
 resolved mask), :mod:`maskc.ir.normal` (normalize), :mod:`maskc.ir.bounds` (ranges); :mod:`maskc.ir.base`
 holds what they share. This package re-exports every node, so passes read ``ir.Lin``, ``ir.Cmp``, ...
+Two modules of functions over resolved expressions are imported by name: :mod:`maskc.ir.walk` (DAG walks:
+nodes, mentions, nesting) and :mod:`maskc.ir.text` (expressions and conditions as .mask text).
 """
 from __future__ import annotations
 
