@@ -8,37 +8,27 @@ A mask with a score modifier (``score = ...``) exports it as a ``score_mod`` too
 ``bound.flex_score_mod()``): ``flex_attention(q, k, v, score_mod=bound.flex_score_mod(), block_mask=...)``
 computes what ``maskc.attention`` does (Flex also hands score_mod the scaled score).
 
-The mask_mod reads only O(seq_len + kv_len) per-position tables (segment index/start/end and
-per-segment values, one row per batch element) and the table parameters, so it works at any length, under torch.compile,
-and agrees pair for pair with :func:`maskc.analysis.evaluate.dense_mask` (tests check it). Its tables follow
-the positions it is called with to their device.
+The mask_mod and score_mod are in :mod:`maskc.flex_mods` (re-exported here): O(seq_len + kv_len) tables, any
+length, torch.compile, pair for pair what ``bound.dense()`` gives.
 """
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from maskc import ir
-from maskc.analysis.evaluate import segment_tables
+from maskc.errors import BindError
+from maskc.flex_mods import Device, FlexMaskMod, FlexScoreMod
+from maskc.pipeline import BoundMask, CompiledMask, load
 
 if TYPE_CHECKING:
     import torch
     from torch.nn.attention.flex_attention import BlockMask
-
-    from maskc.pipeline import BoundMask, CompiledMask
-
-Device = Union[str, "torch.device", None]
 
 
 def _bind(mask: "CompiledMask | str | os.PathLike[str]", B: int | None, H: int | None, Q_LEN: int | None,
           KV_LEN: int | None, params: dict[str, Any]) -> "BoundMask":
     """Flex's arguments to a bound mask: B checked against a batch the parameters give, H the number of
     heads for masks that read h."""
-    from maskc.errors import BindError
-    from maskc.pipeline import CompiledMask, load
-
     compiled = mask if isinstance(mask, CompiledMask) else load(os.fspath(mask))
     if Q_LEN is None:
         raise TypeError("Q_LEN is required: the number of query positions")
@@ -77,216 +67,4 @@ def create_mask(mask: "CompiledMask | str | os.PathLike[str]", B: int | None = N
     return torch.stack([torch.stack(r) for r in rows]).to(device or "cpu")
 
 
-def _concrete(device: "torch.device") -> "torch.device":
-    """``device`` with its index: "cuda" is the current CUDA device (so that "cuda" and "cuda:0" compare equal)."""
-    import torch
-
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-class FlexMaskMod:
-    """Callable ``(b, h, q_idx, kv_idx) -> bool tensor`` for ``flex_attention`` / ``create_block_mask``."""
-
-    def __init__(self, bound: "BoundMask", device: Device = None):
-        import torch
-
-        device = _concrete(torch.device(device or "cpu"))
-        self.bound = bound
-        self.device = device
-        self._copies: dict[torch.device, FlexMaskMod] = {device: self}
-        self.mask = bound.mask.resolved
-        self.batched = bound.batch > 1
-        self.extent = max(bound.seq_len, bound.kv_len)
-        params = bound.params
-        as_tensor = lambda rows: torch.as_tensor(np.stack(rows), dtype=torch.int64, device=device)
-        self.ints = {p.name: as_tensor([[e.int(p.name)] for e in params.batch])[:, 0]
-                     for p in self.mask.params if p.kind == "int"}
-        self.tables = {}
-        self.lookups = {}             # table parameters: one row per batch element, padded to the longest
-        for p in self.mask.params:
-            if p.kind == "segments":
-                per = [segment_tables(e.segment(p.name), self.extent) for e in params.batch]
-                self.tables[p.name] = {key: as_tensor([t[key] for t in per]) for key in per[0]}
-            elif p.kind == "table":
-                rows = [e.table(p.name).values for e in params.batch]
-                width = max(1, max(len(r) for r in rows))
-                self.lookups[p.name] = as_tensor([np.pad(r, (0, width - len(r))) for r in rows])
-        self.builtins = {"seq_len": bound.seq_len, "kv_len": bound.kv_len}
-
-    def _row(self, b):
-        return b if self.batched else 0
-
-    def int(self, e, b, h, q, k):
-        if isinstance(e, ir.Const):
-            return e.value
-        if isinstance(e, ir.Pos):
-            return q if e.which == "q" else k
-        if isinstance(e, ir.Builtin):
-            return {"h": h, "b": b}.get(e.name, self.builtins.get(e.name))
-        if isinstance(e, ir.ParamRef):
-            return self.ints[e.name][self._row(b)]
-        if isinstance(e, (ir.SegAttr, ir.SegValue)):
-            key = e.attr if isinstance(e, ir.SegAttr) else "value:" + e.array
-            return self.tables[e.seg][key][self._row(b), q if e.pos == "q" else k]
-        if isinstance(e, ir.TableAt):          # bind proved each index in range; read at the row-major one
-            flat = 0
-            for index, stride in zip(e.indices, e.strides):
-                flat = flat + self.int(index, b, h, q, k) * self.int(stride, b, h, q, k)
-            return self.lookups[e.table][self._row(b), flat]
-        if isinstance(e, ir.Func):
-            import torch
-            args = [torch.as_tensor(self.int(a, b, h, q, k)) for a in e.args]
-            if e.fn == "abs":
-                return torch.abs(args[0])
-            out = args[0]
-            for a in args[1:]:
-                out = torch.minimum(out, a) if e.fn == "min" else torch.maximum(out, a)
-            return out
-        left, right = self.int(e.left, b, h, q, k), self.int(e.right, b, h, q, k)
-        return {"+": lambda: left + right, "-": lambda: left - right, "*": lambda: left * right,
-                "//": lambda: left // right, "%": lambda: left % right, "&": lambda: left & right,
-                "|": lambda: left | right, "^": lambda: left ^ right, "<<": lambda: left << right,
-                ">>": lambda: left >> right}[e.op]()
-
-    def cond(self, c, b, h, q, k):
-        import torch
-        if isinstance(c, ir.Truth):
-            return torch.full_like(q, c.value, dtype=torch.bool) if hasattr(q, "shape") else c.value
-        if isinstance(c, ir.Cmp):
-            left, right = self.int(c.left, b, h, q, k), self.int(c.right, b, h, q, k)
-            return _compare(c.op, left, right)
-        if isinstance(c, ir.Same):
-            iq = self.tables[c.seg]["index"][self._row(b)][q]
-            ik = self.tables[c.k_seg]["index"][self._row(b)][k]
-            return (iq >= 0) & (iq == ik)
-        if isinstance(c, ir.Negate):
-            return ~self.cond(c.item, b, h, q, k)
-        parts = [self.cond(i, b, h, q, k) for i in c.items]
-        out = parts[0]
-        for p in parts[1:]:
-            out = (out & p) if isinstance(c, ir.All) else (out | p)
-        return out
-
-    def __repr__(self) -> str:
-        return f"FlexMaskMod(mask {self.mask.name!r}, seq_len {self.builtins['seq_len']}, " \
-               f"kv_len {self.builtins['kv_len']}, device {self.device})"
-
-    def on(self, device: Device) -> "FlexMaskMod":
-        """The same mask_mod with its tables on ``device`` (made once per device)."""
-        import torch
-
-        device = _concrete(torch.device(device or "cpu"))
-        if device == self.device:
-            return self
-        if torch.compiler.is_compiling():    # traced (flex_attention under torch.compile): no cache mutation
-            return FlexMaskMod(self.bound, device)
-        if device not in self._copies:
-            self._copies[device] = FlexMaskMod(self.bound, device)
-        return self._copies[device]
-
-    def __call__(self, b, h, q_idx, kv_idx):
-        device = getattr(q_idx, "device", self.device)
-        if _concrete(device) != self.device:   # a BlockMask moved with .to(device), or called on another GPU
-            return self.on(device)(b, h, q_idx, kv_idx)
-        allow = deny = None
-        for r in self.mask.rules:
-            if r.kind == "require":
-                continue
-            v = self.cond(r.cond, b, h, q_idx, kv_idx)
-            if r.kind == "allow":
-                allow = v if allow is None else allow | v
-            else:
-                deny = v if deny is None else deny | v
-        return allow if deny is None else allow & ~deny
-
-
-class FlexScoreMod:
-    """Callable ``(score, b, h, q_idx, kv_idx) -> modified score`` for ``flex_attention``'s ``score_mod``: the mask's
-    score modifier (:mod:`maskc.analysis.score`), elementwise in the score's dtype; its integer parts are
-    computed as the mask_mod computes them (as integers), float tables are read at a clamped index."""
-
-    def __init__(self, bound: "BoundMask", device: Device = None):
-        import torch
-
-        self.ints = FlexMaskMod(bound, device)
-        self.device = self.ints.device
-        score = bound.mask.resolved.score
-        assert score is not None, "a mask without a score modifier has no score_mod"
-        self.expr = score.expr
-        params, device = bound.params, self.ints.device
-        self.floats = {}
-        for p in bound.mask.resolved.params:
-            if p.kind == "float":
-                self.floats[p.name] = torch.as_tensor([e.float(p.name) for e in params.batch], dtype=torch.float64,
-                                                      device=device)
-            elif p.kind == "float_table":       # one row per batch element, padded with its last entry
-                rows = [e.float(p.name) for e in params.batch]
-                width = max(len(r) for r in rows)
-                self.floats[p.name] = torch.as_tensor(np.stack([np.pad(r, (0, width - len(r)), mode="edge")
-                                                                for r in rows]), dtype=torch.float64, device=device)
-        self.lengths = {p.name: torch.as_tensor([len(e.float(p.name)) for e in params.batch], device=device)
-                        for p in bound.mask.resolved.params if p.kind == "float_table"}
-
-    def __repr__(self) -> str:
-        return f"FlexScoreMod(mask {self.ints.mask.name!r}, device {self.device})"
-
-    def value(self, e, score, b, h, q, k):
-        import torch
-        row = self.ints._row(b)
-        if isinstance(e, ir.ScoreIn):
-            return score
-        if isinstance(e, ir.FloatConst):
-            return e.value
-        if isinstance(e, ir.FloatParam):
-            return self.floats[e.name][row].to(score.dtype)
-        if isinstance(e, ir.FloatAt):
-            index = torch.as_tensor(self.ints.int(e.index, b, h, q, k), device=score.device)
-            index = torch.clamp(index, min=torch.zeros_like(index), max=self.lengths[e.table][row] - 1)
-            return self.floats[e.table][row, index].to(score.dtype)
-        if isinstance(e, ir.ToFloat):
-            return torch.as_tensor(self.ints.int(e.value, b, h, q, k), device=score.device).to(score.dtype)
-        if isinstance(e, ir.FArith):
-            left, right = self.value(e.left, score, b, h, q, k), self.value(e.right, score, b, h, q, k)
-            return {"+": lambda: left + right, "-": lambda: left - right, "*": lambda: left * right,
-                    "/": lambda: left / right}[e.op]()
-        x = self.value(e.args[0], score, b, h, q, k)
-        if e.fn == "tanh":
-            return torch.tanh(torch.as_tensor(x))
-        cap = self.value(e.args[1], score, b, h, q, k)
-        return cap * torch.tanh(x / cap)
-
-    def on(self, device: Device) -> "FlexScoreMod":
-        """The same score_mod with its tables on ``device`` (made once per device)."""
-        import torch
-
-        device = _concrete(torch.device(device or "cpu"))
-        if device == self.device:
-            return self
-        if torch.compiler.is_compiling():    # traced: no cache mutation
-            return FlexScoreMod(self.ints.bound, device)
-        copies = self.__dict__.setdefault("_copies", {})
-        if device not in copies:
-            copies[device] = FlexScoreMod(self.ints.bound, device)
-        return copies[device]
-
-    def __call__(self, score, b, h, q_idx, kv_idx):
-        device = getattr(q_idx, "device", self.device)
-        if _concrete(device) != self.device:   # called with positions on another device
-            return self.on(device)(score, b, h, q_idx, kv_idx)
-        return self.value(self.expr, score, b, h, q_idx, kv_idx)
-
-
-def _compare(op, left, right):
-    if op == "<":
-        return left < right
-    if op == "<=":
-        return left <= right
-    if op == ">":
-        return left > right
-    if op == ">=":
-        return left >= right
-    if op == "==":
-        return left == right
-    return left != right
+__all__ = ["Device", "FlexMaskMod", "FlexScoreMod", "create_block_mask", "create_mask"]

@@ -40,8 +40,9 @@ from maskc.analysis.normalize import intersect, normalize
 from maskc.analysis.ranges import analyze_ranges
 from maskc.errors import MaskError, MaskSyntaxError, Span
 from maskc.frontend.parse import parse, source_lines
-from maskc.frontend.resolve import Program, mentions, resolve
+from maskc.frontend.resolve import Program, resolve
 from maskc.frontend.sources import read_source
+from maskc.ir.walk import mentions
 from maskc.lint_bind import segment_sides, table_ranges
 from maskc.pipeline import load_program, program_from_text
 

@@ -19,7 +19,8 @@ from typing import Callable
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.frontend.resolve import nodes
+from maskc.ir.text import expr_text
+from maskc.ir.walk import nodes
 
 _MAX_BOUNDS = 6          # candidate bounds kept per expression
 
@@ -153,7 +154,6 @@ def _at_most_zero(lin: ir.Lin, facts: list[ir.Lin]) -> bool:
 
 def table_ranges(mask: ir.ResolvedMask, warn: Warn) -> None:
     """Indices of tables with declared sizes that may leave them (see the module docstring)."""
-    from maskc.explain import expr_text
     shapes = {p.name: p for p in mask.params if p.kind == "table" and p.shape is not None}
     facts = _facts(mask)
     seen: set = set()

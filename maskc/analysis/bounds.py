@@ -228,7 +228,7 @@ class Bounds:
         return self.of_lin(lin, [self.term(t) for t, _ in lin.terms])
 
     def term(self, t) -> tuple[int, int]:
-        if isinstance(t, ir._HashOnce):
+        if isinstance(t, ir.HashOnce):
             return self.of_term(t, [self.lin(a) for a in F.inner_lins(t)])
         return self.leaf(t)
 

@@ -10,12 +10,10 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import bitops
+from maskc.analysis.interpret import Interpreter
 from maskc.analysis.rows import segment_lookup
 from maskc.errors import BindError
 from maskc.kernel_ir import BatchParams
-
-_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-        "==": np.equal, "!=": np.not_equal}
 
 
 def segment_tables(table, extent: int) -> dict[str, np.ndarray]:
@@ -37,9 +35,11 @@ def segment_tables(table, extent: int) -> dict[str, np.ndarray]:
             **{"value:" + k: v for k, v in values.items()}}
 
 
-class Evaluator:
-    """Evaluates expressions of one mask for one batch element; q and k are numpy arrays that
-    broadcast against each other (``q[:, None]`` and ``k[None, :]`` for the dense mask)."""
+class Evaluator(Interpreter):
+    """Evaluates expressions of one mask for one batch element in numpy int64 (the walk is
+    :class:`~maskc.analysis.interpret.Interpreter`'s); q and k are numpy arrays that broadcast against each
+    other (``q[:, None]`` and ``k[None, :]`` for the dense mask). A divisor that is not positive, a shift
+    amount outside [0, MAX_SHIFT] or a table index outside its table is a BindError."""
 
     def __init__(self, mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int,
                  head: int = 0, batch_index: int = 0):
@@ -47,9 +47,8 @@ class Evaluator:
         self.builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": head, "b": batch_index}
         self.extent = max(seq_len, kv_len)
 
-    def _segment(self, seg: str, attr: str, positions):
-        """Attribute ``attr`` (index, start, end, length, or "value:<array>") of the segment at each position,
-        looked up in the bounds (memory grows with the positions asked, not with seq_len)."""
+    def segment(self, seg: str, attr: str, positions):
+        """Looked up in the bounds: memory grows with the positions asked, not with seq_len."""
         table = self.params.segment(seg)
         index, start, end, inside, safe = segment_lookup(table, np.asarray(positions, np.int64), self.extent)
         if attr.startswith("value:"):
@@ -57,43 +56,38 @@ class Evaluator:
             return np.where(inside, values[safe], 0) if table.count else np.zeros_like(index)
         return {"index": index, "start": start, "end": end}[attr] if attr != "length" else end - start
 
-    def int(self, e: ir.IntExpr, q, k):
-        if isinstance(e, ir.Const):
-            return np.int64(e.value)
-        if isinstance(e, ir.Pos):
-            return q if e.which == "q" else k
-        if isinstance(e, ir.Builtin):
-            return np.int64(self.builtins[e.name])
-        if isinstance(e, ir.ParamRef):
-            return np.int64(self.params.int(e.name))
-        if isinstance(e, ir.SegAttr):
-            return self._segment(e.seg, e.attr, q if e.pos == "q" else k)
-        if isinstance(e, ir.SegValue):
-            return self._segment(e.seg, "value:" + e.array, q if e.pos == "q" else k)
-        if isinstance(e, ir.TableAt):           # one index per dimension, each checked against its size
-            table = self.params.table(e.table)
-            values = table.values.reshape(table.shape)
-            indices = [np.asarray(self.int(i, q, k)) for i in e.indices]
-            for index, size in zip(indices, table.shape):
-                if np.any((index < 0) | (index >= size)):
-                    raise BindError(f"an index of table '{e.table}' in mask '{self.mask.name}' is outside [0, "
-                                    f"{size})", e.span)
-            return values[tuple(np.broadcast_arrays(*indices))]
-        if isinstance(e, ir.Func):
-            args = [self.int(a, q, k) for a in e.args]
-            if e.fn == "abs":
-                return np.abs(args[0])
-            out = args[0]
-            for a in args[1:]:
-                out = np.minimum(out, a) if e.fn == "min" else np.maximum(out, a)
-            return out
-        a, b = self.int(e.left, q, k), self.int(e.right, q, k)
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
+    def const(self, value: int):
+        return np.int64(value)
+
+    def builtin(self, name: str):
+        return np.int64(self.builtins[name])
+
+    def param(self, name: str):
+        return np.int64(self.params.int(name))
+
+    def table(self, e: ir.TableAt, indices: list, q, k):
+        """One index per dimension, each checked against its size."""
+        table = self.params.table(e.table)
+        values = table.values.reshape(table.shape)
+        indices = [np.asarray(i) for i in indices]
+        for index, size in zip(indices, table.shape):
+            if np.any((index < 0) | (index >= size)):
+                raise BindError(f"an index of table '{e.table}' in mask '{self.mask.name}' is outside [0, "
+                                f"{size})", e.span)
+        return values[tuple(np.broadcast_arrays(*indices))]
+
+    def minimum(self, a, b):
+        return np.minimum(a, b)
+
+    def maximum(self, a, b):
+        return np.maximum(a, b)
+
+    def absolute(self, a):
+        return np.abs(a)
+
+    def arith(self, e: ir.Arith, a, b):
+        if e.op in ("+", "-", "*"):
+            return super().arith(e, a, b)
         if e.op in ir.BIT_OPS:
             if e.op in ("<<", ">>") and np.any((np.asarray(b) < 0) | (np.asarray(b) > ir.MAX_SHIFT)):
                 raise BindError(f"a shift amount in mask '{self.mask.name}' is outside [0, {ir.MAX_SHIFT}]", e.span)
@@ -102,31 +96,18 @@ class Evaluator:
             raise BindError(f"a divisor in mask '{self.mask.name}' is not positive", e.span)
         return np.floor_divide(a, b) if e.op == "//" else np.mod(a, b)
 
-    def cond(self, c: ir.Cond, q, k):
-        if isinstance(c, ir.Truth):
-            return np.bool_(c.value)
-        if isinstance(c, ir.Cmp):
-            return _CMP[c.op](self.int(c.left, q, k), self.int(c.right, q, k))
-        if isinstance(c, ir.Same):
-            iq, ik = self._segment(c.seg, "index", q), self._segment(c.k_seg, "index", k)
-            return (iq >= 0) & (iq == ik)
-        if isinstance(c, ir.Negate):
-            return ~np.asarray(self.cond(c.item, q, k), bool)
-        parts = [np.asarray(self.cond(i, q, k), bool) for i in c.items]
-        out = parts[0]
-        for p in parts[1:]:
-            out = (out & p) if isinstance(c, ir.All) else (out | p)
-        return out
+    def truth(self, value: bool, q, k):
+        return np.bool_(value)
 
-    def visible(self, q, k):
-        allow = np.zeros(np.broadcast_shapes(np.shape(q), np.shape(k)), bool)
-        deny = np.zeros_like(allow)
-        for r in self.mask.rules:
-            if r.kind == "allow":
-                allow |= self.cond(r.cond, q, k)
-            elif r.kind == "deny":
-                deny |= self.cond(r.cond, q, k)
-        return allow & ~deny
+    def boolean(self, value):
+        return np.asarray(value, bool)
+
+    def any_of(self, values, q, k):
+        """In place, into an array of the positions' broadcast shape (all False when there are none)."""
+        out = np.zeros(np.broadcast_shapes(np.shape(q), np.shape(k)), bool)
+        for v in values:
+            out |= v
+        return out
 
 
 def _positions(p) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 from maskc import ir
+from maskc.ir.text import leaf_text
 
 
 def inner_lins(term) -> tuple[ir.Lin, ...]:
@@ -125,20 +126,6 @@ def render(lin: ir.Lin) -> str:
         parts.append(f"{'+' if lin.const >= 0 else '-'} {abs(lin.const)}")
     text = " ".join(parts)
     return text[2:] if text.startswith("+ ") else "-" + text[2:]
-
-
-def leaf_text(t) -> str | None:
-    """A leaf (a position, builtin, parameter, segment attribute or per-segment value) as .mask text, in
-    terms and in resolved expressions alike; None for anything else."""
-    if isinstance(t, ir.Pos):
-        return t.which
-    if isinstance(t, (ir.Builtin, ir.ParamRef)):
-        return t.name
-    if isinstance(t, ir.SegAttr):
-        return f"{t.seg}.{t.attr}({t.pos})"
-    if isinstance(t, ir.SegValue):
-        return f"{t.array}({t.pos})"
-    return None
 
 
 def render_term(t) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis.evaluate import Evaluator
 from maskc.errors import BindError
+from maskc.ir.walk import mentions
 from maskc.kernel_ir import BatchParams
 
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
@@ -27,56 +28,55 @@ def float_table_index(index: np.ndarray, n: int) -> np.ndarray:
     return np.clip(index, 0, n - 1)
 
 
-class ScoreEvaluator:
-    """Evaluates a mask's score modifier for one batch element and head; q and k broadcast as in
-    :class:`~maskc.analysis.evaluate.Evaluator`."""
-
-    def __init__(self, mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, head: int = 0,
-                 batch_index: int = 0):
-        self.params = params
-        self.ints = Evaluator(mask, params, seq_len, kv_len, head, batch_index)
+class ScoreEvaluator(Evaluator):
+    """Evaluates a mask's score modifier for one batch element and head, with its derivative in the incoming
+    score: the values of :class:`~maskc.analysis.interpret.Interpreter`'s walk are dual numbers (value,
+    derivative) in numpy float64, its integer parts those of :class:`~maskc.analysis.evaluate.Evaluator`;
+    q and k broadcast as there."""
 
     def __call__(self, score: np.ndarray, q, k) -> tuple[np.ndarray, np.ndarray]:
         """(mod(score), mod'(score)) elementwise, float64, broadcast to ``score``'s shape."""
-        modifier = self.ints.mask.score
+        modifier = self.mask.score
         assert modifier is not None, "a mask without a score modifier"
-        value, grad = self._dual(modifier.expr, np.asarray(score, np.float64), q, k)
+        value, grad = self.score(modifier.expr, np.asarray(score, np.float64), q, k)
         shape = np.broadcast_shapes(np.shape(score), np.shape(value))
         return np.broadcast_to(value, shape).astype(np.float64), np.broadcast_to(grad, shape).astype(np.float64)
 
-    def _dual(self, e: ir.ScoreExpr, x, q, k):
-        """(value, derivative with respect to the incoming score) of ``e``."""
-        if isinstance(e, ir.ScoreIn):
-            return x, np.float64(1.0)
-        if isinstance(e, ir.FloatConst):
-            return np.float64(e.value), np.float64(0.0)
-        if isinstance(e, ir.FloatParam):
-            return np.float64(self.params.float(e.name)), np.float64(0.0)
-        if isinstance(e, ir.FloatAt):
-            table = self.params.float(e.table)
-            index = np.asarray(self.ints.int(e.index, q, k), np.int64)
-            return table[float_table_index(index, len(table))], np.float64(0.0)
-        if isinstance(e, ir.ToFloat):
-            return np.asarray(self.ints.int(e.value, q, k), np.float64), np.float64(0.0)
-        if isinstance(e, ir.FArith):
-            (a, da), (b, db) = self._dual(e.left, x, q, k), self._dual(e.right, x, q, k)
-            if e.op == "+":
-                return a + b, da + db
-            if e.op == "-":
-                return a - b, da - db
-            if e.op == "*":
-                return a * b, da * b + a * db
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return a / b, da / b        # b never reads the score (resolve)
-        if isinstance(e, ir.FCall):
-            a, da = self._dual(e.args[0], x, q, k)
-            if e.fn == "tanh":
-                t = np.tanh(a)
-                return t, da * (1.0 - t * t)
-            cap = self._dual(e.args[1], x, q, k)[0]
-            t = np.tanh(a / cap)
-            return cap * t, da * (1.0 - t * t)
-        raise TypeError(e)
+    def score_in(self, x):
+        return x, np.float64(1.0)
+
+    def float_const(self, value: float, x):
+        return np.float64(value), np.float64(0.0)
+
+    def float_param(self, name: str, x):
+        return np.float64(self.params.float(name)), np.float64(0.0)
+
+    def float_at(self, table: str, index, x):
+        values = self.params.float(table)
+        return values[float_table_index(np.asarray(index, np.int64), len(values))], np.float64(0.0)
+
+    def to_float(self, value, x):
+        return np.asarray(value, np.float64), np.float64(0.0)
+
+    def farith(self, op: str, left, right):
+        (a, da), (b, db) = left, right
+        if op == "+":
+            return a + b, da + db
+        if op == "-":
+            return a - b, da - db
+        if op == "*":
+            return a * b, da * b + a * db
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return a / b, da / b        # b never reads the score (resolve)
+
+    def fcall(self, fn: str, args: list):
+        a, da = args[0]
+        if fn == "tanh":
+            t = np.tanh(a)
+            return t, da * (1.0 - t * t)
+        cap = args[1][0]
+        t = np.tanh(a / cap)
+        return cap * t, da * (1.0 - t * t)
 
 
 def modified_scores(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, head: int,
@@ -108,7 +108,6 @@ def integer_parts(expr: ir.ScoreExpr):
 def reads_head(mask: ir.ResolvedMask) -> bool:
     """Whether the mask's score modifier reads h (a ``float per h``, a per-head int, h itself): its binding
     then needs num_heads."""
-    from maskc.frontend.resolve import mentions
     return mask.score is not None and any(
         mentions(part, lambda n: isinstance(n, ir.Builtin) and n.name == "h") for part in integer_parts(mask.score.expr))
 

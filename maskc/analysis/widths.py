@@ -29,6 +29,7 @@ from maskc.analysis import forms as F
 from maskc.analysis.bounds import (COMPOUND_EXPRS, LIMIT, NARROW_LIMIT, BadShift, Bounds, OutOfRange, TooWide,
                                    cond_exprs, operands)
 from maskc.errors import BindError, MaskError
+from maskc.ir.text import expr_text
 from maskc.kernel_ir import BatchParams
 
 TILE_PADDING = 256      # positions a kernel's last tiles evaluate past seq_len and kv_len (tile sides <= 256)
@@ -82,7 +83,7 @@ class _Program:
         if hit is None:
             if kind == "lin":
                 kids = tuple(self._add("term", t) for t, _ in node.terms)
-            elif kind == "term" and isinstance(node, ir._HashOnce):
+            elif kind == "term" and isinstance(node, ir.HashOnce):
                 kids = tuple(self._add("lin", a) for a in F.inner_lins(node))
             elif kind == "expr" and isinstance(node, COMPOUND_EXPRS):
                 kids = tuple(self._add("expr", a) for a in operands(node))
@@ -152,7 +153,6 @@ def check_expr(mask_name: str, expr, params: BatchParams, seq_len: int, kv_len: 
     try:
         bounds.expr(expr) if _is_expr(expr) else bounds.cond(expr)
     except _REFUSED as err:
-        from maskc.explain import expr_text
         text = expr_text(expr) if _is_expr(expr) else (span.source_line.strip() if span and span.source_line
                                                         else "a condition")
         _refuse(mask_name, params, _params_in_expr(expr), text, err, span, at)

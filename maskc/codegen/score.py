@@ -25,6 +25,7 @@ from __future__ import annotations
 from maskc import ir
 from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.sanitize import comment_text
+from maskc.ir.walk import mentions
 from maskc.kernel_ir import ScoreCode
 
 _HELPERS = """\
@@ -66,15 +67,7 @@ def _reads(e, score: bool) -> bool:
 
 
 def _int_reads_position(e: ir.IntExpr) -> bool:
-    if isinstance(e, ir.Pos):
-        return True
-    if isinstance(e, ir.Arith):
-        return _int_reads_position(e.left) or _int_reads_position(e.right)
-    if isinstance(e, ir.Func):
-        return any(_int_reads_position(a) for a in e.args)
-    if isinstance(e, ir.TableAt):
-        return any(_int_reads_position(i) for i in e.indices)
-    return False
+    return mentions(e, lambda n: isinstance(n, ir.Pos))
 
 
 def _is_score(e) -> bool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from maskc import ir
 from maskc.errors import MaskNameError, MaskTypeError, did_you_mean
+from maskc.frontend.scope import Let
+from maskc.ir.walk import nodes
 
 SCORE_NAME = "score"
 FUNCTIONS = {"softcap": 2, "tanh": 1}
@@ -37,7 +39,6 @@ class _ScoreResolver:
 
     def floatish(self, node, scope) -> bool:
         """Whether the syntax ``node`` computes a float (see the module docstring)."""
-        from maskc.frontend.resolve import _Let
         if isinstance(node, ir.FloatNum):
             return True
         if isinstance(node, ir.Name):
@@ -46,7 +47,7 @@ class _ScoreResolver:
             bound = scope.lookup(node.id)
             if isinstance(bound, ir.Param):
                 return bound.kind in ir.FLOAT_KINDS
-            if isinstance(bound, _Let) and not bound.args:
+            if isinstance(bound, Let) and not bound.args:
                 return self.floatish(bound.value, bound.scope)
             return False
         if isinstance(node, ir.Subscript):
@@ -62,7 +63,6 @@ class _ScoreResolver:
         return get is not None and any(self.floatish(c, scope) for c in get(node))
 
     def value(self, node, scope) -> ir.ScoreExpr:
-        from maskc.frontend.resolve import _Let
         if not self.floatish(node, scope):
             return ir.ToFloat(self.integer(node, scope), node.span)
         if isinstance(node, ir.FloatNum):
@@ -71,7 +71,7 @@ class _ScoreResolver:
             if node.id == SCORE_NAME:
                 return self.previous
             bound = scope.lookup(node.id)
-            if isinstance(bound, _Let):
+            if isinstance(bound, Let):
                 return self.value(bound.value, bound.scope)
             if bound.kind == "float":
                 return ir.FloatParam(bound.name, node.span)
@@ -109,8 +109,7 @@ class _ScoreResolver:
                             "e.g. 'score = softcap(score, 30.0)' or 'score = score - slope * (q - k)'")
 
     def integer(self, node, scope) -> ir.IntExpr:
-        from maskc.frontend.resolve import nodes
-        out = self.resolver._int(node, scope, self.file)
+        out = self.resolver.integer(node, scope, self.file)
         for n in nodes(out):
             if isinstance(n, ir.Arith) and n.op in ir.BIT_OPS:
                 raise MaskTypeError(f"score modifiers do not compute bit operations ('{n.op}')", n.span)

@@ -1,0 +1,182 @@
+"""Bind, parameter values: what a user passes for each kind of parameter, checked and converted (32-bit ints,
+segment lengths to segment bounds, per-segment arrays, tables and their rows, floats and float tables), and which
+values give one entry per batch element. Each refusal is a :class:`~maskc.errors.BindError` naming the parameter;
+:mod:`maskc.analysis.bind` decides what is asked of each and checks the mask's own conditions."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from maskc import ir
+from maskc.errors import BindError
+from maskc.ir.text import expr_text
+from maskc.kernel_ir import SegmentTable, Table
+
+INT32 = 2 ** 31 - 1
+MAX_TABLE = 1 << 24               # entries of one table parameter (the kernels' table is int32-indexed)
+
+
+def is_int(v) -> bool:
+    """An integer, not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def checked_int(v, what: str, span) -> int:
+    """``v`` as an int that fits in 32 bits, else a BindError naming ``what``."""
+    if not is_int(v):
+        raise BindError(f"{what} must be an integer, got {v!r}", span)
+    if abs(int(v)) > INT32:
+        raise BindError(f"{what} = {int(v)} does not fit in 32 bits", span)
+    return int(v)
+
+
+def _int_list(value, what: str, span) -> list[int]:
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or value.dtype.kind not in "iu":
+            raise BindError(f"{what} must be a list of integers", span)
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
+        raise BindError(f"{what} must be a list of integers", span)
+    return [checked_int(v, what, span) for v in value]
+
+
+def _depth(value) -> int:
+    """How deeply lists nest in ``value`` (an array: its dimensions), read down the first entries."""
+    if isinstance(value, np.ndarray):
+        return value.ndim
+    if isinstance(value, (list, tuple)):
+        return 1 + (_depth(value[0]) if len(value) else 0)
+    return 0
+
+
+def is_batched(param: ir.Param, value) -> bool:
+    """A list of lists for segments, per-arrays and tables (of lists of lists for a table of rows), a list for
+    ints and floats: one value per batch element."""
+    if param.kind in ("int", "float"):
+        return isinstance(value, (list, tuple, np.ndarray))
+    rows = param.kind == "table" and (param.dims == 2 or (param.of == "h" and param.dims == 1))
+    if rows:
+        return isinstance(value, (list, tuple, np.ndarray)) and _depth(value) >= 3
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(
+        isinstance(v, (list, tuple, np.ndarray)) for v in value)
+
+
+def segment_table(mask, p, value, origin: int, end: int, at: str, seq_len: int, kv_len: int) -> SegmentTable:
+    """Lengths that partition [origin, end) exactly, as segment bounds (end: seq_len, or kv_len over k)."""
+    if value is None:
+        raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
+    lengths = _int_list(value, f"segments '{p.name}'{at}", p.span)
+    if any(n < 0 for n in lengths):
+        raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
+    length = "seq_len" if p.over == "q" else "kv_len"
+    if not 0 <= origin <= end:
+        raise BindError(f"segments '{p.name}' start at {origin}, outside [0, {length} = {end}]{at}", p.span)
+    total = sum(lengths)
+    if total != end - origin:
+        other, other_end = ("kv_len", kv_len) if p.over == "q" else ("seq_len", seq_len)
+        hint = (f"these lengths cover [{origin}, {other} = {other_end}): to partition the "
+                f"{'keys' if p.over == 'q' else 'queries'}, declare it '{p.name}: segments over "
+                f"{'k' if p.over == 'q' else 'q'}'") if total == other_end - origin and seq_len != kv_len else None
+        raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {end})"
+                        f"{' (the keys: kv_len)' if p.over == 'k' else ''}: {end - origin} tokens{at}", p.span, hint)
+    bounds = np.zeros(len(lengths) + 1, np.int64)
+    bounds[0] = origin
+    np.cumsum(lengths, out=bounds[1:])
+    bounds[1:] += origin
+    return SegmentTable(bounds)
+
+
+def per_segment(mask, p, value, count: int, at: str) -> np.ndarray:
+    """One integer per segment of ``p.of`` (its default for every one when no value is given)."""
+    if value is None:
+        if p.default is None:
+            raise BindError(f"mask '{mask.name}' needs '{p.name}' (one integer per segment of '{p.of}')", p.span)
+        value = [p.default] * count
+    values = _int_list(value, f"'{p.name}'{at}", p.span)
+    if len(values) != count:
+        raise BindError(f"'{p.name}' has {len(values)} entries but '{p.of}' has {count} segments{at}", p.span)
+    return np.asarray(values, np.int64)
+
+
+def table_value(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int, ...] | None) -> Table:
+    """A table: a non-empty list of integers, of its declared sizes; a table with two indices a list of rows;
+    a table per h has one entry (or one row) per head (a per-head value: its default for every head)."""
+    per_head = p.of == "h"
+    rows = p.dims == 2 or (per_head and p.dims == 1)
+    shape: tuple[int, ...]
+    if value is None:
+        if not per_head or p.default is None:
+            what = ("one row per head" if rows else "one integer per head") if per_head else \
+                "a list of rows" if rows else "a list of integers"
+            raise BindError(f"mask '{mask.name}' needs '{p.name}' ({what})", p.span)
+        value = [p.default] * (num_heads or 0)
+    if isinstance(value, (list, tuple, np.ndarray)) and len(value) > MAX_TABLE:
+        raise BindError(f"table '{p.name}' has {len(value)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
+                        p.span)
+    if rows:
+        if isinstance(value, np.ndarray) and value.ndim == 2:
+            value = list(value)
+        if not isinstance(value, (list, tuple)) or not value:
+            raise BindError(f"'{p.name}' must be a list of rows (lists of integers){at}", p.span)
+        lists = [_int_list(r, f"'{p.name}'{at}", p.span) for r in value]
+        if len({len(r) for r in lists}) > 1:
+            raise BindError(f"the rows of '{p.name}' differ in length ({', '.join(str(len(r)) for r in lists)})"
+                            f"{at}", p.span)
+        shape = (len(lists), len(lists[0]))
+        values = [v for r in lists for v in r]
+    else:
+        values = _int_list(value, f"'{p.name}'{at}", p.span)
+        shape = (len(values),)
+    if len(values) > MAX_TABLE:
+        raise BindError(f"table '{p.name}' has {len(values)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
+                        p.span)
+    if per_head and num_heads is not None and shape[0] != num_heads:
+        raise BindError(f"'{p.name}' has {shape[0]} {'rows' if rows else 'entries'}, one per head, but num_heads = "
+                        f"{num_heads}{at}", p.span)
+    declared = sizes if not per_head else (None if sizes is None else (shape[0],) + sizes)
+    if declared is not None and shape != declared:
+        names = ", ".join(expr_text(e) for e in p.shape or ())
+        raise BindError(f"table '{p.name}' has {' x '.join(map(str, shape))} entries, but is declared "
+                        f"{'per h, ' if per_head else ''}[{names}] = {' x '.join(map(str, declared))}{at}", p.span)
+    if not values and not per_head:
+        raise BindError(f"table '{p.name}' is empty{at}", p.span)
+    return Table(np.asarray(values, np.int64), shape)
+
+
+def float_value(mask, p, value, num_heads: int | None, at: str):
+    """A float parameter's value: a finite real number; a float table, a non-empty list of them (a float per
+    h: one per head, so the mask must be bound with num_heads; its default for every head)."""
+    def finite(v, what):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(float(v)) \
+                or abs(float(v)) > np.finfo(np.float32).max:
+            raise BindError(f"{what} must be a finite number (a float32), got {v!r}", p.span)
+        return float(v)
+
+    if p.kind == "float":
+        if value is None:
+            if p.default is None:
+                raise BindError(f"mask '{mask.name}' needs parameter '{p.name}' (a float)", p.span)
+            value = p.default
+        return finite(value, f"parameter '{p.name}'{at}")
+    per_head = p.of == "h"
+    if per_head and num_heads is None:
+        raise BindError(f"'{p.name}' has one value per head: bind mask '{mask.name}' with num_heads=", p.span)
+    if value is None:
+        if not per_head or p.default is None:
+            what = "one float per head" if per_head else "a list of floats"
+            raise BindError(f"mask '{mask.name}' needs '{p.name}' ({what})", p.span)
+        value = [p.default] * (num_heads or 0)
+    if isinstance(value, np.ndarray):
+        value = value.tolist() if value.ndim == 1 else None
+    if not isinstance(value, (list, tuple)):
+        raise BindError(f"'{p.name}'{at} must be a list of floats", p.span)
+    if len(value) > MAX_TABLE:
+        raise BindError(f"table '{p.name}' has {len(value)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
+                        p.span)
+    values = [finite(v, f"'{p.name}'{at}") for v in value]
+    if per_head and len(values) != num_heads:
+        raise BindError(f"'{p.name}' has {len(values)} entries, one per head, but num_heads = {num_heads}{at}", p.span)
+    if not values:
+        raise BindError(f"table '{p.name}' is empty{at}", p.span)
+    return np.asarray(values, np.float64)
