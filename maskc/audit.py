@@ -39,20 +39,29 @@ class TileAudit:
 
 
 def audit_tiles(bound, block_m: int = 128, block_n: int = 128) -> TileAudit:
-    """Compare the tile classes with brute force, query block by query block."""
+    """Compare the tile classes with brute force, query block by query block. For a mask that reads h the
+    truth is every head's at once, as the classes are: a tile is FULL (EMPTY) when it is for every head."""
     classes = bound.tile_map(block_m, block_n).classes
     kt = classes.shape[2]
+    heads = range(bound.num_heads) if bound.mask.ranges.uses_head else (0,)
     partial = really_full = really_empty = unsound = 0
     for b in range(bound.batch):
-        for i, rows in _row_blocks(bound, b, block_m):
-            pad = np.zeros((rows.shape[0], kt * block_n), bool)
-            pad[:, :bound.kv_len] = rows
-            seen = pad.reshape(rows.shape[0], kt, block_n).sum(axis=(0, 2))
+        for blocks in zip(*(_row_blocks(bound, b, block_m, h) for h in heads)):
+            i, rows = blocks[0]
             pairs = np.minimum(block_n, bound.kv_len - np.arange(kt) * block_n) * rows.shape[0]
-            truth = np.where(seen == 0, EMPTY, np.where(seen == pairs, FULL, PARTIAL))
+            seen = [_seen_per_key_block(r, kt, block_n) for _, r in blocks]
+            truth = np.where(np.logical_and.reduce([s == 0 for s in seen]), EMPTY,
+                             np.where(np.logical_and.reduce([s == pairs for s in seen]), FULL, PARTIAL))
             got = classes[b, i]
             partial += int((got == PARTIAL).sum())
             really_full += int(((got == PARTIAL) & (truth == FULL)).sum())
             really_empty += int(((got == PARTIAL) & (truth == EMPTY)).sum())
             unsound += int(((got != PARTIAL) & (got != truth)).sum())
     return TileAudit(partial, really_full, really_empty, unsound)
+
+
+def _seen_per_key_block(rows: np.ndarray, kt: int, block_n: int) -> np.ndarray:
+    """int[kt]: the visible pairs of a query block's rows in each key block."""
+    pad = np.zeros((rows.shape[0], kt * block_n), bool)
+    pad[:, :rows.shape[1]] = rows
+    return pad.reshape(rows.shape[0], kt, block_n).sum(axis=(0, 2))

@@ -104,6 +104,27 @@ def test_head_dependent_masks_are_sound_for_every_head():
         assert not np.any((got == 2) & (truth != 2)) and not np.any((got == 0) & (truth != 0))
 
 
+def test_sound_tiles_are_bounded_head_by_head():
+    """A block map per head (tables read at an index of k: sound classes): each head's tiles are bounded over
+    its own row of the table, so that tiles every head sees whole, or not at all, keep that class; against
+    every head's brute-force classes, combined."""
+    from maskc.audit import audit_tiles
+    rng = np.random.default_rng(7)
+    heads, blocks = 3, 8
+    block_map = rng.integers(0, 2, (heads, blocks, blocks))
+    block_map[:, :, :2] = 1                          # key blocks 0 and 1: seen by every head
+    block_map[:, :, 5] = 0                           # key block 5: by none
+    mask = maskc.compile_mask("mask m(n: int, map: per h table[n * n])\n"
+                              "  allow map[q // 16 * n + k // 16] != 0\n")
+    bound = mask.bind(seq_len=16 * blocks, num_heads=heads, n=blocks, map=block_map.reshape(heads, -1).tolist())
+    truths = [tile_truth(bound.dense(0, h), 16, 16) for h in range(heads)]
+    want = np.where(np.all([t == truths[0] for t in truths], axis=0), truths[0], maskc.PARTIAL)
+    np.testing.assert_array_equal(bound.tiles(16, 16), want)
+    assert not bound.tile_map(16, 16).exact
+    audit = audit_tiles(bound, 16, 16)          # the truth of every head at once, as the classes are
+    assert audit == type(audit)(int((want == maskc.PARTIAL).sum()), 0, 0, 0)
+
+
 def test_visible_pairs_matches_dense():
     mask = maskc.load(EXAMPLES / "shared_prompt.mask")
     bound = mask.bind(seq_len=300, prompt=100, responses=[[50, 150], [200]])

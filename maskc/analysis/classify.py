@@ -45,10 +45,10 @@ a BindError before any work. Exact masks have no such limit: their work grows wi
 
 
 def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block_m: int, block_n: int,
-                           head: int = 0, heads: tuple[int, int] = (0, 0), budget: RunBudget | None = None):
+                           head: int = 0, budget: RunBudget | None = None):
     """CSR runs (offsets int32[QT+1], runs int32[n, 3]) of one batch element and head, and whether they
-    are exact (chunked regions past the budget are classified soundly instead). ``budget`` counts the
-    runs as they are made."""
+    are exact (chunked regions past the budget are classified soundly instead): sound for that head (the
+    caller agrees the heads). ``budget`` counts the runs as they are made."""
     S, K = bound.seq_len, bound.kv_len
     params = bound.batch[b]
     counted = budget.add if budget is not None else (lambda runs: None)
@@ -69,7 +69,7 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
             return (*found, True)
         except TooMany:
             _check_grid(bound, block_m, block_n, 1, "past the chunk budget, this mask's classes")
-    return (*sound_runs(mask, params, b, head, heads, S, K, block_m, block_n, _CHUNK_ROWS, counted), False)
+    return (*sound_runs(mask, params, b, head, S, K, block_m, block_n, _CHUNK_ROWS, counted), False)
 
 
 def _piece_plan(mask: ir.RangeMask):
@@ -155,7 +155,6 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int, max_bytes: in
     masks = [mask] * len(bound.batch) if isinstance(mask, ir.RangeMask) else list(mask)
     kt = -(-bound.kv_len // block_n)
     qt = -(-bound.seq_len // block_m)
-    heads = (0, (bound.num_heads or 1) - 1)
     what = sizes_text(bound.seq_len, bound.kv_len, block_m, block_n, len(bound.batch))
     budget = RunBudget(max_bytes, what, 8 * len(bound.batch) * qt + 4)     # offsets and work order
     if not all(m.exact for m in masks):
@@ -164,7 +163,7 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int, max_bytes: in
     exact = True
     for b, mask in enumerate(masks):
         uses_head = mask.uses_head
-        per_head = [classify_batch_element(mask, bound, b, block_m, block_n, h, heads, budget)
+        per_head = [classify_batch_element(mask, bound, b, block_m, block_n, h, budget)
                     for h in range((bound.num_heads or 1) if uses_head else 1)]
         exact &= all(e for _, _, e in per_head) and not uses_head
         # a tile keeps a class only if every head agrees on it

@@ -18,10 +18,10 @@ from maskc.analysis.tiles import concat_csr, runs_of
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL
 
 
-def sound_runs(mask: ir.RangeMask, params, b: int, head: int, heads: tuple[int, int], seq_len: int, kv_len: int,
+def sound_runs(mask: ir.RangeMask, params, b: int, head: int, seq_len: int, kv_len: int,
                block_m: int, block_n: int, chunk_rows: int, counted) -> tuple[np.ndarray, np.ndarray]:
-    """CSR runs of a mask with inexact regions (or chunked ones past the budget), a chunk of ``chunk_rows``
-    rows (whole q_blocks) at a time; ``counted(runs)`` sees each chunk's runs as they are made."""
+    """CSR runs of a mask with inexact regions (or chunked ones past the budget) for one head, a chunk of
+    ``chunk_rows`` rows (whole q_blocks) at a time; ``counted(runs)`` sees each chunk's runs as they are made."""
     exact_allow = [r for r in mask.allow if r.linear]
     exact_deny = [r for r in mask.deny if r.linear]
     opaque_allow = [r for r in mask.allow if not r.linear]
@@ -31,7 +31,7 @@ def sound_runs(mask: ir.RangeMask, params, b: int, head: int, heads: tuple[int, 
     for row0 in range(0, seq_len, chunk):
         row1 = min(row0 + chunk, seq_len)
         rows = RowValues(params, seq_len, kv_len, head, b, np.arange(row0, row1, dtype=np.int64))
-        tiles = TileIntervals(params, seq_len, kv_len, heads, b, block_m, block_n, q_rows=(row0, row1))
+        tiles = TileIntervals(params, seq_len, kv_len, (head, head), b, block_m, block_n, q_rows=(row0, row1))
         parts.append(runs_of(_classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, row1 - row0,
                                       kv_len, block_m, block_n)))
         counted(parts[-1][1])
