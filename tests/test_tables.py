@@ -169,7 +169,7 @@ def test_cli_reads_tables_as_comma_lists(tmp_path):
 # -- random tables and indices -------------------------------------------------------------------------
 
 INDICES = ["k // d", "q // d", "(q + k) % n", "(k ^ q) & 7", "clamp(k - q, 0, n - 1)", "h", "abs(q - k) % n",
-           "min(k, n - 1)", "t[q % n] % n"]
+           "min(k, n - 1)", "t[q % n] % n", "q // d + k // d", "q % 2 + k % 2 * 2 + h"]
 
 
 @st.composite
@@ -211,6 +211,22 @@ def test_random_table_reads_match_python_and_tiles_are_sound(case, bm, bn):
         np.testing.assert_array_equal(bound.dense(0, h), table_reference(seq_len, h, params, index, form))
     _sound(bound, bm, bn, heads=range(bound.num_heads or 1))
     if bound.tile_map(bm, bn).exact:       # (t[k // d] at d = 1 is t[k]: exact for the mask, not this binding)
+        np.testing.assert_array_equal(bound.tiles(bm, bn), tile_truth(bound.dense(), bm, bn))
+
+
+def test_block_map_tiles_are_bounded_row_by_row():
+    """A 2-D block map read at (q // 16, k // 16) on tiles of 32 x 32 (two rows and two columns of it): each
+    tile bounded over its four entries, not over the run of entries between them, is classified exactly."""
+    rng = np.random.default_rng(3)
+    n = 9
+    block_map = rng.integers(0, 2, (n, n))
+    block_map[::2] = 0                              # whole rows hidden: tiles EMPTY only if the bound is per row
+    mask = maskc.compile_mask("mask m(n: int, map: table[n, n])\n  allow map[q // 16, k // 16] != 0\n")
+    bound = mask.bind(16 * n, n=n, map=block_map.tolist())
+    q, k = np.arange(16 * n)[:, None], np.arange(16 * n)[None, :]
+    np.testing.assert_array_equal(bound.dense(), block_map[q // 16, k // 16] != 0)
+    assert not bound.tile_map(32, 32).exact
+    for bm, bn in ((32, 32), (48, 32), (32, 48), (20, 20)):
         np.testing.assert_array_equal(bound.tiles(bm, bn), tile_truth(bound.dense(), bm, bn))
 
 

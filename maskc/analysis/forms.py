@@ -69,9 +69,16 @@ def shift_amounts(lins):
                 yield t.right
 
 
+def _is_q_leaf(t) -> bool:
+    return (isinstance(t, ir.Pos) and t.which == "q") or (isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "q")
+
+
 def depends_on_q(lin: ir.Lin) -> bool:
-    return lin_mentions(lin, lambda t: (isinstance(t, ir.Pos) and t.which == "q") or (
-        isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "q"))
+    return lin_mentions(lin, _is_q_leaf)
+
+
+def term_depends_on_q(term) -> bool:
+    return term_mentions(term, _is_q_leaf)
 
 
 def depends_on_head(lin: ir.Lin) -> bool:

@@ -291,17 +291,66 @@ class TileIntervals(_Scalars):
         if isinstance(t, ir.Bits):
             return bitops.interval(t.op, self.lin(t.left), self.lin(t.right))
         if isinstance(t, ir.Lookup):
-            return table_bounds(self.params.table(t.table), *self.lin(t.index))
+            return self._lookup(t)
         if isinstance(t, ir.SegBound):              # non-decreasing in the index
             table = self.params.segment(t.seg)
             lo, hi = self.lin(t.index)
             return seg_bound(table, lo), seg_bound(table, hi)
         raise TypeError(t)
 
+    def _lookup(self, t: ir.Lookup):
+        """The entries of a table over each box. Where the index is a part that reads q alone plus the rest (a
+        2-D table's row of q and column of k, ``t[q // 64, k // 64]``), the entries are bounded for each value
+        the q part takes in a q_block (up to _ROW_VALUES of them: a block's few rows of the table), each over
+        the rest's interval; elsewhere over the index's interval (a whole run of rows)."""
+        table = self.params.table(t.table)
+        whole = table_bounds(table, *self.lin(t.index))
+        q_only = tuple((u, c) for u, c in t.index.terms if F.term_depends_on_q(u) and not F.term_depends_on_k(u))
+        q_part = ir.Lin(q_only, 0)
+        if not q_only or len(q_only) == len(t.index.terms) or (
+                self.heads[0] != self.heads[1] and F.depends_on_head(q_part)):
+            return whole
+        starts, positions, shape, _ = self.axes["q"]
+        values = RowValues(self.params, self.builtins["seq_len"], self.builtins["kv_len"], self.heads[0],
+                           self.builtins["b"], positions).lin(q_part)
+        distinct = _block_values(np.broadcast_to(values, positions.shape), starts - positions[0], _ROW_VALUES)
+        if distinct is None:
+            return whole
+        few, slots = distinct
+        rest_lo, rest_hi = self.lin(ir.Lin(tuple(x for x in t.index.terms if x not in q_only), t.index.const))
+        per_value = [table_bounds(table, a[shape] + rest_lo, a[shape] + rest_hi) for a in slots]
+        least = np.minimum.reduce(np.broadcast_arrays(*[lo for lo, _ in per_value]))
+        greatest = np.maximum.reduce(np.broadcast_arrays(*[hi for _, hi in per_value]))
+        return np.where(few[shape], least, whole[0]), np.where(few[shape], greatest, whole[1])
+
     def atom_state(self, lin: ir.Lin):
         """Per tile: 1 where ``lin <= 0`` surely holds, -1 where it surely fails, 0 where unknown."""
         lo, hi = self.lin(lin)
         return np.where(hi <= 0, 1, np.where(lo > 0, -1, 0)).astype(np.int8)
+
+
+_ROW_VALUES = 8
+"""The most values of a lookup's q part in one q_block that TileIntervals bounds one by one."""
+
+
+def _block_values(values: np.ndarray, at: np.ndarray, cap: int):
+    """(few bool[blocks], slots): for blocks starting at ``at``, whether a block holds at most ``cap`` distinct
+    values, and up to ``cap`` arrays of them (slot i: the i-th least, or the least where there are fewer);
+    None where no block has so few."""
+    ends = np.append(at[1:], len(values))
+    width = int((ends - at).max())
+    grid = np.sort(values[np.minimum(at[:, None] + np.arange(width), ends[:, None] - 1)], axis=1)
+    new = np.ones(grid.shape, bool)
+    new[:, 1:] = grid[:, 1:] != grid[:, :-1]
+    count = new.sum(axis=1)
+    few = count <= cap
+    if not few.any():
+        return None
+    rank = np.cumsum(new, axis=1) - 1
+    rows = np.arange(len(grid))
+    slots = [np.where(count > i, grid[rows, np.argmax(new & (rank == i), axis=1)], grid[:, 0])
+             for i in range(min(cap, int(count[few].max())))]
+    return few, slots
 
 
 def k_bound_rows(bound: ir.KBound, rows: RowValues, lower: bool):
