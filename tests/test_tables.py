@@ -230,6 +230,25 @@ def test_block_map_tiles_are_bounded_row_by_row():
         np.testing.assert_array_equal(bound.tiles(bm, bn), tile_truth(bound.dense(), bm, bn))
 
 
+def test_small_grids_bound_a_table_row_by_row():
+    """An ancestor matrix read at (q, k - prefix), one row of it per query: on a grid of few tiles each row's
+    entries are bounded over the tile's keys, so that tiles above the diagonal (no query has an ancestor after
+    it) are EMPTY, not PARTIAL: the classes are the truth, while lint still calls them sound."""
+    rng = np.random.default_rng(5)
+    n, prefix = 300, 70
+    anc = np.eye(n, dtype=int)
+    for i in range(1, n):
+        anc[i] |= anc[int(rng.integers(max(0, i - 6), i))]
+    mask = maskc.compile_mask("mask m(p: int, anc: table[seq_len, seq_len])\n"
+                              "  allow k < p\n  allow k >= p, anc[q, clamp(k - p, 0, seq_len - 1)] != 0\n")
+    bound = mask.bind(n, kv_len=prefix + n, p=prefix, anc=anc.tolist())
+    q, k = np.arange(n)[:, None], np.arange(prefix + n)[None, :]
+    np.testing.assert_array_equal(bound.dense(), (k < prefix) | (anc[q, np.clip(k - prefix, 0, n - 1)] != 0))
+    assert not bound.tile_map(64, 64).exact
+    for bm, bn in ((64, 64), (128, 80), (50, 70)):
+        np.testing.assert_array_equal(bound.tiles(bm, bn), tile_truth(bound.dense(), bm, bn))
+
+
 @needs_gxx
 @pytest.mark.parametrize("text,values", [
     (MEDIA, {"img_len": 8, "first": [3, 10, 9, 30, 35]}),

@@ -300,9 +300,10 @@ class TileIntervals(_Scalars):
 
     def _lookup(self, t: ir.Lookup):
         """The entries of a table over each box. Where the index is a part that reads q alone plus the rest (a
-        2-D table's row of q and column of k, ``t[q // 64, k // 64]``), the entries are bounded for each value
-        the q part takes in a q_block (up to _ROW_VALUES of them: a block's few rows of the table), each over
-        the rest's interval; elsewhere over the index's interval (a whole run of rows)."""
+        2-D table's row of q and column of k: ``t[q // 64, k // 64]``, an ancestor matrix ``anc[q, k - p]``),
+        the entries are bounded for each value the q part takes in a q_block, each over the rest's interval:
+        for every value where the boxes are few (_LOOKUP_WORK values x boxes), else for up to _ROW_VALUES of
+        them, the blocks that take more bounded over the index's interval (a whole run of rows)."""
         table = self.params.table(t.table)
         whole = table_bounds(table, *self.lin(t.index))
         q_only = tuple((u, c) for u, c in t.index.terms if F.term_depends_on_q(u) and not F.term_depends_on_k(u))
@@ -313,7 +314,9 @@ class TileIntervals(_Scalars):
         starts, positions, shape, _ = self.axes["q"]
         values = RowValues(self.params, self.builtins["seq_len"], self.builtins["kv_len"], self.heads[0],
                            self.builtins["b"], positions).lin(q_part)
-        distinct = _block_values(np.broadcast_to(values, positions.shape), starts - positions[0], _ROW_VALUES)
+        boxes = len(starts) * len(self.axes["k"][0])
+        distinct = _block_values(np.broadcast_to(values, positions.shape), starts - positions[0],
+                                 max(_ROW_VALUES, _LOOKUP_WORK // max(boxes, 1)))
         if distinct is None:
             return whole
         few, slots = distinct
@@ -330,7 +333,9 @@ class TileIntervals(_Scalars):
 
 
 _ROW_VALUES = 8
-"""The most values of a lookup's q part in one q_block that TileIntervals bounds one by one."""
+"""The values of a lookup's q part in one q_block that TileIntervals bounds one by one, at least."""
+_LOOKUP_WORK = 1 << 20
+"""... and at most, times the boxes of a chunk of rows: a small grid is bounded row by row of its table."""
 
 
 def _block_values(values: np.ndarray, at: np.ndarray, cap: int):
