@@ -138,6 +138,15 @@ def example_params(name: str, seq_len: int, rng: np.random.Generator, heads: int
                                               for i in range(heads)]}
     if name == "softcap":
         return {"cap": float(rng.choice([0.5, 5.0, 50.0]))}
+    if name == "block_diffusion":       # noised tokens [0, n), clean ones [n, 2n): seq_len is 2n or a prefix of it
+        return {"n": int(rng.integers(-(-seq_len // 2), seq_len + 1)), "block": int(rng.integers(1, 24))}
+    if name == "sliding_tile":          # a small video (tiles of up to 2 x 3 x 3 tokens, 1 to 3 a side), then text
+        tile = [int(rng.integers(1, m + 1)) for m in (2, 3, 3)]
+        tiles = [int(rng.integers(1, 4)) for _ in tile]
+        video = int(np.prod(tile) * np.prod(tiles))
+        return {**{f"tile_{a}": t for a, t in zip("thw", tile)}, **{f"tiles_{a}": n for a, n in zip("thw", tiles)},
+                **{f"window_{a}": int(rng.integers(0, n + 2)) for a, n in zip("thw", tiles)},
+                "text": int(rng.integers(0, max(seq_len - video, 0) + 3))}
     raise KeyError(name)
 
 

@@ -128,7 +128,9 @@ def workloads(S):
             "video": {"width": 32, "height": 32, "radius": 3, "past": 1},
             "morton_local": {"radius": 3},
             "per_head_window": {"num_heads": 8, "window": [256, 256, 512, 512, 1024, 2048, 4096, S]},
-            "alibi": {"num_heads": 8, "slope": [2 ** (-i - 1) for i in range(8)]}, "softcap": {"cap": 50.0}}
+            "alibi": {"num_heads": 8, "slope": [2 ** (-i - 1) for i in range(8)]}, "softcap": {"cap": 50.0},
+            "block_diffusion": {"n": S // 2, "block": 16},
+            "sliding_tile": {"tiles_t": 8, "tiles_h": 8, "tiles_w": 8, "text": S - 8 ** 3 * 64 if S > 8 ** 3 * 64 else 0}}
 
 
 @pytest.mark.parametrize("S", [32768, 131072])

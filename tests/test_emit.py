@@ -177,13 +177,14 @@ def test_emit_is_pure():
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_interval_path_for_exact_masks(name):
     """Every example linear in k gets the per-CTA interval table; those with per-key atoms (clear,
-    neighborhood, video, morton_local) evaluate their predicate per pair."""
+    neighborhood, video, morton_local, tree_verify, sliding_tile) evaluate their predicate per pair."""
     mask = maskc.load(EXAMPLES / f"{name}.mask")
     constants = tuple((n, 16) for n in mask.const_params)      # clear compiles text and width in
     sp = mask.kernel_spec(head_dim=128, dtype="bf16", constants=constants, engine="mma")
     iv = interval_regions(sp)
     assert (iv is None) == (not mask.ranges.linear)
-    assert mask.ranges.linear == (name not in ("clear", "neighborhood", "video", "morton_local", "tree_verify"))
+    assert mask.ranges.linear == (name not in ("clear", "neighborhood", "video", "morton_local", "tree_verify",
+                                               "sliding_tile"))
     plan = emit_kernel(sp).plan
     assert plan.interval_regions == (None if iv is None else (iv["allow"], iv["deny"]))
 

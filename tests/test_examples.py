@@ -25,6 +25,9 @@ CONTRACT = {
     "tree_verify": ["anc"],
     "alibi": ["slope"],
     "softcap": ["cap"],
+    "block_diffusion": ["n", "block"],
+    "sliding_tile": ["tile_t", "tile_h", "tile_w", "tiles_t", "tiles_h", "tiles_w", "window_t", "window_h",
+                     "window_w", "text"],
 }
 
 
@@ -105,7 +108,55 @@ def reference(name, seq_len, p, head=0):
         return morton_reference(seq_len, p["radius"])
     if name == "per_head_window":
         return (k <= q) & (q - k < p["window"][head])
+    if name == "block_diffusion":
+        return block_diffusion_reference(seq_len, p["n"], p["block"])
+    if name == "sliding_tile":
+        return sliding_tile_reference(seq_len, p)
     raise KeyError(name)
+
+
+def block_diffusion_reference(seq_len, n, block):
+    """BD3-LM's training mask, pair by pair from the paper's three parts: x_t (positions below n) sees its own
+    block of x_t and the earlier blocks of x_0; x_0 (from n on, block j being positions n + j * block ...) sees
+    its own block of x_0 and the earlier ones."""
+    out = np.zeros((seq_len, seq_len), bool)
+    for i in range(seq_len):
+        noised, bi = i < n, (i if i < n else i - n) // block
+        for j in range(seq_len):
+            bj = (j if j < n else j - n) // block
+            if noised:
+                out[i, j] = bj == bi if j < n else bj < bi
+            else:
+                out[i, j] = j >= n and bj <= bi
+    return out
+
+
+def sliding_tile_reference(seq_len, p):
+    """STA from its definition: the video's tokens tile by tile, each tile's (frame, row, column) of tiles; a
+    video token sees the video tiles of a window of `window` tiles a side, as centred on its tile as the
+    canvas allows (odd windows centred, even ones one tile more before), and the text; text sees all."""
+    dims = "thw"
+    tile, tiles, window = ([p[f"{what}_{a}"] for a in dims] for what in ("tile", "tiles", "window"))
+    video = int(np.prod(tile) * np.prod(tiles))
+    per_tile = tile[0] * tile[1] * tile[2]
+
+    def coords(i):                                  # the tile's (t, y, x) among the tiles
+        n = i // per_tile
+        return n // (tiles[1] * tiles[2]), n // tiles[2] % tiles[1], n % tiles[2]
+
+    def first(c, w, count):                         # the window's first tile: centred, then moved inside
+        start = c - w // 2
+        return max(min(start, count - w), 0) if w <= count else count - w
+    out = np.zeros((seq_len, seq_len), bool)
+    for i in range(seq_len):
+        if i >= video:
+            out[i, :min(video + p["text"], seq_len)] = True
+            continue
+        lo = [first(c, w, n) for c, w, n in zip(coords(i), window, tiles)]
+        for j in range(min(video, seq_len)):
+            out[i, j] = all(a <= c < a + w for a, c, w in zip(lo, coords(j), window))
+        out[i, video:min(video + p["text"], seq_len)] = True
+    return out
 
 
 def neighborhood_reference(seq_len, width, window):
