@@ -212,6 +212,7 @@ class TileIntervals(_Scalars):
                  batch_index: int, block_m: int, block_n: int, q_rows: tuple[int, int] | None = None):
         super().__init__(params, seq_len, kv_len, None, batch_index)
         self.heads = heads
+        self.blocks = (block_m, block_n)
         self.extent = max(seq_len, kv_len)
         row0, row1 = q_rows or (0, seq_len)          # the q_blocks covered: rows row0..row1-1
         self.axes = {"q": self._axis(row0, row1, block_m, (slice(None), None)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from maskc import ir
+from maskc.analysis import forms as F
 from maskc.analysis.intervals import compact, region_rows, union, visible_slots
 from maskc.analysis.rows import RowValues, TileIntervals
 from maskc.analysis.tiles import concat_csr, runs_of
@@ -31,23 +32,27 @@ def sound_runs(mask: ir.RangeMask, params, b: int, head: int, seq_len: int, kv_l
     for row0 in range(0, seq_len, chunk):
         row1 = min(row0 + chunk, seq_len)
         rows = RowValues(params, seq_len, kv_len, head, b, np.arange(row0, row1, dtype=np.int64))
-        tiles = TileIntervals(params, seq_len, kv_len, (head, head), b, block_m, block_n, q_rows=(row0, row1))
-        parts.append(runs_of(_classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, row1 - row0,
+        boxes = [TileIntervals(params, seq_len, kv_len, (head, head), b, block_m, block_n, q_rows=(row0, row1))]
+        sub = (block_m & -block_m, block_n & -block_n)          # the largest powers of two dividing the blocks
+        if sub != (block_m, block_n) and any(_reads_bits(r) for r in opaque_allow + opaque_deny):
+            boxes.append(TileIntervals(params, seq_len, kv_len, (head, head), b, *sub, q_rows=(row0, row1)))
+        parts.append(runs_of(_classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, boxes, row1 - row0,
                                       kv_len, block_m, block_n)))
         counted(parts[-1][1])
     return concat_csr(parts, -(-seq_len // block_m))
 
 
-def _classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, n_rows, K, block_m, block_n):
-    """Sound classes int8[q_blocks, KT] of one chunk of q_blocks."""
+def _classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, boxes, n_rows, K, block_m, block_n):
+    """Sound classes int8[q_blocks, KT] of one chunk of q_blocks; ``boxes`` the tiles' TileIntervals, and
+    those of sub-tiles aligned to powers of two if some region reads bits."""
     slots = visible_slots(exact_allow, exact_deny, rows, K)
     touch, cover = grid_counts(slots, n_rows, K, block_m, block_n)
     none = np.zeros_like(touch)
     d_touch_e, d_cover_e = (grid_counts(compact(union([region_rows(r, rows, K) for r in exact_deny])),
                                         n_rows, K, block_m, block_n) if exact_deny else (none, none))
-    a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, tiles, n_rows, K, block_m, block_n)
+    a_touch_o, a_cover_o = (_opaque_grids(opaque_allow, rows, boxes, n_rows, K, block_m, block_n)
                             if opaque_allow else (none, none))
-    d_touch_o, d_cover_o = (_opaque_grids(opaque_deny, rows, tiles, n_rows, K, block_m, block_n)
+    d_touch_o, d_cover_o = (_opaque_grids(opaque_deny, rows, boxes, n_rows, K, block_m, block_n)
                             if opaque_deny else (none, none))
     # visible = (A_exact - D_exact) | (A_opaque - D_exact), minus D_opaque; all sound.
     full = ~d_touch_o & (cover | (a_cover_o & ~d_touch_e))
@@ -58,18 +63,40 @@ def _classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, tiles, n_
     return classes
 
 
-def _opaque_grids(regions, rows, tiles: TileIntervals, n_rows, kv_len, block_m, block_n):
+def _opaque_grids(regions, rows, boxes, n_rows, kv_len, block_m, block_n):
     """Sound (touch, cover) grids for the union of regions that have opaque atoms."""
     touch = cover = None
     for region in regions:
         t, c = grid_counts([region_rows(region, rows, kv_len)], n_rows, kv_len, block_m, block_n)
-        states = np.broadcast_arrays(*[tiles.atom_state(a.lin) for a in region.opaque], t)[:-1]
-        surely_false = np.logical_or.reduce([s == -1 for s in states])
-        surely_true = np.logical_and.reduce([s == 1 for s in states])
+        fine = boxes[-1] if len(boxes) > 1 and _reads_bits(region) else None
+        surely_false, surely_true = _opaque_state(region, fine or boxes[0], n_rows, kv_len)
+        if fine is not None:
+            surely_false, surely_true = (_all_in_tiles(x, block_m // fine.blocks[0], block_n // fine.blocks[1])
+                                         for x in (surely_false, surely_true))
         t, c = t & ~surely_false, c & surely_true
         touch = t if touch is None else touch | t
         cover = c if cover is None else cover | c
     return touch, cover
+
+
+def _opaque_state(region, boxes: TileIntervals, n_rows: int, kv_len: int):
+    """bool grids (surely false, surely true) of a region's opaque atoms over each box."""
+    grid = np.zeros((-(-n_rows // boxes.blocks[0]), -(-kv_len // boxes.blocks[1])), bool)
+    states = np.broadcast_arrays(*[boxes.atom_state(a.lin) for a in region.opaque], grid)[:-1]
+    return np.logical_or.reduce([s == -1 for s in states]), np.logical_and.reduce([s == 1 for s in states])
+
+
+def _all_in_tiles(sub: np.ndarray, per_m: int, per_n: int) -> np.ndarray:
+    """Whether every sub-box of each tile holds (sub-boxes of a tile ``per_m`` x ``per_n``, fewer at the ends):
+    a region is surely false (true) on a tile where it is on each of the tile's sub-tiles."""
+    out = np.logical_and.reduceat(sub, np.arange(0, sub.shape[0], per_m), axis=0)
+    return np.logical_and.reduceat(out, np.arange(0, sub.shape[1], per_n), axis=1)
+
+
+def _reads_bits(region) -> bool:
+    """Whether a region's opaque atoms read a bit operation, whose bounds are tight over boxes aligned to
+    powers of two (the bits their positions share) and loose over others (a Morton order's 80 keys)."""
+    return any(isinstance(t, ir.Bits) for a in region.opaque for t in F.terms_of(a.lin))
 
 
 def grid_counts(slots, n_rows: int, kv_len: int, block_m: int, block_n: int):
