@@ -230,6 +230,25 @@ def test_block_map_tiles_are_bounded_row_by_row():
         np.testing.assert_array_equal(bound.tiles(bm, bn), tile_truth(bound.dense(), bm, bn))
 
 
+def test_entries_read_at_a_floor_of_k_are_bounded_chunk_by_chunk():
+    """Flamingo's media intervals: keys in images of 100 tokens, q sees image i when first[i] <= q < stop[i].
+    A tile of 128 keys holds parts of two or three images; bounded image by image (sub-tiles cut where k // 100
+    steps), not over the tile (where first's least and stop's greatest join images that no row sees both
+    of), the classes are the truth."""
+    rng = np.random.default_rng(1)
+    seq_len, img, n = 1000, 100, 12
+    first = rng.integers(0, seq_len, n)
+    stop = first + rng.integers(0, 400, n)
+    mask = maskc.compile_mask("mask m(img: int, first: table, stop: table)\n"
+                              "  allow q >= first[k // img], q < stop[k // img]\n")
+    bound = mask.bind(seq_len, kv_len=n * img, img=img, first=first.tolist(), stop=stop.tolist())
+    q, k = np.arange(seq_len)[:, None], np.arange(n * img)[None, :]
+    np.testing.assert_array_equal(bound.dense(), (q >= first[k // img]) & (q < stop[k // img]))
+    assert not bound.tile_map(128, 128).exact
+    for bm, bn in ((128, 128), (64, 64), (128, 80), (50, 30)):
+        np.testing.assert_array_equal(bound.tiles(bm, bn), tile_truth(bound.dense(), bm, bn))
+
+
 def test_small_grids_bound_a_table_row_by_row():
     """An ancestor matrix read at (q, k - prefix), one row of it per query: on a grid of few tiles each row's
     entries are bounded over the tile's keys, so that tiles above the diagonal (no query has an ancestor after

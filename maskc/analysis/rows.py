@@ -205,25 +205,27 @@ def lin_value(lin: ir.Lin, params: BatchParams, seq_len: int, kv_len: int, head:
 class TileIntervals(_Scalars):
     """Interval bounds ``(lo, hi)`` of linear forms over every tile box, shaped (QT, 1) x (1, KT).
 
-    ``heads`` is the (lo, hi) range of h over which the bounds must hold.
+    ``heads`` is the (lo, hi) range of h over which the bounds must hold. The boxes are the tiles, or any
+    partition of each axis (``block_m``, ``block_n``: a size, or the boxes' first positions).
     """
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, heads: tuple[int, int],
-                 batch_index: int, block_m: int, block_n: int, q_rows: tuple[int, int] | None = None):
+                 batch_index: int, block_m, block_n, q_rows: tuple[int, int] | None = None):
         super().__init__(params, seq_len, kv_len, None, batch_index)
         self.heads = heads
-        self.blocks = (block_m, block_n)
         self.extent = max(seq_len, kv_len)
         row0, row1 = q_rows or (0, seq_len)          # the q_blocks covered: rows row0..row1-1
         self.axes = {"q": self._axis(row0, row1, block_m, (slice(None), None)),
                      "k": self._axis(0, kv_len, block_n, (None, slice(None)))}
+        self.shape = (len(self.axes["q"][0]), len(self.axes["k"][0]))
         self._memo: dict = {}
 
     @staticmethod
-    def _axis(first: int, end: int, block: int, shape):
-        starts = np.arange(first, end, block, dtype=np.int64)
+    def _axis(first: int, end: int, block, shape):
+        """A block size, or the boxes' first positions (ascending, from ``first``: boxes of several sizes)."""
+        starts = np.asarray(block, np.int64) if np.ndim(block) else np.arange(first, end, block, dtype=np.int64)
         positions = np.arange(first, end, dtype=np.int64)
-        return starts, positions, shape, np.minimum(starts + block, end) - 1
+        return starts, positions, shape, np.append(starts[1:], end) - 1
 
     def _per_block(self, pos: str, values: np.ndarray):
         """(min, max) of per-position values over each block of the axis, shaped for broadcasting."""

@@ -9,6 +9,8 @@ one chunk of q_blocks at a time, and the result is kept as runs, never as the gr
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from maskc import ir
@@ -32,10 +34,7 @@ def sound_runs(mask: ir.RangeMask, params, b: int, head: int, seq_len: int, kv_l
     for row0 in range(0, seq_len, chunk):
         row1 = min(row0 + chunk, seq_len)
         rows = RowValues(params, seq_len, kv_len, head, b, np.arange(row0, row1, dtype=np.int64))
-        boxes = [TileIntervals(params, seq_len, kv_len, (head, head), b, block_m, block_n, q_rows=(row0, row1))]
-        sub = (block_m & -block_m, block_n & -block_n)          # the largest powers of two dividing the blocks
-        if sub != (block_m, block_n) and any(_reads_bits(r) for r in opaque_allow + opaque_deny):
-            boxes.append(TileIntervals(params, seq_len, kv_len, (head, head), b, *sub, q_rows=(row0, row1)))
+        boxes = _Boxes(params, seq_len, kv_len, head, b, (row0, row1), block_m, block_n)
         parts.append(runs_of(_classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, boxes, row1 - row0,
                                       kv_len, block_m, block_n)))
         counted(parts[-1][1])
@@ -43,8 +42,8 @@ def sound_runs(mask: ir.RangeMask, params, b: int, head: int, seq_len: int, kv_l
 
 
 def _classes(exact_allow, exact_deny, opaque_allow, opaque_deny, rows, boxes, n_rows, K, block_m, block_n):
-    """Sound classes int8[q_blocks, KT] of one chunk of q_blocks; ``boxes`` the tiles' TileIntervals, and
-    those of sub-tiles aligned to powers of two if some region reads bits."""
+    """Sound classes int8[q_blocks, KT] of one chunk of q_blocks; ``boxes`` its TileIntervals over the tiles
+    or over sub-tiles (:class:`_Boxes`)."""
     slots = visible_slots(exact_allow, exact_deny, rows, K)
     touch, cover = grid_counts(slots, n_rows, K, block_m, block_n)
     none = np.zeros_like(touch)
@@ -68,10 +67,11 @@ def _opaque_grids(regions, rows, boxes, n_rows, kv_len, block_m, block_n):
     touch = cover = None
     for region in regions:
         t, c = grid_counts([region_rows(region, rows, kv_len)], n_rows, kv_len, block_m, block_n)
-        fine = boxes[-1] if len(boxes) > 1 and _reads_bits(region) else None
-        surely_false, surely_true = _opaque_state(region, fine or boxes[0], n_rows, kv_len)
-        if fine is not None:
-            surely_false, surely_true = (_all_in_tiles(x, block_m // fine.blocks[0], block_n // fine.blocks[1])
+        over, firsts = boxes.for_region(region, rows)
+        surely_false, surely_true = _opaque_state(region, over)
+        if firsts is not None:                       # sub-tiles: the tile's class where every one of them has it
+            surely_false, surely_true = (np.logical_and.reduceat(np.logical_and.reduceat(x, firsts[0], axis=0),
+                                                                 firsts[1], axis=1)
                                          for x in (surely_false, surely_true))
         t, c = t & ~surely_false, c & surely_true
         touch = t if touch is None else touch | t
@@ -79,24 +79,75 @@ def _opaque_grids(regions, rows, boxes, n_rows, kv_len, block_m, block_n):
     return touch, cover
 
 
-def _opaque_state(region, boxes: TileIntervals, n_rows: int, kv_len: int):
+def _opaque_state(region, boxes: TileIntervals):
     """bool grids (surely false, surely true) of a region's opaque atoms over each box."""
-    grid = np.zeros((-(-n_rows // boxes.blocks[0]), -(-kv_len // boxes.blocks[1])), bool)
-    states = np.broadcast_arrays(*[boxes.atom_state(a.lin) for a in region.opaque], grid)[:-1]
-    return np.logical_or.reduce([s == -1 for s in states]), np.logical_and.reduce([s == 1 for s in states])
+    states = np.broadcast_arrays(*[boxes.atom_state(a.lin) for a in region.opaque], np.zeros(boxes.shape, bool))
+    return (np.logical_or.reduce([s == -1 for s in states[:-1]]),
+            np.logical_and.reduce([s == 1 for s in states[:-1]]))
 
 
-def _all_in_tiles(sub: np.ndarray, per_m: int, per_n: int) -> np.ndarray:
-    """Whether every sub-box of each tile holds (sub-boxes of a tile ``per_m`` x ``per_n``, fewer at the ends):
-    a region is surely false (true) on a tile where it is on each of the tile's sub-tiles."""
-    out = np.logical_and.reduceat(sub, np.arange(0, sub.shape[0], per_m), axis=0)
-    return np.logical_and.reduceat(out, np.arange(0, sub.shape[1], per_n), axis=1)
+MAX_SUB_TILES = 8
+"""The most sub-tiles per tile, on average, that a tile's side is cut into for its opaque atoms' bounds."""
 
 
-def _reads_bits(region) -> bool:
-    """Whether a region's opaque atoms read a bit operation, whose bounds are tight over boxes aligned to
-    powers of two (the bits their positions share) and loose over others (a Morton order's 80 keys)."""
-    return any(isinstance(t, ir.Bits) for a in region.opaque for t in F.terms_of(a.lin))
+class _Boxes:
+    """The TileIntervals of one chunk of rows (whole q_blocks) over its tiles, or over sub-tiles where a region's
+    atoms are tight over those and not over whole tiles (see _cuts); each partition made once."""
+
+    def __init__(self, params, seq_len: int, kv_len: int, head: int, b: int, q_rows: tuple[int, int],
+                 block_m: int, block_n: int):
+        self.make = functools.partial(TileIntervals, params, seq_len, kv_len, (head, head), b, q_rows=q_rows)
+        self.axes = {"q": (q_rows[0], q_rows[1], block_m), "k": (0, kv_len, block_n)}
+        self._made: dict = {}
+
+    def for_region(self, region, rows: RowValues):
+        """(TileIntervals, None) over the tiles, or (TileIntervals, (q_firsts, k_firsts)) over sub-tiles with the
+        index of each tile's first sub-tile along each axis."""
+        starts = {}
+        for pos, (first, end, block) in self.axes.items():
+            tiles = np.arange(first, end, block, dtype=np.int64)
+            cuts = [np.arange(first + (phase - first) % period, end, period, dtype=np.int64)
+                    for period, phase in _cuts(region, rows, pos, block)]
+            finer = np.unique(np.concatenate([tiles, *cuts])) if cuts else tiles
+            starts[pos] = (finer if len(finer) <= MAX_SUB_TILES * len(tiles) else tiles), tiles
+        (q_starts, q_tiles), (k_starts, k_tiles) = starts["q"], starts["k"]
+        if len(q_starts) == len(q_tiles) and len(k_starts) == len(k_tiles):
+            return self._boxes(self.axes["q"][2], self.axes["k"][2]), None
+        return self._boxes(q_starts, k_starts), (np.searchsorted(q_starts, q_tiles), np.searchsorted(k_starts, k_tiles))
+
+    def _boxes(self, q_blocks, k_blocks) -> TileIntervals:
+        key = (np.asarray(q_blocks).tobytes(), np.asarray(k_blocks).tobytes())
+        if key not in self._made:
+            self._made[key] = self.make(q_blocks, k_blocks)
+        return self._made[key]
+
+
+def _cuts(region, rows: RowValues, pos: str, block: int) -> tuple:
+    """Where to cut a ``pos`` axis so that a region's opaque atoms are tight over the boxes: ``(period, phase)``
+    pairs. A bit operation is tight over boxes aligned to powers of two (positions sharing their high bits: a
+    Morton order's 80 keys are 64 + 16); a table read at ``(pos + c) // d``, with d and c known at bind, over
+    boxes within which the floor is one number (``t[k // img]``: each box one image, one entry of t)."""
+    cuts = set()
+    for atom in region.opaque:
+        for t in F.terms_of(atom.lin):
+            if isinstance(t, ir.Bits) and block & (block - 1):
+                cuts.add((block & -block, 0))
+            elif isinstance(t, ir.Lookup):
+                cuts.update(step for u in F.terms_of(t.index) if (step := _floor_step(u, rows, pos)) is not None)
+    return tuple(sorted(cuts))
+
+
+def _floor_step(term, rows: RowValues, pos: str):
+    """``(d, -c mod d)`` for ``(pos + c) // d`` with d and c known at bind (the floor steps there); else None."""
+    if not (isinstance(term, ir.Floor) and term.op == "//") or F.depends_on_q(term.den) or F.depends_on_k(term.den):
+        return None
+    split = F.split_on(term.num, F.K if pos == "k" else F.Q)
+    if split is None or split[0] != 1 or F.depends_on_q(split[1]) or F.depends_on_k(split[1]):
+        return None
+    d, c = rows.lin(term.den), rows.lin(split[1])
+    if np.ndim(d) or np.ndim(c) or d <= 0:
+        return None
+    return int(d), int(-c % d)
 
 
 def grid_counts(slots, n_rows: int, kv_len: int, block_m: int, block_n: int):
