@@ -566,22 +566,16 @@ def _vsa_params(block_map, sizes, s, kv, tile, batch):
             "map": maps[0] if batch == 1 else maps, "sizes": sizes.tolist() if batch == 1 else [sizes.tolist()] * batch}
 
 
-def _vsa_topk(rng):
-    out = []
-    for s, kv, tile, heads, top_k, batch, padded in _VSA:
-        topk, block_map, sizes = _vsa_inputs(rng, s, kv, tile, heads, top_k, batch, padded)
-        out.append(Binding(_vsa_params(block_map, sizes, s, kv, tile, batch),
-                           generate_vsa_mask_mod(topk, tile, sizes if padded else None), batch))
-    return out
-
-
-def _vsa_block_map(rng):
-    out = []
-    for s, kv, tile, heads, top_k, batch, padded in _VSA:
-        _, block_map, sizes = _vsa_inputs(rng, s, kv, tile, heads, top_k, batch, padded)
-        out.append(Binding(_vsa_params(block_map, sizes, s, kv, tile, batch),
-                           generate_vsa_block_map_mask_mod(block_map, tile, sizes if padded else None), batch))
-    return out
+def _vsa(gym_mask_mod):
+    """Bindings of vsa_block_map, with attention-gym's mask_mod from (topk, block_map, tile, sizes or None)."""
+    def bindings(rng):
+        out = []
+        for s, kv, tile, heads, top_k, batch, padded in _VSA:
+            topk, block_map, sizes = _vsa_inputs(rng, s, kv, tile, heads, top_k, batch, padded)
+            out.append(Binding(_vsa_params(block_map, sizes, s, kv, tile, batch),
+                               gym_mask_mod(topk, block_map, tile, sizes if padded else None), batch))
+        return out
+    return bindings
 
 
 def _vsa_padding(rng):
@@ -642,9 +636,9 @@ CATALOGUE_ENTRIES = [
     Entry("generate_spatial_head_mask_mod(...)", "svg.mask:spatial_head", _svg_spatial),
     Entry("generate_temporal_head_mask_mod(...)", "svg.mask:temporal_head", _svg_temporal),
     Entry("generate_vsa_mask_mod(topk_indices, tile_numel, variable_block_sizes)", "vsa.mask:vsa_block_map",
-          _vsa_topk),
+          _vsa(lambda topk, block_map, *rest: generate_vsa_mask_mod(topk, *rest))),
     Entry("generate_vsa_block_map_mask_mod(block_map, tile_numel, variable_block_sizes)", "vsa.mask:vsa_block_map",
-          _vsa_block_map),
+          _vsa(lambda topk, block_map, *rest: generate_vsa_block_map_mask_mod(block_map, *rest))),
     Entry("generate_vsa_padding_mask_mod(variable_block_sizes, tile_numel)", "vsa.mask:vsa_padding", _vsa_padding),
 ]
 IDS = [f"{e.function.split('(')[0]}-{e.source.split(':')[-1].removesuffix('.mask')}" for e in CATALOGUE_ENTRIES]
