@@ -3,6 +3,9 @@ dense reference, in the normal form and in tile bounds; shift amounts checked wh
 at bind otherwise."""
 from __future__ import annotations
 
+import ast
+import operator
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -49,9 +52,38 @@ def python_expr(draw, depth: int = 3) -> str:
     return chain(depth)
 
 
+class _Huge(Exception):
+    """A left shift whose result Python would build with more than ``_HUGE_SHIFT`` bits."""
+
+
+_HUGE_SHIFT = 4096
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+           ast.Mod: operator.mod, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+           ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_UNARY = {ast.USub: operator.neg, ast.Invert: operator.invert}
+
+
 def _python(text: str, q: int, k: int, a: int):
+    """Python's own value of ``text`` (its parser and its operators: the reference), None where Python refuses a
+    negative shift count. A shift so wide that Python would allocate gigabytes raises _Huge instead."""
+    names = {"q": q, "k": k, "a": a}
+
+    def value(node):
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return names[node.id]
+        if isinstance(node, ast.UnaryOp):
+            return _UNARY[type(node.op)](value(node.operand))
+        left, right = value(node.left), value(node.right)
+        if isinstance(node.op, ast.LShift) and right > _HUGE_SHIFT and left != 0:
+            raise _Huge(text)
+        return _BINARY[type(node.op)](left, right)
+
     try:
-        return eval(text, {"__builtins__": {}}, {"q": q, "k": k, "a": a})       # the reference: Python itself
+        return value(ast.parse(text, mode="eval"))
     except ValueError:            # a negative shift count
         return None
 
@@ -73,7 +105,11 @@ def test_expressions_evaluate_as_in_python(text, seq_len, kv_len, a):
     """Where maskc accepts the mask and the values, the dense reference and the normal form (what the range
     analysis and the kernels compute from) give Python's value at every pair; where Python refuses a pair (a
     negative shift count), maskc refuses the mask or the values."""
-    want = [[_python(text, q, k, a) for k in range(kv_len)] for q in range(seq_len)]
+    try:
+        want = [[_python(text, q, k, a) for k in range(kv_len)] for q in range(seq_len)]
+    except _Huge:                 # a value of thousands of bits: maskc must refuse it (int64 at most)
+        assert _bound_expr(text, seq_len, kv_len, a) is None, f"maskc accepted {text!r}, a value past int64"
+        return
     found = _bound_expr(text, seq_len, kv_len, a)
     if any(v is None for row in want for v in row):
         assert found is None, f"maskc accepted {text!r}, where Python refuses a negative shift count"
