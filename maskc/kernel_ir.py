@@ -262,7 +262,9 @@ def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int
 @dataclass(frozen=True)
 class ScoreCode:
     """A mask's score modifier as device code (:mod:`maskc.codegen.score`): ``code`` defines ``ScoreHead``,
-    ``score_head``, ``score_mod`` and ``score_mod_grad``; ``helpers`` the device functions it calls (``tanh.approx``);
+    ``score_head``, ``score_mod`` and ``score_mod_grad`` (with ``row_terms``, also ``score_mod_fwd`` and ``score_row``:
+    the forward's scores without the terms that read no key position, and those terms for its LSE); ``helpers``
+    the device functions it calls (``tanh.approx``);
     ``source`` is both. ``unit_slope``: its derivative is 1 everywhere (an additive modifier), so the backward
     multiplies dS by nothing. ``summary``: the modifier in one line."""
 
@@ -270,6 +272,7 @@ class ScoreCode:
     unit_slope: bool
     summary: str
     helpers: str = field(default="", repr=False)
+    row_terms: bool = False     # the forward calls score_mod_fwd and adds score_row to the LSE (per-row terms)
 
     @property
     def source(self) -> str:

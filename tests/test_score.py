@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import maskc
 from maskc.analysis.score import ScoreEvaluator
@@ -211,13 +211,26 @@ extern "C" void score_fill(const int* mask, int b, int h, float scale, int seq_l
         }
 }
 """
+LOOP_FORWARD = """
+extern "C" void score_fill_forward(const int* mask, int b, int h, float scale, int seq_len, int kv_len, int origin,
+                                   const float* s, float* forward, float* row) {
+    const ScoreHead c = score_head(mask, b, h, scale);
+    for (int q = 0; q < seq_len; ++q) {
+        row[q] = score_row(c, mask, q, (float)q, (float)origin);
+        for (int k = 0; k < kv_len; ++k)
+            forward[q * kv_len + k] = score_mod_fwd(c, mask, s[q * kv_len + k], q, k, (float)q, (float)k,
+                                                    (float)(k - origin));
+    }
+}
+"""
 _BUILD = Path(tempfile.mkdtemp(prefix="maskc_score_"))
 
 
 def compile_score(source: str):
     key = hashlib.sha1(source.encode()).hexdigest()[:16]
     cpp, so = _BUILD / f"{key}.cpp", _BUILD / f"{key}.so"
-    cpp.write_text(SHIM + source + LOOP)
+    forward = "score_mod_fwd" in source
+    cpp.write_text(SHIM + source + LOOP + (LOOP_FORWARD if forward else ""))
     res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
                          capture_output=True, text=True)
     assert res.returncode == 0, f"g++ rejected the score code:\n{res.stderr[:4000]}\n{source}"
@@ -225,7 +238,19 @@ def compile_score(source: str):
     f32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
     lib.score_fill.argtypes = [np.ctypeslib.ndpointer(np.int32), ctypes.c_int, ctypes.c_int, ctypes.c_float,
                                ctypes.c_int, ctypes.c_int, f32, f32, f32, f32]
+    if forward:
+        lib.score_fill_forward.argtypes = [np.ctypeslib.ndpointer(np.int32), ctypes.c_int, ctypes.c_int, ctypes.c_float,
+                                           ctypes.c_int, ctypes.c_int, ctypes.c_int, f32, f32, f32]
     return lib
+
+
+def forward_scores(lib, table, x_raw: np.ndarray, head: int, scale: float, origin: int) -> np.ndarray:
+    """What the forward's softmax sees, in natural units: score_mod_fwd's scores plus score_row per row (the
+    generated code through g++)."""
+    S, K = x_raw.shape
+    forward, row = np.zeros((S, K), np.float32), np.zeros(S, np.float32)
+    lib.score_fill_forward(table, 0, head, scale, S, K, origin, np.ascontiguousarray(x_raw, np.float32), forward, row)
+    return forward.astype(np.float64) * scale + row.astype(np.float64)[:, None]
 
 
 def device_scores(bound, offsets: bool, x: np.ndarray, head: int, scale: float):
@@ -259,6 +284,30 @@ def test_generated_code_computes_the_reference(statements, scale):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@settings(max_examples=25, deadline=None)
+@given(_expr(2), st.lists(st.tuples(st.sampled_from(["+", "-"]), st.sampled_from(
+           ["sl * (q - k)", "(k - q) * c", "(q - k)", "sl * (2 * q - 3 * k + 1)", "sl * q", "c", "1.5", "t[q - k]",
+            "((q - 2 * k) // 3)", "sl * (q + 2)"])), min_size=1, max_size=3),
+       st.sampled_from([0.125, 0.3, 1.0]), st.integers(0, 10))
+def test_forward_scores_and_row_terms_add_up_to_the_modifier(first, shifts, scale, origin):
+    """Where the forward leaves a modifier's per-row terms out of its scores (score_mod_fwd), the terms it adds
+    back per row (score_row) make up the modified score exactly as the reference computes it, from any origin."""
+    statements = [first, "score" + "".join(f" {op} {term}" for op, term in shifts)]   # a top chain of shifts
+    bound = _random_mask(statements).bind(seq_len=11, **RANDOM_VALUES)
+    spec = bound.kernel_spec(head_dim=64)
+    assume(spec.score.row_terms)
+    lib = compile_score(spec.predicate.source + spec.score.code)
+    desc = bound.descriptor(64, 64)
+    table = np.ascontiguousarray(desc.mask_data[desc.mask_offsets[0]:], np.int32)
+    x = np.random.default_rng(3).uniform(-2, 2, (11, 11)).astype(np.float32).astype(np.float64)
+    q, k = np.arange(11)[:, None], np.arange(11)[None, :]
+    for head in (0, 1):
+        want = ScoreEvaluator(bound.mask.resolved, bound.params.batch[0], 11, 11, head, 0)(x, q, k)[0]
+        got = forward_scores(lib, table, x / scale, head, scale, origin)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
 def test_sub_block_code_sees_the_parents_positions():
     """A restricted (context-parallel) block's kernels take local positions and read the origin from the table."""
     bound = maskc.load(EXAMPLES / "alibi.mask").bind(seq_len=40, num_heads=2, slope=[0.5, 0.25])
@@ -273,6 +322,9 @@ def test_sub_block_code_sees_the_parents_positions():
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(want, bound.modified_scores(np.pad(x.astype(np.float64), ((16, 8), (8, 16))), 0, 1)[0]
                                [16:32, 8:24])
+    table = np.ascontiguousarray(data[starts[0]:], np.int32)       # the forward's scores, from local origins
+    for origin in (0, 5):
+        np.testing.assert_allclose(forward_scores(lib, table, x, 1, 1.0, origin), want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", range(3))
@@ -317,6 +369,9 @@ def test_additive_modifiers_cost_one_fma_and_no_backward_factor():
     body = spec.score.code.split("float score_mod(")[1].split("}")[0]
     assert body.count("const float") == 1 and "fmaf(c.f0, (qf - kf), s)" in body
     assert spec.score.unit_slope
+    # the forward's: the row's share (slope * q) left for the LSE, one FMA on the key's offset from the origin
+    forward = spec.score.code.split("float score_mod_fwd(")[1].split("}")[0]
+    assert spec.score.row_terms and forward.count("const float") == 1 and "qf" not in forward.split("kfo;")[1]
     back = maskc.load(EXAMPLES / "alibi.mask").backward_source(head_dim=64).source
     assert "score_mod(sh, mask" in back and "slope[nt]" not in back
     soft = maskc.load(EXAMPLES / "softcap.mask").kernel_spec(head_dim=64).score

@@ -70,6 +70,28 @@ def _int_reads_position(e: ir.IntExpr) -> bool:
     return mentions(e, lambda n: isinstance(n, ir.Pos))
 
 
+def _reads_pos(e, which: str) -> bool:
+    """Whether the score-free ``e`` reads the position ``which`` ("q" or "k")."""
+    if isinstance(e, ir.FArith):
+        return _reads_pos(e.left, which) or _reads_pos(e.right, which)
+    if isinstance(e, ir.FCall):
+        return any(_reads_pos(a, which) for a in e.args)
+    if isinstance(e, (ir.ToFloat, ir.FloatAt)):
+        return mentions(e.value if isinstance(e, ir.ToFloat) else e.index,
+                        lambda n: isinstance(n, ir.Pos) and n.which == which)
+    return False
+
+
+def _top_chain(e) -> frozenset[int]:
+    """The nodes of ``score +- B +- C ...`` at the top of a modifier (ids): where a term added to every score
+    of a row may be left out of the forward's scores."""
+    ids = set()
+    while isinstance(e, ir.FArith) and e.op in "+-" and _is_score(e.left) and not _is_score(e.right):
+        ids.add(id(e))
+        e = e.left
+    return frozenset(ids)
+
+
 def _is_score(e) -> bool:
     return _reads(e, True)
 
@@ -86,6 +108,11 @@ class _Writer:
         self.lines: list[str] = []           # score_mod's statements (value), in order
         self.grad_lines: list[str] = []      # score_mod_grad's extra statements (derivatives)
         self._memo: dict = {}
+        # the forward's variant (score_mod_fwd): the additive terms of the top chain that read no key position
+        # are left out of its scores and collected here (C, natural units) for the LSE (score_row)
+        self.forward = False
+        self.top: frozenset[int] = frozenset()
+        self.row_terms: list[str] = []
 
     # -- hoisted, per work item --------------------------------------------------------------
     def head(self, code: str) -> str:
@@ -187,7 +214,12 @@ class _Writer:
                     return value, unit, self.grad_sum(da, db, e.op)
                 if ls:     # A +- B: raw A + (+-B) / scale
                     a, ua, da = self.score(e.left)
-                    return self.shift(self.to(a, ua, "raw"), e.right, e.op == "-"), "raw", da
+                    raw = self.to(a, ua, "raw")
+                    if self.forward and id(e) in self.top:
+                        shifted = self.shift_without_rows(raw, e.right, e.op == "-")
+                        if shifted is not None:
+                            return shifted, "raw", da
+                    return self.shift(raw, e.right, e.op == "-"), "raw", da
                 b, ub, db = self.score(e.right)       # B +- A
                 if e.op == "-":
                     negated = self.local(f"-{self.to(b, ub, 'raw')}")
@@ -227,6 +259,32 @@ class _Writer:
         """``raw + (-other if negate else other) / scale``: one add of a hoisted constant, or one FMA."""
         a, b = self.scaled(other, "-inv_scale" if negate else "inv_scale")
         return self.local(f"{raw} + {a}" if b is None else f"fmaf({a}, {b}, {raw})")
+
+    def shift_without_rows(self, raw: str, other, negate: bool) -> str | None:
+        """The forward's ``raw +- other / scale`` without the part of ``other`` that reads no key position, which
+        goes to ``row_terms`` (the softmax of a row is unchanged by a constant added to all its scores, the
+        LSE takes it back): nothing left for a term free of k; for ``H * (cq q + ck k + rest)`` (ALiBi's
+        ``slope * (q - k)``) one FMA on ``kfo``, the key's position less the row's origin ``of`` (a work item's
+        first query: near the diagonal, where the weight is, the product stays small and exact). None: no such
+        part (the plain shift applies)."""
+        sign = "-" if negate else ""
+        if not _reads_pos(other, "k"):
+            self.row_terms.append(f"{sign}{self.natural(other)}")
+            return raw
+        factor, value = None, other
+        if isinstance(other, ir.FArith) and other.op == "*":
+            for h, p in ((other.left, other.right), (other.right, other.left)):
+                if not _is_pair(h) and isinstance(p, ir.ToFloat):
+                    factor, value = h, p
+        if not isinstance(value, ir.ToFloat) or (split := _position_linear(value.value)) is None:
+            return None
+        cq, ck, rest = split
+        scale_factor = "-inv_scale" if negate else "inv_scale"
+        a = self.head(scale_factor) if factor is None else self.scaled(factor, scale_factor)[0]
+        h = "1.f" if factor is None else self.natural(factor)
+        parts = [_times(cq, "qf"), _times(ck, "of"), self.head(f"(float){self.integer(rest)}") if rest else ""]
+        self.row_terms.append(f"{sign}{h} * ({' + '.join(x for x in parts if x)})".replace("+ -", "- "))
+        return self.local(f"fmaf({a}, {_times(ck, 'kfo')}, {raw})")
 
     def grad_scale(self, d: str | None, factor: str) -> str | None:
         if d is None:
@@ -311,6 +369,11 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
     value, unit, grad = w.score(mask.score.expr) if _is_score(mask.score.expr) else (
         w.local(w.natural(mask.score.expr)), "nat", None)
     result = w.to(value, unit, "raw")
+    lines, grad_lines = w.lines, w.grad_lines
+    # the forward's variant, where the top chain adds terms that read no key position (ALiBi's slope * q)
+    w.lines, w.grad_lines, w._memo, w.forward, w.top = [], [], {}, True, _top_chain(mask.score.expr)
+    forward_result = w.to(*w.score(mask.score.expr)[:2], "raw") if w.top else None
+    forward_lines, row_terms = w.lines, w.row_terms
     out = [f"// The score modifier: {comment_text(describe(mask.score))}",
            "// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,",
            "// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))",
@@ -331,20 +394,41 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
     out += [f"    c.f{i} = {code};" for i, code in enumerate(w.fields)]
     out += ["    return c;", "}", ""]
     position = "q_local, int k_local, float qf_local, float kf_local" if offsets else "q, int k, float qf, float kf"
+    unpack = ["    const int* __restrict__ mask = table + 2;",
+              "    const int q = q_local + table[0], k = k_local + table[1];",
+              "    const float qf = qf_local + c.q0, kf = kf_local + c.k0;"] if offsets else []
     for with_grad in (False, True):
         name, extra = ("score_mod_grad", ", float& d") if with_grad else ("score_mod", "")
         out.append(f"__device__ __forceinline__ float {name}(const ScoreHead& c, const int* __restrict__ {table}, "
                    f"float s, int {position}{extra}) {{")
-        if offsets:
-            out += ["    const int* __restrict__ mask = table + 2;",
-                    "    const int q = q_local + table[0], k = k_local + table[1];",
-                    "    const float qf = qf_local + c.q0, kf = kf_local + c.k0;"]
-        out.append("    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;")
-        body = w.lines + (w.grad_lines if with_grad else [])
-        out += sorted(body, key=lambda line: int(line.split("=")[0].split()[-1][1:]))     # definition order
+        out += unpack + ["    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s;"]
+        out += _in_order(lines + (grad_lines if with_grad else []))
         if with_grad:
             out.append(f"    d = {'0.f' if grad is None else grad};")
         out += [f"    return {result};", "}", ""]
+    if row_terms:
+        out += ["// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is",
+                "// unchanged by them). kfo: the key's position less the row's origin (any position of the row's work",
+                "// item, the same for all its keys), exact and small near the diagonal.",
+                f"__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ {table}, "
+                f"float s, int {position}, float kfo) {{"]
+        out += unpack + ["    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;"]
+        out += _in_order(forward_lines) + [f"    return {forward_result};", "}", "",
+                "// What score_mod_fwd left out, for row q with origin `of`, in natural units: the forward adds it to",
+                "// the row's LSE, which is then the LSE of the modified scores.",
+                f"__device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ {table}, "
+                f"int {'q_local' if offsets else 'q'}, float {'qf_local' if offsets else 'qf'}, "
+                f"float {'of_local' if offsets else 'of'}) {{"]
+        if offsets:
+            out += ["    const int* __restrict__ mask = table + 2;", "    const int q = q_local + table[0];",
+                    "    const float qf = qf_local + c.q0, of = of_local + c.k0;"]
+        out += ["    (void)mask; (void)q; (void)qf; (void)of;",
+                f"    return {' + '.join(row_terms)};".replace("+ -", "- "), "}", ""]
     code = "\n".join(out) + "\n"
-    return ScoreCode(code, grad == _ONE, describe(mask.score), _HELPERS)
+    return ScoreCode(code, grad == _ONE, describe(mask.score), _HELPERS, row_terms=bool(row_terms))
+
+
+def _in_order(body: list[str]) -> list[str]:
+    """Generated statements ``const float vN = ...`` in definition order (N)."""
+    return sorted(body, key=lambda line: int(line.split("=")[0].split()[-1][1:]))
 

@@ -201,6 +201,7 @@ __device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, i
 struct ScoreHead {
     float scale, inv_scale;
     float f0;
+    float f1;
 };
 
 __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, int b, int h, float scale) {
@@ -211,6 +212,7 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     const float inv_scale = c.inv_scale;
     (void)inv_scale;
     c.f0 = (maskc_float_at(mask + mask[2], h)) * -inv_scale;
+    c.f1 = maskc_float_at(mask + mask[2], h);
     return c;
 }
 
@@ -225,6 +227,22 @@ __device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* _
     const float v0 = fmaf(c.f0, (qf - kf), s);
     d = 1.f;
     return v0;
+}
+
+// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is
+// unchanged by them). kfo: the key's position less the row's origin (any position of the row's work
+// item, the same for all its keys), exact and small near the diagonal.
+__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float kfo) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;
+    const float v0 = fmaf(c.f0, -kfo, s);
+    return v0;
+}
+
+// What score_mod_fwd left out, for row q with origin `of`, in natural units: the forward adds it to
+// the row's LSE, which is then the LSE of the modified scores.
+__device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ mask, int q, float qf, float of) {
+    (void)mask; (void)q; (void)qf; (void)of;
+    return -c.f1 * (qf - of);
 }
 
 

@@ -188,6 +188,7 @@ __device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, i
 struct ScoreHead {
     float scale, inv_scale;
     float f0;
+    float f1;
 };
 
 __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, int b, int h, float scale) {
@@ -198,6 +199,7 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     const float inv_scale = c.inv_scale;
     (void)inv_scale;
     c.f0 = (maskc_float_at(mask + mask[2], h)) * -inv_scale;
+    c.f1 = maskc_float_at(mask + mask[2], h);
     return c;
 }
 
@@ -212,6 +214,22 @@ __device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* _
     const float v0 = fmaf(c.f0, (qf - kf), s);
     d = 1.f;
     return v0;
+}
+
+// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is
+// unchanged by them). kfo: the key's position less the row's origin (any position of the row's work
+// item, the same for all its keys), exact and small near the diagonal.
+__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float kfo) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;
+    const float v0 = fmaf(c.f0, -kfo, s);
+    return v0;
+}
+
+// What score_mod_fwd left out, for row q with origin `of`, in natural units: the forward adds it to
+// the row's LSE, which is then the LSE of the modified scores.
+__device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ mask, int q, float qf, float of) {
+    (void)mask; (void)q; (void)qf; (void)of;
+    return -c.f1 * (qf - of);
 }
 
 
@@ -339,18 +357,22 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
 // s <- mod(scale * s) / scale on every pair of the tile (q_row: the query of fragment row g; key0: the tile's
 // first key + 2t). One call per kv tile; ScoreHead holds everything that reads neither q, k nor s. Positions
 // as floats are the row's and the tile's first plus constants: two conversions per call, none per pair.
+// This modifier adds terms that read no key position: they are left out here (score_mod_fwd) and added to the
+// LSE at the end (score_row), from `origin`, the work item's first query.
 template <int N_TILES>
 __device__ __forceinline__ void modify_scores(float (&s)[N_TILES][4], const ScoreHead& sh, const int* __restrict__ mask,
-                                              int q_row, int key0) {
+                                              int q_row, int key0, int origin) {
     const float q_rowf = (float)q_row, key0f = (float)key0;
+    const float key0f_from_origin = (float)(key0 - origin);
     #pragma unroll
     for (int half = 0; half < 2; ++half)
         #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt)
             #pragma unroll
             for (int e = 0; e < 2; ++e)
-                s[nt][half * 2 + e] = score_mod(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
-                                                q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e));
+                s[nt][half * 2 + e] = score_mod_fwd(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
+                                                    q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e),
+                                                    key0f_from_origin + (float)(nt * 8 + e));
 }
 
 // This kernel keeps its own masking and softmax code, as measured in run 13 (353 TF/s at 32K causal): with
@@ -435,7 +457,7 @@ __device__ __forceinline__ void attend_tile(
 
     // ---- the score modifier, on every pair (masking below then hides what it must) ----
     #pragma unroll
-    for (int mt = 0; mt < M_TILES; ++mt) modify_scores(s[mt], sh, mask, q0 + warp_row0 + mt * 16 + g, k0 + 2 * t);
+    for (int mt = 0; mt < M_TILES; ++mt) modify_scores(s[mt], sh, mask, q0 + warp_row0 + mt * 16 + g, k0 + 2 * t, q0);
 
     // ---- masking: -inf where the predicate (or the kv_len bound) hides a key ----
     // MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs for this tile (one
@@ -698,7 +720,8 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_CTAS_PER_SM) maskc
             if (lse != nullptr && t == 0 && q0 + row < seq_len) {
                 const float m_scaled = st.m[mt][half] * scale_log2;
                 lse[((long long)b * num_heads + h) * seq_len + q0 + row] =
-                    l > 0.f ? (m_scaled + __log2f(l)) * LN2 : neg_inf();
+                    l > 0.f ? (m_scaled + __log2f(l)) * LN2
+                                  + score_row(sh, mask, q0 + row, (float)(q0 + row), (float)q0) : neg_inf();
             }
             #pragma unroll
             for (int dt = 0; dt < D_TILES; ++dt) {

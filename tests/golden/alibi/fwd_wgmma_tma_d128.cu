@@ -196,6 +196,7 @@ __device__ __forceinline__ float maskc_float_at(const int* __restrict__ table, i
 struct ScoreHead {
     float scale, inv_scale;
     float f0;
+    float f1;
 };
 
 __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, int b, int h, float scale) {
@@ -206,6 +207,7 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     const float inv_scale = c.inv_scale;
     (void)inv_scale;
     c.f0 = (maskc_float_at(mask + mask[2], h)) * -inv_scale;
+    c.f1 = maskc_float_at(mask + mask[2], h);
     return c;
 }
 
@@ -220,6 +222,22 @@ __device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* _
     const float v0 = fmaf(c.f0, (qf - kf), s);
     d = 1.f;
     return v0;
+}
+
+// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is
+// unchanged by them). kfo: the key's position less the row's origin (any position of the row's work
+// item, the same for all its keys), exact and small near the diagonal.
+__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float kfo) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;
+    const float v0 = fmaf(c.f0, -kfo, s);
+    return v0;
+}
+
+// What score_mod_fwd left out, for row q with origin `of`, in natural units: the forward adds it to
+// the row's LSE, which is then the LSE of the modified scores.
+__device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ mask, int q, float qf, float of) {
+    (void)mask; (void)q; (void)qf; (void)of;
+    return -c.f1 * (qf - of);
 }
 
 
@@ -484,18 +502,22 @@ __device__ __forceinline__ float row_lse(float m, float l, float scale_log2) {
 // s <- mod(scale * s) / scale on every pair of the tile (q_row: the query of fragment row g; key0: the tile's
 // first key + 2t). One call per kv tile; ScoreHead holds everything that reads neither q, k nor s. Positions
 // as floats are the row's and the tile's first plus constants: two conversions per call, none per pair.
+// This modifier adds terms that read no key position: they are left out here (score_mod_fwd) and added to the
+// LSE at the end (score_row), from `origin`, the work item's first query.
 template <int N_TILES>
 __device__ __forceinline__ void modify_scores(float (&s)[N_TILES][4], const ScoreHead& sh, const int* __restrict__ mask,
-                                              int q_row, int key0) {
+                                              int q_row, int key0, int origin) {
     const float q_rowf = (float)q_row, key0f = (float)key0;
+    const float key0f_from_origin = (float)(key0 - origin);
     #pragma unroll
     for (int half = 0; half < 2; ++half)
         #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt)
             #pragma unroll
             for (int e = 0; e < 2; ++e)
-                s[nt][half * 2 + e] = score_mod(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
-                                                q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e));
+                s[nt][half * 2 + e] = score_mod_fwd(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
+                                                    q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e),
+                                                    key0f_from_origin + (float)(nt * 8 + e));
 }
 
 // ---- 128-byte-swizzled tiles, the layout wgmma reads ---------------------------------------------------
@@ -611,7 +633,8 @@ template <int D_TILES>
 __device__ __forceinline__ void store_warp_rows(const float (&acc)[D_TILES][4], const float (&m)[2], const float (&l)[2],
                                                 u32 staging, int warp_row0, int lane, int q0, int seq_len,
                                                 float scale_log2, float* __restrict__ lse_row0,
-                                                u16* __restrict__ o_row0, long long o_row_stride) {
+                                                u16* __restrict__ o_row0, long long o_row_stride,
+                                                const float (&lse_shift)[2]) {
     const int g = lane >> 2, t = lane & 3;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -620,7 +643,7 @@ __device__ __forceinline__ void store_warp_rows(const float (&acc)[D_TILES][4], 
         row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
         const float inv = row_sum > 0.f ? 1.f / row_sum : 0.f;   // no visible key -> O = 0, LSE = -inf
         const int row = warp_row0 + g + half * 8;
-        if (lse_row0 != nullptr && t == 0 && q0 + row < seq_len) lse_row0[row] = row_lse(m[half], row_sum, scale_log2);
+        if (lse_row0 != nullptr && t == 0 && q0 + row < seq_len) lse_row0[row] = row_lse(m[half], row_sum, scale_log2) + lse_shift[half];
         #pragma unroll
         for (int dt = 0; dt < D_TILES; ++dt) {
             const u32 packed = pack2(acc[dt][half * 2] * inv, acc[dt][half * 2 + 1] * inv);
@@ -982,7 +1005,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_alibi(
             // mask (PARTIAL tiles and the ragged last tile only) the tile `walk` is at
             auto mask_tile = [&](float (&s)[N_TILES][4]) {
                 const int k0 = walk.kv_block * BLOCK_N;
-                modify_scores(s, sh, mask, it.q0 + warp_row0 + g, k0 + 2 * t);   // every pair, before masking
+                modify_scores(s, sh, mask, it.q0 + warp_row0 + g, k0 + 2 * t, it.q0);   // every pair, before masking
                 mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem,
                                         walk.kind != KIND_FULL, k0 + BLOCK_N > kv_len);
             };
@@ -1036,8 +1059,15 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_alibi(
 
             // ---- epilogue: finish the row sums, normalize, write LSE and O (staged through shared memory) ----
             float* lse_row0 = lse != nullptr ? lse + ((long long)it.b * num_heads + it.h) * seq_len + it.q0 : nullptr;
+            // the modifier's per-row terms, which the scores left out (modify_scores), back into the LSE
+            float lse_shift[2];
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int q = it.q0 + warp_row0 + g + 8 * half;
+                lse_shift[half] = score_row(sh, mask, q, (float)q, (float)it.q0);
+            }
             store_warp_rows(acc, m, l, o_smem, warp_row0, lane, it.q0, seq_len, scale_log2, lse_row0,
-                            o + it.b * o_sb + it.h * o_sh + (long long)it.q0 * o_ss, o_ss);
+                            o + it.b * o_sb + it.h * o_sh + (long long)it.q0 * o_ss, o_ss, lse_shift);
             if (O_IN_Q_BUFFER) {
                 fence_proxy_async();
                 __syncwarp();
