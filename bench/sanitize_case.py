@@ -1,5 +1,6 @@
 """A small case for compute-sanitizer (memcheck, racecheck) with the default kernels: real example masks,
-ragged lengths, PARTIAL + FULL + ragged tiles, empty row blocks, GQA, batch 2 with different parameters;
+ragged lengths, PARTIAL + FULL + ragged tiles, empty row blocks, GQA, batch 2 with different parameters, a score
+modifier;
 then the backward kernels (both modes) on the same cases (``--forward``: the forward only). Exits non-zero if
 an output is wrong. The options are the environment's (MASKC_*).
 
@@ -28,6 +29,7 @@ def main() -> int:
         (ex("document").bind(seq_len=257, docs=[[100, 57, 100], [200, 57]]), 64),
         (ex("hstu").bind(seq_len=300, users=[120, 180], targets=[12, 18], context=3), 128),
         (ex("clear").bind(seq_len=200, text=64, width=16, radius=3), 128),
+        (ex("alibi").bind(seq_len=300, num_heads=4, slope=[0.5, 0.25, 0.125, 0.0625]), 128),   # a score modifier
     ]
     ok = True
     for bound, D in cases:
