@@ -13,7 +13,7 @@ import maskc
 from maskc.errors import BindError
 
 from conftest import EXAMPLES
-from mask_strategies import binding, mask_text
+from mask_strategies import HEADER, binding, mask_text
 from test_predicate import check_bound, needs_gxx
 
 INT32_MAX = 2 ** 31 - 1
@@ -137,3 +137,36 @@ def test_the_width_is_part_of_the_kernel():
     narrow = compiled.bind(64, a=5, c=3, w=10).kernel_spec(engine="mma")
     wide = compiled.bind(64, a=INT32_MAX, c=-100, w=10).kernel_spec(engine="mma")
     assert narrow.predicate.source != wide.predicate.source
+
+
+# Masks that add, scale and square per-segment values (t) and segment counts: their widened bounds cross
+# the limits where the exact ones do not.
+T_MASKS = [HEADER + "\n  allow k <= q + t(q) + c\n", HEADER + "\n  allow k >= 2 * t(q) - c, k <= q + docs.index(q)\n",
+           HEADER + "\n  allow (k - t(q)) // 3 <= c, k <= q * 2 + t(q) - a\n",
+           HEADER + "\n  allow k <= q + (t(q) - c) ** 2\n  deny k < min(t(q), c) + docs.index(q)\n"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(text=st.one_of(st.sampled_from(T_MASKS), mask_text(exact=False)),
+       binds=st.lists(binding(max_len=40), min_size=2, max_size=4), c=edge_int(),
+       t=st.lists(edge_int(), min_size=1, max_size=4))
+def test_remembered_width_proofs_agree_with_the_walk(text, binds, c, t):
+    """The widened proofs a mask remembers (widths._Program.first_failing) pass exactly where the walk over
+    the bound values passes, for the 64-bit and the 32-bit limits, bind after bind (later binds hit what
+    earlier ones remembered; per-segment values near the int32 edges widen past them)."""
+    from maskc.analysis.bounds import LIMIT, NARROW_LIMIT, Bounds
+    from maskc.analysis.widths import TILE_PADDING, _program
+
+    compiled = maskc.compile_mask(text)
+    program = _program(compiled.resolved, compiled.ranges)
+    for seq_len, kv_len, params in binds:
+        params = {**params, "c": c, "t": [t[i % len(t)] for i in range(len(params["docs"]))]}
+        try:
+            bound = compiled.bind(seq_len, kv_len, **params)
+        except BindError:
+            continue
+        element = bound.params.batch[0]
+        for limit, padding, forms_only in ((LIMIT, 0, False), (NARROW_LIMIT, TILE_PADDING, True)):
+            bounds = Bounds(element, seq_len, kv_len, 1, 0, limit, padding)
+            end = (program.roots[program.forms - 1] if program.forms else 0) if forms_only else len(program.steps)
+            assert program.first_failing(bounds, forms_only) == program._walk(bounds, end, None)

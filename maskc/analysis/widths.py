@@ -76,6 +76,10 @@ class _Program:
             for e in cond_exprs(rule.cond):
                 self._add("expr", e)
             self.roots.append(len(self.steps))
+        self.leaves = [node for kind, node, _ in self.steps if kind == "leaf"]     # in step order
+        self.widen = [_widening(node) for node in self.leaves]
+        self.monotone = all(_monotone(kind, node) for kind, node, _ in self.steps)
+        self._passed: dict = {}         # widened leaves -> whether every step passes with them
 
     def _add(self, kind: str, node) -> int:
         key = (kind, node)
@@ -94,16 +98,71 @@ class _Program:
         return hit
 
     def first_failing(self, bounds: Bounds, forms_only: bool = False) -> int | None:
-        """The index of the first checked item some step of which leaves the bounds' limit, else None."""
+        """The index of the first checked item some step of which leaves the bounds' limit, else None.
+
+        A program of monotone steps first tries its leaves widened (:func:`_widened`), remembered per mask:
+        a pass there is a pass here (every step's bounds only grow with its inputs', and every limit check
+        is monotone in them), so binds whose segment lengths and per-segment values change from batch to
+        batch mostly skip the walk. Only passes are taken from there: a failure walks the exact leaves."""
+        end = (self.roots[self.forms - 1] if self.forms else 0) if forms_only else len(self.steps)
+        leaves = [bounds.leaf(node) for node in self.leaves] if self.monotone else None
+        if leaves is not None:
+            key = (bounds.limit, bounds.padding, end, tuple(_widened(v, how) for v, how in zip(leaves, self.widen)))
+            passed = self._passed.get(key)
+            if passed is None:
+                if len(self._passed) >= _MEMO:
+                    self._passed.clear()
+                passed = self._passed[key] = self._walk(bounds, end, key[3]) is None
+            if passed:
+                return None
+        return self._walk(bounds, end, leaves)
+
+    def _walk(self, bounds: Bounds, end: int, leaves) -> int | None:
+        """first_failing over the steps before ``end``, the leaves' bounds given in step order (else asked of
+        ``bounds``)."""
         values: list = []
         combine: dict = {"lin": bounds.of_lin, "term": bounds.of_term, "expr": bounds.of_expr}
-        end = (self.roots[self.forms - 1] if self.forms else 0) if forms_only else len(self.steps)
+        given = iter(leaves) if leaves is not None else None
         try:
             for kind, node, kids in self.steps[:end]:
-                values.append(bounds.leaf(node) if kind == "leaf" else combine[kind](node, [values[i] for i in kids]))
+                if kind == "leaf":
+                    values.append(next(given) if given is not None else bounds.leaf(node))
+                else:
+                    values.append(combine[kind](node, [values[i] for i in kids]))
         except _REFUSED:
             return next(i for i, end in enumerate(self.roots) if end > len(values))
         return None
+
+
+_MEMO = 256         # widened leaf sets remembered per mask and limit
+
+
+def _monotone(kind: str, node) -> bool:
+    """Whether a step's bounds grow with its inputs' (inclusion-monotone, its limit checks monotone in them)
+    and read nothing else: sums, products, quotients, min/max, squares and roots do; table reads and segment
+    bounds read data, and bit operations' bounds are not monotone."""
+    if kind == "term":
+        return isinstance(node, (ir.Square, ir.Product, ir.Floor, ir.Extreme, ir.Root))
+    if kind == "expr":
+        return isinstance(node, (ir.Const, ir.Func)) or (isinstance(node, ir.Arith) and node.op not in ir.BIT_OPS)
+    return True
+
+
+def _widening(node) -> str:
+    """How a leaf's bounds are widened for the memo: those that change with the batch's data (per-segment
+    values, segment counts) to powers of two; positions, lengths and ints kept exact."""
+    if isinstance(node, ir.SegValue) or (isinstance(node, ir.SegAttr) and node.attr == "index"):
+        return "pow2"
+    return "exact"
+
+
+def _widened(bounds: tuple[int, int], how: str) -> tuple[int, int]:
+    """``bounds`` (lo, hi) widened ``how`` (:func:`_widening`): a negative lo down to -(2**n - 1), a positive
+    hi up to 2**n - 1."""
+    if how == "exact":
+        return bounds
+    lo, hi = bounds
+    return (-((1 << (-lo).bit_length()) - 1) if lo < 0 else lo, (1 << hi.bit_length()) - 1 if hi > 0 else hi)
 
 
 def _checked_forms(ranges: ir.RangeMask):
