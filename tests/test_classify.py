@@ -1,7 +1,7 @@
 """Tile classification against brute force: sound on every mask, exact on the k-linear fragment."""
 import numpy as np
 import pytest
-from hypothesis import assume, event, given, strategies as st
+from hypothesis import assume, event, given, settings, strategies as st
 
 import maskc
 from maskc.errors import MaskError
@@ -243,3 +243,39 @@ def test_heads_agree_on_runs(rules, bind_args, shape, heads):
         truths = [tile_truth(bound.dense(b, h), *shape) for h in range(heads)]
         want = np.where(np.all([t == truths[0] for t in truths], axis=0), truths[0], maskc.PARTIAL)
         np.testing.assert_array_equal(bound.tile_map(*shape).classes[b], want)
+
+
+@settings(max_examples=200)
+@given(piecewise_mask(), piecewise_mask(), st.lists(_ATOM | _GUARD, max_size=2), st.lists(st.integers(-3, 3), min_size=1),
+       binding(max_len=120))
+def test_regions_found_inside_others_are_inside(rule, other, extra, shifts, bind_args):
+    """The piece path drops a region whose forms show it inside another (pieces._inside): wherever it says so,
+    every row's keys of the one are keys of the other (per-row intervals, brute force over the rows). The
+    regions: a rule's, the same rule with more atoms (often inside it), the rule with its constants moved (one
+    way or the other), another rule's."""
+    import itertools
+    import re
+
+    from maskc.analysis.intervals import region_rows
+    from maskc.analysis.pieces import _inside
+    from maskc.analysis.rows import RowValues
+    rule, other = (r.replace("  deny ", "  allow ") for r in (rule, other))
+    tighter = rule.rstrip("\n") + "".join(f", {a}" for a in extra) + "\n"
+    moves = itertools.cycle(shifts)
+    moved = re.sub(r"(?<=[ (])(\d)\b", lambda m: str(int(m.group(1)) + next(moves) + 3), rule)
+    text = rule + "".join("  allow " + r.split("allow ", 1)[1] for r in (tighter, moved, other))
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    special = mask.specialized(bound.params.batch[0].ints)
+    assume(special.linear)
+    rows = RowValues(bound.params.batch[0], bound.seq_len, bound.kv_len, 0, 0, np.arange(bound.seq_len))
+    for inner in special.allow:
+        for outer in special.allow:
+            if inner is outer or not _inside(inner, outer):
+                continue
+            event("a region inside another")
+            (i_lo, i_hi), (o_lo, o_hi) = region_rows(inner, rows, bound.kv_len), region_rows(outer, rows, bound.kv_len)
+            seen = i_lo < i_hi
+            assert np.all((o_lo[seen] <= i_lo[seen]) & (i_hi[seen] <= o_hi[seen]))

@@ -83,7 +83,33 @@ def plan_of(allow, deny) -> PiecePlan | None:
             s = slopes(b.lin, breaks)
             if s is None or any(abs(x) > 1 for x in s) or (s != {0} and b.den != 1):
                 return None
-    return PiecePlan(allow, deny, breaks)
+    return PiecePlan(_unsubsumed(allow), _unsubsumed(deny), breaks)
+
+
+def _unsubsumed(regions) -> tuple:
+    """The regions less those inside another of them (:func:`_inside`): the same union of keys per row, from
+    fewer intervals (a case split of ``q == k or d > 0`` over clamps leaves several sub-cases of one region)."""
+    kept: list = []
+    for region in regions:
+        if any(_inside(region, other) for other in kept):
+            continue
+        kept = [other for other in kept if not _inside(other, region)] + [region]
+    return tuple(r for r in regions if any(r is k for k in kept))
+
+
+def _inside(inner, outer) -> bool:
+    """Whether every row's keys of linear region ``inner`` lie in those of ``outer``, read off their forms:
+    each bound and guard of ``outer`` is implied by one of ``inner`` that differs from it by a constant (a
+    lower bound or guard at least as high, an upper bound at least as low)."""
+    def implied(mine, theirs, sign: int) -> bool:         # per (lin, den): sign * (mine - theirs) >= 0
+        return all(any(d == e and m.terms == t.terms and sign * (m.const - t.const) >= 0 for m, d in mine)
+                   for t, e in theirs)
+
+    def forms(items):
+        return [(x.lin, getattr(x, "den", 1)) for x in items]
+
+    return (implied(forms(inner.lower), forms(outer.lower), 1) and implied(forms(inner.upper), forms(outer.upper), -1)
+            and implied(forms(inner.guards + inner.static_guards), forms(outer.guards + outer.static_guards), 1))
 
 
 def _pairs(groups) -> tuple[np.ndarray, np.ndarray]:
