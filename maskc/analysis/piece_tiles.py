@@ -124,20 +124,24 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     starts = sorted_unique(np.concatenate(parts))
     starts = starts[(starts >= row0) & (starts < row1)]
     for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
+        n = len(starts)
         ends = np.append(starts[1:], row1) - 1
-        at_start = RowValues(params, seq_len, kv_len, head, b, starts)
-        at_next = RowValues(params, seq_len, kv_len, head, b, np.minimum(starts + 1, ends))
-        values = [(np.broadcast_to(at_start.lin(a), starts.shape), np.broadcast_to(at_next.lin(a), starts.shape))
-                  for a in extreme.args]
+        rows_ = RowValues(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
+        values = [rows_.lin(a) for a in extreme.args]           # at each piece's first and second rows
         cuts = [starts]
         for i in range(len(values)):
             for j in range(i + 1, len(values)):
-                d0 = values[i][0] - values[j][0]
-                step = (values[i][1] - values[j][1]) - d0
+                d = values[i] - values[j]
+                if not np.ndim(d):
+                    continue                                    # two constants never cross
+                d0 = d[:n]
+                step = d[n:] - d0
                 ahead = (step != 0) & (d0 * step < 0)
-                at = starts[ahead] - (d0[ahead] // step[ahead])      # the first row past the crossing
-                cuts.append(at[at <= ends[ahead]])
-        starts = sorted_unique(np.concatenate(cuts))
+                if ahead.any():
+                    at = starts[ahead] - (d0[ahead] // step[ahead])  # the first row past the crossing
+                    cuts.append(at[at <= ends[ahead]])
+        if len(cuts) > 1:
+            starts = sorted_unique(np.concatenate(cuts))
     return starts
 
 

@@ -21,18 +21,42 @@ def segment_lookup(table, positions: np.ndarray, extent: int):
     """index, start, end of the segment holding each position (gap segments outside the range), whether
     it is inside the range, and the index clipped to a valid one: O(positions x log segments), no table
     of every position."""
-    bounds = table.bounds
-    idx = np.searchsorted(bounds, positions, side="right") - 1
-    inside = (idx >= 0) & (idx < table.count)
-    safe = np.clip(idx, 0, max(table.count - 1, 0))
-    before = positions < bounds[0]
-    if table.count:
-        start = np.where(inside, bounds[safe], np.where(before, 0, bounds[-1]))
-        end = np.where(inside, bounds[safe + 1], np.where(before, bounds[0], extent))
-    else:
-        start = np.where(before, 0, bounds[-1])
-        end = np.where(before, bounds[0], extent)
-    return np.where(inside, idx, -1), start, end, inside, safe
+    at = segment_slot(table, positions)
+    return tuple(segment_attr(table, at, attr, extent) for attr in ("index", "start", "end", "inside", "safe"))
+
+
+def segment_slot(table, positions: np.ndarray) -> np.ndarray:
+    """Per position, 0 before the first segment, i + 1 in segment i, count + 1 past the last: what
+    :func:`segment_attr` reads its attributes at."""
+    return table.bounds.searchsorted(positions, side="right")
+
+
+_SEGMENT_ATTRS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def segment_attr(table, at: np.ndarray, attr: str, extent: int, array: str | None = None) -> np.ndarray:
+    """One attribute of the segment at each position, from its :func:`segment_slot` ``at``: ``index`` (-1
+    outside the range), ``start`` and ``end`` (of the gap before the first segment, [0, bounds[0]), and
+    after the last, [bounds[-1], extent), outside), ``length``, ``inside``, ``safe`` (the index clipped into
+    [0, count - 1]) or ``value`` (per-segment array ``array``, 0 outside). One gather from a table of
+    count + 2 entries per attribute, made once per segment table."""
+    cached = _SEGMENT_ATTRS.get(table)
+    if cached is None:
+        cached = _SEGMENT_ATTRS[table] = {}
+    key = (attr, array, extent if attr in ("end", "length") else None)
+    hit = cached.get(key)
+    if hit is None:
+        n, bounds = table.count, table.bounds
+        ends = np.append(bounds, np.int64(extent))
+        hit = {"index": lambda: np.concatenate([[-1], np.arange(n), [-1]]),
+               "start": lambda: np.concatenate([[0], bounds]),
+               "end": lambda: ends,
+               "length": lambda: ends - np.concatenate([[0], bounds]),
+               "inside": lambda: np.concatenate([[False], np.ones(n, bool), [False]]),
+               "safe": lambda: np.concatenate([[0], np.arange(n), [max(n - 1, 0)]]),
+               "value": lambda: np.concatenate([[0], table.value(array), [0]])}[attr]()
+        hit = cached[key] = np.asarray(hit, bool if attr == "inside" else np.int64)
+    return hit[at]
 
 
 def seg_bound(table, index):
@@ -108,7 +132,7 @@ class RowValues(_Scalars):
         self.gather = gather              # (values at fewer rows, index): forms free of chunks come from there
         self.extent = max(seq_len, kv_len)
         self._memo: dict = {}
-        self._lookups: dict = {}
+        self._slots: dict = {}
 
     def lin(self, lin: ir.Lin):
         hit = self._memo.get(lin)             # regions share many bounds: each is computed once
@@ -118,10 +142,15 @@ class RowValues(_Scalars):
                 hit = self.gather[0].lin(fixed)   # the part free of chunks at the fewer rows, gathered once
                 hit = hit[self.gather[1]] if np.ndim(hit) else hit
             else:
-                hit, moving = np.int64(lin.const), lin.terms
+                hit, moving = (None if lin.const == 0 else np.int64(lin.const)), lin.terms
             for t, c in moving:
                 v = self.term(t)
-                hit = hit + (v if c == 1 else -v if c == -1 else c * v)
+                if hit is None:
+                    hit = v if c == 1 else -v if c == -1 else c * v
+                else:
+                    hit = hit + v if c == 1 else hit - v if c == -1 else hit + c * v
+            if hit is None:
+                hit = np.int64(0)
             self._memo[lin] = hit
         return hit
 
@@ -136,12 +165,15 @@ class RowValues(_Scalars):
             self._memo[t] = hit
         return hit
 
-    def _lookup(self, seg: str, pos: str):
-        if (seg, pos) not in self._lookups:
+    def _slot(self, seg: str, pos: str):
+        """(segment table, :func:`segment_slot` of the positions) for segments ``seg`` at q or k, once."""
+        hit = self._slots.get((seg, pos))
+        if hit is None:
             positions = self.q if pos == "q" else self.k
             assert positions is not None, "a form that reads k needs key positions"
-            self._lookups[seg, pos] = segment_lookup(self.params.segment(seg), positions, self.extent)
-        return self._lookups[seg, pos]
+            table = self.params.segment(seg)
+            hit = self._slots[seg, pos] = (table, segment_slot(table, positions))
+        return hit
 
     def _term(self, t):
         if isinstance(t, ir.Pos):
@@ -153,11 +185,10 @@ class RowValues(_Scalars):
         if isinstance(t, ir.ParamRef):
             return np.int64(self.params.int(t.name))
         if isinstance(t, (ir.SegAttr, ir.SegValue)):
-            index, start, end, inside, safe = self._lookup(t.seg, t.pos)
+            table, at = self._slot(t.seg, t.pos)
             if isinstance(t, ir.SegValue):
-                values = self.params.segment(t.seg).value(t.array)
-                return np.where(inside, values[safe], 0) if len(values) else np.zeros_like(index)
-            return {"index": index, "start": start, "end": end}[t.attr] if t.attr != "length" else end - start
+                return segment_attr(table, at, "value", self.extent, t.array)
+            return segment_attr(table, at, t.attr, self.extent)
         if isinstance(t, ir.Square):
             v = self.lin(t.base)
             return v * v
