@@ -279,3 +279,25 @@ def test_regions_found_inside_others_are_inside(rule, other, extra, shifts, bind
             (i_lo, i_hi), (o_lo, o_hi) = region_rows(inner, rows, bound.kv_len), region_rows(outer, rows, bound.kv_len)
             seen = i_lo < i_hi
             assert np.all((o_lo[seen] <= i_lo[seen]) & (i_hi[seen] <= o_hi[seen]))
+
+
+@pytest.mark.parametrize("cells", [None, 0])
+@settings(max_examples=300)      # about one draw in ten has q_blocks whose hulls do not chain
+@given(text=st.one_of(mask_text(exact=True), st.lists(piecewise_mask(), min_size=1, max_size=3).map(
+    lambda rules: rules[0] + "".join(r.split("\n", 1)[1] for r in rules[1:]))), bind_args=binding(max_len=300),
+       shape=tile_shape)
+def test_exact_where_slot_hulls_do_not_chain(cells, text, bind_args, shape):
+    """runs_of_keys counts the keys of the q_blocks where per-slot hulls do not chain, on rows of counters up
+    to tiles.ROW_COUNT_CELLS of them and by sorting past it (cells=0): the classes stay the brute-force ones."""
+    import maskc.analysis.tiles as tiles_module
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    saved = tiles_module.ROW_COUNT_CELLS
+    tiles_module.ROW_COUNT_CELLS = saved if cells is None else cells
+    try:
+        got = _classes_in_chunks(mask, bound, shape, 1 << 20)
+    finally:
+        tiles_module.ROW_COUNT_CELLS = saved
+    np.testing.assert_array_equal(got, tile_truth(bound.dense(), *shape))

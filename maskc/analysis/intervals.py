@@ -53,7 +53,8 @@ def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
     lo = np.stack([i[0] for i in intervals])
     hi = np.stack([i[1] for i in intervals])
     order = np.argsort(lo, axis=0, kind="stable")
-    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
+    column = np.arange(lo.shape[1])
+    lo, hi = lo[order, column], hi[order, column]
     out = []
     cur_lo, cur_hi = lo[0], hi[0]
     for j in range(1, len(intervals)):
@@ -74,7 +75,8 @@ def compact(slots):
         return slots
     lo, hi = np.stack([s[0] for s in slots]), np.stack([s[1] for s in slots])
     order = np.argsort(lo, axis=0, kind="stable")
-    lo, hi = np.take_along_axis(lo, order, 0), np.take_along_axis(hi, order, 0)
+    column = np.arange(lo.shape[1])
+    lo, hi = lo[order, column], hi[order, column]
     return [(lo[j], hi[j]) for j in range(len(slots)) if (lo[j] < hi[j]).any()]
 
 

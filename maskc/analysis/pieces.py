@@ -125,20 +125,22 @@ def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.nd
     """``starts`` with the rows added where a pair of forms changes order: ``first`` and ``last`` are the
     forms' values [forms, pieces] at each piece's first and last row (``span`` rows after the first; the
     forms affine on each piece), ``pairs`` two index arrays. Affine forms keep their order (<, = or >) over
-    a piece when they have it at both ends, so only those pairs and pieces are searched; with many pairs,
-    first only the pieces where the order of all the forms, ties included, differs between the ends."""
+    a piece when they have it at both ends, so only those pairs and pieces are searched; with many pairs and
+    pieces, first only the pieces where the order of all the forms, ties included, differs between the ends."""
     i, j = pairs
-    pieces = np.arange(len(starts))
-    if len(i) > _FEW_PAIRS:
+    pieces = None
+    if len(i) * len(starts) > _PAIR_PIECES:
         order = np.argsort(first, axis=0, kind="stable")
-        a, b = np.take_along_axis(first, order, 0), np.take_along_axis(last, order, 0)
-        pieces = np.flatnonzero(((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0))
+        column = np.arange(first.shape[1])
+        a, b = first[order, column], last[order, column]
+        pieces = (((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0)).nonzero()[0]
         first, last = first[:, pieces], last[:, pieces]
     d0, d1 = first[i] - first[j], last[i] - last[j]
-    pair, piece = np.nonzero(np.sign(d0) != np.sign(d1))
+    pair, piece = (np.sign(d0) != np.sign(d1)).nonzero()
     if not len(pair):
         return starts
-    d0, d1, piece = d0[pair, piece], d1[pair, piece], pieces[piece]
+    d0, d1 = d0[pair, piece], d1[pair, piece]
+    piece = piece if pieces is None else pieces[piece]
     span = span[piece]
     step = (d1 - d0) // span                      # exact: the forms are affine on the piece
     e, m = d0 * np.sign(step), np.abs(step)       # e + m t rises with the row t
@@ -149,8 +151,9 @@ def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.nd
     return sorted_unique(np.concatenate(cuts))
 
 
-# Pairs searched piece by piece without first looking for the pieces where some order changes.
-_FEW_PAIRS = 8
+# Pairs x pieces up to which every pair is compared on every piece, without first looking for the pieces where
+# some order changes (a sort of every piece's forms: worth it for many pairs on many pieces only).
+_PAIR_PIECES = 1 << 16
 
 
 def _one_region(plan: PiecePlan, value0: np.ndarray, slope0: np.ndarray, span: np.ndarray):

@@ -1,6 +1,8 @@
 """Run-length tile rows: the shared currency of classify and pack (int32 CSR of (begin, end, kind))."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from maskc.analysis.keys import covered_by_all, sorted_unique, subtract, union
@@ -126,59 +128,94 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
 
     Most q_blocks are settled from per-slot hulls (the keys touched are the hull of each slot's intervals
     where consecutive owners' intervals chain; a block every owner covers lies in one slot where the slots'
-    hulls are disjoint); the others from the intervals themselves (:func:`_counted_runs`)."""
+    hulls are disjoint); the touched and covered key blocks of the others' owners and slots are counted
+    (:func:`_counted_runs`)."""
     kt = -(-kv_len // block_n)
+    big = np.int64(1) << 40
+    lo, hi, lo_b, hi_b = (np.array(x) for x in zip(*slots))          # [slots, owners]
+    live = lo < hi
+    t0 = np.where(live, np.minimum(lo, lo_b) // block_n, big)         # touched key blocks [t0, t1)
+    t1 = np.where(live, -(-np.maximum(hi, hi_b) // block_n), -1)
+    inner_hi = np.minimum(hi, hi_b)
+    c0 = np.where(live, -(-np.maximum(lo, lo_b) // block_n), big)     # covered key blocks [c0, c1)
+    c1 = np.where(live, np.where(inner_hi >= kv_len, kt, inner_hi // block_n), -1)   # short last tile
+    flat = (live, t0, t1, c0, c1)
+    n = len(block)
     first = starts_of(block)                                  # each q_block's first owner
     present = block[first]
+    # A hole: consecutive live owners of one slot and q_block whose key blocks are apart.
+    idx = live.ravel().nonzero()[0]
+    a, b = idx[:-1], idx[1:]
+    t0f, t1f = t0.ravel(), t1.ravel()
+    hole = (a // n == b // n) & (block[a % n] == block[b % n]) & ((t0f[b] > t1f[a]) | (t0f[a] > t1f[b]))
     bad = np.zeros(len(first), bool)
-    big = np.int64(1) << 40
-    hulls, flat = [], []
-    for lo, hi, lo_b, hi_b in slots:
-        live = lo < hi
-        t0 = np.where(live, np.minimum(lo, lo_b) // block_n, big)       # touched key blocks [t0, t1)
-        t1 = np.where(live, -(-np.maximum(hi, hi_b) // block_n), -1)
-        inner_hi = np.minimum(hi, hi_b)
-        c0 = np.where(live, -(-np.maximum(lo, lo_b) // block_n), big)   # covered key blocks [c0, c1)
-        c1 = np.where(live, np.where(inner_hi >= kv_len, kt, inner_hi // block_n), -1)   # short last tile
-        idx = np.flatnonzero(live)            # a hole: consecutive live owners' intervals apart
-        a, b = idx[:-1], idx[1:]
-        hole = (block[a] == block[b]) & ((t0[b] > t1[a]) | (t0[a] > t1[b]))
-        bad[np.searchsorted(present, block[a[hole]])] = True
-        hulls.append((np.minimum.reduceat(t0, first), np.maximum.reduceat(t1, first),
-                      np.maximum.reduceat(c0, first), np.minimum.reduceat(c1, first)))
-        flat.append((live, t0, t1, c0, c1))
-    h0, h1, f0, f1 = (np.array(x) for x in zip(*hulls))          # [slots, q_blocks]
-    for i in range(len(slots)):                               # a key block two slots' hulls share
-        for j in range(i + 1, len(slots)):
-            bad |= (h0[i] < h1[i]) & (h0[j] < h1[j]) & (h0[i] < h1[j]) & (h0[j] < h1[i])
+    bad[present.searchsorted(block[a[hole] % n])] = True
+    h0, h1 = np.minimum.reduceat(t0, first, axis=1), np.maximum.reduceat(t1, first, axis=1)   # [slots, q_blocks]
+    f0, f1 = np.maximum.reduceat(c0, first, axis=1), np.minimum.reduceat(c1, first, axis=1)
     some = h0 < h1
+    if len(slots) > 1:                                        # a key block two slots' hulls share
+        i, j = _slot_pairs(len(slots))
+        bad |= (some[i] & some[j] & (h0[i] < h1[j]) & (h0[j] < h1[i])).any(axis=0)
     h0, h1 = np.where(some, h0, 0), np.where(some, h1, 0)
     cut0, cut1 = np.maximum(f0, h0), np.minimum(f1, h1)
     has_full = cut0 < cut1
     cut0, cut1 = np.where(has_full, cut0, h1), np.where(has_full, cut1, h1)
     # Per q_block, each slot's PARTIAL, FULL, PARTIAL runs, slot after slot: already in order.
-    begin, end = np.empty((len(first), 3 * len(slots)), np.int64), np.empty((len(first), 3 * len(slots)), np.int64)
-    begin[:, 0::3], begin[:, 1::3], begin[:, 2::3] = h0.T, cut0.T, cut1.T
-    end[:, 0::3], end[:, 1::3], end[:, 2::3] = cut0.T, cut1.T, h1.T
+    begin = np.stack([h0, cut0, cut1], axis=1).reshape(-1, len(first)).T      # [q_blocks, 3 x slots]
+    end = np.stack([cut0, cut1, h1], axis=1).reshape(-1, len(first)).T
     keep = begin < end
     keep[bad] = False
-    at, col = np.nonzero(keep)
+    at, col = keep.nonzero()
     out = (present[at], begin[at, col], end[at, col], np.where(col % 3 == 1, FULL, PARTIAL))
     if not bad.any():
         return _joined(*out, rows)
-    owners = np.isin(block, present[bad])
-    counted = _counted_runs(block, owners, [np.stack(x) for x in zip(*flat)], need, kt)
-    return merge_runs(*_cat(out, counted), rows)
+    owners = bad[present.searchsorted(block)]
+    return merge_runs(*_cat(out, _counted_runs(block, owners, flat, need, kt)), rows)
+
+
+@functools.lru_cache(maxsize=None)
+def _slot_pairs(slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index arrays of every pair (i < j) of ``slots`` slots."""
+    pairs = [(i, j) for i in range(slots) for j in range(i + 1, slots)]
+    return np.array([i for i, _ in pairs]), np.array([j for _, j in pairs])
 
 
 def _counted_runs(block, owners, flat, need, kt: int):
-    """Runs ``(q_block, begin, end, kind)`` of the q_blocks of the ``owners`` from their slots' touched
-    ``[t0, t1)`` and covered ``[c0, c1)`` key blocks ([slots, owners]): see :func:`block_runs`."""
+    """Runs ``(q_block, begin, end, kind)`` of the q_blocks of the ``owners`` (a mask over them; None: all)
+    from their slots' touched ``[t0, t1)`` and covered ``[c0, c1)`` key blocks ([slots, owners]): see
+    :func:`block_runs` (:func:`_row_counts` for up to :data:`ROW_COUNT_CELLS` counters)."""
     live, t0, t1, c0, c1 = flat
-    pick = live & owners
-    rows = np.broadcast_to(block, live.shape)
+    pick = live if owners is None else live & owners
+    rows = np.repeat(block[None, :], len(live), axis=0)
     cover = pick & (c0 < c1)
-    return block_runs((rows[pick], t0[pick], t1[pick]), (rows[cover], c0[cover], c1[cover]), need, kt)
+    touch, cover = (rows[pick], t0[pick], t1[pick]), (rows[cover], c0[cover], c1[cover])
+    if owners is not None:
+        blocks = sorted_unique(touch[0])
+        if len(blocks) * (kt + 1) <= ROW_COUNT_CELLS:
+            return _row_counts(blocks, touch, cover, need, kt)
+    return block_runs(touch, cover, need, kt)
+
+
+# Key-block counters _row_counts may take for a few q_blocks at once (int64 each): a bounded scratch, not the
+# tile grid.
+ROW_COUNT_CELLS = 1 << 16
+
+
+def _row_counts(blocks: np.ndarray, touch, cover, need: np.ndarray, kt: int) -> "Runs":
+    """:func:`block_runs` for the q_blocks ``blocks`` (sorted, every q_block of ``touch`` among them), counted
+    on one row of kt + 1 counters per q_block: the same runs in fewer operations, for a few q_blocks."""
+    width = kt + 1
+    size = len(blocks) * width
+
+    def counts(q, begin, end):
+        at = blocks.searchsorted(q) * width
+        diff = np.bincount(at + begin, minlength=size) - np.bincount(at + end, minlength=size)
+        return diff.reshape(len(blocks), width).cumsum(axis=1)[:, :kt]
+
+    full = counts(*cover) == need[blocks][:, None]
+    classes = np.where(full, FULL, np.where(counts(*touch) > 0, PARTIAL, EMPTY)).astype(np.int8)
+    offsets, runs = runs_of(classes)
+    return np.repeat(blocks, np.diff(offsets)), runs[:, 0], runs[:, 1], runs[:, 2]
 
 
 Runs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (row, begin, end, kind), flat
