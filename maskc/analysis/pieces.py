@@ -227,16 +227,20 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     starts = _refine(base, span, value0, value0 + slope0 * span, plan.first_pairs)
     # 2: every region end against every other.
     span, values = ends(starts)
-    lo, hi, _ = region_ends(values)
+    lo, hi, ok = region_ends(values)
     n = len(starts)
-    starts = _refine(starts, span, np.concatenate([lo[:, :n], hi[:, :n]]), np.concatenate([lo[:, n:], hi[:, n:]]),
-                     plan.end_pairs)
+    cut = _refine(starts, span, np.concatenate([lo[:, :n], hi[:, :n]]), np.concatenate([lo[:, n:], hi[:, n:]]),
+                  plan.end_pairs)
     # The slots at each piece's first and last rows, one structure per piece.
-    if len(starts) != n:
-        n = len(starts)
-        lo, hi, ok = region_ends(ends(starts)[1])
-    else:
-        ok = guards(values)
+    if len(cut) != n:          # extrapolated: region ends affine, guards steady on the first round's pieces
+        p = np.searchsorted(starts, cut, side="right") - 1
+        p = np.concatenate([p, p])                   # each new piece's first and last row in its old piece
+        offset = np.concatenate([cut, np.append(cut[1:], row1) - 1]) - starts[p]
+        width = np.maximum(span, 1)
+        lo = lo[:, p] + (lo[:, n:] - lo[:, :n])[:, p] // width[p] * offset
+        hi = hi[:, p] + (hi[:, n:] - hi[:, :n])[:, p] // width[p] * offset
+        ok = ok[:, p]
+        starts, n = cut, len(cut)
     intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(plan.regions))]
     slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:
