@@ -17,7 +17,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.rows import RowValues, k_bound_rows
+from maskc.analysis.rows import RowValues, k_bound_rows, split_on_chunks
 
 
 class TooMany(Exception):
@@ -39,17 +39,54 @@ def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
     return ir.ChunkedKeys((ir.ChunkLevel(F.K, region.lower, region.upper),))
 
 
-def _extreme(arrays, fn, n: int) -> np.ndarray:
-    out = arrays[0]
-    for a in arrays[1:]:
-        out = fn(out, a)
-    return np.broadcast_to(out, (n,))
-
-
 def _bounds(level: ir.ChunkLevel, rows: RowValues):
     """The level's lower bounds (ceil) and upper bounds (floor) at the rows, as lists of values."""
     return ([k_bound_rows(b, rows, lower=True) for b in level.lower],
             [k_bound_rows(b, rows, lower=False) for b in level.upper])
+
+
+def _groups(level: ir.ChunkLevel, lower: bool) -> tuple:
+    """The level's lower (upper) bounds grouped by the part of their form that reads chunk indices and their
+    divisor: ``(moving, den, fixed forms)`` per group, ``moving`` a form of the chunk-reading terms (None: the
+    bounds free of chunks), the fixed forms the rest of each bound (constant included). Kept on the level."""
+    key = "_lower_groups" if lower else "_upper_groups"
+    cached = level.__dict__.get(key)
+    if cached is None:
+        found: dict = {}
+        for b in (level.lower if lower else level.upper):
+            fixed, moving = split_on_chunks(b.lin)
+            found.setdefault((ir.Lin(moving, 0) if moving else None, b.den), []).append(fixed)
+        cached = tuple((moving, den, tuple(fixed)) for (moving, den), fixed in found.items())
+        object.__setattr__(level, key, cached)
+    return cached
+
+
+def _extremes(level: ir.ChunkLevel, base: RowValues, index: np.ndarray, family, clip: tuple | None):
+    """The level's greatest lower bound and least upper bound, int64[count, families] each, at the families
+    of ``index`` ([count, families] rows of ``base``).
+
+    By groups (:func:`_groups`): the greatest of a group's chunk-free parts is taken at the owners' rows,
+    gathered once, and its chunk-reading part added once: ``max(ceil((a + m) / d), ceil((b + m) / d)) =
+    ceil((max(a, b) + m) / d)`` (and so for floors and minima). ``family()`` is the RowValues of the
+    families (for the chunk-reading parts); ``clip``, the bounds (0, kv_len - 1) of the keys at level 0."""
+    out = []
+    for lower, fn in ((True, np.maximum), (False, np.minimum)):
+        acc = None
+        for moving, den, fixed in _groups(level, lower):
+            v = None
+            for lin in fixed:
+                x = base.lin(lin)
+                v = x if v is None else fn(v, x)
+            v = v[index] if np.ndim(v) else v
+            if moving is not None:
+                v = v + family().lin(moving)
+            if den != 1:
+                v = -((-v) // den) if lower else v // den
+            acc = v if acc is None else fn(acc, v)
+        if clip is not None:
+            acc = clip[0 if lower else 1] if acc is None else fn(acc, clip[0 if lower else 1])
+        out.append(np.broadcast_to(acc, index.shape) if np.shape(acc) != index.shape else acc)
+    return out
 
 
 def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int):
@@ -80,19 +117,22 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         unsure |= at_point[0] != at_point[1]
     owner = owner[at_point[0] & ~unsure]
 
-    def at_points(level: ir.ChunkLevel, chunks: dict):
-        """The level's (lows, highs) at each point, as lists of values over the owners (or scalars): all
-        points in one RowValues, forms of the chunks alone evaluated once per owner, not per point."""
+    def extremes(level: ir.ChunkLevel, chunks: dict, clip=None):
+        """The level's bounds' extremes (lo, hi inclusive) [count, owners], all points at once (forms of the
+        chunks alone evaluated once per owner, not per point), and the owners' rows."""
         index = owner[None] + n * np.arange(count)[:, None]      # (count, owners); chunks broadcast along
-        lows, highs = _bounds(level, make(at[index], chunks, (base, index)))
-        return [([v[p] if np.ndim(v) == 2 else v for v in lows], [v[p] if np.ndim(v) == 2 else v for v in highs])
-                for p in range(count)]
+        found: list = []
+
+        def family():
+            if not found:
+                found.append(make(at[index], chunks, (base, index)))
+            return found[0]
+        return (*_extremes(level, base, index, family, clip), index)
 
     chunks: dict = {}
     for level in reversed(nest.levels[1:]):
-        found = at_points(level, chunks)
-        lo = [_extreme(lows, np.maximum, len(owner)) for lows, _ in found]
-        hi = [_extreme(highs, np.minimum, len(owner)) for _, highs in found]
+        lo, hi, _ = extremes(level, chunks)
+        lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
             unsure[owner[differ]] = True
@@ -106,19 +146,23 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         chunks = {v: a[pick] for v, a in chunks.items()}
         chunks[level.var] = lo[0][pick] + within
         owner = owner[pick]
-    bounds = [(lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]) for lows, highs in at_points(nest.levels[0], chunks)]
-    lo = [_extreme(lows, np.maximum, len(owner)) for lows, _ in bounds]
-    hi = [_extreme(highs, np.minimum, len(owner)) + 1 for _, highs in bounds]
+    lo, hi, index = extremes(nest.levels[0], chunks, (np.int64(0), np.int64(kv_len - 1)))
+    lo, hi = list(lo), list(hi + 1)
     blind = np.zeros(len(owner), bool)
     cut = np.full(len(owner), -1, np.int64)
-    if len(points) == 2:
-        _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut)
+    if count == 2:
+        def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
+            sub = index[:, pick]
+            lows, highs = _bounds(nest.levels[0], make(at[sub], {v: c[pick] for v, c in chunks.items()}, (base, sub)))
+            lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
+            return [[np.broadcast_to(v, sub.shape)[p] for v in vs] for p in range(2) for vs in (lows, highs)]
+        _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut)
     return owner, lo, hi, unsure, blind, cut
 
 
-def _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut) -> None:
+def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
     """``blind`` and ``cut`` of :func:`enumerate_keys` (filled in place) for the intervals empty at one point
-    at least.
+    at least; ``bounds_at(pick)`` gives every lower and upper bound of those intervals at both points.
 
     An interval is non-empty where every difference ``d = upper - lower`` of one of its upper and one of its
     lower bounds is >= 0. Interpolating each difference between the two points gives, for an interval
@@ -128,17 +172,13 @@ def _blind_and_cuts(points, owner, lo, hi, bounds, blind, cut) -> None:
     enumerates the parts again and checks them as any piece (bounds that are not affine there just leave
     the parts flagged).
     """
-    n = len(owner)
     live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
     pick = np.flatnonzero(~(live_a & live_b))
     if not len(pick):
         return
-
-    def at(bounds):                   # (bounds, picked) values at one point
-        return np.stack([np.broadcast_to(v, (n,))[pick] for v in bounds])
-    (lows_a, highs_a), (lows_b, highs_b) = bounds
-    d_a = (at(highs_a)[:, None] - at(lows_a)[None]).reshape(-1, len(pick))     # every (upper, lower) pair
-    d_b = (at(highs_b)[:, None] - at(lows_b)[None]).reshape(-1, len(pick))
+    lows_a, highs_a, lows_b, highs_b = (np.stack(v) for v in bounds_at(pick))
+    d_a = (highs_a[:, None] - lows_a[None]).reshape(-1, len(pick))     # every (upper, lower) pair
+    d_b = (highs_b[:, None] - lows_b[None]).reshape(-1, len(pick))
     start, end = points[0][owner[pick]], points[1][owner[pick]]
     span = end - start
     never = ((d_a < 0) & (d_b < 0)).any(axis=0)

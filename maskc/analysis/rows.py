@@ -138,7 +138,7 @@ class RowValues(_Scalars):
         hit = self._memo.get(lin)             # regions share many bounds: each is computed once
         if hit is None:
             if self.gather is not None:
-                fixed, moving = _split_on_chunks(lin)
+                fixed, moving = split_on_chunks(lin)
                 hit = self.gather[0].lin(fixed)   # the part free of chunks at the fewer rows, gathered once
                 hit = hit[self.gather[1]] if np.ndim(hit) else hit
             else:
@@ -216,7 +216,7 @@ class RowValues(_Scalars):
         raise TypeError(t)
 
 
-def _split_on_chunks(lin: ir.Lin) -> tuple[ir.Lin, tuple]:
+def split_on_chunks(lin: ir.Lin) -> tuple[ir.Lin, tuple]:
     """``lin`` as (the form of its terms free of chunk indices and its constant, the terms that read them);
     cached on the form (immutable)."""
     cached = lin.__dict__.get("_chunk_split")
