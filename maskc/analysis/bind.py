@@ -217,18 +217,25 @@ def _check(mask, divisors, params, seq_len, kv_len, h, b, at):
                 raise BindError(f"requirement not met at q = {start + int(np.argmin(ok))}{at}", r.span)
 
 
+def _segments_read(cond: ir.Cond) -> tuple[str, ...] | None:
+    """The segments ``cond`` reads (sorted), None when it reads q itself; kept on the condition (immutable)."""
+    if "_segments_read" not in cond.__dict__:
+        found = list(nodes(cond))
+        reads_q = any(isinstance(n, (ir.Pos, ir.Same)) for n in found)
+        segs = sorted({n.seg for n in found if isinstance(n, (ir.SegAttr, ir.SegValue))})
+        object.__setattr__(cond, "_segments_read", None if reads_q else tuple(segs))
+    return cond.__dict__["_segments_read"]
+
+
 def _piece_starts(cond: ir.Cond, params, seq_len: int) -> np.ndarray | None:
     """Sorted positions p_0 = 0 < p_1 < ... such that ``cond`` has one value on each [p_i, p_i+1) of
     [0, seq_len), when it reads q only through segments (their bounds cut it into pieces): checking it
     at these positions checks it at every position, in time that grows with the segments, not seq_len.
     None when it reads q itself."""
-    segs = set()
-    for n in nodes(cond):
-        if isinstance(n, (ir.Pos, ir.Same)):
-            return None
-        if isinstance(n, (ir.SegAttr, ir.SegValue)):
-            segs.add(n.seg)
-    cuts = [np.zeros(1, np.int64)] + [params.segment(s).bounds for s in sorted(segs)]
+    segs = _segments_read(cond)
+    if segs is None:
+        return None
+    cuts = [np.zeros(1, np.int64)] + [params.segment(s).bounds for s in segs]
     starts = sorted_unique(np.concatenate(cuts))
     return starts[(starts >= 0) & (starts < seq_len)]
 

@@ -116,7 +116,7 @@ def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
             part.append(values)
     else:
         bad = np.ones(qt, bool)
-    blocks = np.flatnonzero(bad)
+    blocks = bad.nonzero()[0]
     step = max(1, _CHUNK_ROWS // block_m)           # a group of q_blocks at a time: bounded rows (intervals)
     for i in range(0, len(blocks), step):
         group = blocks[i:i + step]
@@ -125,7 +125,8 @@ def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
         row, lo, hi = row_keys(mask.allow, mask.deny, make, rows, K, _BUDGET)
         offsets, runs = key_block_runs(np.repeat(np.arange(len(group)), counts), row, lo, hi, counts, K, block_n,
                                        len(group))
-        for part, values in zip(parts, (np.repeat(group, np.diff(offsets)), runs[:, 0], runs[:, 1], runs[:, 2])):
+        per = offsets[1:] - offsets[:-1]
+        for part, values in zip(parts, (np.repeat(group, per), runs[:, 0], runs[:, 1], runs[:, 2])):
             part.append(values)
     rows, begins, ends, kinds = (np.concatenate(p) for p in parts)
     return merge_runs(rows, begins, ends, kinds, qt)

@@ -52,7 +52,7 @@ def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
         return intervals
     lo = np.stack([i[0] for i in intervals])
     hi = np.stack([i[1] for i in intervals])
-    order = np.argsort(lo, axis=0, kind="stable")
+    order = lo.argsort(axis=0, kind="stable")
     column = np.arange(lo.shape[1])
     lo, hi = lo[order, column], hi[order, column]
     out = []
@@ -74,7 +74,7 @@ def compact(slots):
     if len(slots) <= 1:
         return slots
     lo, hi = np.stack([s[0] for s in slots]), np.stack([s[1] for s in slots])
-    order = np.argsort(lo, axis=0, kind="stable")
+    order = lo.argsort(axis=0, kind="stable")
     column = np.arange(lo.shape[1])
     lo, hi = lo[order, column], hi[order, column]
     return [(lo[j], hi[j]) for j in range(len(slots)) if (lo[j] < hi[j]).any()]

@@ -13,6 +13,8 @@ and which intervals, a whole piece of rows shares).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from maskc import ir
@@ -71,20 +73,16 @@ def _extremes(level: ir.ChunkLevel, base: RowValues, index: np.ndarray, family, 
     families (for the chunk-reading parts); ``clip``, the bounds (0, kv_len - 1) of the keys at level 0."""
     out = []
     for lower, fn in ((True, np.maximum), (False, np.minimum)):
-        acc = None
+        found = [] if clip is None else [clip[0 if lower else 1]]
         for moving, den, fixed in _groups(level, lower):
-            v = None
-            for lin in fixed:
-                x = base.lin(lin)
-                v = x if v is None else fn(v, x)
+            v = functools.reduce(fn, [base.lin(lin) for lin in fixed])
             v = v[index] if np.ndim(v) else v
             if moving is not None:
                 v = v + family().lin(moving)
             if den != 1:
                 v = -((-v) // den) if lower else v // den
-            acc = v if acc is None else fn(acc, v)
-        if clip is not None:
-            acc = clip[0 if lower else 1] if acc is None else fn(acc, clip[0 if lower else 1])
+            found.append(v)
+        acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
         out.append(np.broadcast_to(acc, index.shape) if np.shape(acc) != index.shape else acc)
     return out
 
@@ -142,7 +140,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         if total > budget:
             raise TooMany(f"{total} chunks")
         pick = np.repeat(np.arange(len(owner)), per)
-        within = np.arange(total) - np.repeat(np.cumsum(per) - per, per)
+        within = np.arange(total) - np.repeat(per.cumsum() - per, per)
         chunks = {v: a[pick] for v, a in chunks.items()}
         chunks[level.var] = lo[0][pick] + within
         owner = owner[pick]
@@ -173,7 +171,7 @@ def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
     the parts flagged).
     """
     live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
-    pick = np.flatnonzero(~(live_a & live_b))
+    pick = (~(live_a & live_b)).nonzero()[0]
     if not len(pick):
         return
     lows_a, highs_a, lows_b, highs_b = (np.stack(v) for v in bounds_at(pick))
@@ -197,7 +195,7 @@ def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
 def sorted_unique(values: np.ndarray, return_inverse: bool = False):
     """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
     short arrays classification makes), and with ``return_inverse`` where each value went."""
-    order = np.argsort(values, kind="stable") if return_inverse else None
+    order = values.argsort(kind="stable") if return_inverse else None
     ordered = values[order] if return_inverse else np.sort(values)
     new = np.empty(len(ordered), bool)
     new[:1] = True
@@ -205,7 +203,7 @@ def sorted_unique(values: np.ndarray, return_inverse: bool = False):
     if not return_inverse:
         return ordered[new]
     inverse = np.empty(len(values), np.intp)
-    inverse[order] = np.cumsum(new) - 1
+    inverse[order] = new.cumsum() - 1
     return ordered[new], inverse
 
 
@@ -217,12 +215,12 @@ def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
         return row, lo, hi
     width = kv_len + 1                                 # rows never touch on this line
     g_lo, g_hi = row * width + lo, row * width + hi
-    order = np.argsort(g_lo, kind="stable")
+    order = g_lo.argsort(kind="stable")
     g_lo, g_hi = g_lo[order], g_hi[order]
     reach = np.maximum.accumulate(g_hi)
     starts = np.ones(len(g_lo), bool)
     starts[1:] = g_lo[1:] > reach[:-1]
-    first = np.flatnonzero(starts)
+    first = starts.nonzero()[0]
     g_lo, g_hi = g_lo[first], np.maximum.reduceat(g_hi, first)
     out_row = g_lo // width
     return out_row, g_lo - out_row * width, g_hi - out_row * width
@@ -237,10 +235,10 @@ def subtract(keys, deny, kv_len: int):
     d_lo, d_hi = deny[0] * width + deny[1], deny[0] * width + deny[2]
     at, inverse = sorted_unique(np.concatenate([a_lo, a_hi, d_lo, d_hi]), return_inverse=True)
     na, nd = len(a_lo), len(d_lo)
-    in_a = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(na), -np.ones(na), np.zeros(2 * nd)]),
-                                 minlength=len(at)))
-    in_d = np.cumsum(np.bincount(inverse, np.concatenate([np.zeros(2 * na), np.ones(nd), -np.ones(nd)]),
-                                 minlength=len(at)))
+    in_a = np.bincount(inverse, np.concatenate([np.ones(na), -np.ones(na), np.zeros(2 * nd)]),
+                       minlength=len(at)).cumsum()
+    in_d = np.bincount(inverse, np.concatenate([np.zeros(2 * na), np.ones(nd), -np.ones(nd)]),
+                       minlength=len(at)).cumsum()
     shown = (in_a[:-1] > 0.5) & (in_d[:-1] < 0.5)       # the segment [at[i], at[i + 1])
     seg_lo, seg_hi = at[:-1][shown], at[1:][shown]
     row = seg_lo // width
@@ -255,10 +253,9 @@ def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.nda
         return row, lo, hi
     stride = width + 1
     at, inverse = sorted_unique(np.concatenate([row * stride + lo, row * stride + hi]), return_inverse=True)
-    count = np.cumsum(np.bincount(inverse, np.concatenate([np.ones(len(row)), -np.ones(len(row))]),
-                                  minlength=len(at)))
+    count = np.bincount(inverse, np.concatenate([np.ones(len(row)), -np.ones(len(row))]), minlength=len(at)).cumsum()
     seg_row = at[:-1] // stride
-    full = np.flatnonzero(np.abs(count[:-1] - need[seg_row]) < 0.5)
+    full = (np.abs(count[:-1] - need[seg_row]) < 0.5).nonzero()[0]
     out_row = seg_row[full]
     return union(out_row, at[full] - out_row * stride, at[full + 1] - out_row * stride, width)
 

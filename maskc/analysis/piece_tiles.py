@@ -164,15 +164,15 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
     key = piece * (kv_len + 1) + np.minimum(la, lb)
-    if np.any(key[1:] < key[:-1]):              # one region's families come sorted: no sort, no gathers
-        order = np.argsort(key, kind="stable")
+    if (key[1:] < key[:-1]).any():              # one region's families come sorted: no sort, no gathers
+        order = key.argsort(kind="stable")
         piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     same = piece[1:] == piece[:-1]
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
     joined = np.zeros(len(piece), bool)                                   # abuts the previous at both ends
     joined[1:] = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])
-    first = np.flatnonzero(~joined)
+    first = (~joined).nonzero()[0]
     last = np.append(first[1:], len(piece)) - 1
     c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
     bad[block[bad_piece]] = True
@@ -212,11 +212,11 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
     come back renumbered (the cut ones last), not in row order."""
     again = np.isin(starts // block_m, sorted_unique(cuts // block_m))
     new_starts = sorted_unique(np.concatenate([starts[again], cuts]))
-    whole = np.searchsorted(starts, new_starts, side="right") - 1        # the piece each part was cut from
+    whole = starts.searchsorted(new_starts, side="right") - 1        # the piece each part was cut from
     new_ends = np.minimum(ends[whole], np.append(new_starts[1:], ends[-1] + 1) - 1)
     found, new_bad, _, _ = _families(regions, make, new_starts, new_ends, kv_len, budget)
     keep = ~again
-    renumber = np.cumsum(keep) - 1
+    renumber = keep.cumsum() - 1
     old = keep[families[0]]
     kept = (renumber[families[0][old]],) + tuple(f[old] for f in families[1:])
     found = (found[0] + int(keep.sum()),) + found[1:]
@@ -233,7 +233,7 @@ def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
     if len(c_piece) and len(piece):
         width = kv_len + 1
         g_lo = c_piece * width + c_lo
-        at = np.searchsorted(g_lo, piece * width + np.minimum(la, lb), side="right") - 1
+        at = g_lo.searchsorted(piece * width + np.minimum(la, lb), side="right") - 1
         safe = np.maximum(at, 0)
         inside = (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
         keep = ~inside

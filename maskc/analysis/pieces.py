@@ -130,7 +130,7 @@ def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.nd
     i, j = pairs
     pieces = None
     if len(i) * len(starts) > _PAIR_PIECES:
-        order = np.argsort(first, axis=0, kind="stable")
+        order = first.argsort(axis=0, kind="stable")
         column = np.arange(first.shape[1])
         a, b = first[order, column], last[order, column]
         pieces = (((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0)).nonzero()[0]
@@ -200,7 +200,7 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
         pieces of the first cut, exactly: the forms are affine there)."""
         last = np.append(starts[1:], row1) - 1
         at = np.concatenate([starts, last])
-        p = np.searchsorted(base, at, side="right") - 1
+        p = base.searchsorted(at, side="right") - 1
         return last - starts, value0[:, p] + slope0[:, p] * (at - base[p])
 
     def extreme(values: np.ndarray, rows: list, fn) -> np.ndarray:
@@ -233,7 +233,7 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
                   plan.end_pairs)
     # The slots at each piece's first and last rows, one structure per piece.
     if len(cut) != n:          # extrapolated: region ends affine, guards steady on the first round's pieces
-        p = np.searchsorted(starts, cut, side="right") - 1
+        p = starts.searchsorted(cut, side="right") - 1
         p = np.concatenate([p, p])                   # each new piece's first and last row in its old piece
         offset = np.concatenate([cut, np.append(cut[1:], row1) - 1]) - starts[p]
         width = np.maximum(span, 1)
@@ -247,7 +247,7 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
     block = (starts - row0) // block_m
     for s_lo, s_hi in slots:
-        if np.any((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])):
+        if ((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])).any():
             raise AssertionError("a piece's slots differ between its first and last rows")
     return runs_of_keys(block, [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots],
                         np.bincount(block, minlength=qt), kv_len, block_n, qt)

@@ -48,7 +48,7 @@ def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
     """int32 permutation of the CSR rows by non-increasing cost (FULL + PARTIAL_COST * PARTIAL tiles),
     ties in row order: the launch order that finishes the longest rows first (LPT)."""
     rows = len(offsets) - 1
-    row_of_run = np.repeat(np.arange(rows), np.diff(offsets))
+    row_of_run = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
     weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
     cost = np.bincount(row_of_run, weight, minlength=rows)
     return np.lexsort((np.arange(rows), -cost)).astype(np.int32)
@@ -66,7 +66,7 @@ def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     r, c = np.nonzero(starts)
     _, e = np.nonzero(ends)                                   # same runs, same row-major order
     offsets = np.zeros(rows + 1, np.int32)
-    np.cumsum(np.bincount(r, minlength=rows), out=offsets[1:])
+    np.bincount(r, minlength=rows).cumsum(out=offsets[1:])
     runs = np.stack([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
     return offsets, np.ascontiguousarray(runs)
 
@@ -76,12 +76,12 @@ def dense_of(offsets: np.ndarray, runs: np.ndarray, cols: int) -> np.ndarray:
     rows = len(offsets) - 1
     out = np.zeros(rows * (cols + 1), np.int16)
     if len(runs):
-        row = np.repeat(np.arange(rows), np.diff(offsets))
+        row = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
         base = row * (cols + 1)
         kind = runs[:, 2].astype(np.int16)
         np.add.at(out, base + runs[:, 0], kind)
         np.add.at(out, base + runs[:, 1], -kind)
-    return np.cumsum(out.reshape(rows, cols + 1), axis=1)[:, :cols].astype(np.int8)
+    return out.reshape(rows, cols + 1).cumsum(axis=1)[:, :cols].astype(np.int8)
 
 
 def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
@@ -97,11 +97,11 @@ def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarra
     """CSR from non-empty runs sorted by row and begin, adjacent runs of one kind merged."""
     joins = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] == end[:-1])
     if joins.any():
-        head = np.flatnonzero(np.concatenate([[True], ~joins]))
+        head = np.concatenate([[True], ~joins]).nonzero()[0]
         end = np.maximum.reduceat(end, head)
         row, begin, kind = row[head], begin[head], kind[head]
     offsets = np.zeros(rows + 1, np.int32)
-    np.cumsum(np.bincount(row, minlength=rows), out=offsets[1:])
+    np.bincount(row, minlength=rows).cumsum(out=offsets[1:])
     runs = np.empty((len(row), 3), np.int32)
     runs[:, 0], runs[:, 1], runs[:, 2] = begin, end, kind
     return offsets, runs
@@ -112,7 +112,7 @@ def starts_of(block: np.ndarray) -> np.ndarray:
     new = np.empty(len(block), bool)
     new[:1] = True
     np.not_equal(block[1:], block[:-1], out=new[1:])
-    return np.flatnonzero(new)
+    return new.nonzero()[0]
 
 
 def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_n: int, rows: int):
@@ -215,7 +215,7 @@ def _row_counts(blocks: np.ndarray, touch, cover, need: np.ndarray, kt: int) -> 
     full = counts(*cover) == need[blocks][:, None]
     classes = np.where(full, FULL, np.where(counts(*touch) > 0, PARTIAL, EMPTY)).astype(np.int8)
     offsets, runs = runs_of(classes)
-    return np.repeat(blocks, np.diff(offsets)), runs[:, 0], runs[:, 1], runs[:, 2]
+    return np.repeat(blocks, offsets[1:] - offsets[:-1]), runs[:, 0], runs[:, 1], runs[:, 2]
 
 
 Runs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (row, begin, end, kind), flat
@@ -269,7 +269,7 @@ def agree(csrs, cols: int):
     stride = cols + 1
     keyed = []
     for offsets, runs in csrs:
-        row = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)).astype(np.int64)
+        row = np.repeat(np.arange(len(offsets) - 1), offsets[1:] - offsets[:-1]).astype(np.int64)
         keyed.append((row * stride + runs[:, 0], row * stride + runs[:, 1], runs[:, 2]))
     cuts = sorted_unique(np.concatenate([k for b, e, _ in keyed for k in (b, e)]))
     if not len(cuts):
@@ -282,7 +282,7 @@ def agree(csrs, cols: int):
         if not len(begin):
             found.append(np.full(len(seg_lo), EMPTY))
             continue
-        at = np.searchsorted(begin, seg_lo, side="right") - 1
+        at = begin.searchsorted(seg_lo, side="right") - 1
         hit = (at >= 0) & (end[np.maximum(at, 0)] >= seg_hi)
         found.append(np.where(hit, kind[np.maximum(at, 0)], EMPTY))
     kinds = np.array(found)
@@ -298,7 +298,7 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
     over the q_blocks of batch element b. Built from the row runs: a column's class changes between
     consecutive q_blocks only where their runs differ, so the work is O(runs log runs + column runs), never
     the tile grid."""
-    row = np.repeat(np.arange(batch * qt), np.diff(offsets)).astype(np.int64)
+    row = np.repeat(np.arange(batch * qt), offsets[1:] - offsets[:-1]).astype(np.int64)
     b, i = row // qt, row % qt
     stride = kt + 1
     # Pair p = b * (qt + 1) + i compares q_block i - 1 ("before", empty for i = 0) with q_block i ("now",
@@ -313,7 +313,7 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
 
     def kind_on(keyed):
         begin, end, kind = keyed
-        at = np.maximum(np.searchsorted(begin, seg_lo, side="right") - 1, 0)
+        at = np.maximum(begin.searchsorted(seg_lo, side="right") - 1, 0)
         hit = (begin[at] <= seg_lo) & (end[at] >= seg_hi) if len(begin) else np.zeros(len(seg_lo), bool)
         return np.where(hit, kind[at] if len(begin) else 0, EMPTY)
 
@@ -323,16 +323,16 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
     pair = seg_lo // stride
     width = seg_hi - seg_lo
     # One event per column at each change: (column, q_block, new kind), columns numbered b * kt + j.
-    first = np.repeat(seg_lo - pair * stride - np.cumsum(width) + width, width) + np.arange(int(width.sum()))
+    first = np.repeat(seg_lo - pair * stride - width.cumsum() + width, width) + np.arange(int(width.sum()))
     pair = np.repeat(pair, width)
     col = (pair // (qt + 1)) * kt + first
     at_row = pair % (qt + 1)
     kind = np.repeat(k_now, width)
     order = np.lexsort((at_row, col))
     col, at_row, kind = col[order], at_row[order], kind[order]
-    starts = np.flatnonzero(kind != EMPTY)            # every run ends at its column's next event
+    starts = (kind != EMPTY).nonzero()[0]             # every run ends at its column's next event
     col_offsets = np.zeros(batch * kt + 1, np.int32)
-    np.cumsum(np.bincount(col[starts], minlength=batch * kt), out=col_offsets[1:])
+    np.bincount(col[starts], minlength=batch * kt).cumsum(out=col_offsets[1:])
     col_runs = np.empty((len(starts), 3), np.int32)
     col_runs[:, 0], col_runs[:, 1], col_runs[:, 2] = at_row[starts], at_row[starts + 1], kind[starts]
     return col_offsets, col_runs
