@@ -33,7 +33,8 @@ from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, sorted_unique, subtract, union
-from maskc.analysis.rows import RowValues, lin_value
+from maskc.analysis.formprog import Env, FormProgram
+from maskc.analysis.rows import lin_value
 from maskc.kernel_ir import FULL, PARTIAL
 
 
@@ -45,6 +46,14 @@ class Breaks:
         self.floors: set = set()
         self.segments: set = set()
         self.extremes: list = []
+        self._programs: dict = {}
+
+    def args_program(self, extreme):
+        """A program that evaluates the extreme's arguments (:mod:`maskc.analysis.formprog`), made once."""
+        hit = self._programs.get(extreme)
+        if hit is None:
+            hit = self._programs[extreme] = FormProgram([(a, None) for a in extreme.args])
+        return hit
 
 
 def _free_of_rows(lin: ir.Lin) -> bool:
@@ -126,8 +135,8 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
         n = len(starts)
         ends = np.append(starts[1:], row1) - 1
-        rows_ = RowValues(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
-        values = [rows_.lin(a) for a in extreme.args]           # at each piece's first and second rows
+        env = Env(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
+        values = breaks.args_program(extreme).run(env)          # at each piece's first and second rows
         cuts = [starts]
         for i in range(len(values)):
             for j in range(i + 1, len(values)):

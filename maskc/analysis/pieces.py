@@ -2,18 +2,16 @@
 
 A *piece* is a run of rows inside one q_block on which every bound and guard of every region is affine in
 q, the bounds with slope -1, 0 or 1. :func:`maskc.analysis.piece_tiles.piece_starts` cuts the q_blocks at segment
-boundaries, at the steps of floors of q and where a min or max changes its winner; two more rounds of cuts
-follow here:
-
-1. where two lower bounds of one region change order (the region's lower end, the max of 0 and its lower
-   bounds, is then one of them all along the piece), two of its upper bounds, or a guard changes sign;
-2. where two region ends change order: every lower and upper end of every region, allow and deny, against
-   every other.
+boundaries, at the steps of floors of q and where a min or max changes its winner; one more round of cuts
+follows here, where any two of the forms change order: every bound and guard of every region, the constants
+0 and kv_len - 1 that clip the bounds, and every upper bound plus one (a region's keys end there, exclusive).
 
 "Change order" means the outcome of comparing them (<, = or >) changes: two affine forms do so at most
-twice on a piece, at rows computed exactly from the piece's first two rows. On the pieces that remain,
-every comparison :func:`maskc.analysis.intervals.combine` makes to union the allow regions' intervals and subtract
-the deny regions' has one outcome at every row, so all rows of a piece have slots of one structure, each
+twice on a piece, at rows computed exactly from the piece's first two rows. On the pieces that remain, each
+region's lower end (the max of 0 and its lower bounds) is one of them all along the piece, so is its upper
+end, its guards keep their truth, and every comparison :func:`maskc.analysis.intervals.combine` makes to union
+the allow regions' intervals and subtract the deny regions' (region ends against region ends, exclusive
+upper ends included) has one outcome at every row: all rows of a piece have slots of one structure, each
 slot end one region end, affine with slope -1, 0 or 1. Consecutive rows' slots then overlap or abut: a
 slot's keys over the piece are the hull of its first and last rows', the keys it has at every row the
 intersection of theirs, which :func:`maskc.analysis.tiles.runs_of_keys` turns into tile runs.
@@ -29,15 +27,16 @@ import numpy as np
 from maskc.analysis.intervals import combine, masked
 from maskc.analysis.keys import sorted_unique
 from maskc.analysis.piece_tiles import Breaks, piece_starts, slopes
-from maskc.analysis.rows import RowValues, k_bound_rows
+from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.tiles import runs_of_keys
 
 
 class PiecePlan:
     """What :func:`runs_from_pieces` needs of a mask's regions, worked out once: where pieces end
     (``breaks``), every bound and guard once (shared forms evaluated once) as rows of a table after the
-    constants 0 and kv_len - 1 that clip the bounds, each region's rows of it, and the pairs of rows
-    whose order the two rounds of cuts follow."""
+    constants 0 and kv_len - 1 that clip the bounds, each region's rows of it (padded to one width with
+    rows that change nothing: 0 among lower bounds and guards, kv_len - 1 among upper bounds), and the
+    pairs of rows (of the table and the upper bounds' rows plus one after it) whose order the cuts follow."""
 
     ZERO, LAST = 0, 1
 
@@ -45,13 +44,18 @@ class PiecePlan:
         self.allow, self.deny, self.breaks = tuple(allow), tuple(deny), breaks
         self._index: dict = {}
         self.forms: list = ["0", "kv_len - 1"]
-        # per region: (lower rows, upper rows, guard rows), the first two with their clipping constant
-        self.regions = [([self.ZERO] + [self._add(b, True) for b in r.lower],
-                         [self.LAST] + [self._add(b, False) for b in r.upper],
-                         [self._add(g, None) for g in r.guards + r.static_guards]) for r in self.allow + self.deny]
-        self.first_pairs = _pairs([g for lower, upper, guards in self.regions
-                                   for g in [lower, upper] + [[x, self.ZERO] for x in guards]])
-        self.end_pairs = _pairs([list(range(2 * len(self.regions)))])
+        regions = [([self.ZERO] + [self._add(b, True) for b in r.lower],
+                    [self.LAST] + [self._add(b, False) for b in r.upper],
+                    [self._add(g, None) for g in r.guards + r.static_guards]) for r in self.allow + self.deny]
+        self.lower, self.upper, self.guard = (_padded([r[i] for r in regions], pad)
+                                              for i, pad in enumerate((self.ZERO, self.LAST, self.ZERO)))
+        self.uppers = np.array(sorted({u for r in regions for u in r[1]}))
+        self._program: FormProgram | None = None
+        self.pairs = _pairs([list(range(len(self.forms) + len(self.uppers)))])
+
+    def with_ends(self, values: np.ndarray) -> np.ndarray:
+        """The table's values with, after them, those of the upper bounds plus one."""
+        return np.concatenate([values, values[self.uppers] + 1])
 
     def _add(self, item, lower) -> int:
         key = (item.lin, getattr(item, "den", 1), lower)
@@ -60,13 +64,23 @@ class PiecePlan:
             self.forms.append((item, lower))
         return self._index[key]
 
-    def values(self, rows: RowValues, n: int, kv_len: int) -> np.ndarray:
-        """int64[forms, n]: every form at the rows (bounds rounded inward: ceil for lower, floor for upper)."""
-        out = np.empty((len(self.forms), n), np.int64)
+    def values(self, env: Env, kv_len: int) -> np.ndarray:
+        """int64[forms, rows]: every form at the rows ``env.q`` (bounds rounded inward: ceil for lower, floor
+        for upper), by a program compiled on the first call."""
+        if self._program is None:
+            self._program = FormProgram([(item.lin, None) if lower is None else (item, lower)
+                                         for item, lower in self.forms[2:]])
+        out = np.empty((len(self.forms), len(env.q)), np.int64)
         out[self.ZERO], out[self.LAST] = 0, kv_len - 1
-        for i, (item, lower) in enumerate(self.forms[2:], 2):
-            out[i] = rows.lin(item.lin) if lower is None else k_bound_rows(item, rows, lower=lower)
+        for i, v in enumerate(self._program.run(env), 2):
+            out[i] = v
         return out
+
+
+def _padded(rows: list[list[int]], pad: int) -> np.ndarray:
+    """int[len(rows), widest]: the lists of rows, each padded with ``pad``."""
+    width = max((len(r) for r in rows), default=0)
+    return np.array([r + [pad] * (width - len(r)) for r in rows], np.intp).reshape(len(rows), width)
 
 
 def plan_of(allow, deny) -> PiecePlan | None:
@@ -163,7 +177,7 @@ def _one_region(plan: PiecePlan, value0: np.ndarray, slope0: np.ndarray, span: n
     neither: the region's ends are then monotone by one key per row at most, and its width, a min of affine
     forms minus a max of them, is concave, so rows seeing keys at both ends see keys throughout (and an upper
     bound below a lower bound at both ends stays below between them)."""
-    lower, upper, guards = plan.regions[0]
+    lower, upper, guards = plan.lower[0], plan.upper[0], plan.guard[0]
     last = value0 + slope0 * span
     s_lo, s_hi = slope0[lower], slope0[upper]
     monotone = ((s_lo >= 0).all(axis=0) | (s_lo <= 0).all(axis=0)) & ((s_hi >= 0).all(axis=0) | (s_hi <= 0).all(axis=0))
@@ -191,57 +205,30 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
     base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m, (row0, row1))
     span = np.append(base[1:], row1) - 1 - base
-    rows_ = RowValues(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)]))
-    both = plan.values(rows_, 2 * len(base), kv_len)
+    both = plan.values(Env(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)])), kv_len)
     value0, slope0 = both[:, :len(base)], both[:, len(base):] - both[:, :len(base)]
 
     def ends(starts: np.ndarray):
-        """Each piece's last row, and every form at the pieces' first and last rows (extrapolated along the
-        pieces of the first cut, exactly: the forms are affine there)."""
-        last = np.append(starts[1:], row1) - 1
-        at = np.concatenate([starts, last])
+        """Every form at the pieces' first and last rows (extrapolated along the pieces of the first cut,
+        exactly: the forms are affine there)."""
+        at = np.concatenate([starts, np.append(starts[1:], row1) - 1])
         p = base.searchsorted(at, side="right") - 1
-        return last - starts, value0[:, p] + slope0[:, p] * (at - base[p])
+        return value0[:, p] + slope0[:, p] * (at - base[p])
 
-    def extreme(values: np.ndarray, rows: list, fn) -> np.ndarray:
-        return values[rows[0]] if len(rows) == 1 else fn.reduce(values[rows], axis=0)
-
-    def region_ends(values: np.ndarray):
-        """[regions, n] lower ends, upper ends (exclusive) and guards, from the forms' values."""
-        return (np.array([extreme(values, lower, np.maximum) for lower, _, _ in plan.regions]),
-                np.array([extreme(values, upper, np.minimum) for _, upper, _ in plan.regions]) + 1,
-                guards(values))
-
-    def guards(values: np.ndarray) -> np.ndarray:
-        truth = values <= 0
-        return np.array([truth[rows].all(axis=0) if rows else np.ones(values.shape[1], bool)
-                         for _, _, rows in plan.regions])
-
-    if len(plan.regions) == 1:                     # one allow region: often settled without cuts
+    if len(plan.lower) == 1:                       # one allow region: often settled without cuts
         ends_ = _one_region(plan, value0, slope0, span)
         if ends_ is not None:
             block = (base - row0) // block_m
             return runs_of_keys(block, [ends_], np.bincount(block, minlength=qt), kv_len, block_n, qt)
 
-    # 1: the winners of each region's max and min, and its guards' truth, constant on every piece.
-    starts = _refine(base, span, value0, value0 + slope0 * span, plan.first_pairs)
-    # 2: every region end against every other.
-    span, values = ends(starts)
-    lo, hi, ok = region_ends(values)
+    # The cuts where two forms change order; then every form is affine between the pieces' first and last rows.
+    starts = _refine(base, span, plan.with_ends(value0), plan.with_ends(value0 + slope0 * span), plan.pairs)
     n = len(starts)
-    cut = _refine(starts, span, np.concatenate([lo[:, :n], hi[:, :n]]), np.concatenate([lo[:, n:], hi[:, n:]]),
-                  plan.end_pairs)
-    # The slots at each piece's first and last rows, one structure per piece.
-    if len(cut) != n:          # extrapolated: region ends affine, guards steady on the first round's pieces
-        p = starts.searchsorted(cut, side="right") - 1
-        p = np.concatenate([p, p])                   # each new piece's first and last row in its old piece
-        offset = np.concatenate([cut, np.append(cut[1:], row1) - 1]) - starts[p]
-        width = np.maximum(span, 1)
-        lo = lo[:, p] + (lo[:, n:] - lo[:, :n])[:, p] // width[p] * offset
-        hi = hi[:, p] + (hi[:, n:] - hi[:, :n])[:, p] // width[p] * offset
-        ok = ok[:, p]
-        starts, n = cut, len(cut)
-    intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(plan.regions))]
+    values = ends(starts)
+    lo = values[plan.lower].max(axis=1)                     # [regions, first rows then last rows]
+    hi = values[plan.upper].min(axis=1) + 1
+    ok = (values[plan.guard] <= 0).all(axis=1)
+    intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(lo))]
     slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
