@@ -116,9 +116,9 @@ class FormProgram:
             seg = t.seg
             if isinstance(t, ir.SegValue):
                 array = t.array
-                return lambda v, e: segment_attr(*e.slot(seg), "value", e.extent, array)
+                return lambda v, e: segment_attr(e.slot(seg)[0], e.slot(seg)[1], "value", e.extent, array)
             attr = t.attr
-            return lambda v, e: segment_attr(*e.slot(seg), attr, e.extent)
+            return lambda v, e: segment_attr(e.slot(seg)[0], e.slot(seg)[1], attr, e.extent)
         if isinstance(t, ir.ChunkVar):
             raise Unsupported(t)
         inner = [self.lin(x) for x in F.inner_lins(t)]
@@ -130,15 +130,15 @@ class FormProgram:
             return lambda v, e: v[i] * v[j]
         if isinstance(t, ir.Floor):
             i, j = inner
-            fn = np.floor_divide if t.op == "//" else np.mod
-            return lambda v, e: fn(v[i], v[j])
+            divide = np.floor_divide if t.op == "//" else np.mod
+            return lambda v, e: divide(v[i], v[j])
         if isinstance(t, ir.Extreme):
-            fn = np.minimum if t.fn == "min" else np.maximum
+            pick = np.minimum if t.fn == "min" else np.maximum
 
             def extreme(v, e):
                 out = v[inner[0]]
                 for i in inner[1:]:
-                    out = fn(out, v[i])
+                    out = pick(out, v[i])
                 return out
             return extreme
         if isinstance(t, ir.Root):
