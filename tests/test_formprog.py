@@ -1,0 +1,36 @@
+"""maskc/analysis/formprog.py: a mask's forms compiled to numpy steps give RowValues' values."""
+import numpy as np
+from hypothesis import event, given, settings, strategies as st
+
+import maskc
+from maskc.analysis.formprog import Env, program_of
+from maskc.analysis.rows import RowValues, k_bound_rows
+
+from mask_strategies import binding, mask_text
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=mask_text(exact=False), bind_args=binding(max_len=60), rows=st.lists(st.integers(-3, 70), min_size=1))
+def test_programs_give_the_values_of_row_values(text, bind_args, rows):
+    """Every bound and guard of every region of random masks (q-side expressions with segments, per-segment
+    values, min/max, floors, squares, bit operations), at random positions (some outside [0, seq_len))."""
+    try:
+        compiled = maskc.compile_mask(text)
+        seq_len, kv_len, params = bind_args
+        bound = compiled.bind(seq_len, kv_len, **params)
+    except maskc.MaskError:
+        return
+    special = compiled.specialized(bound.params.batch[0].ints)
+    items = [(b, lower) for r in special.allow + special.deny for lower, bs in ((True, r.lower), (False, r.upper))
+             for b in bs] + [(g.lin, None) for r in special.allow + special.deny for g in r.guards + r.static_guards]
+    program = program_of(items)
+    event(f"compiled: {program is not None}")
+    if program is None:             # a form reads k or a chunk index
+        return
+    q = np.array(rows, np.int64)
+    element = bound.params.batch[0]
+    got = program.run(Env(element, seq_len, kv_len, 0, 0, q))
+    reference = RowValues(element, seq_len, kv_len, 0, 0, q)
+    for (item, lower), value in zip(items, got):
+        want = reference.lin(item) if lower is None else k_bound_rows(item, reference, lower=lower)
+        np.testing.assert_array_equal(np.broadcast_to(value, q.shape), np.broadcast_to(want, q.shape))
