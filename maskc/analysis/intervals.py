@@ -50,8 +50,8 @@ def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
     intervals = [i for i in intervals if (i[0] < i[1]).any()]     # regions no row sees drop out
     if len(intervals) <= 1:
         return intervals
-    lo = np.stack([i[0] for i in intervals])
-    hi = np.stack([i[1] for i in intervals])
+    lo = np.array([i[0] for i in intervals])
+    hi = np.array([i[1] for i in intervals])
     order = lo.argsort(axis=0, kind="stable")
     column = np.arange(lo.shape[1])
     lo, hi = lo[order, column], hi[order, column]
@@ -73,7 +73,7 @@ def compact(slots):
     slots = [s for s in slots if (s[0] < s[1]).any()]
     if len(slots) <= 1:
         return slots
-    lo, hi = np.stack([s[0] for s in slots]), np.stack([s[1] for s in slots])
+    lo, hi = np.array([s[0] for s in slots]), np.array([s[1] for s in slots])
     order = lo.argsort(axis=0, kind="stable")
     column = np.arange(lo.shape[1])
     lo, hi = lo[order, column], hi[order, column]

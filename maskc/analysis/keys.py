@@ -174,7 +174,7 @@ def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
     pick = (~(live_a & live_b)).nonzero()[0]
     if not len(pick):
         return
-    lows_a, highs_a, lows_b, highs_b = (np.stack(v) for v in bounds_at(pick))
+    lows_a, highs_a, lows_b, highs_b = (np.array(v) for v in bounds_at(pick))
     d_a = (highs_a[:, None] - lows_a[None]).reshape(-1, len(pick))     # every (upper, lower) pair
     d_b = (highs_b[:, None] - lows_b[None]).reshape(-1, len(pick))
     start, end = points[0][owner[pick]], points[1][owner[pick]]
@@ -195,8 +195,12 @@ def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
 def sorted_unique(values: np.ndarray, return_inverse: bool = False):
     """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
     short arrays classification makes), and with ``return_inverse`` where each value went."""
-    order = values.argsort(kind="stable") if return_inverse else None
-    ordered = values[order] if return_inverse else np.sort(values)
+    if return_inverse:
+        order = values.argsort(kind="stable")
+        ordered = values[order]
+    else:
+        ordered = values.copy()
+        ordered.sort()
     new = np.empty(len(ordered), bool)
     new[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])

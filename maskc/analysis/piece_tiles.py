@@ -118,6 +118,14 @@ def slopes_ok(regions, breaks: Breaks) -> bool:
     return True
 
 
+def last_rows(starts: np.ndarray, end: int) -> np.ndarray:
+    """The last row of each piece that begins at ``starts`` (ascending), the last one ending before ``end``."""
+    out = np.empty_like(starts)
+    out[:-1] = starts[1:]
+    out[-1:] = end
+    return out - 1
+
+
 def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int,
                  rows: tuple[int, int] | None = None):
     """The first row of every piece (of the rows ``[row0, row1)``, whole q_blocks, when given)."""
@@ -134,7 +142,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     starts = starts[(starts >= row0) & (starts < row1)]
     for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
         n = len(starts)
-        ends = np.append(starts[1:], row1) - 1
+        ends = last_rows(starts, row1)
         env = Env(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
         values = breaks.args_program(extreme).run(env)          # at each piece's first and second rows
         cuts = [starts]
@@ -160,7 +168,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     not flagged in ``bad`` (bool[QT]; those have no runs here), and ``bad``. See the module docstring."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
-    ends = np.append(starts[1:], seq_len) - 1
+    ends = last_rows(starts, seq_len)
     families, bad_piece, cuts, budget = _families(regions, make, starts, ends, kv_len, budget)
     if len(cuts):
         starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
@@ -182,7 +190,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     joined = np.zeros(len(piece), bool)                                   # abuts the previous at both ends
     joined[1:] = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])
     first = (~joined).nonzero()[0]
-    last = np.append(first[1:], len(piece)) - 1
+    last = last_rows(first, len(piece))
     c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
     bad[block[bad_piece]] = True
     # Touched key blocks: the union of the families' hulls; covered: those every piece's chains cover.
@@ -222,7 +230,7 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
     again = np.isin(starts // block_m, sorted_unique(cuts // block_m))
     new_starts = sorted_unique(np.concatenate([starts[again], cuts]))
     whole = starts.searchsorted(new_starts, side="right") - 1        # the piece each part was cut from
-    new_ends = np.minimum(ends[whole], np.append(new_starts[1:], ends[-1] + 1) - 1)
+    new_ends = np.minimum(ends[whole], last_rows(new_starts, ends[-1] + 1))
     found, new_bad, _, _ = _families(regions, make, new_starts, new_ends, kv_len, budget)
     keep = ~again
     renumber = keep.cumsum() - 1

@@ -26,7 +26,7 @@ import numpy as np
 
 from maskc.analysis.intervals import combine, masked
 from maskc.analysis.keys import sorted_unique
-from maskc.analysis.piece_tiles import Breaks, piece_starts, slopes
+from maskc.analysis.piece_tiles import Breaks, last_rows, piece_starts, slopes
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.tiles import runs_of_keys
 
@@ -204,14 +204,14 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     if not plan.allow:                              # nothing is ever visible
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
     base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m, (row0, row1))
-    span = np.append(base[1:], row1) - 1 - base
+    span = last_rows(base, row1) - base
     both = plan.values(Env(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)])), kv_len)
     value0, slope0 = both[:, :len(base)], both[:, len(base):] - both[:, :len(base)]
 
     def ends(starts: np.ndarray):
         """Every form at the pieces' first and last rows (extrapolated along the pieces of the first cut,
         exactly: the forms are affine there)."""
-        at = np.concatenate([starts, np.append(starts[1:], row1) - 1])
+        at = np.concatenate([starts, last_rows(starts, row1)])
         p = base.searchsorted(at, side="right") - 1
         return value0[:, p] + slope0[:, p] * (at - base[p])
 

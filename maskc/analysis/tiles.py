@@ -67,7 +67,7 @@ def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     _, e = np.nonzero(ends)                                   # same runs, same row-major order
     offsets = np.zeros(rows + 1, np.int32)
     np.bincount(r, minlength=rows).cumsum(out=offsets[1:])
-    runs = np.stack([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
+    runs = np.array([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
     return offsets, np.ascontiguousarray(runs)
 
 
@@ -161,8 +161,8 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     has_full = cut0 < cut1
     cut0, cut1 = np.where(has_full, cut0, h1), np.where(has_full, cut1, h1)
     # Per q_block, each slot's PARTIAL, FULL, PARTIAL runs, slot after slot: already in order.
-    begin = np.stack([h0, cut0, cut1], axis=1).reshape(-1, len(first)).T      # [q_blocks, 3 x slots]
-    end = np.stack([cut0, cut1, h1], axis=1).reshape(-1, len(first)).T
+    begin = np.array([h0, cut0, cut1]).transpose(1, 0, 2).reshape(-1, len(first)).T      # [q_blocks, 3 x slots]
+    end = np.array([cut0, cut1, h1]).transpose(1, 0, 2).reshape(-1, len(first)).T
     keep = begin < end
     keep[bad] = False
     at, col = keep.nonzero()
