@@ -19,7 +19,8 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.rows import RowValues, k_bound_rows, split_on_chunks
+from maskc.analysis.formprog import Env, FamilyProgram, FormProgram
+from maskc.analysis.rows import split_on_chunks
 
 
 class TooMany(Exception):
@@ -27,9 +28,10 @@ class TooMany(Exception):
 
 
 def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
-    """The ``make`` that :func:`enumerate_keys` takes, for one batch element and head."""
-    def make(q: np.ndarray, chunks: dict, gather=None) -> RowValues:
-        return RowValues(params, seq_len, kv_len, head, batch_index, q, chunks=chunks, gather=gather)
+    """The ``make`` that :func:`enumerate_keys` takes, for one batch element and head: ``make(q, chunks)`` is
+    the :class:`~maskc.analysis.formprog.Env` of positions q (and chunk indices)."""
+    def make(q, chunks: dict | None = None) -> Env:
+        return Env(params, seq_len, kv_len, head, batch_index, q, chunks)
     return make
 
 
@@ -41,47 +43,69 @@ def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
     return ir.ChunkedKeys((ir.ChunkLevel(F.K, region.lower, region.upper),))
 
 
-def _bounds(level: ir.ChunkLevel, rows: RowValues):
-    """The level's lower bounds (ceil) and upper bounds (floor) at the rows, as lists of values."""
-    return ([k_bound_rows(b, rows, lower=True) for b in level.lower],
-            [k_bound_rows(b, rows, lower=False) for b in level.upper])
+class _NestProgram:
+    """What enumerating one region's keys evaluates, compiled once (:mod:`maskc.analysis.formprog`): its guards
+    and, per level, its lower and upper bounds grouped by the part of their form that reads chunk indices
+    (and divisor): per group ``(moving, den, fixed)``, ``moving`` the step of the chunk-reading part in the
+    level's FamilyProgram (None: bounds free of chunks), ``fixed`` the steps of the rest of each bound
+    (constant included) in the owners' FormProgram."""
+
+    def __init__(self, region: ir.RegionBounds, nest: ir.ChunkedKeys):
+        self.owners = FormProgram()
+        self.guards = [self.owners.lin(g.lin) for g in region.static_guards + region.guards + nest.guards]
+        self.levels = []
+        for level in nest.levels:
+            family = FamilyProgram(self.owners)
+            sides = []
+            for bounds in (level.lower, level.upper):
+                found: dict = {}
+                for b in bounds:
+                    fixed, moving = split_on_chunks(b.lin)
+                    found.setdefault((ir.Lin(moving, 0) if moving else None, b.den), []).append(fixed)
+                sides.append([(None if m is None else family.lin(m), den, [self.owners.lin(x) for x in fixed])
+                              for (m, den), fixed in found.items()])
+            self.levels.append((family, sides))
+        # Level 0's bounds one by one (the cut proposals read every pair): groups of one.
+        family = self.levels[0][0]
+        self.each = [[(None if not moving else family.lin(ir.Lin(moving, 0)), b.den, [self.owners.lin(fixed)])
+                      for b in bounds for fixed, moving in [split_on_chunks(b.lin)]]
+                     for bounds in (nest.levels[0].lower, nest.levels[0].upper)]
 
 
-def _groups(level: ir.ChunkLevel, lower: bool) -> tuple:
-    """The level's lower (upper) bounds grouped by the part of their form that reads chunk indices and their
-    divisor: ``(moving, den, fixed forms)`` per group, ``moving`` a form of the chunk-reading terms (None: the
-    bounds free of chunks), the fixed forms the rest of each bound (constant included). Kept on the level."""
-    key = "_lower_groups" if lower else "_upper_groups"
-    cached = level.__dict__.get(key)
-    if cached is None:
-        found: dict = {}
-        for b in (level.lower if lower else level.upper):
-            fixed, moving = split_on_chunks(b.lin)
-            found.setdefault((ir.Lin(moving, 0) if moving else None, b.den), []).append(fixed)
-        cached = tuple((moving, den, tuple(fixed)) for (moving, den), fixed in found.items())
-        object.__setattr__(level, key, cached)
-    return cached
+def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram:
+    """The region's _NestProgram, kept on it (a RegionBounds is immutable)."""
+    hit = region.__dict__.get("_nest_program")
+    if hit is None:
+        hit = _NestProgram(region, nest)
+        object.__setattr__(region, "_nest_program", hit)
+    return hit
 
 
-def _extremes(level: ir.ChunkLevel, base: RowValues, index: np.ndarray, family, clip: tuple | None):
-    """The level's greatest lower bound and least upper bound, int64[count, families] each, at the families
-    of ``index`` ([count, families] rows of ``base``).
+def _group_values(group, lower: bool, owner_values: list, family_values: list, index: np.ndarray, fn):
+    """One group's bound (:class:`_NestProgram`) at the families of ``index``: the extreme ``fn`` of its
+    chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
+    moving, den, fixed = group
+    v = functools.reduce(fn, [owner_values[i] for i in fixed])
+    v = v[index] if np.ndim(v) else v
+    if moving is not None:
+        v = v + family_values[moving]
+    if den != 1:
+        v = -((-v) // den) if lower else v // den
+    return v
 
-    By groups (:func:`_groups`): the greatest of a group's chunk-free parts is taken at the owners' rows,
+
+def _extremes(sides, owner_values: list, family_values: list, index: np.ndarray, clip: tuple | None):
+    """A level's greatest lower bound and least upper bound, int64[points, families] each, at the families of
+    ``index`` ([points, families] rows of the owners).
+
+    By groups (:class:`_NestProgram`): the greatest of a group's chunk-free parts is taken at the owners' rows,
     gathered once, and its chunk-reading part added once: ``max(ceil((a + m) / d), ceil((b + m) / d)) =
-    ceil((max(a, b) + m) / d)`` (and so for floors and minima). ``family()`` is the RowValues of the
-    families (for the chunk-reading parts); ``clip``, the bounds (0, kv_len - 1) of the keys at level 0."""
+    ceil((max(a, b) + m) / d)`` (and so for floors and minima); ``clip``, the bounds (0, kv_len - 1) of the
+    keys at level 0."""
     out = []
-    for lower, fn in ((True, np.maximum), (False, np.minimum)):
+    for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
-        for moving, den, fixed in _groups(level, lower):
-            v = functools.reduce(fn, [base.lin(lin) for lin in fixed])
-            v = v[index] if np.ndim(v) else v
-            if moving is not None:
-                v = v + family().lin(moving)
-            if den != 1:
-                v = -((-v) // den) if lower else v // den
-            found.append(v)
+        found += [_group_values(group, lower, owner_values, family_values, index, fn) for group in side]
         acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
         out.append(np.broadcast_to(acc, index.shape) if np.shape(acc) != index.shape else acc)
     return out
@@ -90,9 +114,9 @@ def _extremes(level: ir.ChunkLevel, base: RowValues, index: np.ndarray, family, 
 def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int):
     """Every (owner, chunk) of one region and its key interval at each point.
 
-    ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks,
-    gather)`` returns the RowValues at positions ``q`` with chunk indices ``chunks`` (forms free of them
-    taken from ``gather``: values at the owners' rows, and an index). Returns ``(owner, lo, hi, unsure,
+    ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
+    returns the formprog Env at positions ``q`` with chunk indices ``chunks`` (:func:`values_at`); the
+    region's forms are compiled once (:class:`_NestProgram`). Returns ``(owner, lo, hi, unsure,
     blind, cut)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
     intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
@@ -101,35 +125,33 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     :func:`_blind_and_cuts`).
     """
     nest = nest_of(region)
+    program = _nest_program(region, nest)
     n = len(points[0])
     owner = np.arange(n)
     unsure = np.zeros(n, bool)
-    count = len(points)               # the points stacked: one RowValues over all of them
+    count = len(points)               # the points stacked: the owners' forms evaluated at all of them at once
     at = points[0] if count == 1 else np.concatenate(points)
-    base = make(at, {}, None)
+    owner_values = program.owners.values(make(at))
     ok = np.ones(n * count, bool)
-    for g in region.static_guards + region.guards + nest.guards:
-        ok = ok & (base.lin(g.lin) <= 0)
+    for g in program.guards:
+        ok = ok & (owner_values[g] <= 0)
     at_point = ok.reshape(count, n)
     if count == 2:
         unsure |= at_point[0] != at_point[1]
     owner = owner[at_point[0] & ~unsure]
 
-    def extremes(level: ir.ChunkLevel, chunks: dict, clip=None):
-        """The level's bounds' extremes (lo, hi inclusive) [count, owners], all points at once (forms of the
-        chunks alone evaluated once per owner, not per point), and the owners' rows."""
-        index = owner[None] + n * np.arange(count)[:, None]      # (count, owners); chunks broadcast along
-        found: list = []
-
-        def family():
-            if not found:
-                found.append(make(at[index], chunks, (base, index)))
-            return found[0]
-        return (*_extremes(level, base, index, family, clip), index)
+    def extremes(depth: int, chunks: dict, clip=None):
+        """Level ``depth``'s bounds' extremes (lo, hi inclusive) [count, families], all points at once (forms
+        of the chunks alone evaluated once per owner, not per point), and the owners' rows."""
+        index = owner[None] + n * np.arange(count)[:, None]      # (count, families); chunks broadcast along
+        family, sides = program.levels[depth]
+        family_values = family.values(make(None, chunks), owner_values, index) if family.steps else []
+        return (*_extremes(sides, owner_values, family_values, index, clip), index)
 
     chunks: dict = {}
-    for level in reversed(nest.levels[1:]):
-        lo, hi, _ = extremes(level, chunks)
+    for depth in range(len(nest.levels) - 1, 0, -1):
+        level = nest.levels[depth]
+        lo, hi, _ = extremes(depth, chunks)
         lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
@@ -144,16 +166,21 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         chunks = {v: a[pick] for v, a in chunks.items()}
         chunks[level.var] = lo[0][pick] + within
         owner = owner[pick]
-    lo, hi, index = extremes(nest.levels[0], chunks, (np.int64(0), np.int64(kv_len - 1)))
+    lo, hi, index = extremes(0, chunks, (np.int64(0), np.int64(kv_len - 1)))
     lo, hi = list(lo), list(hi + 1)
     blind = np.zeros(len(owner), bool)
     cut = np.full(len(owner), -1, np.int64)
     if count == 2:
         def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
             sub = index[:, pick]
-            lows, highs = _bounds(nest.levels[0], make(at[sub], {v: c[pick] for v, c in chunks.items()}, (base, sub)))
-            lows, highs = lows + [np.int64(0)], highs + [np.int64(kv_len - 1)]
-            return [[np.broadcast_to(v, sub.shape)[p] for v in vs] for p in range(2) for vs in (lows, highs)]
+            family = program.levels[0][0]
+            family_values = family.values(make(None, {v: c[pick] for v, c in chunks.items()}), owner_values,
+                                          sub) if family.steps else []
+            zero = np.zeros(sub.shape, np.int64)
+            lows, highs = ([_group_values(g, lower, owner_values, family_values, sub, fn) + zero for g in each]
+                           + [zero + clip] for each, lower, fn, clip in zip(program.each, (True, False),
+                                                                            (np.maximum, np.minimum), (0, kv_len - 1)))
+            return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
         _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut)
     return owner, lo, hi, unsure, blind, cut
 

@@ -120,16 +120,13 @@ def isqrt(values):
 
 class RowValues(_Scalars):
     """Values of linear forms at the query positions ``q`` (an int64 array); forms that use k need
-    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid), and
-    forms that read chunk indices (:class:`~maskc.ir.ChunkVar`) their values in ``chunks``."""
+    key positions ``k`` too (then q and k broadcast: ``q[:, None]``, ``k[None, :]`` for a grid). Forms of q
+    evaluated once per mask and bind take :mod:`maskc.analysis.formprog` instead (compiled once)."""
 
     def __init__(self, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int,
-                 q: np.ndarray, k: np.ndarray | None = None, chunks: dict | None = None,
-                 gather: tuple["RowValues", np.ndarray] | None = None):
+                 q: np.ndarray, k: np.ndarray | None = None):
         super().__init__(params, seq_len, kv_len, head, batch_index)
         self.q, self.k = q, k
-        self.chunks = chunks or {}
-        self.gather = gather              # (values at fewer rows, index): forms free of chunks come from there
         self.extent = max(seq_len, kv_len)
         self._memo: dict = {}
         self._slots: dict = {}
@@ -137,12 +134,7 @@ class RowValues(_Scalars):
     def lin(self, lin: ir.Lin):
         hit = self._memo.get(lin)             # regions share many bounds: each is computed once
         if hit is None:
-            if self.gather is not None:
-                fixed, moving = split_on_chunks(lin)
-                hit = self.gather[0].lin(fixed)   # the part free of chunks at the fewer rows, gathered once
-                hit = hit[self.gather[1]] if np.ndim(hit) else hit
-            else:
-                hit, moving = (None if lin.const == 0 else np.int64(lin.const)), lin.terms
+            hit, moving = (None if lin.const == 0 else np.int64(lin.const)), lin.terms
             for t, c in moving:
                 v = self.term(t)
                 if hit is None:
@@ -157,12 +149,7 @@ class RowValues(_Scalars):
     def term(self, t):
         hit = self._memo.get(t)
         if hit is None:
-            if self.gather is not None and not F.term_reads_chunks(t):
-                hit = self.gather[0].term(t)
-                hit = hit[self.gather[1]] if np.ndim(hit) else hit
-            else:
-                hit = self._term(t)
-            self._memo[t] = hit
+            hit = self._memo[t] = self._term(t)
         return hit
 
     def _slot(self, seg: str, pos: str):
@@ -203,8 +190,6 @@ class RowValues(_Scalars):
             for v in vals[1:]:
                 out = np.minimum(out, v) if t.fn == "min" else np.maximum(out, v)
             return out
-        if isinstance(t, ir.ChunkVar):
-            return self.chunks[t]
         if isinstance(t, ir.Root):
             return isqrt(self.lin(t.arg))
         if isinstance(t, ir.Bits):
