@@ -197,14 +197,23 @@ class FamilyProgram(_Steps):
         self.owners = owners
 
     def values(self, env: Env, owner_values: list, index: np.ndarray) -> list:
-        """Every step's value at the families: ``index`` [points, families] into the owners' rows."""
+        """Every step's value at the families: ``index`` [points, families] into the owners' rows (the
+        owners' rows point after point). An owners' value equal at every point is gathered once, [1,
+        families], so that what is computed from it alone is computed once for all points."""
         gathered: dict = {}
+        points = index.shape[0]
 
         def gather(i: int):
             hit = gathered.get(i)
             if hit is None:
                 x = owner_values[i]
-                hit = gathered[i] = x[index] if np.ndim(x) else x
+                if not np.ndim(x):
+                    hit = x
+                elif points > 1 and (x.reshape(points, -1) == x[:len(x) // points]).all():
+                    hit = x[index[:1]]
+                else:
+                    hit = x[index]
+                gathered[i] = hit
             return hit
         values: list = []
         for step in self.steps:

@@ -241,20 +241,24 @@ def sorted_unique(values: np.ndarray, return_inverse: bool = False):
 def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
     """Per row, the union of the intervals as sorted, disjoint, non-adjacent ones (empty ones dropped)."""
     keep = lo < hi
-    row, lo, hi = row[keep], lo[keep], hi[keep]
+    if not keep.all():
+        row, lo, hi = row[keep], lo[keep], hi[keep]
     if not len(row):
         return row, lo, hi
     width = kv_len + 1                                 # rows never touch on this line
-    g_lo, g_hi = row * width + lo, row * width + hi
-    order = g_lo.argsort(kind="stable")
-    g_lo, g_hi = g_lo[order], g_hi[order]
+    g_lo = row * width + lo
+    if (g_lo[1:] < g_lo[:-1]).any():                   # often in order already
+        order = g_lo.argsort(kind="stable")
+        row, lo, hi, g_lo = row[order], lo[order], hi[order], g_lo[order]
+    g_hi = row * width + hi
     reach = np.maximum.accumulate(g_hi)
     starts = np.ones(len(g_lo), bool)
     starts[1:] = g_lo[1:] > reach[:-1]
+    if starts.all():                                   # disjoint and apart already
+        return row, lo, hi
     first = starts.nonzero()[0]
-    g_lo, g_hi = g_lo[first], np.maximum.reduceat(g_hi, first)
-    out_row = g_lo // width
-    return out_row, g_lo - out_row * width, g_hi - out_row * width
+    row = row[first]
+    return row, lo[first], np.maximum.reduceat(g_hi, first) - row * width
 
 
 def subtract(keys, deny, kv_len: int):

@@ -244,6 +244,8 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
     """Families constant over their piece replaced by their union; other families inside it dropped."""
     constant = (la == lb) & (ha == hb)
+    if not constant.any():
+        return piece, la, ha, lb, hb
     c_piece, c_lo, c_hi = union(piece[constant], la[constant], ha[constant], kv_len)
     rest = ~constant
     piece, la, ha, lb, hb = piece[rest], la[rest], ha[rest], lb[rest], hb[rest]
