@@ -2,7 +2,7 @@
 (a benchmark, not a test).
 
     python bench/bench_bind.py [--lengths 4096,32768,131072] [--masks causal,...] [--device cpu|cuda]
-                               [--impls maskc,flex,flex_compiled] [--repeat 20] [--out PATH]
+                               [--impls maskc,flex,flex_compiled] [--repeat 20] [--allocator as-is|warm] [--out PATH]
 
 Every workload of bench/workloads.py (the same masks and parameters as the forward and backward benchmarks)
 at every length, tiles of ``--block`` x ``--block`` (Flex's default, 128):
@@ -18,6 +18,12 @@ at every length, tiles of ``--block`` x ``--block`` (Flex's default, 128):
 - ``flex_compiled``: the same through ``torch.compile(create_block_mask)`` (Flex's advice for long
   sequences: no S x S tensor), timed after one warm-up call that compiles it; off by default on the CPU
   (Inductor's CPU compile takes minutes).
+
+maskc's records also carry ``faults_per_bind`` (minor page faults): glibc gives freed memory back to the system
+unless the process has freed a large block before (its adaptive thresholds), so a process that only binds masks
+takes page faults on its temporaries at every bind (about 3 us each on the dev machine), and one that has freed
+a large array (a training loop; this benchmark after a Flex run) does not. ``--allocator warm`` puts the process
+in the second state before measuring.
 
 Medians of ``--repeat`` runs, wall clock (the GPU synchronised before and after each Flex call);
 ``--clock process`` times maskc with this process's CPU time instead (on a shared machine, what other
@@ -60,6 +66,24 @@ def maskc_once(mask, w: W.Workload, block: int, cold: bool = False) -> tuple[flo
     return (t1 - t0) * 1e3, (CLOCK() - t1) * 1e3
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far (0 where the platform does not count them)."""
+    try:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    except (ImportError, AttributeError):
+        return 0
+
+
+def warm_allocator() -> None:
+    """Allocate and free one 16 MiB block, as any process that has freed a large array has: glibc then raises
+    its mmap threshold and its trim threshold (to 32 MiB) and keeps freed memory for the next bind, instead of
+    giving it back to the system and taking page faults on it at every bind."""
+    import numpy as np
+    block = np.ones(16 << 20, np.uint8)
+    del block
+
+
 def block_counts(tile_map) -> tuple[int, int]:
     """(FULL, PARTIAL) tiles of a maskc tile map, from its runs."""
     widths = tile_map.runs[:, 1] - tile_map.runs[:, 0]
@@ -90,6 +114,8 @@ def cpu_name() -> str:
 def run(args) -> list[dict]:
     global CLOCK
     CLOCK = time.process_time if args.clock == "process" else time.perf_counter
+    if args.allocator == "warm":
+        warm_allocator()
     from torch.nn.attention.flex_attention import create_block_mask
 
     impls = [i for i in args.impls.split(",") if i]
@@ -110,13 +136,15 @@ def run(args) -> list[dict]:
             counts = block_counts(mask.bind(seq_len=S, **w.params).tile_map(args.block, args.block))
             if "maskc" in impls:
                 maskc_once(mask, w, args.block)                             # imports, caches, specializations
+                faults = minor_faults()
                 times = [maskc_once(mask, w, args.block) for _ in range(args.repeat)]
+                faults = (minor_faults() - faults) / args.repeat
                 cold = [sum(maskc_once(mask, w, args.block, cold=True)) for _ in range(max(3, args.repeat // 5))]
                 rec = dict(base, impl="maskc_host", ms=statistics.median(b + d for b, d in times),
                            bind_ms=statistics.median(b for b, _ in times),
                            descriptor_ms=statistics.median(d for _, d in times), cold_ms=statistics.median(cold),
                            min_ms=min(b + d for b, d in times), clock=args.clock, full=counts[0],
-                           partial=counts[1])
+                           partial=counts[1], faults_per_bind=faults, allocator=args.allocator)
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
             for impl in ("flex", "flex_compiled"):
@@ -150,9 +178,9 @@ def run(args) -> list[dict]:
 
 def print_table(records: list[dict]) -> None:
     by = {(r["mask"], r["seq_len"], r["impl"]): r for r in records}
-    print("\n| mask | S | maskc bind ms | descriptor ms | maskc total | cold | flex ms | flex compiled ms | "
+    print("\n| mask | S | maskc bind ms | descriptor ms | maskc total | faults | cold | flex ms | flex compiled ms | "
           "flex / maskc | blocks agree |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (mask, S, impl), r in by.items():
         if impl != "maskc_host":
             continue
@@ -165,7 +193,7 @@ def print_table(records: list[dict]) -> None:
         ratio = "-" if best is None else f"{best / r['ms']:.1f}x"
         agree = {p.get("agree") for p in peers if p and "agree" in p}
         print(f"| {mask} | {S} | {r['bind_ms']:.3f} | {r['descriptor_ms']:.3f} | {r['ms']:.3f} | "
-              f"{r['cold_ms']:.3f} | {shown(peers[0])} | {shown(peers[1])} | "
+              f"{r.get('faults_per_bind', 0):.0f} | {r['cold_ms']:.3f} | {shown(peers[0])} | {shown(peers[1])} | "
               f"{ratio} | "
               f"{'-' if not agree else 'yes' if agree == {True} else 'NO'} |")
 
@@ -182,6 +210,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--clock", choices=["wall", "process"], default="wall",
                     help="maskc's clock: process = this process's CPU time (Flex stays on the wall clock)")
+    ap.add_argument("--allocator", choices=["as-is", "warm"], default="as-is",
+                    help="warm: free a 16 MiB block first, as a process that has freed a large array (glibc then "
+                         "keeps freed memory: no page faults per bind); as-is: this process's state, which a Flex "
+                         "run before maskc's also warms. Records carry faults_per_bind either way")
     ap.add_argument("--flex-max-elements", type=int, default=None,
                     help="skip eager create_block_mask past this many query-key pairs (default 2**26 on the CPU)")
     ap.add_argument("--out", default=None, help="default bench/results/bind_<device>.json")
