@@ -126,11 +126,12 @@ def last_rows(starts: np.ndarray, end: int) -> np.ndarray:
     return out - 1
 
 
-def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int,
+def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int | None,
                  rows: tuple[int, int] | None = None):
-    """The first row of every piece (of the rows ``[row0, row1)``, whole q_blocks, when given)."""
+    """The first row of every piece (of the rows ``[row0, row1)``, whole q_blocks, when given); with ``block_m``
+    None, of the pieces the breaks alone make (not cut at q_block starts)."""
     row0, row1 = rows or (0, seq_len)
-    parts = [np.arange(row0, row1, block_m, dtype=np.int64)]
+    parts = [np.arange(row0, row1, block_m, dtype=np.int64) if block_m else np.array([row0], np.int64)]
     for seg in sorted(breaks.segments):
         parts.append(params.segment(seg).bounds)
     for sign, offset, den in breaks.floors:

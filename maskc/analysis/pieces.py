@@ -36,7 +36,8 @@ class PiecePlan:
     (``breaks``), every bound and guard once (shared forms evaluated once) as rows of a table after the
     constants 0 and kv_len - 1 that clip the bounds, each region's rows of it (padded to one width with
     rows that change nothing: 0 among lower bounds and guards, kv_len - 1 among upper bounds), and the
-    pairs of rows (of the table and the upper bounds' rows plus one after it) whose order the cuts follow."""
+    pairs of rows (of the table and the upper bounds' rows plus one after it) whose order the cuts follow:
+    every pair but those of one slope, parallel on every piece."""
 
     ZERO, LAST = 0, 1
 
@@ -51,7 +52,12 @@ class PiecePlan:
                                               for i, pad in enumerate((self.ZERO, self.LAST, self.ZERO)))
         self.uppers = np.array(sorted({u for r in regions for u in r[1]}))
         self._program: FormProgram | None = None
-        self.pairs = _pairs([list(range(len(self.forms) + len(self.uppers)))])
+        # Two forms of one slope (parallel on every piece: two constants, two of slope 1) never change order.
+        slope = [frozenset({0})] * 2 + [slopes(item.lin, Breaks()) for item, _ in self.forms[2:]]
+        slope += [slope[u] for u in self.uppers]
+        i, j = _pairs([list(range(len(slope)))])
+        crossing = np.array([len(slope[a]) > 1 or slope[a] != slope[b] for a, b in zip(i, j)], bool)
+        self.pairs = i[crossing], j[crossing]
 
     def with_ends(self, values: np.ndarray) -> np.ndarray:
         """The table's values with, after them, those of the upper bounds plus one."""
@@ -167,7 +173,7 @@ def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.nd
 
 # Pairs x pieces up to which every pair is compared on every piece, without first looking for the pieces where
 # some order changes (a sort of every piece's forms: worth it for many pairs on many pieces only).
-_PAIR_PIECES = 1 << 16
+_PAIR_PIECES = 1 << 12
 
 
 def _one_region(plan: PiecePlan, value0: np.ndarray, slope0: np.ndarray, span: np.ndarray):
@@ -203,19 +209,21 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     qt = -(-(row1 - row0) // block_m)
     if not plan.allow:                              # nothing is ever visible
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
-    base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m, (row0, row1))
+    # The forms are affine on the pieces the breaks make: evaluated at their first two rows. With one region
+    # the pieces are cut at q_block starts first (most masks need no other cut); with several, the cuts where
+    # forms change order are found on the breaks' few pieces, and only then the q_block starts added.
+    one = len(plan.lower) == 1
+    base = piece_starts(plan.breaks, params, b, head, seq_len, kv_len, block_m if one else None, (row0, row1))
     span = last_rows(base, row1) - base
     both = plan.values(Env(params, seq_len, kv_len, head, b, np.concatenate([base, base + np.minimum(span, 1)])), kv_len)
     value0, slope0 = both[:, :len(base)], both[:, len(base):] - both[:, :len(base)]
 
-    def ends(starts: np.ndarray):
-        """Every form at the pieces' first and last rows (extrapolated along the pieces of the first cut,
-        exactly: the forms are affine there)."""
-        at = np.concatenate([starts, last_rows(starts, row1)])
-        p = base.searchsorted(at, side="right") - 1
-        return value0[:, p] + slope0[:, p] * (at - base[p])
+    def at(rows: np.ndarray):
+        """Every form at the rows (extrapolated along the pieces of the breaks: the forms are affine there)."""
+        p = base.searchsorted(rows, side="right") - 1
+        return value0[:, p] + slope0[:, p] * (rows - base[p])
 
-    if len(plan.lower) == 1:                       # one allow region: often settled without cuts
+    if one:                                         # one allow region: often settled without cuts
         ends_ = _one_region(plan, value0, slope0, span)
         if ends_ is not None:
             block = (base - row0) // block_m
@@ -223,8 +231,10 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
 
     # The cuts where two forms change order; then every form is affine between the pieces' first and last rows.
     starts = _refine(base, span, plan.with_ends(value0), plan.with_ends(value0 + slope0 * span), plan.pairs)
+    if not one:
+        starts = sorted_unique(np.concatenate([starts, np.arange(row0, row1, block_m, dtype=np.int64)]))
     n = len(starts)
-    values = ends(starts)
+    values = at(np.concatenate([starts, last_rows(starts, row1)]))
     lo = values[plan.lower].max(axis=1)                     # [regions, first rows then last rows]
     hi = values[plan.upper].min(axis=1) + 1
     ok = (values[plan.guard] <= 0).all(axis=1)
