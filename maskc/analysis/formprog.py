@@ -183,6 +183,18 @@ class FormProgram(_Steps):
         return _compound(t, [self.lin(x) for x in F.inner_lins(t)])
 
 
+def gathered_at(x, index: np.ndarray):
+    """Owners' values ``x`` (the owners' rows point after point) at the families of ``index`` [points,
+    families]: [1, families] where ``x`` is equal at every point (what is computed from it alone is then
+    computed once for all points), a scalar as it is."""
+    if not np.ndim(x):
+        return x
+    points = index.shape[0]
+    if points > 1 and (x.reshape(points, -1) == x[:len(x) // points]).all():
+        return x[index[:1]]
+    return x[index]
+
+
 def _no_gather(i: int):
     raise AssertionError("a FormProgram's steps read no gathered values")
 
@@ -201,19 +213,11 @@ class FamilyProgram(_Steps):
         owners' rows point after point). An owners' value equal at every point is gathered once, [1,
         families], so that what is computed from it alone is computed once for all points."""
         gathered: dict = {}
-        points = index.shape[0]
 
         def gather(i: int):
             hit = gathered.get(i)
             if hit is None:
-                x = owner_values[i]
-                if not np.ndim(x):
-                    hit = x
-                elif points > 1 and (x.reshape(points, -1) == x[:len(x) // points]).all():
-                    hit = x[index[:1]]
-                else:
-                    hit = x[index]
-                gathered[i] = hit
+                hit = gathered[i] = gathered_at(owner_values[i], index)
             return hit
         values: list = []
         for step in self.steps:

@@ -19,7 +19,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.formprog import Env, FamilyProgram, FormProgram
+from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, gathered_at
 from maskc.analysis.rows import split_on_chunks
 
 
@@ -85,8 +85,7 @@ def _group_values(group, lower: bool, owner_values: list, family_values: list, i
     """One group's bound (:class:`_NestProgram`) at the families of ``index``: the extreme ``fn`` of its
     chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
     moving, den, fixed = group
-    v = functools.reduce(fn, [owner_values[i] for i in fixed])
-    v = v[index] if np.ndim(v) else v
+    v = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
     if moving is not None:
         v = v + family_values[moving]
     if den != 1:
