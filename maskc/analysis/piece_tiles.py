@@ -194,9 +194,11 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     last = last_rows(first, len(piece))
     c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
     bad[block[bad_piece]] = True
-    # Touched key blocks: the union of the families' hulls; covered: those every piece's chains cover.
+    # Touched key blocks: the union of the families' hulls, piece by piece (in order already: no sort), then
+    # q_block by q_block; covered: those every piece's chains cover.
     ok = ~bad[block[piece]]
-    touched = union(block[piece[ok]], h0[ok] // block_n, -((-h1[ok]) // block_n), kt)
+    by_piece = union(piece[ok], h0[ok] // block_n, -((-h1[ok]) // block_n), kt)
+    touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
     k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
     ok = ~bad[block[c_piece]] & (k0 < k1)
     covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
