@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from maskc.errors import BindError
+from maskc.runs import MAX_TILES, RunBudget, dense_of, heaviest_first, sizes_text, transposed
+from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as the IR's users import them)
+
 if TYPE_CHECKING:
     from maskc.codegen.plan import ForwardPlan
 
-EMPTY, PARTIAL, FULL = 0, 1, 2
-# The default cap on a descriptor's bytes (maskc.analysis.tiles.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
+# The default cap on a descriptor's bytes (maskc.runs.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
 # and Options(max_descriptor_bytes=) raise it.
 MAX_DESCRIPTOR_BYTES = 1 << 30
 # Forward kernel engines (KernelSpec.engine): mma.sync everywhere; on Hopper, wgmma fed by the copy engine
@@ -151,9 +154,6 @@ class TileMap:
         """The dense int8[B, QT, KT] grid, built on first use from the runs (for those who ask: nothing on
         the way to a descriptor does). A BindError past MAX_TILES (2**28) tiles: the runs stay the way to
         read a grid that large."""
-        from maskc.analysis.classify import MAX_TILES
-        from maskc.analysis.tiles import dense_of
-        from maskc.errors import BindError
         tiles = self.batch * self.n_q_blocks * self.n_kv_blocks
         if tiles > MAX_TILES:
             raise BindError(f"the dense grid of {self.batch} x {self.n_q_blocks} x {self.n_kv_blocks} = {tiles} tiles "
@@ -232,7 +232,6 @@ class Descriptor:
 
     @functools.cached_property
     def _transposed(self):
-        from maskc.analysis.tiles import RunBudget, heaviest_first, transposed
         offsets, runs = transposed(self.run_offsets, self.runs, self.batch, self.n_q_blocks, self.n_kv_blocks)
         work = heaviest_first(offsets, runs)
         what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
@@ -251,12 +250,6 @@ class Descriptor:
     @property
     def col_work_order(self) -> np.ndarray:
         return self._transposed[2]
-
-
-def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int) -> str:
-    """The sizes of a tile map as messages name them."""
-    return (f"seq_len = {seq_len}, kv_len = {kv_len} at {block_m} x {block_n} tiles"
-            + (f" x {batch} batch elements" if batch > 1 else ""))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import maskc
 from maskc.analysis.descriptor import check_descriptor, pack, to_flex_block_mask_arrays, unpack
-from maskc.analysis.tiles import PARTIAL_COST, heaviest_first, runs_of, transposed
+from maskc.runs import PARTIAL_COST, heaviest_first, runs_of, transposed
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL, TileMap
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params, tile_truth

@@ -18,7 +18,6 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis.evaluate import Evaluator
-from maskc.analysis.keys import sorted_unique
 from maskc.analysis.forms import render
 from maskc.analysis.rows import lin_value
 from maskc.analysis.score import check_score
@@ -29,6 +28,7 @@ from maskc.errors import BindError, did_you_mean
 from maskc.ir.text import expr_text
 from maskc.ir.walk import mentions, nodes
 from maskc.kernel_ir import BatchParams, BoundParams, SegmentTable, Table
+from maskc.runs import sorted_unique
 
 MAX_HEADS = 1024                  # num_heads accepted (the largest models have 128 query heads)
 _REQUIRE_CHUNK = 1 << 16          # query positions per evaluation of the `require` checks

@@ -24,9 +24,10 @@ from maskc.analysis.piece_tiles import Breaks, piece_runs, slopes_ok
 from maskc.analysis.pieces import plan_of, runs_from_pieces
 from maskc.analysis.rows import RowValues
 from maskc.analysis.sound import sound_runs
-from maskc.analysis.tiles import RunBudget, agree, concat_csr, key_block_runs, merge_runs, runs_of_keys
+from maskc.analysis.tiles import agree, concat_csr, key_block_runs, merge_runs, runs_of_keys
 from maskc.errors import BindError
-from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BoundParams, TileMap, sizes_text
+from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BoundParams, TileMap
+from maskc.runs import MAX_TILES, RunBudget, sizes_text
 
 # Rows are classified in chunks of whole q_blocks: arrays of this many int64 stay small enough to come
 # from the allocator's free lists (fresh multi-page buffers cost page faults on every numpy op) and
@@ -38,7 +39,6 @@ _PIECE_BLOCKS = 1 << 14
 # back to sound bounds (the enumeration's arrays then peak near 200 MB).
 _BUDGET = 1 << 20
 
-MAX_TILES = 1 << 28
 """The most tiles one classification of a mask with opaque regions covers (batch elements x heads the mask
 reads x q_blocks x kv_blocks), whose work is per tile: 2,097,152 tokens a side at 128 x 128 tiles; past it,
 a BindError before any work. Exact masks have no such limit: their work grows with the runs."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from maskc.analysis.tiles import RunBudget, heaviest_first
-from maskc.kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, PARTIAL, Descriptor, TileMap, sizes_text
+from maskc.kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, PARTIAL, Descriptor, TileMap
+from maskc.runs import RunBudget, heaviest_first, sizes_text
 
 
 def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray,

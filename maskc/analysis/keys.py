@@ -21,6 +21,7 @@ from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, gathered_at
 from maskc.analysis.rows import split_on_chunks
+from maskc.runs import sorted_unique
 
 
 class TooMany(Exception):
@@ -217,25 +218,6 @@ def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
 
 
 # -- flat interval lists ----------------------------------------------------------------------------
-
-def sorted_unique(values: np.ndarray, return_inverse: bool = False):
-    """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
-    short arrays classification makes), and with ``return_inverse`` where each value went."""
-    if return_inverse:
-        order = values.argsort(kind="stable")
-        ordered = values[order]
-    else:
-        ordered = values.copy()
-        ordered.sort()
-    new = np.empty(len(ordered), bool)
-    new[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    if not return_inverse:
-        return ordered[new]
-    inverse = np.empty(len(values), np.intp)
-    inverse[order] = new.cumsum() - 1
-    return ordered[new], inverse
-
 
 def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
     """Per row, the union of the intervals as sorted, disjoint, non-adjacent ones (empty ones dropped)."""

@@ -32,7 +32,8 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, sorted_unique, subtract, union
+from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, subtract, union
+from maskc.runs import sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
 from maskc.kernel_ir import FULL, PARTIAL

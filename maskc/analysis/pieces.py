@@ -25,10 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from maskc.analysis.intervals import combine, masked
-from maskc.analysis.keys import sorted_unique
 from maskc.analysis.piece_tiles import Breaks, last_rows, piece_starts, slopes
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.tiles import runs_of_keys
+from maskc.runs import sorted_unique
 
 
 class PiecePlan:

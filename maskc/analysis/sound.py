@@ -17,8 +17,9 @@ from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis.intervals import compact, region_rows, union, visible_slots
 from maskc.analysis.rows import RowValues, TileIntervals
-from maskc.analysis.tiles import concat_csr, runs_of
+from maskc.analysis.tiles import concat_csr
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL
+from maskc.runs import runs_of
 
 
 def sound_runs(mask: ir.RangeMask, params, b: int, head: int, seq_len: int, kv_len: int,

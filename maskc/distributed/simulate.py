@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maskc.analysis.tiles import PARTIAL_COST
+from maskc.runs import PARTIAL_COST
 from maskc.distributed.traffic import Plan
 
 

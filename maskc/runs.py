@@ -1,0 +1,156 @@
+"""Tile classes as runs: the CSR of ``(begin, end, kind)`` that descriptors hold, and what is computed from runs
+alone, whatever the mask (the dense grid and back, the column view, the launch order, the memory budget). The
+layer under both the analysis passes that make runs and the kernel IR that carries them."""
+from __future__ import annotations
+
+import numpy as np
+
+from maskc.errors import BindError
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+# The most tiles a dense grid (TileMap.classes) or the per-tile classification of opaque regions may take.
+MAX_TILES = 1 << 28
+
+PARTIAL_COST = 1.25     # a PARTIAL tile also evaluates the predicate: a little dearer than a FULL one
+
+
+def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int) -> str:
+    """The sizes of a tile map as messages name them."""
+    return (f"seq_len = {seq_len}, kv_len = {kv_len} at {block_m} x {block_n} tiles"
+            + (f" x {batch} batch elements" if batch > 1 else ""))
+
+
+class RunBudget:
+    """The bytes a descriptor may take, counted as its runs are made: a BindError naming ``max_bytes`` (what
+    a user raises) as soon as the total passes it. ``what`` names the sizes; ``used``: bytes already taken."""
+
+    RUN_BYTES = 12                  # (begin, end, kind), int32
+
+    def __init__(self, max_bytes, what: str, used: int = 0):
+        if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) or max_bytes < 1:
+            raise BindError(f"max_bytes (the descriptor memory cap) must be a positive integer, got {max_bytes!r}")
+        self.max_bytes, self.what, self.used = int(max_bytes), what, 0
+        self.add_bytes(used)
+
+    def add(self, runs: np.ndarray) -> None:
+        self.add_bytes(self.RUN_BYTES * len(runs))
+
+    def add_bytes(self, n: int) -> None:
+        self.used += n
+        if self.used > self.max_bytes:
+            raise BindError(f"the descriptor of {self.what} takes more than max_bytes = {self.max_bytes} bytes "
+                            f"({_size(self.max_bytes)}), the memory cap on descriptors",
+                            hint="raise it: bound.descriptor(..., max_bytes=N), or maskc.Options("
+                                 "max_descriptor_bytes=N) for maskc.attention (MASKC_MAX_DESCRIPTOR_BYTES); or "
+                                 "use larger tiles, or split the sequence with restrict() (context parallelism)")
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
+
+
+def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """int32 permutation of the CSR rows by non-increasing cost (FULL + PARTIAL_COST * PARTIAL tiles),
+    ties in row order: the launch order that finishes the longest rows first (LPT)."""
+    rows = len(offsets) - 1
+    row_of_run = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
+    weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
+    cost = np.bincount(row_of_run, weight, minlength=rows)
+    return np.lexsort((np.arange(rows), -cost)).astype(np.int32)
+
+
+def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR runs of equal non-EMPTY classes along the last axis of int8[R, C]:
+    ``offsets`` int32[R + 1] and ``runs`` int32[n, 3] of (begin, end, kind)."""
+    rows, cols = classes.shape
+    padded = np.full((rows, cols + 2), -1, np.int8)
+    padded[:, 1:-1] = classes
+    live = classes != EMPTY
+    starts = live & (padded[:, 1:-1] != padded[:, :-2])       # a non-empty run begins here
+    ends = live & (padded[:, 1:-1] != padded[:, 2:])          # ... and ends here (inclusive)
+    r, c = np.nonzero(starts)
+    _, e = np.nonzero(ends)                                   # same runs, same row-major order
+    offsets = np.zeros(rows + 1, np.int32)
+    np.bincount(r, minlength=rows).cumsum(out=offsets[1:])
+    runs = np.array([c, e + 1, classes[r, c]]).T.astype(np.int32) if len(r) else np.zeros((0, 3), np.int32)
+    return offsets, np.ascontiguousarray(runs)
+
+
+def dense_of(offsets: np.ndarray, runs: np.ndarray, cols: int) -> np.ndarray:
+    """int8[R, cols] classes from CSR runs (the inverse of :func:`runs_of`), vectorized."""
+    rows = len(offsets) - 1
+    out = np.zeros(rows * (cols + 1), np.int16)
+    if len(runs):
+        row = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
+        base = row * (cols + 1)
+        kind = runs[:, 2].astype(np.int16)
+        np.add.at(out, base + runs[:, 0], kind)
+        np.add.at(out, base + runs[:, 1], -kind)
+    return out.reshape(rows, cols + 1).cumsum(axis=1)[:, :cols].astype(np.int8)
+
+
+def sorted_unique(values: np.ndarray, return_inverse: bool = False):
+    """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
+    short arrays classification makes), and with ``return_inverse`` where each value went."""
+    if return_inverse:
+        order = values.argsort(kind="stable")
+        ordered = values[order]
+    else:
+        ordered = values.copy()
+        ordered.sort()
+    new = np.empty(len(ordered), bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    if not return_inverse:
+        return ordered[new]
+    inverse = np.empty(len(values), np.intp)
+    inverse[order] = new.cumsum() - 1
+    return ordered[new], inverse
+
+
+def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: int):
+    """The CSR of the same tiles by column: for column block ``b * kt + j``, runs of ``(q_begin, q_end, kind)``
+    over the q_blocks of batch element b. Built from the row runs: a column's class changes between
+    consecutive q_blocks only where their runs differ, so the work is O(runs log runs + column runs), never
+    the tile grid."""
+    row = np.repeat(np.arange(batch * qt), offsets[1:] - offsets[:-1]).astype(np.int64)
+    b, i = row // qt, row % qt
+    stride = kt + 1
+    # Pair p = b * (qt + 1) + i compares q_block i - 1 ("before", empty for i = 0) with q_block i ("now",
+    # empty for i = qt); a run of q_block i is "now" in pair p and "before" in pair p + 1.
+    pair_now = b * (qt + 1) + i
+    now = (pair_now * stride + runs[:, 0], pair_now * stride + runs[:, 1], runs[:, 2])
+    before = ((pair_now + 1) * stride + runs[:, 0], (pair_now + 1) * stride + runs[:, 1], runs[:, 2])
+    cuts = sorted_unique(np.concatenate([now[0], now[1], before[0], before[1]]))
+    seg_lo, seg_hi = cuts[:-1], cuts[1:]
+    inside = seg_lo // stride == (seg_hi - 1) // stride          # elementary segments of one pair
+    seg_lo, seg_hi = seg_lo[inside], seg_hi[inside]
+
+    def kind_on(keyed):
+        begin, end, kind = keyed
+        at = np.maximum(begin.searchsorted(seg_lo, side="right") - 1, 0)
+        hit = (begin[at] <= seg_lo) & (end[at] >= seg_hi) if len(begin) else np.zeros(len(seg_lo), bool)
+        return np.where(hit, kind[at] if len(begin) else 0, EMPTY)
+
+    k_before, k_now = kind_on(before), kind_on(now)
+    change = k_before != k_now
+    seg_lo, seg_hi, k_now = seg_lo[change], seg_hi[change], k_now[change]
+    pair = seg_lo // stride
+    width = seg_hi - seg_lo
+    # One event per column at each change: (column, q_block, new kind), columns numbered b * kt + j.
+    first = np.repeat(seg_lo - pair * stride - width.cumsum() + width, width) + np.arange(int(width.sum()))
+    pair = np.repeat(pair, width)
+    col = (pair // (qt + 1)) * kt + first
+    at_row = pair % (qt + 1)
+    kind = np.repeat(k_now, width)
+    order = np.lexsort((at_row, col))
+    col, at_row, kind = col[order], at_row[order], kind[order]
+    starts = (kind != EMPTY).nonzero()[0]             # every run ends at its column's next event
+    col_offsets = np.zeros(batch * kt + 1, np.int32)
+    np.bincount(col[starts], minlength=batch * kt).cumsum(out=col_offsets[1:])
+    col_runs = np.empty((len(starts), 3), np.int32)
+    col_runs[:, 0], col_runs[:, 1], col_runs[:, 2] = at_row[starts], at_row[starts + 1], kind[starts]
+    return col_offsets, col_runs
