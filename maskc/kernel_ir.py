@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from maskc.errors import BindError
-from maskc.runs import MAX_TILES, RunBudget, dense_of, heaviest_first, sizes_text, transposed
+from maskc.runs import MAX_TILES, RunBudget, dense_of, heaviest_first, ordered_columns, sizes_text, transposed
 from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as the IR's users import them)
 
 if TYPE_CHECKING:
@@ -228,7 +228,8 @@ class Descriptor:
     def nbytes(self) -> int:
         """The bytes of every array (the transposed view's once built)."""
         arrays = (self.run_offsets, self.runs, self.work_order, self.mask_data, self.mask_offsets)
-        return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in self.__dict__.get("_transposed", ()))
+        built = self.__dict__.get("_transposed", ()) + self.__dict__.get("col_turns", ())
+        return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in built)
 
     @functools.cached_property
     def _transposed(self):
@@ -250,6 +251,15 @@ class Descriptor:
     @property
     def col_work_order(self) -> np.ndarray:
         return self._transposed[2]
+
+    @functools.cached_property
+    def col_turns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The column view for a deterministic backward whose dQ additions take turns
+        (:func:`maskc.runs.ordered_columns`): (order, rank_base, ranks), built on first use."""
+        turns = ordered_columns(self.col_offsets, self.col_runs, self.batch, self.n_q_blocks)
+        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+        RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in turns))
+        return turns
 
 
 @dataclass(frozen=True)
@@ -370,6 +380,7 @@ class BackwardSpec:
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
     entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")
     entry_dkdv_det = property(lambda self: f"maskc_bwd_dkdv_det_{self.mask_name}")
+    entry_dkdv_ordered = property(lambda self: f"maskc_bwd_dkdv_ordered_{self.mask_name}")   # wgmma_tma only
     entry_dq = property(lambda self: f"maskc_bwd_dq_{self.mask_name}")
     entry_dq_convert = property(lambda self: f"maskc_bwd_dq_convert_{self.mask_name}")
 
@@ -379,7 +390,8 @@ class BackwardSpec:
 
     @property
     def entries(self) -> tuple[str, ...]:
-        return (self.entry_prep, self.entry_dkdv, self.entry_dkdv_det, self.entry_dq, self.entry_dq_convert)
+        ordered = (self.entry_dkdv_ordered,) if self.engine == "wgmma_tma" else ()
+        return (self.entry_prep, self.entry_dkdv, self.entry_dkdv_det, *ordered, self.entry_dq, self.entry_dq_convert)
 
 
 @dataclass(frozen=True)

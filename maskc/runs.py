@@ -154,3 +154,37 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
     col_runs = np.empty((len(starts), 3), np.int32)
     col_runs[:, 0], col_runs[:, 1], col_runs[:, 2] = at_row[starts], at_row[starts + 1], kind[starts]
     return col_offsets, col_runs
+
+
+def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int):
+    """The column view's launch order and dQ turns for a backward whose dQ additions happen in a fixed order
+    (deterministic): ``(order, rank_base, ranks)``.
+
+    ``order`` int32[B*KT]: the columns shortest first (ties: the later key block first), so that the columns
+    adding to a query block arrive at it in about the order of their turns (causal: the diagonal's column at its
+    first step, the one before it at its second...). ``ranks[rank_base[r] + qb]`` is the turn, among the
+    columns that see query block ``qb`` of their batch element, of the column of run ``r`` (``col_runs[r]``
+    covers qb): how many of those columns come before it in ``order``. Turns follow the launch order, so a
+    column waits only for columns launched before it (no deadlock, whatever stays resident)."""
+    cols = len(offsets) - 1
+    col_of_run = np.repeat(np.arange(cols), offsets[1:] - offsets[:-1])
+    lengths = (runs[:, 1] - runs[:, 0]).astype(np.int64)
+    weight = lengths * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
+    cost = np.bincount(col_of_run, weight, minlength=cols)
+    order = np.lexsort((-np.arange(cols), cost)).astype(np.int32)
+    position = np.empty(cols, np.int64)
+    position[order] = np.arange(cols)
+    # one entry per step: (query block key b * qt + qb, the column's position in the order)
+    first = np.zeros(len(runs) + 1, np.int64)
+    np.cumsum(lengths, out=first[1:])
+    run_of_step = np.repeat(np.arange(len(runs)), lengths)
+    qb = runs[run_of_step, 0] + (np.arange(int(first[-1])) - first[run_of_step])
+    key = (col_of_run[run_of_step] // max(cols // max(batch, 1), 1)) * qt + qb
+    by_key = np.lexsort((position[col_of_run[run_of_step]], key))
+    starts = np.ones(len(by_key), bool)
+    starts[1:] = key[by_key][1:] != key[by_key][:-1]
+    group_start = np.maximum.accumulate(np.where(starts, np.arange(len(by_key)), 0))
+    ranks = np.empty(len(by_key), np.int32)
+    ranks[by_key] = np.arange(len(by_key)) - group_start
+    rank_base = (first[:-1] - runs[:, 0]).astype(np.int32)
+    return order, rank_base, ranks

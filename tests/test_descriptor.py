@@ -278,3 +278,27 @@ def test_dense_grid_past_the_tile_cap_is_a_bind_error():
     assert tiles.counts()["PARTIAL"] > 0
     with pytest.raises(BindError, match="2\\*\\*28"):
         tiles.classes
+
+
+@given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.data())
+def test_dq_turns_follow_the_launch_order(batch, qt, kt, data):
+    """ordered_columns against brute force on the grid: every column once in the order, shortest first; the
+    turn of column c at query block qb is the number of columns of c's batch element that see qb and come
+    before c in the order (so waits go only to columns launched earlier)."""
+    from maskc.runs import ordered_columns
+    classes = np.array(data.draw(st.lists(st.sampled_from([EMPTY, PARTIAL, FULL]), min_size=batch * qt * kt,
+                                          max_size=batch * qt * kt)), np.int8).reshape(batch, qt, kt)
+    offsets, runs = runs_of(classes.transpose(0, 2, 1).reshape(batch * kt, qt))      # the column view
+    order, rank_base, ranks = ordered_columns(offsets, runs, batch, qt)
+    assert sorted(order.tolist()) == list(range(batch * kt))
+    cost = [(runs[offsets[c]:offsets[c + 1], 1] - runs[offsets[c]:offsets[c + 1], 0]
+             ) @ np.where(runs[offsets[c]:offsets[c + 1], 2] == PARTIAL, PARTIAL_COST, 1.0) for c in range(batch * kt)]
+    assert all(cost[a] <= cost[b] for a, b in zip(order[:-1], order[1:]))
+    position = {c: i for i, c in enumerate(order.tolist())}
+    for c in range(batch * kt):
+        b = c // kt
+        for r in range(offsets[c], offsets[c + 1]):
+            for qb in range(runs[r, 0], runs[r, 1]):
+                before = [c2 for c2 in range(b * kt, (b + 1) * kt)
+                          if classes[b, qb, c2 % kt] != EMPTY and position[c2] < position[c]]
+                assert ranks[rank_base[r] + qb] == len(before)

@@ -131,6 +131,8 @@ def test_backward_warp_specialized_layout_and_registers():
     cubin, log = compile_with_log(src, ("--ptxas-options=-v",))
     registers = cubin_registers_by_kernel(cubin)
     assert registers[tma.entry_dkdv] <= 65536 // 384 and registers[tma.entry_dkdv_det] <= 65536 // 384
+    assert registers[tma.entry_dkdv_ordered] <= 65536 // 384     # the deterministic mode's: dQ added in turns
+    assert tma.entry_dkdv_ordered not in wgmma.entries
     assert "C7514" not in log and "serialized" not in log, "ptxas serialized the wgmma pipeline"
 
 

@@ -33,8 +33,8 @@ from maskc.options import Options
 from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
 from maskc.runtime.loader import disk_cache, resolved_options
-from maskc.runtime.state import (backward_kernel, capability, device_descriptor, l2_bytes, prepared, sm_count,
-                                 state_for)
+from maskc.runtime.state import (backward_kernel, capability, device_descriptor, device_turns, l2_bytes, prepared,
+                                 sm_count, state_for)
 from maskc.runtime.operands import (AttentionInputError, Operand, Outputs, check_layout, check_pointers, check_scale,
                                     float32_rows, on_device, operand, operand_key, validate)
 from maskc.runtime.tma import tile_map
@@ -254,18 +254,27 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
         padded = -(-S // ROW_PAD) * ROW_PAD
         lse_log2, lse_log2_ptr = outs.empty((B, Hq, padded), fp32=True)
         delta, delta_ptr = outs.empty((B, Hq, padded), fp32=True)
-        dq_accum, dq_accum_ptr = (None, 0) if deterministic else outs.empty((B, Hq, padded, D), fp32=True, zero=True)
+        accumulated = not deterministic or _takes_turns(plan)    # dQ through the fp32 buffer
+        dq_accum, dq_accum_ptr = outs.empty((B, Hq, padded, D), fp32=True, zero=True) if accumulated else (None, 0)
+        # the deterministic wgmma_tma kernel: how many additions each (b, h, 64-row query block) of dQ has had
+        dq_turns, dq_turns_ptr = outs.empty((B, Hq, padded // ROW_PAD), int32=True, zero=True) if _takes_turns(plan) \
+            else (None, 0)
         pointers = {"q": qo.ptr, "k": ko.ptr, "v": vo.ptr, "out": oo.ptr, "dout": do.ptr, "lse": lse_ptr,
                     "dlse": dlse_ptr, "lse_log2": lse_log2_ptr, "delta": delta_ptr, "dq": dq_ptr, "dk": dk_ptr,
-                    "dv": dv_ptr, "dq_accum": dq_accum_ptr}
+                    "dv": dv_ptr, "dq_accum": dq_accum_ptr, "dq_turns": dq_turns_ptr}
         operands = {"q": qo, "k": ko, "v": vo, "dout": do}
         for step in plan:
             maps = [(index, tile_map(operands[name].ptr, operands[name].shape, operands[name].strides, rows))
                     for index, name, rows in step.maps]
             step.launch(outs.stream, [(index, pointers[name]) for index, name in step.pointers], maps)
         outs.synchronize_if_asked(options)
-        del dq_accum, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
+        del dq_accum, dq_turns, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
     return dq, dk, dv
+
+
+def _takes_turns(plan: list[_BackwardLaunch]) -> bool:
+    """Whether the plan's dK/dV kernel adds dQ in turns (the deterministic wgmma_tma one): it sets dq_turns."""
+    return any(name == "dq_turns" for step in plan for _, name in step.pointers)
 
 
 class _BackwardLaunch(NamedTuple):
@@ -316,15 +325,17 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         dkdv_sections = _l2_section_heads(Hkv, mask_batch * group * S * (D * (2 + 2 + 4) + 8), qo.device)
         dq_sections = _l2_section_heads(Hq, mask_batch * 2 * Skv * D * 2, qo.device)
 
-        def packed(entry, names, rest, grid, block, maps=()):
-            """A kernel whose pointer arguments (``names``) come first, then ``rest``, then the tensor maps of
-            ``maps`` ((operand, box rows), set per call like the pointers: they hold the data addresses)."""
+        def packed(entry, names, rest, grid, block, maps=(), late=()):
+            """A kernel whose pointer arguments (``names``) come first, then ``rest``, then the pointers ``late``
+            and the tensor maps of ``maps`` ((operand, box rows)); pointers and maps are set per call (they hold
+            the data addresses)."""
             operands = {"q": qo, "k": ko, "v": vo, "dout": do}
-            args = (tuple(u64(0) for _ in names) + rest
+            first_late = len(names) + len(rest)
+            args = (tuple(u64(0) for _ in names) + rest + tuple(u64(0) for _ in late)
                     + tuple(tile_map(operands[n].ptr, operands[n].shape, operands[n].strides, r) for n, r in maps))
-            first_map = len(names) + len(rest)
+            first_map = first_late + len(late)
             return _BackwardLaunch(PackedLaunch(fns[entry], args, grid, block, kernel.shared[entry]),
-                                   tuple(enumerate(names)),
+                                   tuple(enumerate(names)) + tuple((first_late + i, n) for i, n in enumerate(late)),
                                    tuple((first_map + i, n, r) for i, (n, r) in enumerate(maps)))
 
         # prep: out, dout, lse, dlse, the strides of out and dout, then lse_log2 and delta
@@ -333,14 +344,20 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
             ((rows + 7) // 8, 1, 1), (256, 1, 1), 0)
         plan = [_BackwardLaunch(prep, ((0, "out"), (1, "dout"), (2, "lse"), (3, "dlse"), (10, "lse_log2"),
                                        (11, "delta")))]
-        entry = spec.entry_dkdv_det if deterministic else spec.entry_dkdv
-        maps = ((("q", block_m), ("k", block_n), ("v", block_n), ("dout", block_m)) if spec.engine == "wgmma_tma"
-                else ())
+        warp_specialized = spec.engine == "wgmma_tma"
+        # the deterministic mode on wgmma_tma: dQ added in turns (columns shortest first), else by its own kernel
+        in_turns = deterministic and warp_specialized
+        entry = spec.entry_dkdv_ordered if in_turns else spec.entry_dkdv_det if deterministic else spec.entry_dkdv
+        order, rank_base, ranks = (device_turns(bound, block_m, block_n, qo.device, options) if in_turns
+                                   else (cols.work_order, None, None))
+        maps = (("q", block_m), ("k", block_n), ("v", block_n), ("dout", block_m)) if warp_specialized else ()
+        # wgmma_tma's rank_base, ranks and dq_turns (set per call when it takes turns, else null)
+        turns = ((rank_base, ranks) if in_turns else (u64(0),) * 3) if warp_specialized else ()
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
-            *common, i32(dkdv_sections), cols.run_offsets, cols.runs, cols.work_order, cols.mask_data,
-            cols.mask_offsets, *scales), (int(cols.work_order.size) * Hkv, batch_grid, 1), (dkdv_threads(spec), 1, 1),
-            maps))
-        if deterministic:
+            *common, i32(dkdv_sections), cols.run_offsets, cols.runs, order, cols.mask_data,
+            cols.mask_offsets, *scales, *turns), (int(cols.work_order.size) * Hkv, batch_grid, 1),
+            (dkdv_threads(spec), 1, 1), maps, late=("dq_turns",) if in_turns else ()))
+        if deterministic and not in_turns:
             rows_view = device_descriptor(bound, block_m, dq_block_n, qo.device, options)
             plan.append(packed(spec.entry_dq, ("q", "k", "v", "dout", "lse_log2", "delta", "dq"), (
                 *common, i32(dq_sections), rows_view.run_offsets, rows_view.runs, rows_view.work_order, rows_view.mask_data,

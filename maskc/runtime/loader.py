@@ -66,9 +66,9 @@ def _shared_by_entry(src: KernelSource) -> dict[str, int]:
         return {src.entry: 0}
     if isinstance(src.spec, BackwardSpec):
         layout, spec = backward_layout(src.spec), src.spec
-        return {spec.entry_prep: 0, spec.entry_dkdv: layout["dkdv"]["total"],
-                spec.entry_dkdv_det: layout["dkdv"]["total"], spec.entry_dq: layout["dq"]["total"],
-                spec.entry_dq_convert: 0}
+        dkdv = {entry: layout["dkdv"]["total"] for entry in spec.entries
+                if entry in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered)}
+        return {spec.entry_prep: 0, **dkdv, spec.entry_dq: layout["dq"]["total"], spec.entry_dq_convert: 0}
     assert src.plan is not None         # a forward source always has its plan
     return {src.entry: src.plan.shared_bytes}
 

@@ -134,6 +134,17 @@ def device_descriptor(bound, block_m: int, block_n: int, device: int, options: O
     return ddesc
 
 
+def device_turns(bound, block_m: int, block_n: int, device: int, options: Options) -> tuple[Any, Any, Any]:
+    """The column view's order and dQ turns for the deterministic wgmma_tma backward (Descriptor.col_turns) on
+    ``device``: (order, rank_base, ranks), uploaded once per bound mask."""
+    state = state_for(bound)
+    key = ("turns", block_m, block_n, device)
+    if key not in state:
+        desc = device_descriptor(bound, block_m, block_n, device, options, transposed=True).descriptor
+        state[key] = tuple(device_int32(a) for a in desc.col_turns)
+    return state[key]
+
+
 def backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int,
                      options: Options) -> LoadedKernel:
     mask_state = state_for(bound.mask)

@@ -749,6 +749,21 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 byt
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 
+// Additions in turn (a deterministic sum over CTAs): wait until `turn` counts `mine` additions done (acquire:
+// they are then visible), and after one's own, count it (release). As FA3/FA4 order their deterministic dQ.
+__device__ __forceinline__ void wait_turn(const int* turn, int mine) {
+    int done;
+    while (true) {
+        asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(done) : "l"(turn) : "memory");
+        if (done == mine) return;
+        __nanosleep(32);
+    }
+}
+
+__device__ __forceinline__ void pass_turn(int* turn) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" :: "l"(turn) : "memory");
+}
+
 
 // Ping-pong: warpgroup wg issues its products only between taking its turn (named barrier 2 + wg, which
 // the previous warpgroup's 128 threads arrive at) and passing it on to the next (round robin); so one

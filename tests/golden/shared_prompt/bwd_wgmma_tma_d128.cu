@@ -476,6 +476,21 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 byt
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 
+// Additions in turn (a deterministic sum over CTAs): wait until `turn` counts `mine` additions done (acquire:
+// they are then visible), and after one's own, count it (release). As FA3/FA4 order their deterministic dQ.
+__device__ __forceinline__ void wait_turn(const int* turn, int mine) {
+    int done;
+    while (true) {
+        asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(done) : "l"(turn) : "memory");
+        if (done == mine) return;
+        __nanosleep(32);
+    }
+}
+
+__device__ __forceinline__ void pass_turn(int* turn) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" :: "l"(turn) : "memory");
+}
+
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000u); }
 
 // Rows per (batch, head) of the LSE_log2 and delta buffers (and of the fp32 dQ buffer): seq_len rounded up to
@@ -873,7 +888,7 @@ __device__ __forceinline__ u32 kv_full_bar(u32 smem0) { return smem0 + KV_SMEM_B
 __device__ __forceinline__ u32 q_full_bar(u32 smem0, int stage) { return smem0 + KV_SMEM_BARS + 8 + 8 * stage; }
 __device__ __forceinline__ u32 q_empty_bar(u32 smem0, int stage) { return smem0 + KV_SMEM_BARS + 24 + 8 * stage; }
 
-template <bool WITH_DQ>
+template <bool WITH_DQ, bool ORDERED = false>
 __device__ __forceinline__ void dkdv_kernel(
     const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v, const u16* __restrict__ dout,
     const float* __restrict__ lse_log2, const float* __restrict__ delta,
@@ -883,6 +898,7 @@ __device__ __forceinline__ void dkdv_kernel(
     int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,
     const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,
     const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2,
+    const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int* __restrict__ dq_turns,
     const TensorMap& q_map, const TensorMap& k_map, const TensorMap& v_map, const TensorMap& do_map) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // the warp index through a shuffle: the compiler then knows it warp-uniform, and keeps the descriptors
@@ -948,9 +964,15 @@ __device__ __forceinline__ void dkdv_kernel(
                     named_barrier_arrive(DQ_EMPTY, DQ_HANDOFF_THREADS);
                     named_barrier_arrive(DQ_EMPTY + 1, DQ_HANDOFF_THREADS);
                 }
+                const int q_blocks = padded_rows(seq_len) / Q_BLOCK;
                 while (step.gi < group) {
                     const ColumnStep next = next_step(step, run_begin, run_end, group, col_runs);
                     const long long bh = (long long)b * num_heads + hk * group + step.gi;
+                    int* turn = dq_turns + bh * q_blocks + step.qb;    // ORDERED: the additions these rows had
+                    if constexpr (ORDERED) {
+                        if (lane == 0) wait_turn(turn, dq_ranks[dq_rank_base[step.run] + step.qb]);
+                        __syncwarp();
+                    }
                     #pragma unroll
                     for (int wg = 0; wg < 2; ++wg) {
                         named_barrier_sync(DQ_FULL + wg, DQ_HANDOFF_THREADS);
@@ -961,6 +983,13 @@ __device__ __forceinline__ void dkdv_kernel(
                         }
                         __syncwarp();
                         if (next.gi < group) named_barrier_arrive(DQ_EMPTY + wg, DQ_HANDOFF_THREADS);
+                    }
+                    if constexpr (ORDERED) {
+                        if (lane == 0) {
+                            asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");   // added, not just read
+                            pass_turn(turn);
+                        }
+                        __syncwarp();
                     }
                     step = next;
                 }
@@ -1123,18 +1152,25 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sha
     int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
     const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
     const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2,  \
+    const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int* __restrict__ dq_turns,          \
     const __grid_constant__ maskc::TensorMap q_map, const __grid_constant__ maskc::TensorMap k_map,              \
     const __grid_constant__ maskc::TensorMap v_map, const __grid_constant__ maskc::TensorMap do_map
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
-    col_runs, col_order, mask_data, mask_offsets, scale, scale_log2, q_map, k_map, v_map, do_map
+    col_runs, col_order, mask_data, mask_offsets, scale, scale_log2, dq_rank_base, dq_ranks,   \
+    dq_turns, q_map, k_map, v_map, do_map
 
 extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_shared_prompt(MASKC_DKDV_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_shared_prompt(MASKC_DKDV_PARAMS) {
     maskc::dkdv_kernel<false>(MASKC_DKDV_ARGS);
+}
+// The deterministic mode's dK/dV kernel: dQ added as in the default one, but to each (b, h, query block) by the
+// columns in a fixed order, their turns (dq_ranks; dq_turns counts the additions done, zeroed per call).
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_ordered_shared_prompt(MASKC_DKDV_PARAMS) {
+    maskc::dkdv_kernel<true, true>(MASKC_DKDV_ARGS);
 }
 
 // Deterministic dQ. Grid: x = row work items (len(work_order) * Hq, heaviest first), y as above.
