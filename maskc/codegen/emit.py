@@ -198,14 +198,6 @@ def dkdv_threads(spec: BackwardSpec) -> int:
     return spec.block_n // 16 * 32 + (128 if spec.engine == "wgmma_tma" else 0)
 
 
-def stats_ahead(spec: BackwardSpec) -> int:
-    """How many of a thread's 8 query-column groups of LSE and delta the dK/dV step reads before waiting for the
-    products that use them (attention_bwd.cu.j2, QueryStats): two, where registers allow (ptxas reports no spill
-    for the Hopper kernels at D=128 with two; all eight spill); none for a score modifier with a slope, whose
-    32 per-pair slopes already fill the register file."""
-    return 0 if spec.score is not None and not spec.score.unit_slope else 2
-
-
 def check_backward_spec(spec: BackwardSpec) -> None:
     """The backward template's assumptions (it re-checks them with static_assert)."""
     _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
@@ -243,7 +235,6 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
                              row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
-                             stats_ahead=stats_ahead(spec),
                              tile_bits=interval_regions(spec) is None and spec.predicate.tile_bits, **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)

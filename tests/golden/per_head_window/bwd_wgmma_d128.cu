@@ -596,27 +596,9 @@ __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order,
 
 // P^T = exp2(S^T scale_log2 - LSE_log2) in place of S^T, for one warp's 16 keys (rows key_row0 + g, + 8 of
 // the key block) and the step's Q_BLOCK queries (columns 8n + 2t, + 1); when `masked`, pairs the
-// visibility bits hide become 0. lse: the step's LSE_log2 at this thread's queries (+inf for rows
-// past seq_len, whose zero-filled Q and dO rows add nothing to dV, dK or dQ).
-// A step's per-query statistic (LSE_log2 or delta) at this thread's query columns 8n + 2t, + 1. The first
-// STATS_AHEAD column groups are read when it is made, before the wait for the product that uses them (read after
-// the wait, the first exponent stalls a shared-memory latency: bench/NOTES.md run 47); the rest on use, behind
-// the work on the first ones. All of them ahead would hold 16 registers more, and the Hopper kernels spill
-// (maskc.codegen.emit.stats_ahead).
-constexpr int STATS_AHEAD = 2;
-struct QueryStats {
-    float2 ahead[STATS_AHEAD > 0 ? STATS_AHEAD : 1];
-    const float* row;
-    int col;
-    __device__ __forceinline__ QueryStats(const float* row_, int lane) : row(row_), col(2 * (lane & 3)) {
-        #pragma unroll
-        for (int nt = 0; nt < STATS_AHEAD; ++nt) ahead[nt] = load(nt);
-    }
-    __device__ __forceinline__ float2 load(int nt) const { return *reinterpret_cast<const float2*>(row + nt * 8 + col); }
-    __device__ __forceinline__ float2 operator[](int nt) const { return nt < STATS_AHEAD ? ahead[nt] : load(nt); }
-};
-
-__device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4], const QueryStats& lse,
+// visibility bits hide become 0. lse_row: the step's LSE_log2 per query (0 for rows past seq_len, whose
+// zero-filled Q and dO rows add nothing to dV, dK or dQ).
+__device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4], const float* lse_row,
                                                          const u32* bits, bool masked, int key_row0, int lane,
                                                          float scale_log2) {
     constexpr int WORDS = KV_BLOCK / 32;
@@ -626,10 +608,11 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
     if (masked) {
         #pragma unroll
         for (int nt = 0; nt < Q_TILES; ++nt) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qc = nt * 8 + 2 * t + (e & 1), kr = key_row0 + g + (e >> 1) * 8;
-                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse[nt].y : lse[nt].x)));
+                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
                 if (!((bits[qc * WORDS + (kr >> 5)] >> (kr & 31)) & 1u)) x = 0.f;
                 p[nt][e] = x;
             }
@@ -637,9 +620,10 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
     } else {
         #pragma unroll
         for (int nt = 0; nt < Q_TILES; ++nt) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse[nt].y : lse[nt].x)));
+                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
                 p[nt][e] = x;
             }
         }
@@ -648,11 +632,14 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
 
 // dS^T = P^T * (dP^T - delta) in place of dP^T (same fragments as transposed_probabilities).
 __device__ __forceinline__ void transposed_ds(float (&ds)[Q_TILES][4], const float (&p)[Q_TILES][4],
-                                              const QueryStats& delta) {
+                                              const float* delta_row, int lane) {
+    const int t = lane & 3;
     #pragma unroll
-    for (int nt = 0; nt < Q_TILES; ++nt)
+    for (int nt = 0; nt < Q_TILES; ++nt) {
+        const float2 d2 = *reinterpret_cast<const float2*>(delta_row + nt * 8 + 2 * t);
         #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? delta[nt].y : delta[nt].x));
+        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? d2.y : d2.x));
+    }
 }
 
 // Per-step query-side loads of the dK/dV kernel: Q, dO (16-byte cp.async, in the engine's tile layout),
@@ -870,7 +857,6 @@ __device__ __forceinline__ void dkdv_kernel(
         wgmma_commit();
         transposed_scores(ds, v_smem, wg, do_smem);
         wgmma_commit();
-        const QueryStats lse(lse_smem + stage * Q_BLOCK, lane);
         const bool masked = step.kind == KIND_PARTIAL;
         if (masked) {
             tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid);
@@ -880,20 +866,19 @@ __device__ __forceinline__ void dkdv_kernel(
         // ---- P^T, then dV += P^T dO ----
         wgmma_wait<1>();
         fence_accumulators(p);
-        transposed_probabilities(p, lse, bits, masked, key_row0, lane, scale_log2);
+        transposed_probabilities(p, lse_smem + stage * Q_BLOCK, bits, masked, key_row0, lane, scale_log2);
         u32 pt[Q_TILES / 2][4];
         pack_a_fragments(pt, p);
         fence_accumulators(dv_acc);
         wgmma_fence();
         accumulate_keys(dv_acc, pt, do_smem);
         wgmma_commit();
-        const QueryStats delta(delta_smem + stage * Q_BLOCK, lane);
 
         // ---- dS^T = P^T (dP^T - delta); dQ += dS K, then dK += dS^T Q (scaled at the end) ----
         // dQ is issued first, so that adding it to the buffer overlaps the dK product (as FA3/FA4 order them).
         wgmma_wait<1>();
         fence_accumulators(ds);
-        transposed_ds(ds, p, delta);
+        transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane);
         u32 dst[Q_TILES / 2][4];
         pack_a_fragments(dst, ds);
         if constexpr (WITH_DQ) {

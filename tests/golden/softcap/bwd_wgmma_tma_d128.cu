@@ -721,29 +721,11 @@ __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order,
 
 // P^T = exp2(S^T scale_log2 - LSE_log2) in place of S^T, for one warp's 16 keys (rows key_row0 + g, + 8 of
 // the key block) and the step's Q_BLOCK queries (columns 8n + 2t, + 1); when `masked`, pairs the
-// visibility bits hide become 0. lse: the step's LSE_log2 at this thread's queries (+inf for rows
-// past seq_len, whose zero-filled Q and dO rows add nothing to dV, dK or dQ).
+// visibility bits hide become 0. lse_row: the step's LSE_log2 per query (0 for rows past seq_len, whose
+// zero-filled Q and dO rows add nothing to dV, dK or dQ).
 // The score modifier first: S^T <- mod(scale S^T) / scale at queries q0 + column, keys k0 + row, and
 // slope <- mod'(scale S^T), by which transposed_ds multiplies dS^T.
-// A step's per-query statistic (LSE_log2 or delta) at this thread's query columns 8n + 2t, + 1. The first
-// STATS_AHEAD column groups are read when it is made, before the wait for the product that uses them (read after
-// the wait, the first exponent stalls a shared-memory latency: bench/NOTES.md run 47); the rest on use, behind
-// the work on the first ones. All of them ahead would hold 16 registers more, and the Hopper kernels spill
-// (maskc.codegen.emit.stats_ahead).
-constexpr int STATS_AHEAD = 0;
-struct QueryStats {
-    float2 ahead[STATS_AHEAD > 0 ? STATS_AHEAD : 1];
-    const float* row;
-    int col;
-    __device__ __forceinline__ QueryStats(const float* row_, int lane) : row(row_), col(2 * (lane & 3)) {
-        #pragma unroll
-        for (int nt = 0; nt < STATS_AHEAD; ++nt) ahead[nt] = load(nt);
-    }
-    __device__ __forceinline__ float2 load(int nt) const { return *reinterpret_cast<const float2*>(row + nt * 8 + col); }
-    __device__ __forceinline__ float2 operator[](int nt) const { return nt < STATS_AHEAD ? ahead[nt] : load(nt); }
-};
-
-__device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4], const QueryStats& lse,
+__device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4], const float* lse_row,
                                                          const u32* bits, bool masked, int key_row0, int lane,
                                                          float scale_log2, const ScoreHead& sh,
                                                          const int* __restrict__ mask, int q0, int k0,
@@ -756,12 +738,13 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
     if (masked) {
         #pragma unroll
         for (int nt = 0; nt < Q_TILES; ++nt) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qc = nt * 8 + 2 * t + (e & 1), kr = key_row0 + g + (e >> 1) * 8;
                 p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + qc, k0 + kr, q0f + (float)(nt * 8 + (e & 1)),
                                           k0f + (float)((e >> 1) * 8), slope[nt][e]);
-                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse[nt].y : lse[nt].x)));
+                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
                 if (!((bits[qc * WORDS + (kr >> 5)] >> (kr & 31)) & 1u)) x = 0.f;
                 p[nt][e] = x;
             }
@@ -769,12 +752,13 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
     } else {
         #pragma unroll
         for (int nt = 0; nt < Q_TILES; ++nt) {
+            const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int qc = nt * 8 + 2 * t + (e & 1), kr = key_row0 + g + (e >> 1) * 8;
                 p[nt][e] = score_mod_grad(sh, mask, p[nt][e], q0 + qc, k0 + kr, q0f + (float)(nt * 8 + (e & 1)),
                                           k0f + (float)((e >> 1) * 8), slope[nt][e]);
-                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse[nt].y : lse[nt].x)));
+                float x = exp2_approx(fmaf(p[nt][e], scale_log2, -((e & 1) ? lse2.y : lse2.x)));
                 p[nt][e] = x;
             }
         }
@@ -784,11 +768,14 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
 // dS^T = P^T * (dP^T - delta) in place of dP^T (same fragments as transposed_probabilities);
 // the kernels pass P^T times the score modifier's slope, once dV has used P^T.
 __device__ __forceinline__ void transposed_ds(float (&ds)[Q_TILES][4], const float (&p)[Q_TILES][4],
-                                              const QueryStats& delta) {
+                                              const float* delta_row, int lane) {
+    const int t = lane & 3;
     #pragma unroll
-    for (int nt = 0; nt < Q_TILES; ++nt)
+    for (int nt = 0; nt < Q_TILES; ++nt) {
+        const float2 d2 = *reinterpret_cast<const float2*>(delta_row + nt * 8 + 2 * t);
         #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? delta[nt].y : delta[nt].x));
+        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? d2.y : d2.x));
+    }
 }
 
 // Per-step query-side loads of the dK/dV kernel: Q, dO (16-byte cp.async, in the engine's tile layout),
@@ -1086,7 +1073,6 @@ __device__ __forceinline__ void dkdv_kernel(
         wgmma_commit();
         transposed_scores(ds, v_smem, wg, do_smem);
         wgmma_commit();
-        const QueryStats lse(lse_smem + stage * Q_BLOCK, lane);
         // A score modifier can lift the scores of queries past seq_len (zero-filled Q) without bound: a ragged
         // step is masked too, so that P is 0 there, not inf (whose product with a zero dO row is NaN).
         const bool masked = step.kind == KIND_PARTIAL || q0 + Q_BLOCK > seq_len;
@@ -1098,7 +1084,7 @@ __device__ __forceinline__ void dkdv_kernel(
         // ---- P^T, then dV += P^T dO ----
         wgmma_wait<1>();
         fence_accumulators(p);
-        transposed_probabilities(p, lse, bits, masked, key_row0, lane, scale_log2, sh, mask,
+        transposed_probabilities(p, lse_smem + stage * Q_BLOCK, bits, masked, key_row0, lane, scale_log2, sh, mask,
                                  q0, k0, slope);
         u32 pt[Q_TILES / 2][4];
         pack_a_fragments(pt, p);
@@ -1111,12 +1097,11 @@ __device__ __forceinline__ void dkdv_kernel(
         wgmma_fence();
         accumulate_keys(dv_acc, pt, do_smem);
         wgmma_commit();
-        const QueryStats delta(delta_smem + stage * Q_BLOCK, lane);
 
         // ---- dS^T = P^T (dP^T - delta); dQ = dS K, then dK += dS^T Q (scaled at the end) ----
         wgmma_wait<1>();
         fence_accumulators(ds);
-        transposed_ds(ds, p, delta);
+        transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane);
         u32 dst[Q_TILES / 2][4];
         pack_a_fragments(dst, ds);
         if constexpr (WITH_DQ) {
