@@ -225,8 +225,9 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     """Gradients of :func:`attention`: (dQ, dK, dV) for the output gradient ``dout``.
 
     ``out`` and ``lse`` are the forward's O and LSE (``return_lse=True``); ``dlse`` is an optional gradient
-    of LSE (B, Hq, S) float32. dK and dV are summed over each GQA group. ``deterministic`` computes dQ with
-    its own query-major kernel instead of fp32 atomics: bitwise repeatable, somewhat slower. Head dims 64
+    of LSE (B, Hq, S) float32. dK and dV are summed over each GQA group. ``deterministic``: bitwise repeatable
+    gradients, somewhat slower (on wgmma_tma the CTAs add dQ in a fixed order; on the other engines a query-major
+    kernel computes dQ without atomics). Head dims 64
     and 128. ``options`` (default: the environment's): the dK/dV engine, its dQ reduction, the target.
     Returns arrays of the inputs' type and dtype, contiguous.
     """
@@ -268,7 +269,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
                     for index, name, rows in step.maps]
             step.launch(outs.stream, [(index, pointers[name]) for index, name in step.pointers], maps)
         outs.synchronize_if_asked(options)
-        del dq_accum, dq_turns, lse_log2, delta   # the stream orders their reuse (torch and CuPy pools are stream-aware)
+        del dq_accum, dq_turns, lse_log2, delta   # the stream orders their reuse (the pools are stream-aware)
     return dq, dk, dv
 
 
