@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from maskc.device_mask import DeviceMask
 from maskc.errors import BindError, InputError, MaskError, MaskSyntaxError
 from maskc.flex import create_block_mask, create_mask
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
@@ -31,7 +32,7 @@ def _bound_of(mask: Any, block_mask: Any) -> BoundMask | RestrictedMask:
     if (mask is None) == (block_mask is None):
         raise TypeError("attention() takes the mask once: as its fourth argument or as block_mask=")
     given = mask if mask is not None else block_mask
-    if isinstance(given, (BoundMask, RestrictedMask)):     # a sub-block (BoundMask.restrict) is a bound mask too
+    if isinstance(given, (BoundMask, RestrictedMask, DeviceMask)):   # sub-blocks and masks bound on the GPU too
         return given
     bound = getattr(getattr(given, "mask_mod", None), "bound", None)
     if isinstance(bound, BoundMask):
@@ -59,7 +60,7 @@ def _check_heads(query: Any, key: Any, value: Any, enable_gqa: bool) -> None:
                          f"Hkv={hkv}.")
 
 
-def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *, block_mask: Any = None,
+def attention(query: Any, key: Any, value: Any, mask: BoundMask | DeviceMask | None = None, *, block_mask: Any = None,
               scale: float | None = None, enable_gqa: bool = False, return_lse: bool = False,
               deterministic: bool = False, options: Options | None = None) -> Any:
     """Masked attention with maskc's generated kernels, shaped like ``flex_attention``.
@@ -67,7 +68,8 @@ def attention(query: Any, key: Any, value: Any, mask: BoundMask | None = None, *
     ``query`` (B, Hq, S, D), ``key`` and ``value`` (B, Hkv, Skv, D): torch tensors (differentiable through
     ``maskc.runtime.torch_ops``; CUDA runs the kernels, CPU the reference path; traceable by torch.compile) or
     CuPy arrays (the forward kernel; see :func:`attention_backward`). ``mask``: a :class:`BoundMask`, or,
-    as ``block_mask=``, a Flex ``BlockMask`` from :func:`create_block_mask`. ``scale`` defaults to
+    as ``block_mask=``, a Flex ``BlockMask`` from :func:`create_block_mask`; or a :class:`DeviceMask`
+    (``bind_on_device``: the descriptor built on the GPU). ``scale`` defaults to
     1/sqrt(D). ``enable_gqa``: allow Hq to be a multiple of Hkv (query head h reads key/value head
     h // (Hq // Hkv)); without it differing head counts are an error, as in Flex. ``return_lse``: also the
     log-sum-exp of each row's scaled scores (natural log, -inf where a row sees no key). ``deterministic``
@@ -97,6 +99,7 @@ def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, bo
                      options=options)
 
 
-__all__ = ["load", "compile_mask", "compile_all", "CompiledMask", "BoundMask", "TileMap", "Descriptor", "attention",
+__all__ = ["load", "compile_mask", "compile_all", "CompiledMask", "BoundMask", "DeviceMask", "TileMap", "Descriptor",
+           "attention",
            "attention_backward", "create_block_mask", "create_mask", "reference_attention", "MaskError",
            "MaskSyntaxError", "BindError", "InputError", "Options", "EMPTY", "PARTIAL", "FULL", "__version__"]

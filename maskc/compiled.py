@@ -4,7 +4,7 @@ kernels' specs and sources for a target, and its const parameters' values; ``bin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from maskc import ir
 from maskc.analysis.bind import bind as bind_params
@@ -19,6 +19,9 @@ from maskc.errors import BindError, MaskError
 from maskc.ir.text import expr_text
 from maskc.kernel_ir import BackwardSpec, KernelSource, KernelSpec
 from maskc.options import DEFAULT, Options
+
+if TYPE_CHECKING:
+    from maskc.device_mask import DeviceMask
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,6 +88,20 @@ class CompiledMask:
     def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
              **params) -> "BoundMask":
         return BoundMask(self, bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params))
+
+    def bind_on_device(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None, *,
+                       max_segments: int | dict[str, int] | None = None, device=None, max_bytes: int | None = None,
+                       **params) -> "DeviceMask":
+        """Bind on a GPU (:class:`maskc.DeviceMask`): the parameter table in a device buffer of fixed size, the
+        descriptor built there by a generated kernel, new values written with ``update`` without a host
+        round trip (capturable in a CUDA graph). ``params`` are the initial values, bound and checked as ``bind``
+        checks them; ``max_segments`` is how many segments each segments parameter may hold from now on (an int
+        for all, or by name; default: as many as the initial values have); ``device`` a torch device (default the
+        current CUDA device; "cpu" runs the host path on the same table); ``max_bytes`` caps each tile shape's
+        descriptor (default: a few runs per row and slot). Masks linear in k only (a BindError otherwise)."""
+        from maskc.device_mask import bind_on_device
+        return bind_on_device(self, seq_len, kv_len, num_heads, max_segments=max_segments, device=device,
+                              max_bytes=max_bytes, **params)
 
     @property
     def const_params(self) -> tuple[str, ...]:

@@ -395,11 +395,53 @@ class BackwardSpec:
 
 
 @dataclass(frozen=True)
+class SegmentCheck:
+    """One segments parameter as the descriptor builder checks it: its table's slot in the header, the extent
+    it partitions (``mask[extent]``: 0 seq_len, 1 kv_len) and its bit in the status word."""
+
+    name: str
+    slot: int
+    extent: int
+    bit: int
+
+
+@dataclass(frozen=True)
+class BuilderSpec:
+    """Every decision the descriptor builder's template needs (``templates/descriptor_build.cu.j2``, rendered by
+    :mod:`maskc.codegen.descriptor_build`): the mask's predicate (64-bit forms: no binding proved narrower),
+    whose ``mask_row`` gives each row's region intervals, and its segments parameters, checked on the device."""
+
+    mask_name: str
+    predicate: Predicate
+    segments: tuple[SegmentCheck, ...] = ()
+    mask_summary: tuple[str, ...] = field(default=())
+    arch: str = "sm_90a"
+    threads: int = 256          # the row-block kernels' CTA
+    window: int = 4096          # key blocks a row-block CTA counts at once (9 bytes of shared memory each)
+
+    entry_validate = property(lambda self: f"maskc_validate_{self.mask_name}")
+    entry_rows_count = property(lambda self: f"maskc_rows_count_{self.mask_name}")
+    entry_rows_write = property(lambda self: f"maskc_rows_write_{self.mask_name}")
+    entry_scan = property(lambda self: f"maskc_scan_{self.mask_name}")
+    entry_cols_count = property(lambda self: f"maskc_cols_count_{self.mask_name}")
+    entry_cols_write = property(lambda self: f"maskc_cols_write_{self.mask_name}")
+
+    @property
+    def entry(self) -> str:
+        return self.entry_rows_count
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        return (self.entry_rows_count, self.entry_validate, self.entry_rows_write, self.entry_scan,
+                self.entry_cols_count, self.entry_cols_write)
+
+
+@dataclass(frozen=True)
 class KernelSource:
     """Rendered CUDA: ``source`` defines the ``extern "C" __global__`` functions ``entries`` (``entry``
     first; the forward source has only that one)."""
 
-    spec: KernelSpec | BackwardSpec | None   # None: a check kernel of no mask (emit_tma_check)
+    spec: KernelSpec | BackwardSpec | BuilderSpec | None   # None: a check kernel of no mask (emit_tma_check)
     source: str = field(repr=False)
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with

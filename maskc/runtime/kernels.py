@@ -34,7 +34,7 @@ from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
 from maskc.runtime.loader import disk_cache, resolved_options
 from maskc.runtime.state import (backward_kernel, capability, device_descriptor, device_turns, l2_bytes, prepared,
-                                 sm_count, state_for)
+                                 refresh, sm_count, state_for)
 from maskc.runtime.operands import (AttentionInputError, Operand, Outputs, check_layout, check_pointers, check_scale,
                                     float32_rows, on_device, operand, operand_key, validate)
 from maskc.runtime.tma import tile_map
@@ -54,6 +54,7 @@ class _ForwardCall:
     lse_shape: tuple
     tensor_maps: tuple | None   # (rows per box) of q, k, v when the kernel takes tensor maps, else None
     slots: dict                 # kernel parameter name -> its position (maskc.codegen.plan), for per-call arguments
+    views: tuple                # the descriptor views it reads: ((block_m, block_n, transposed),)
     schedules: dict = field(default_factory=dict)   # stream -> the persistent kernel's work counter (int32[2])
 
     def schedule(self, stream: int) -> int:
@@ -116,6 +117,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
             maps = [(index(name), tile_map(op.ptr, op.shape, op.strides, rows))
                     for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), call.tensor_maps)]
             pointers.append((index("schedule"), call.schedule(outs.stream)))
+        refresh(bound, call.views, outs.stream)
         call.launch(outs.stream, pointers, maps)
         outs.synchronize_if_asked(options)
     return (o, lse) if return_lse else o
@@ -170,7 +172,7 @@ def _forward_call(q, k, v, qo: Operand, ko: Operand, vo: Operand, bound, scale, 
         args = tuple(values[p.name] for p in plan.params)
         packed = PackedLaunch(kernel.function, args, grid, (plan.threads, 1, 1), kernel.shared_bytes)
     slots = {p.name: i for i, p in enumerate(plan.params)}
-    return _ForwardCall(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps, slots)
+    return _ForwardCall(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps, slots, ((tiles.block_m, tiles.block_n, False),))
 
 
 def _tuned_tiles(q, k, v, qo: Operand, bound, scale: float, options: Options) -> Tiles:
@@ -236,9 +238,10 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     oo, do = operand(out, "out"), operand(dout, "dout")
     key = ("backward", operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), options)
     state = state_for(bound)
-    plan = state.get(key)
-    if plan is None:
-        plan = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic, options)
+    planned = state.get(key)
+    if planned is None:
+        planned = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic, options)
+    plan, views = planned
     check_pointers(qo, ko, vo, oo, do)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
@@ -264,6 +267,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
                     "dlse": dlse_ptr, "lse_log2": lse_log2_ptr, "delta": delta_ptr, "dq": dq_ptr, "dk": dk_ptr,
                     "dv": dv_ptr, "dq_accum": dq_accum_ptr, "dq_turns": dq_turns_ptr}
         operands = {"q": qo, "k": ko, "v": vo, "dout": do}
+        refresh(bound, views, outs.stream)
         for step in plan:
             maps = [(index, tile_map(operands[name].ptr, operands[name].shape, operands[name].strides, rows))
                     for index, name, rows in step.maps]
@@ -288,9 +292,9 @@ class _BackwardLaunch(NamedTuple):
 
 
 def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Operand, bound, scale,
-                   deterministic: bool, options: Options) -> list[_BackwardLaunch]:
+                   deterministic: bool, options: Options) -> tuple[list[_BackwardLaunch], tuple]:
     """Validate, compile or fetch the backward kernels, upload the descriptor's views, and pack the launches in
-    launch order (prep, dK/dV, then dQ's conversion or deterministic kernel)."""
+    launch order (prep, dK/dV, then dQ's conversion or deterministic kernel); with the views they read."""
     validate(qo, ko, vo, bound)
     for op in (oo, do):
         check_layout(op)
@@ -346,8 +350,9 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         plan = [_BackwardLaunch(prep, ((0, "out"), (1, "dout"), (2, "lse"), (3, "dlse"), (10, "lse_log2"),
                                        (11, "delta")))]
         warp_specialized = spec.engine == "wgmma_tma"
-        # the deterministic mode on wgmma_tma: dQ added in turns (columns shortest first), else by its own kernel
-        in_turns = deterministic and warp_specialized
+        # the deterministic mode on wgmma_tma: dQ added in turns (columns shortest first), else by its own kernel;
+        # a mask bound on the device (maskc.DeviceMask) has no turns (the host orders them): its own kernel
+        in_turns = deterministic and warp_specialized and not hasattr(bound, "build_views")
         entry = spec.entry_dkdv_ordered if in_turns else spec.entry_dkdv_det if deterministic else spec.entry_dkdv
         order, rank_base, ranks = (device_turns(bound, block_m, block_n, qo.device, options) if in_turns
                                    else (cols.work_order, None, None))
@@ -368,4 +373,5 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
             n = B * Hq * S * D
             plan.append(packed(spec.entry_dq_convert, ("dq_accum", "dq"), (f32(scale), i64(n), i32(S)),
                                ((n // 2 + 255) // 256, 1, 1), (256, 1, 1)))
-    return plan
+    views = ((block_m, block_n, True),) + (((block_m, dq_block_n, False),) if deterministic and not in_turns else ())
+    return plan, views

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maskc.codegen.emit import backward_layout, compile_to_cubin, is_ptx, nvrtc_version
-from maskc.kernel_ir import BackwardSpec, KernelSource
+from maskc.kernel_ir import BackwardSpec, BuilderSpec, KernelSource
 from maskc.options import Options
 from maskc.runtime import cache
 
@@ -62,8 +62,8 @@ class LoadedKernel:
 
 
 def _shared_by_entry(src: KernelSource) -> dict[str, int]:
-    if src.spec is None:   # a check kernel: sized at its launch
-        return {src.entry: 0}
+    if src.spec is None or isinstance(src.spec, BuilderSpec):   # static shared memory only (or sized at launch)
+        return {entry: 0 for entry in src.functions}
     if isinstance(src.spec, BackwardSpec):
         layout, spec = backward_layout(src.spec), src.spec
         dkdv = {entry: layout["dkdv"]["total"] for entry in spec.entries

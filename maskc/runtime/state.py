@@ -123,6 +123,9 @@ def device_descriptor(bound, block_m: int, block_n: int, device: int, options: O
                        transposed: bool = False) -> DeviceDescriptor:
     """The bound mask's descriptor for these tiles on ``device``, uploaded once per bound mask; at most
     ``options.max_descriptor_bytes`` (a BindError past it)."""
+    on_device = getattr(bound, "device_descriptor", None)
+    if on_device is not None:               # a maskc.DeviceMask: built on the GPU (build_views before each launch)
+        return on_device(block_m, block_n, transposed)
     state = state_for(bound)
     dkey = ("descriptor", block_m, block_n, device, transposed)
     ddesc = state.get(dkey)
@@ -143,6 +146,15 @@ def device_turns(bound, block_m: int, block_n: int, device: int, options: Option
         desc = device_descriptor(bound, block_m, block_n, device, options, transposed=True).descriptor
         state[key] = tuple(device_int32(a) for a in desc.col_turns)
     return state[key]
+
+
+def refresh(bound, views: tuple[tuple[int, int, bool], ...], stream: int) -> None:
+    """Before a launch that reads the descriptor views ``views`` ((block_m, block_n, transposed), ...): a mask bound
+    on the device (maskc.DeviceMask) rebuilds those its new values made stale, on the launch's stream; a host
+    BoundMask's never change."""
+    build = getattr(bound, "build_views", None)
+    if build is not None:
+        build(views, stream)
 
 
 def backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, device: int,

@@ -41,11 +41,14 @@ def _dense_mask(bound, device) -> torch.Tensor:
     """bool (Bm, Hm, S, K): the mask per mask batch element (Bm = 1 when broadcast) and head (Hm = 1 when
     the mask ignores h). Built by brute force, cached on the bound mask: the reference path is for small S."""
     per = _dense_cache.setdefault(bound, {})
-    if device not in per:
+    key = (device, getattr(bound, "version", 0))        # a DeviceMask's values change with its version
+    if key not in per:
+        for old in [k for k in per if k[1] != key[1]]:
+            del per[old]
         heads = bound.num_heads or 1
         dense = [[torch.from_numpy(bound.dense(b, h)) for h in range(heads)] for b in range(bound.batch)]
-        per[device] = torch.stack([torch.stack(row) for row in dense]).to(device)
-    return per[device]
+        per[key] = torch.stack([torch.stack(row) for row in dense]).to(device)
+    return per[key]
 
 
 def _check_cpu_inputs(q, k, v, bound) -> None:

@@ -1,0 +1,163 @@
+"""One tile shape's descriptor on the GPU: the row view (forward, deterministic dQ) and, on first use, the
+column view (the backward's dK/dV), in buffers allocated once and rewritten by the generated builder's kernels
+(``templates/descriptor_kernels.cu.j2``) and two ``torch.sort`` calls, all on the caller's stream: nothing is
+read back, so a build is part of whatever CUDA graph captures it.
+
+Each view is CSR offsets, runs ``(begin, end, kind)`` and a heaviest-first order, as the host's
+:class:`~maskc.kernel_ir.Descriptor`: for exact masks the same arrays, bit for bit, as long as the runs fit
+the view's capacity; past it the last rows (or columns) get one PARTIAL run over their hull and the view's
+``info`` says so (:meth:`maskc.DeviceMask.check` reads it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from maskc.kernel_ir import BuilderSpec
+from maskc.runtime.launch import PackedLaunch
+from maskc.runtime.state import DeviceDescriptor
+
+RUN_BYTES = 12
+COL_WARPS = 8               # the template's columns per CTA
+
+
+@dataclass(frozen=True)
+class DeviceShape:
+    """What the launches read of a descriptor built on the device (the host Descriptor's sizes)."""
+
+    seq_len: int
+    kv_len: int
+    batch: int
+    block_m: int
+    block_n: int
+    work_order: Any         # the view's order as a CuPy array (its size: the rows or columns)
+
+
+class View:
+    """One view's buffers (torch int32/int64 on the device, with CuPy aliases for the launches): per row (row
+    block or column) its run count, cost, touched hull, CSR offset and place in the work order; the runs; and
+    ``info`` = (rows kept exact, runs written, overflowed)."""
+
+    def __init__(self, rows: int, capacity: int, device):
+        import cupy
+        import torch
+
+        i32 = dict(dtype=torch.int32, device=device)
+        self.rows, self.capacity = rows, capacity
+        self.counts = torch.zeros(rows, **i32)
+        self.costs = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.hulls = torch.zeros(2 * rows, **i32)
+        self.offsets = torch.zeros(rows + 1, **i32)
+        self.info = torch.zeros(4, **i32)
+        self.runs = torch.zeros((capacity, 3), **i32)
+        self.order = torch.arange(rows, **i32)
+        self.version = -1                   # the mask's version these arrays hold
+        self.cp = {name: cupy.asarray(getattr(self, name)) for name in
+                   ("counts", "costs", "hulls", "offsets", "info", "runs", "order")}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (self.counts, self.costs, self.hulls, self.offsets, self.info, self.runs,
+                                      self.order))
+
+    def sort(self) -> None:
+        """The work order: heaviest first, ties by index (the host's ``lexsort((arange, -cost))``)."""
+        import torch
+
+        self.order.copy_(torch.sort(self.costs, descending=True, stable=True).indices)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """offsets, runs (those written) and order, read back (tests, the host's comparison)."""
+        offsets = self.offsets.cpu().numpy()
+        return {"offsets": offsets, "runs": self.runs[:int(offsets[-1])].cpu().numpy(),
+                "order": self.order.cpu().numpy(), "info": self.info.cpu().numpy()}
+
+
+class DescriptorBuilder:
+    """The row and column views of one tile shape for a device-bound mask's table (see the module docstring).
+    ``kernel``: the builder's LoadedKernel; ``capacity``: runs each view holds."""
+
+    def __init__(self, kernel, spec: BuilderSpec, table, status, heads: int, block_m: int, block_n: int,
+                 capacity: tuple[int, int]):
+        import cupy
+
+        self.kernel, self.spec, self.table, self.status = kernel, spec, table, status
+        self.block_m, self.block_n = block_m, block_n
+        self.batch = table.batch
+        self.qt, self.kt = -(-table.seq_len // block_m), -(-table.kv_len // block_n)
+        self.heads = heads
+        self.capacity = capacity
+        self.mask_data, self.mask_offsets = cupy.asarray(table.data.view(-1)), cupy.asarray(table.offsets)
+        self.status_cp = cupy.asarray(status)
+        self.rows = View(self.batch * self.qt, capacity[0], table.device)
+        self.cols: View | None = None
+        self._row_launches = self._rows_plan()
+        self._col_launches: list | None = None
+
+    def _launch(self, entry: str, args, grid: int, block: int) -> PackedLaunch:
+        i32 = np.int32
+        packed = tuple(i32(a) if isinstance(a, (int, np.integer)) else a for a in args)
+        return PackedLaunch(self.kernel.functions[entry], packed, (grid, 1, 1), (block, 1, 1), 0)
+
+    def _rows_plan(self) -> list[PackedLaunch]:
+        s, v, t = self.spec, self.rows.cp, self.table
+        sizes = (t.seq_len, t.kv_len, self.block_m, self.block_n, self.qt, self.kt, self.heads)
+        n = self.rows.rows
+        return [
+            self._launch(s.entry_rows_count, (self.mask_data, self.mask_offsets, self.status_cp, *sizes,
+                                              v["counts"], v["costs"], v["hulls"]), n, s.threads),
+            self._launch(s.entry_scan, (v["counts"], v["hulls"], n, self.rows.capacity, v["offsets"], v["info"],
+                                        v["costs"]), 1, 1024),
+            self._launch(s.entry_rows_write, (self.mask_data, self.mask_offsets, self.status_cp, *sizes, v["hulls"],
+                                              v["offsets"], v["info"], v["runs"]), n, s.threads),
+        ]
+
+    def _cols_plan(self) -> list[PackedLaunch]:
+        s, r, c = self.spec, self.rows.cp, self.cols.cp
+        n = self.cols.rows
+        grid = -(-n // COL_WARPS)
+        return [
+            self._launch(s.entry_cols_count, (r["offsets"], r["runs"], n, self.qt, self.kt, c["counts"], c["costs"],
+                                              c["hulls"]), grid, 32 * COL_WARPS),
+            self._launch(s.entry_scan, (c["counts"], c["hulls"], n, self.cols.capacity, c["offsets"], c["info"],
+                                        c["costs"]), 1, 1024),
+            self._launch(s.entry_cols_write, (r["offsets"], r["runs"], n, self.qt, self.kt, c["hulls"], c["offsets"],
+                                              c["info"], c["runs"]), grid, 32 * COL_WARPS),
+        ]
+
+    def build(self, version: int, stream: int, transposed: bool) -> None:
+        """Bring the row view (and with ``transposed`` the column view, made from it) to ``version``, launching
+        on ``stream`` (torch's current stream: the sorts run there)."""
+        if self.rows.version != version:
+            for launch in self._row_launches:
+                launch(stream)
+            self.rows.sort()
+            self.rows.version = version
+        if transposed:
+            self.ensure_cols()
+            if self.cols.version != version:
+                for launch in self._col_launches:
+                    launch(stream)
+                self.cols.sort()
+                self.cols.version = version
+
+    def ensure_cols(self) -> None:
+        """The column view's buffers and launches (the backward's first call makes them)."""
+        if self.cols is None:
+            self.cols = View(self.batch * self.kt, self.capacity[1], self.table.device)
+            self._col_launches = self._cols_plan()
+
+    def device_descriptor(self, transposed: bool) -> DeviceDescriptor:
+        """The view as the launches take a descriptor (CuPy aliases of the buffers: they never move)."""
+        view = self.cols if transposed else self.rows
+        assert view is not None, "build(..., transposed=True) first"
+        shape = DeviceShape(self.table.seq_len, self.table.kv_len, self.batch, self.block_m, self.block_n,
+                            view.cp["order"])
+        return DeviceDescriptor(shape, view.cp["offsets"], view.cp["runs"], view.cp["order"], self.mask_data,
+                                self.mask_offsets)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + (self.cols.nbytes if self.cols is not None else 0)

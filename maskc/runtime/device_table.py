@@ -1,0 +1,381 @@
+"""A device-bound mask's parameter table: :func:`maskc.codegen.predicate.pack_mask_data`'s layout in a preallocated
+torch int32 buffer ``[B, width]``, of one size whatever the values (every segments parameter holds its capacity of
+segments, the unused ones of length 0; tables keep the lengths they were bound with), written by torch operations
+on the device; checked there (the `require` rules, in torch through the one interpreter); and read back for the
+host's oracle (:meth:`DeviceTable.host_values`).
+
+Segments of length 0 change no visible pair, so a table padded with them is the mask of the lengths given: the
+host's descriptor of the padded lengths is the device's, array for array.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from maskc import ir
+from maskc.analysis.interpret import Interpreter
+from maskc.codegen.cwriter import TableLayout
+from maskc.codegen.predicate import pack_mask_data
+from maskc.errors import BindError
+from maskc.ir.walk import mentions, nodes
+
+if TYPE_CHECKING:
+    import torch
+
+    from maskc.bound import BoundMask
+
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+RANGE_BIT = 30                  # status[2]: a value given as a tensor does not fit in 32 bits
+MAX_REQUIRE_BITS = 30           # status[2] bits 0..29: `require` rule i failed
+
+
+def pad_segments(mask, values: dict, capacity: dict[str, int]) -> dict:
+    """``values`` (as bind takes them) with every segments parameter's lengths, and its per-segment arrays,
+    padded with zeros to its capacity (a BindError where they already have more)."""
+    from maskc.analysis.values import is_batched
+
+    out = dict(values)
+    for p in mask.params:
+        if p.kind not in ("segments", "per") or p.name not in values:
+            continue
+        seg = p.name if p.kind == "segments" else p.of
+        cap, v = capacity[seg], values[p.name]
+        rows = [list(e) for e in v] if is_batched(p, v) else None
+
+        def padded(row, where=""):
+            row = [int(x) for x in (row.tolist() if isinstance(row, np.ndarray) else row)]
+            if len(row) > cap:
+                raise BindError(f"'{p.name}'{where} has {len(row)} entries, more than max_segments = {cap} of "
+                                f"'{seg}'", p.span, "raise max_segments (bind_on_device(..., max_segments=N))")
+            return row + [0] * (cap - len(row))
+        out[p.name] = ([padded(r, f" (batch element {b})") for b, r in enumerate(rows)] if rows is not None
+                       else padded(v))
+    return out
+
+
+def capacities(mask, values: dict, max_segments) -> dict[str, int]:
+    """Each segments parameter's capacity: ``max_segments`` (one int for all, or a dict by name), else the most
+    segments the initial values give it."""
+    from maskc.analysis.values import is_batched
+
+    out = {}
+    for p in mask.params:
+        if p.kind != "segments":
+            continue
+        given = max_segments.get(p.name) if isinstance(max_segments, dict) else max_segments
+        v = values.get(p.name)
+        if v is None and given is None:
+            continue                                # bind says it is missing
+        initial = 0 if v is None else (max(len(e) for e in v) if is_batched(p, v) else len(v))
+        cap = initial if given is None else given
+        if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
+            raise BindError(f"max_segments of '{p.name}' must be a positive integer, got {cap!r}", p.span)
+        out[p.name] = int(cap)
+    if isinstance(max_segments, dict):
+        stray = [n for n in max_segments if n not in out]
+        if stray:
+            raise BindError(f"max_segments names {', '.join(map(repr, stray))}, not a segments parameter of mask "
+                            f"'{mask.name}'", mask.span)
+    return out
+
+
+class DeviceTable:
+    """The table of a device-bound mask (see the module docstring). ``host`` is the initial binding, of padded
+    values; ``capacity`` the segments each segments parameter holds."""
+
+    def __init__(self, ranges: ir.RangeMask, resolved: ir.ResolvedMask, host: "BoundMask",
+                 capacity: dict[str, int], device: "torch.device"):
+        import torch
+
+        self.ranges, self.resolved, self.capacity = ranges, resolved, capacity
+        self.layout = TableLayout.of(ranges.params)
+        self.seq_len, self.kv_len, self.num_heads = host.seq_len, host.kv_len, host.num_heads
+        self.batch = host.batch
+        data, offsets = pack_mask_data(ranges, host.params)
+        widths = set(np.diff(offsets).tolist())
+        if len(widths) != 1:
+            raise BindError(f"mask '{resolved.name}': its tables differ in length across the batch; a mask bound on "
+                            "the device keeps one table size: give every batch element tables of one length",
+                            resolved.span)
+        self.width = widths.pop()
+        header = data[:self.width]
+        self.segment_at = {s: int(header[self.layout.seg_slot(s)]) for s in self.layout.segments}
+        self.table_at = {t: int(header[self.layout.table_slot(t)]) for t in self.layout.tables}
+        self.float_at = {f: int(header[self.layout.float_slot(f)]) for f, is_table in self.layout.floats if is_table}
+        self.shapes = {n: t.shape for n, t in host.params.batch[0].tables}
+        self.float_counts = {n: int(np.size(v)) for n, v in host.params.batch[0].floats}
+        self.data = torch.tensor(data, dtype=torch.int32, device=device).view(self.batch, self.width)
+        self.offsets = torch.tensor(offsets, dtype=torch.int32, device=device)
+        self.device = self.data.device
+
+    # -- writing ------------------------------------------------------------------------------------
+    def write(self, values: dict, status: "torch.Tensor | None") -> None:
+        """Write new values (see :meth:`maskc.DeviceMask.update`) and recompute every segment table's bounds
+        from its lengths and origin; values given as tensors that leave 32 bits set status[2]'s RANGE_BIT."""
+        import torch
+
+        checked, lengths = [], {}
+        params = {p.name: p for p in self.resolved.params}
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        for name, value in values.items():
+            p = params.get(name)
+            if p is None:
+                from maskc.errors import did_you_mean
+                raise BindError(f"mask '{self.resolved.name}' has no parameter '{name}'", self.resolved.span,
+                                did_you_mean(name, list(params)))
+            if p.const:
+                raise BindError(f"parameter '{name}' is const: its value is compiled into the kernels and cannot "
+                                "change on the device", p.span, "bind a new mask on the device for another value")
+            if capturing and not isinstance(value, torch.Tensor):
+                raise BindError(f"parameter '{name}': inside a CUDA graph capture, give new values as tensors on "
+                                f"the GPU (a host value would be baked into the graph), not {type(value).__name__}",
+                                p.span)
+            if p.kind == "int":
+                v = self._rows(value, p, ())
+                self.data[:, self.layout.int_slot(name)] = v.to(torch.int32)
+                checked.append(v)
+            elif p.kind == "segments":
+                lengths[name] = self._padded(self._rows(value, p, (None,)), p, name)
+                checked.append(lengths[name])
+            elif p.kind == "per":
+                v = self._padded(self._rows(value, p, (None,)), p, p.of)
+                at = self.segment_at[p.of] + 2 + self.capacity[p.of] * (1 + self.layout.array_slot(name))
+                self.data[:, at:at + self.capacity[p.of]] = v.to(torch.int32)
+                checked.append(v)
+            elif p.kind == "table":
+                count = int(np.prod(self.shapes[name]))
+                v = self._rows(value, p, self.shapes[name]).reshape(self.batch, count)
+                at = self.table_at[name] + 1
+                self.data[:, at:at + count] = v.to(torch.int32)
+                checked.append(v)
+            else:                                   # float, float table: their bits
+                count = self.float_counts[name]
+                v = self._rows(value, p, () if p.kind == "float" else (count,), torch.float32)
+                bits = v.reshape(self.batch, -1).contiguous().view(torch.int32)
+                at = self.layout.float_slot(name) if p.kind == "float" else self.float_at[name] + 1
+                self.data[:, at:at + count] = bits
+        self._write_bounds(lengths)
+        if status is not None and checked:
+            outside = torch.stack([((v < INT32_MIN) | (v > INT32_MAX)).any() for v in checked]).any()
+            status[2:3].bitwise_or_(outside.to(torch.int32) << RANGE_BIT)
+
+    def _rows(self, value, p: ir.Param, shape: tuple, dtype=None) -> "torch.Tensor":
+        """``value`` as a tensor [B, *shape] on the table's device (int64, or ``dtype``): one value for the whole
+        batch, or one per batch element (a leading dimension B). ``None`` in ``shape``: any length."""
+        import torch
+
+        dtype = dtype or torch.int64
+        if isinstance(value, torch.Tensor):
+            v = value.to(device=self.device, dtype=dtype)
+        else:
+            if p.kind != "float" and p.kind != "float_table":
+                flat = np.asarray(value, dtype=object).reshape(-1)
+                if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in flat):
+                    raise BindError(f"parameter '{p.name}' must be integers, got {value!r}", p.span)
+                if any(not INT32_MIN <= int(x) <= INT32_MAX for x in flat):
+                    raise BindError(f"parameter '{p.name}' has a value that does not fit in 32 bits", p.span)
+            v = torch.as_tensor(np.asarray(value, dtype=np.float64 if dtype == torch.float32 else np.int64),
+                                dtype=dtype).to(self.device, non_blocking=True)
+        dims = len(shape)
+        if v.dim() == dims + 1 and v.shape[0] in (1, self.batch):
+            v = v.expand(self.batch, *v.shape[1:])
+        elif v.dim() == dims:
+            v = v.unsqueeze(0).expand(self.batch, *v.shape)
+        else:
+            raise BindError(f"parameter '{p.name}': a value of shape {tuple(v.shape)}; expected "
+                            f"{self._shape_text(shape)}, or one per batch element ({self.batch}, ...)", p.span)
+        for want, got in zip(shape, v.shape[1:]):
+            if want is not None and want != got:
+                raise BindError(f"parameter '{p.name}': a value of shape {tuple(v.shape)}; expected "
+                                f"{self._shape_text(shape)}, or one per batch element", p.span)
+        return v
+
+    @staticmethod
+    def _shape_text(shape) -> str:
+        return "a number" if not shape else "(" + ", ".join("n" if s is None else str(s) for s in shape) + ")"
+
+    def _padded(self, v: "torch.Tensor", p: ir.Param, seg: str) -> "torch.Tensor":
+        """[B, n] → [B, capacity of ``seg``], zeros after the n given."""
+        import torch
+
+        cap = self.capacity[seg]
+        if v.shape[1] > cap:
+            raise BindError(f"'{p.name}' has {v.shape[1]} entries, more than max_segments = {cap} of '{seg}'",
+                            p.span, "raise max_segments (bind_on_device(..., max_segments=N))")
+        return torch.nn.functional.pad(v, (0, cap - v.shape[1]))
+
+    def _write_bounds(self, given: dict) -> None:
+        """Every segment table's bounds: its origin, then the running sums of its lengths (``given``, else the
+        table's own), clamped into 32 bits (a sum past them fails the validation kernel's check)."""
+        import torch
+
+        for s in self.layout.segments:
+            p = self.ranges.param(s)
+            at, cap = self.segment_at[s], self.capacity[s]
+            bounds = self.data[:, at + 1:at + 2 + cap]
+            lengths = given.get(s)
+            if lengths is None:
+                if p.origin is None or not any(isinstance(n, ir.ParamRef) for n in nodes(p.origin)):
+                    continue                        # neither its lengths nor its origin changed
+                lengths = (bounds[:, 1:] - bounds[:, :-1]).to(torch.int64)
+            origin = self._origin(p)
+            ends = torch.cumsum(lengths, dim=1) + origin[:, None]
+            new = torch.cat([origin[:, None], ends], dim=1).clamp_(INT32_MIN, INT32_MAX)
+            bounds.copy_(new.to(torch.int32))
+
+    def _origin(self, p: ir.Param) -> "torch.Tensor":
+        """A segments parameter's origin per batch element (int64 [B]): its ``from`` expression over the table's
+        int parameters, 0 without one."""
+        import torch
+
+        if p.origin is None:
+            return torch.zeros(self.batch, dtype=torch.int64, device=self.device)
+        value = torch.as_tensor(_TableInts(self).int(p.origin, None, None), dtype=torch.int64, device=self.device)
+        return value.reshape(-1).expand(self.batch)
+
+    # -- checking on the device --------------------------------------------------------------------------
+    def check_requires(self, status: "torch.Tensor") -> None:
+        """Every `require` rule at every query position (at the segment starts, where it reads positions only
+        through segments: it is constant between them), in torch operations: status[2] bit i where rule i fails
+        somewhere, status[3] the first batch element where one does. Nothing is read back."""
+        import torch
+
+        ints = _TableInts(self)
+        for i, rule in enumerate(self.resolved.requires[:MAX_REQUIRE_BITS]):
+            q, valid = self._positions(rule.cond)
+            ok = torch.as_tensor(ints.cond(rule.cond, q, None), dtype=torch.bool, device=self.device)
+            if q is None:
+                bad = ~(ok.reshape(-1).expand(self.batch) if ok.numel() == 1 else ok.reshape(self.batch))
+            else:
+                shape = (self.batch, q.shape[1])
+                bad = (~ok.expand(shape) & valid.expand(shape)).any(dim=1)
+            status[2:3].bitwise_or_(bad.any().to(torch.int32) << i)
+            first = torch.where(bad, torch.arange(self.batch, device=self.device), INT32_MAX).min()
+            status[3:4] = torch.minimum(status[3:4], first.to(torch.int32))
+
+    def _positions(self, cond: ir.Cond):
+        """(q [B or 1, P], valid [B or 1, P]) where a rule must be checked: every position where it reads q,
+        the starts of the segments it reads where it reads q only through them, none (None) otherwise."""
+        import torch
+
+        if mentions(cond, lambda n: isinstance(n, (ir.Pos, ir.Same))):
+            q = torch.arange(self.seq_len, dtype=torch.int64, device=self.device)[None, :]
+            return q, torch.ones_like(q, dtype=torch.bool)
+        segs = sorted({n.seg for n in nodes(cond) if isinstance(n, (ir.SegAttr, ir.SegValue)) and n.pos == "q"})
+        if not segs:
+            return None, None
+        starts = [torch.zeros(self.batch, 1, dtype=torch.int64, device=self.device)]
+        for s in segs:
+            at = self.segment_at[s]
+            starts.append(self.data[:, at + 1:at + 2 + self.capacity[s]].to(torch.int64))
+        q = torch.cat(starts, dim=1)
+        return q, (q >= 0) & (q < self.seq_len)
+
+    # -- reading back -------------------------------------------------------------------------------------
+    def host_values(self, table: np.ndarray) -> dict:
+        """The values ``table`` (this table read back: int64 [B, width]) holds, as :meth:`maskc.CompiledMask.bind`
+        takes them (one list per parameter for a batch), seq_len, kv_len and num_heads included."""
+        per = [self._element(row) for row in table]
+        out: dict = {"seq_len": self.seq_len, "kv_len": self.kv_len}
+        if self.num_heads is not None:
+            out["num_heads"] = self.num_heads
+        for name in per[0]:
+            out[name] = per[0][name] if self.batch == 1 else [e[name] for e in per]
+        return out
+
+    def _element(self, row: np.ndarray) -> dict:
+        values: dict = {}
+        for p in self.resolved.params:
+            if p.kind == "int":
+                values[p.name] = int(row[self.layout.int_slot(p.name)])
+            elif p.kind == "segments":
+                at, cap = self.segment_at[p.name], self.capacity[p.name]
+                values[p.name] = np.diff(row[at + 1:at + 2 + cap]).tolist()
+            elif p.kind == "per":
+                cap = self.capacity[p.of]
+                at = self.segment_at[p.of] + 2 + cap * (1 + self.layout.array_slot(p.name))
+                values[p.name] = row[at:at + cap].tolist()
+            elif p.kind == "table":
+                at, shape = self.table_at[p.name] + 1, self.shapes[p.name]
+                values[p.name] = row[at:at + int(np.prod(shape))].reshape(shape).tolist()
+            elif p.kind == "float":
+                values[p.name] = float(np.int32(row[self.layout.float_slot(p.name)]).view(np.float32))
+            else:
+                at, count = self.float_at[p.name] + 1, self.float_counts[p.name]
+                values[p.name] = row[at:at + count].astype(np.int32).view(np.float32).astype(float).tolist()
+        return values
+
+
+class _TableInts(Interpreter):
+    """The interpreter's integer primitives over the device table (torch, one value per batch element: [B, 1]
+    against positions [B or 1, P]); segments looked up in the table's bounds (gap segments outside them)."""
+
+    def __init__(self, table: DeviceTable):
+        self.mask, self.t = table.resolved, table
+
+    def builtin(self, name: str):
+        return {"seq_len": self.t.seq_len, "kv_len": self.t.kv_len, "h": 0,
+                "b": self._column(lambda torch: torch.arange(self.t.batch, device=self.t.device))}[name]
+
+    def _column(self, make):
+        import torch
+        return make(torch).to(torch.int64)[:, None]
+
+    def param(self, name: str):
+        slot = self.t.layout.int_slot(name)
+        return self._column(lambda torch: self.t.data[:, slot])
+
+    def segment(self, seg: str, attr: str, positions):
+        import torch
+
+        at, n = self.t.segment_at[seg], self.t.capacity[seg]
+        bounds = self.t.data[:, at + 1:at + 2 + n].to(torch.int64)
+        pos = torch.as_tensor(positions, dtype=torch.int64, device=self.t.device).expand(self.t.batch, -1)
+        idx = torch.searchsorted(bounds, pos.contiguous(), right=True) - 1
+        inside = (idx >= 0) & (idx < n)
+        safe = idx.clamp(0, n - 1)
+        before = pos < bounds[:, :1]
+        extent = max(self.t.seq_len, self.t.kv_len)
+        start = torch.where(inside, bounds.gather(1, safe), torch.where(before, 0, bounds[:, n:]))
+        end = torch.where(inside, bounds.gather(1, safe + 1), torch.where(before, bounds[:, :1], extent))
+        if attr.startswith("value:"):
+            name = attr[len("value:"):]
+            base = at + 2 + n * (1 + self.t.layout.array_slot(name))
+            values = self.t.data[:, base:base + n].to(torch.int64)
+            return torch.where(inside, values.gather(1, safe), 0)
+        return {"index": torch.where(inside, idx, -1), "start": start, "end": end, "length": end - start}[attr]
+
+    def table(self, e: ir.TableAt, indices: list, q, k):
+        import torch
+
+        flat = 0
+        for index, stride in zip(indices, e.strides):
+            flat = flat + index * self.int(stride, q, k)
+        at, count = self.t.table_at[e.table] + 1, int(np.prod(self.t.shapes[e.table]))
+        values = self.t.data[:, at:at + count].to(torch.int64)
+        flat = torch.as_tensor(flat, dtype=torch.int64, device=self.t.device)
+        flat = flat.reshape(1, -1) if flat.dim() < 2 else flat
+        return values.gather(1, flat.expand(self.t.batch, -1).clamp(0, count - 1))
+
+    def minimum(self, a, b):
+        import torch
+        return torch.minimum(torch.as_tensor(a, device=self.t.device), torch.as_tensor(b, device=self.t.device))
+
+    def maximum(self, a, b):
+        import torch
+        return torch.maximum(torch.as_tensor(a, device=self.t.device), torch.as_tensor(b, device=self.t.device))
+
+    def compare(self, op: str, a, b):
+        import torch
+
+        from maskc.analysis.interpret import COMPARE
+        return torch.as_tensor(COMPARE[op](a, b), device=self.t.device)
+
+    def absolute(self, a):
+        import torch
+        return torch.abs(torch.as_tensor(a, device=self.t.device))
+
+    def truth(self, value: bool, q, k):
+        import torch
+        return torch.tensor(value, device=self.t.device)
