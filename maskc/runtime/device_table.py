@@ -169,6 +169,10 @@ class DeviceTable:
         if isinstance(value, torch.Tensor):
             v = value.to(device=self.device, dtype=dtype)
         else:
+            if shape == (None,) and isinstance(value, (list, tuple)) and value and all(
+                    isinstance(e, (list, tuple, np.ndarray)) for e in value):     # ragged rows: empty segments after
+                width = max(len(e) for e in value)
+                value = [list(e) + [0] * (width - len(e)) for e in value]
             if p.kind != "float" and p.kind != "float_table":
                 flat = np.asarray(value, dtype=object).reshape(-1)
                 if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in flat):

@@ -1,0 +1,239 @@
+"""The descriptor built on the device (maskc.DeviceMask), what a CPU can check: the builder renders and compiles
+for every mask it takes and every target; its algorithm (tests/device_model.py, the kernels step for step) gives
+the host's descriptor; the parameter table is pack_mask_data's and follows updates; errors are clear. The GPU
+runs the kernels themselves in tests/test_device_mask_gpu.py."""
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import maskc
+from maskc.analysis.descriptor import unpack
+from maskc.codegen.descriptor_build import builder_spec, emit_descriptor_builder, unsupported
+from maskc.codegen.predicate import pack_mask_data
+from maskc.codegen.schedule import ARCHES
+from maskc.errors import MaskError
+from maskc.kernel_ir import EMPTY, FULL
+
+import device_model
+from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params
+from mask_strategies import binding, mask_text, tile_shape
+
+torch = pytest.importorskip("torch")
+
+LINEAR = [n for n in EXAMPLE_NAMES if maskc.load(EXAMPLES / f"{n}.mask").ranges.linear]
+ARRAYS = ("run_offsets", "runs", "work_order", "col_offsets", "col_runs", "col_work_order")
+
+
+def _load(name):
+    return maskc.load(EXAMPLES / f"{name}.mask")
+
+
+def test_the_linear_examples_are_those_the_device_takes():
+    assert len(LINEAR) >= 12 and {"causal", "document", "hstu", "shared_prompt", "cross_images"} <= set(LINEAR)
+    for name in EXAMPLE_NAMES:
+        reason = unsupported(_load(name).ranges)
+        assert (reason is None) == (name in LINEAR), (name, reason)
+
+
+# -- the CUDA: rendered from the predicate, compiled by NVRTC for every target ----------------------------
+
+def _compile(job):
+    from maskc.codegen.emit import compile_to_cubin
+    name, arch = job
+    mask = _load(name)
+    return name, arch, len(compile_to_cubin(emit_descriptor_builder(builder_spec(
+        mask.name, mask.ranges, mask.const_values(), arch=arch))))
+
+
+def test_builder_compiles_for_every_linear_example_and_target():
+    pytest.importorskip("cupy")
+    jobs = [(n, arch) for n in LINEAR for arch in ARCHES + ("compute_80",)]
+    with ProcessPoolExecutor(2) as pool:
+        built = list(pool.map(_compile, jobs))
+    assert len(built) == len(jobs) and all(size > 0 for _, _, size in built)
+
+
+@pytest.mark.parametrize("name", LINEAR)
+def test_builder_reads_every_region_interval_of_the_predicate(name):
+    """The builder's intervals are the predicate's mask_row fields, one per region, allow then deny: the mask's
+    logic is the predicate's code, placed verbatim."""
+    mask = _load(name)
+    spec = builder_spec(mask.name, mask.ranges, mask.const_values())
+    src = emit_descriptor_builder(spec).source
+    assert spec.predicate.source in src
+    regions = len(mask.ranges.allow) + len(mask.ranges.deny)
+    for i in range(regions):
+        assert f"row.lo{i}" in src and f"row.hi{i}" in src
+    assert f"row.lo{regions}" not in src
+    segments = [p.name for p in mask.ranges.params if p.kind == "segments"]
+    assert [c.name for c in spec.segments] == segments
+    assert src.count("maskc_bad_segments(mask + mask[") == len(segments)
+    assert set(spec.entries) == {f"maskc_{k}_{spec.mask_name}" for k in
+                                 ("validate", "rows_count", "rows_write", "scan", "cols_count", "cols_write")}
+
+
+def test_masks_the_device_cannot_classify_are_refused():
+    for name, words in (("clear", "chunked"), ("morton_local", "sound")):
+        mask = _load(name)
+        with pytest.raises(maskc.BindError, match=words):
+            mask.bind_on_device(seq_len=600, **example_params(name, 600, np.random.default_rng(0)))
+
+
+# -- the algorithm, modelled on the CPU, against the host ---------------------------------------------------
+
+def _check_model(bound, block_m, block_n, window):
+    want = bound.descriptor(block_m, block_n)
+    got = device_model.build(bound, block_m, block_n, window)
+    for name in ARRAYS:
+        assert np.array_equal(got[name], getattr(want, name)), (name, block_m, block_n)
+
+
+@pytest.mark.parametrize("name", LINEAR)
+def test_model_of_the_kernels_gives_the_hosts_descriptor(name):
+    mask = _load(name)
+    rng = np.random.default_rng(5)
+    for seq_len, batch, (bm, bn), window in ((1, None, (16, 16), 4096), (45, 2, (7, 5), 2), (130, None, (32, 16), 3),
+                                             (97, 3, (64, 128), 1)):
+        params = (example_params(name, seq_len, rng) if batch is None
+                  else batch_params(mask, name, seq_len, rng, batch))
+        _check_model(mask.bind(seq_len=seq_len, **params), bm, bn, window)
+
+
+@given(text=mask_text(exact=True), b=binding(max_len=60), shape=tile_shape, window=st.integers(1, 6))
+def test_model_of_the_kernels_on_random_masks(text, b, shape, window):
+    try:
+        mask = maskc.compile_mask(text)
+        seq_len, kv_len, params = b
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, **params)
+    except MaskError:
+        assume(False)
+    assume(mask.ranges.linear)
+    _check_model(bound, *shape, window)
+
+
+@given(name=st.sampled_from(LINEAR), seed=st.integers(0, 10 ** 6), caps=st.tuples(st.integers(0, 40),
+                                                                                  st.integers(0, 40)))
+def test_model_past_the_capacity_is_sound(name, seed, caps):
+    """Runs past a view's capacity: the last rows become one PARTIAL run over their hull, the total stays within
+    the capacity (at least one run per row and column), and the classes stay sound (FULL only where the host
+    says FULL, EMPTY where it says EMPTY)."""
+    mask, rng = _load(name), np.random.default_rng(seed)
+    bound = mask.bind(seq_len=90, **example_params(name, 90, rng))
+    bm, bn = 16, 8
+    want = bound.descriptor(bm, bn)
+    rows, cols = want.run_offsets.size - 1, want.col_offsets.size - 1
+    caps = (rows + caps[0], cols + caps[1])
+    got = device_model.build(bound, bm, bn, 4, caps)
+    assert got["run_offsets"][-1] <= caps[0] and got["col_offsets"][-1] <= caps[1]
+    host = unpack(want)
+    for offsets, runs, transpose in (("run_offsets", "runs", False), ("col_offsets", "col_runs", True)):
+        grid = np.zeros(host.shape[1:] if not transpose else host.shape[:0:-1], np.int8)
+        for r in range(got[offsets].size - 1):
+            for begin, end, kind in got[runs][got[offsets][r]:got[offsets][r + 1]]:
+                grid[r, begin:end] = kind
+        if transpose:
+            grid = grid.T
+        assert np.all((grid != FULL) | (host[0] == FULL)) and np.all((grid != EMPTY) | (host[0] == EMPTY))
+    if got["kept"][0] == rows:                  # rows within the capacity: exact (and the columns made from them)
+        assert np.array_equal(got["runs"], want.runs)
+        if got["kept"][1] == cols:
+            assert np.array_equal(got["col_runs"], want.col_runs)
+
+
+# -- the parameter table -----------------------------------------------------------------------------------
+
+def _padded_bind(mask, seq_len, params, capacity):
+    from maskc.runtime.device_table import pad_segments
+    return mask.bind(seq_len=seq_len, **pad_segments(mask.resolved, params, capacity))
+
+
+@pytest.mark.parametrize("name", LINEAR)
+def test_table_is_pack_mask_data_of_the_padded_values_and_follows_updates(name):
+    mask, rng = _load(name), np.random.default_rng(3)
+    segs = [p.name for p in mask.params if p.kind == "segments"]
+    first = batch_params(mask, name, 64, rng, 2)
+    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
+    dm = mask.bind_on_device(64, device="cpu", max_segments=7, **kw, **first)
+    capacity = {s: 7 for s in segs}
+    want = _padded_bind(mask, 64, {**kw, **first}, capacity)
+    assert np.array_equal(dm.table.numpy().reshape(-1), pack_mask_data(mask.ranges, want.params)[0])
+    for _ in range(3):
+        new = batch_params(mask, name, 64, rng, 2)
+        for k in ("num_heads", "kv_len"):
+            new.pop(k, None)
+        new = {k: v for k, v in new.items() if not mask.resolved.param(k).const}
+        ragged = {k for k, v in new.items() if mask.resolved.param(k).kind in ("segments", "per")}
+        dm.update(**{k: v for k, v in new.items() if k in ragged})         # lists of lists: padded with empty segments
+        dm.update(**{k: torch.from_numpy(np.asarray(v)) for k, v in new.items() if k not in ragged})
+        want = _padded_bind(mask, 64, {**kw, **first, **new}, capacity)
+        assert np.array_equal(dm.table.numpy().reshape(-1), pack_mask_data(mask.ranges, want.params)[0]), new
+        host = dm.to_host()
+        for b in range(want.batch):
+            assert np.array_equal(host.dense(b), want.dense(b))
+
+
+def test_a_changed_origin_moves_the_segments_and_keeps_their_lengths():
+    mask = _load("shared_prompt")
+    dm = mask.bind_on_device(100, prompt=40, responses=[30, 30], max_segments=4, device="cpu")
+    dm.update(prompt=torch.tensor(10), responses=torch.tensor([45, 45]))
+    assert dm.to_host().params.batch[0].segment("responses").bounds.tolist() == [10, 55, 100, 100, 100]
+    dm.update(prompt=torch.tensor(20))          # the lengths stay: they no longer reach seq_len
+    with pytest.raises(maskc.BindError, match="responses"):
+        dm.check()
+
+
+def test_update_errors_name_the_parameter():
+    mask = _load("hstu")
+    dm = mask.bind_on_device(50, users=[20, 30], targets=[2, 3], max_segments=3, device="cpu")
+    with pytest.raises(maskc.BindError, match="max_segments = 3"):
+        dm.update(users=torch.tensor([10, 10, 10, 20]))
+    with pytest.raises(maskc.BindError, match="no parameter 'user'"):
+        dm.update(user=torch.tensor([50]))
+    with pytest.raises(maskc.BindError, match="shape"):
+        dm.update(context=torch.tensor([[1, 2], [3, 4]]))
+    with pytest.raises(maskc.BindError, match="32 bits"):
+        dm.update(context=2 ** 40)
+    with pytest.raises(maskc.BindError, match="max_segments = 1"):
+        mask.bind_on_device(50, users=[20, 30], targets=[2, 3], max_segments=1, device="cpu")
+    with pytest.raises(maskc.BindError, match="positive integer"):
+        mask.bind_on_device(50, users=[50], targets=[2], max_segments=0, device="cpu")
+    with pytest.raises(maskc.BindError, match="not a segments parameter"):
+        mask.bind_on_device(50, users=[50], targets=[2], max_segments={"docs": 4}, device="cpu")
+    with pytest.raises(maskc.BindError, match="const"):
+        _load("clear").bind_on_device(600, device="cpu").update(text=torch.tensor(3))
+
+
+def test_requires_and_ranges_are_checked_with_torch_into_the_status_word():
+    """The `require` rules as the device checks them (torch, here on the CPU): bit i of status[2] for rule i,
+    status[3] the first batch element that fails; positions read through segments checked at segment starts."""
+    from maskc.runtime.device_table import RANGE_BIT
+
+    mask = _load("hstu")             # require context >= 0, max_attn_len >= 0; 0 <= targets(q) <= length - folded
+    dm = mask.bind_on_device(40, users=[[20, 20], [10, 30]], targets=[[1, 2], [0, 0]], max_segments=3, device="cpu")
+    status = torch.tensor([0, 2 ** 31 - 1, 0, 2 ** 31 - 1], dtype=torch.int32)
+    dm._table.check_requires(status)
+    assert status.tolist() == [0, 2 ** 31 - 1, 0, 2 ** 31 - 1]
+    dm._table.write({"targets": torch.tensor([[1, 2, 0], [0, 31, 0]])}, status)
+    dm._table.check_requires(status)
+    failed = [i for i in range(3) if status[2] >> i & 1]
+    assert len(failed) == 1 and "targets(q)" in mask.resolved.requires[failed[0]].span.source_line
+    assert status[3] == 1
+    status[2] = 0
+    dm._table.write({"context": torch.tensor([-1, 2 ** 33])}, status)
+    dm._table.check_requires(status)
+    assert status[2] >> RANGE_BIT & 1 and status[2] & 1 and status[3] == 0
+
+
+def test_cpu_attention_follows_the_values_of_each_update():
+    mask = _load("document")
+    dm = mask.bind_on_device(24, docs=[24], max_segments=4, device="cpu")
+    q, k, v = (torch.randn(1, 2, 24, 8, dtype=torch.float64) for _ in range(3))
+    for docs in ([24], [5, 19], [1, 2, 3, 18]):
+        dm.update(docs=torch.tensor(docs))
+        want = maskc.attention(q, k, v, mask.bind(seq_len=24, docs=docs))
+        assert torch.allclose(maskc.attention(q, k, v, dm), want)
