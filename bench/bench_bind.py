@@ -2,7 +2,8 @@
 (a benchmark, not a test).
 
     python bench/bench_bind.py [--lengths 4096,32768,131072] [--masks causal,...] [--device cpu|cuda]
-                               [--impls maskc,flex,flex_compiled] [--repeat 20] [--allocator as-is|warm] [--out PATH]
+                               [--impls maskc,maskc_device,flex,flex_compiled] [--repeat 20] [--allocator as-is|warm]
+                               [--out PATH]
 
 Every workload of bench/workloads.py (the same masks and parameters as the forward and backward benchmarks)
 at every length, tiles of ``--block`` x ``--block`` (Flex's default, 128):
@@ -11,6 +12,13 @@ at every length, tiles of ``--block`` x ``--block`` (Flex's default, 128):
   time (validation, ``require`` checks, tile classification, packing), on the host whatever ``--device``
   says; the compiled mask kept (a training loop loads it once). ``bind_ms`` and ``descriptor_ms`` split it;
   ``cold_ms`` also forgets the compiled mask's specializations to int values (the first bind with new ints).
+- ``maskc_device`` (``--device cuda``, masks linear in k): a DeviceMask (``bind_on_device``) given the workload's
+  values again as GPU tensors (``update``: the table written, checked, `require` rules in torch) and its descriptor
+  rebuilt (``build_views``), timed with CUDA events: ``ms`` the row view and the column view (what a training
+  step's forward and backward read; Flex's create_block_mask builds both too), ``rows_ms`` the row view alone
+  (what ``maskc_host`` builds), ``wall_ms`` the host's wall clock for the eager calls (launches: the host
+  waits for nothing), ``graph_ms`` the same work captured once in a CUDA graph and replayed (in a captured
+  training step the launches cost nothing).
 - ``flex``: ``create_block_mask(mask_mod, None, None, S, S, device, BLOCK_SIZE=block)`` with the hand-written
   mask_mod (bench/workloads.py), as Flex users call it per batch; it evaluates the mask_mod on the whole
   S x S grid, so on the CPU it is skipped past ``--flex-max-elements`` query-key pairs (default 2**26 on the
@@ -44,6 +52,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,7 +60,7 @@ import workloads as W  # noqa: E402
 
 from maskc.kernel_ir import FULL, PARTIAL  # noqa: E402
 
-IMPLS = ("maskc", "flex", "flex_compiled")
+IMPLS = ("maskc", "maskc_device", "flex", "flex_compiled")
 CLOCK = time.perf_counter
 
 
@@ -64,6 +73,55 @@ def maskc_once(mask, w: W.Workload, block: int, cold: bool = False) -> tuple[flo
     t1 = CLOCK()
     bound.descriptor(block, block)
     return (t1 - t0) * 1e3, (CLOCK() - t1) * 1e3
+
+
+def device_times(mask, w: W.Workload, block: int, repeat: int) -> dict:
+    """A DeviceMask's update + descriptor on the GPU (see the module docstring): medians in ms."""
+    fixed = ("num_heads", "kv_len")
+    dm = mask.bind_on_device(w.seq_len, **w.params)
+    values = {k: torch.as_tensor(v, device="cuda") for k, v in w.params.items()
+              if k not in fixed and not mask.resolved.param(k).const}
+
+    def once(transposed: bool) -> None:
+        dm.update(**values)
+        dm.build_views(((block, block, transposed),), torch.cuda.current_stream().cuda_stream)
+
+    def timed(run) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    for _ in range(3):
+        once(True)
+    torch.cuda.synchronize()
+    both = [timed(lambda: once(True)) for _ in range(repeat)]
+    rows = [timed(lambda: once(False)) for _ in range(repeat)]
+    wall = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        once(True)
+        wall.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        once(True)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        once(True)
+    graphed = [timed(graph.replay) for _ in range(repeat)]
+    dm.check()
+    got, want = dm.descriptor_arrays(block, block), dm.to_host().descriptor(block, block)
+    same = all(np.array_equal(got[k], getattr(want, k)) for k in ("run_offsets", "runs", "work_order", "col_offsets",
+                                                                 "col_runs", "col_work_order", "mask_data"))
+    return dict(ms=statistics.median(both), min_ms=min(both), rows_ms=statistics.median(rows),
+                wall_ms=statistics.median(wall), graph_ms=statistics.median(graphed),
+                bytes=dm._builder(block, block).nbytes, agree_host=same)
 
 
 def minor_faults() -> int:
@@ -147,6 +205,14 @@ def run(args) -> list[dict]:
                            partial=counts[1], faults_per_bind=faults, allocator=args.allocator)
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
+            if "maskc_device" in impls and on_gpu and mask.ranges.linear:
+                rec = dict(base, impl="maskc_device", clock="cuda events")
+                try:
+                    rec.update(device_times(mask, w, args.block, args.repeat))
+                except Exception as exc:   # noqa: BLE001 - reported, the other impls go on
+                    rec.update(ms=None, error=repr(exc)[:300])
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
             for impl in ("flex", "flex_compiled"):
                 if impl not in impls:
                     continue
@@ -178,13 +244,15 @@ def run(args) -> list[dict]:
 
 def print_table(records: list[dict]) -> None:
     by = {(r["mask"], r["seq_len"], r["impl"]): r for r in records}
-    print("\n| mask | S | maskc bind ms | descriptor ms | maskc total | faults | cold | flex ms | flex compiled ms | "
-          "flex / maskc | blocks agree |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| mask | S | maskc bind ms | descriptor ms | maskc total | faults | cold | device rows + cols us | "
+          "rows us | graph us | wall us | flex ms | flex compiled ms | flex / maskc | blocks agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (mask, S, impl), r in by.items():
         if impl != "maskc_host":
             continue
         peers = [by.get((mask, S, i)) for i in ("flex", "flex_compiled")]
+        dev = by.get((mask, S, "maskc_device")) or {}
+        us = lambda key: "-" if dev.get(key) is None else f"{dev[key] * 1e3:.0f}"  # noqa: E731
 
         def shown(p):
             return "-" if p is None else f"{p['ms']:.2f}" if p.get("ms") is not None else (
@@ -193,7 +261,8 @@ def print_table(records: list[dict]) -> None:
         ratio = "-" if best is None else f"{best / r['ms']:.1f}x"
         agree = {p.get("agree") for p in peers if p and "agree" in p}
         print(f"| {mask} | {S} | {r['bind_ms']:.3f} | {r['descriptor_ms']:.3f} | {r['ms']:.3f} | "
-              f"{r.get('faults_per_bind', 0):.0f} | {r['cold_ms']:.3f} | {shown(peers[0])} | {shown(peers[1])} | "
+              f"{r.get('faults_per_bind', 0):.0f} | {r['cold_ms']:.3f} | {us('ms')} | {us('rows_ms')} | "
+              f"{us('graph_ms')} | {us('wall_ms')} | {shown(peers[0])} | {shown(peers[1])} | "
               f"{ratio} | "
               f"{'-' if not agree else 'yes' if agree == {True} else 'NO'} |")
 

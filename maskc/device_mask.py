@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from maskc.compiled import CompiledMask
 
 RUN_BYTES = 12
+MAX_RUNS = 2 ** 31 - 2          # runs one view holds at most (its offsets are int32)
 
 
 class DeviceMask:
@@ -63,6 +64,8 @@ class DeviceMask:
         self._spec = self._kernel = None
         self.handle = handles.register(self)            # as BoundMask's: the torch ops look it up
         self.handle_array = handles.as_array(self.handle)
+        # the handle as the tensor torch.compile's graphs pass: update() mutates it (a custom op), attention reads it
+        self.token = torch.tensor(self.handle, dtype=torch.int64)
         if self.device.type == "cuda":
             self._validate()
 
@@ -104,15 +107,24 @@ class DeviceMask:
         are read by the GPU only: nothing is synchronised, and inside a CUDA graph capture the graph reads them
         when replayed (give tensors there: a host value would be baked in). Checked on the device (segments that
         do not partition their range, `require` rules, 32-bit ranges: :meth:`check` reports them; meanwhile
-        nothing is visible); const parameters cannot change. Descriptors are rebuilt when next used."""
-        self._table.write(values, self._status if self.device.type == "cuda" else None)
+        nothing is visible); const parameters cannot change. Descriptors are rebuilt when next used. Under
+        torch.compile it is one custom op (give tensors: a number is a constant of the graph)."""
+        import torch
+
+        if torch.compiler.is_compiling():
+            from maskc.runtime.torch_ops import update_device_mask
+            names = sorted(values)
+            update_device_mask(self.token, ",".join(names), [torch.as_tensor(values[n]) for n in names])
+            return self
+        outside = self._table.write(values)
         self._version += 1
         if self.device.type == "cuda":
-            self._validate()
+            self._validate(outside)
         return self
 
-    def _validate(self) -> None:
-        """The builder's check of the table, then the `require` rules (torch), into the status word."""
+    def _validate(self, outside=None) -> None:
+        """The builder's check of the table (which resets the status word), then the values' 32-bit ranges
+        (``outside``: :meth:`DeviceTable.write`'s) and the `require` rules (torch), into the status word."""
         from maskc.runtime.launch import PackedLaunch
 
         kernel, spec = self._builder_kernel()
@@ -122,24 +134,31 @@ class DeviceMask:
         launch = self.__dict__.get("_validate_launch")
         if launch is None:
             launch = self._validate_launch = PackedLaunch(
-                kernel.functions[spec.entry_validate], (cupy.asarray(self._table.data.view(-1)),
+                kernel.functions[spec.entry_for("validate")], (cupy.asarray(self._table.data.view(-1)),
                                                         cupy.asarray(self._table.offsets), np.int32(self.batch),
                                                         cupy.asarray(self._status)), (1, 1, 1), (256, 1, 1))
         launch(torch.cuda.current_stream(self.device).cuda_stream)
+        self._table.flag_range(outside, self._status)
         self._table.check_requires(self._status)
 
     # -- the descriptor on the device -------------------------------------------------------------------
     def _builder_kernel(self):
+        """(LoadedKernel, BuilderSpec) of the builder, for the device's own target; kept on the compiled mask
+        (per constants and target), so that a new device bind of the same mask renders nothing."""
         if self._kernel is None:
             from maskc.codegen.descriptor_build import builder_spec, emit_descriptor_builder
             from maskc.codegen.schedule import arch_for
             from maskc.runtime.loader import load_kernel
-            from maskc.runtime.state import device_capability
+            from maskc.runtime.state import device_capability, state_for
 
             arch = arch_for(device_capability(self.device.index))
-            self._spec = builder_spec(self.mask._c_name(), self.mask.ranges, self.constants,
-                                      self.mask._summary(self.constants), arch)
-            self._kernel = load_kernel(emit_descriptor_builder(self._spec))
+            mask_state = state_for(self.mask)
+            key = ("descriptor builder", self.constants, arch)
+            if key not in mask_state:
+                spec = builder_spec(self.mask._c_name(), self.mask.ranges, self.constants,
+                                    self.mask._summary(self.constants), arch)
+                mask_state[key] = (load_kernel(emit_descriptor_builder(spec)), spec)
+            self._kernel, self._spec = mask_state[key]
         return self._kernel, self._spec
 
     def _builder(self, block_m: int, block_n: int):
@@ -166,7 +185,7 @@ class DeviceMask:
         cols = self.batch * -(-self.kv_len // block_n)
         fixed = lambda n: 28 * n + 20              # noqa: E731  (counts, costs, hulls, offsets, order; info)
         if self.max_bytes is not None:
-            caps = tuple((self.max_bytes // 2 - fixed(n)) // RUN_BYTES for n in (rows, cols))
+            caps = tuple(min((self.max_bytes // 2 - fixed(n)) // RUN_BYTES, MAX_RUNS) for n in (rows, cols))
             need = 2 * (fixed(max(rows, cols)) + RUN_BYTES * max(rows, cols))
             if min(c - n for c, n in zip(caps, (rows, cols))) < 0:
                 raise BindError(f"max_bytes = {self.max_bytes} leaves no room for one run per row block and column "
@@ -174,7 +193,7 @@ class DeviceMask:
             return caps
         slots = len(self.mask.ranges.allow) + len(self.mask.ranges.deny)
         segments = self.batch * sum(self.capacity.values())
-        return tuple(n * 3 * (slots * heads + 1) + 6 * segments + 16 for n in (rows, cols))
+        return tuple(min(n * 3 * (slots * heads + 1) + 6 * segments + 16, MAX_RUNS) for n in (rows, cols))
 
     def build_views(self, views, stream: int) -> None:
         """Bring the descriptor views ``views`` ((block_m, block_n, transposed), ...) to the current values,

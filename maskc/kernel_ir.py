@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -419,21 +419,21 @@ class BuilderSpec:
     threads: int = 256          # the row-block kernels' CTA
     window: int = 4096          # key blocks a row-block CTA counts at once (9 bytes of shared memory each)
 
-    entry_validate = property(lambda self: f"maskc_validate_{self.mask_name}")
-    entry_rows_count = property(lambda self: f"maskc_rows_count_{self.mask_name}")
-    entry_rows_write = property(lambda self: f"maskc_rows_write_{self.mask_name}")
-    entry_scan = property(lambda self: f"maskc_scan_{self.mask_name}")
-    entry_cols_count = property(lambda self: f"maskc_cols_count_{self.mask_name}")
-    entry_cols_write = property(lambda self: f"maskc_cols_write_{self.mask_name}")
+    # the kernels, in launch order (templates/descriptor_kernels.cu.j2 says what each does)
+    ROLES: ClassVar[tuple[str, ...]] = ("validate", "rows_count", "scan", "rows_write", "cols_count", "cols_write")
+
+    def entry_for(self, role: str) -> str:
+        """The entry point of one of ``ROLES``: ``maskc_<role>_<mask>``."""
+        assert role in self.ROLES, role
+        return f"maskc_{role}_{self.mask_name}"
 
     @property
     def entry(self) -> str:
-        return self.entry_rows_count
+        return self.entry_for("rows_count")
 
     @property
     def entries(self) -> tuple[str, ...]:
-        return (self.entry_rows_count, self.entry_validate, self.entry_rows_write, self.entry_scan,
-                self.entry_cols_count, self.entry_cols_write)
+        return tuple(self.entry_for(role) for role in self.ROLES)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ def test_builder_reads_every_region_interval_of_the_predicate(name):
     assert src.count("maskc_bad_segments(mask + mask[") == len(segments)
     assert set(spec.entries) == {f"maskc_{k}_{spec.mask_name}" for k in
                                  ("validate", "rows_count", "rows_write", "scan", "cols_count", "cols_write")}
+    assert all(f'extern "C" __global__' in src.split(entry)[0][-200:] for entry in spec.entries)
 
 
 def test_masks_the_device_cannot_classify_are_refused():
@@ -218,13 +219,13 @@ def test_requires_and_ranges_are_checked_with_torch_into_the_status_word():
     status = torch.tensor([0, 2 ** 31 - 1, 0, 2 ** 31 - 1], dtype=torch.int32)
     dm._table.check_requires(status)
     assert status.tolist() == [0, 2 ** 31 - 1, 0, 2 ** 31 - 1]
-    dm._table.write({"targets": torch.tensor([[1, 2, 0], [0, 31, 0]])}, status)
+    dm._table.write({"targets": torch.tensor([[1, 2, 0], [0, 31, 0]])})
     dm._table.check_requires(status)
     failed = [i for i in range(3) if status[2] >> i & 1]
     assert len(failed) == 1 and "targets(q)" in mask.resolved.requires[failed[0]].span.source_line
     assert status[3] == 1
     status[2] = 0
-    dm._table.write({"context": torch.tensor([-1, 2 ** 33])}, status)
+    dm._table.flag_range(dm._table.write({"context": torch.tensor([-1, 2 ** 33])}), status)
     dm._table.check_requires(status)
     assert status[2] >> RANGE_BIT & 1 and status[2] & 1 and status[3] == 0
 
@@ -237,3 +238,34 @@ def test_cpu_attention_follows_the_values_of_each_update():
         dm.update(docs=torch.tensor(docs))
         want = maskc.attention(q, k, v, mask.bind(seq_len=24, docs=docs))
         assert torch.allclose(maskc.attention(q, k, v, dm), want)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_takes_new_values_every_step_without_recompiling(backend):
+    """A compiled step that writes new document lengths into a device mask (update: one custom op) and attends
+    through it: one graph, no recompile, no graph break, each step's gradients those of a host bind of its
+    lengths (the CPU path: the mask's dense form, read back after each update)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    mask = _load("document")
+    dm = mask.bind_on_device(37, docs=[37], max_segments=5, device="cpu")
+
+    def step(q, k, v, lengths):
+        dm.update(docs=lengths)
+        return (maskc.attention(q, k, v, dm) ** 2).sum()
+
+    compiled = torch.compile(step, backend=backend, fullgraph=True)
+    q, k, v = (torch.randn(1, 2, 37, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    for docs in ([10, 27], [37], [5, 5, 27], [20, 17], [1, 2, 3, 4, 27]):
+        lengths = torch.tensor(docs + [0] * (5 - len(docs)))
+        got = torch.autograd.grad(compiled(q, k, v, lengths), (q, k, v))
+        want = torch.autograd.grad((maskc.attention(q, k, v, mask.bind(seq_len=37, docs=docs)) ** 2).sum(),
+                                   (q, k, v))
+        for a, b in zip(got, want):
+            assert torch.allclose(a, b)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert not counters["recompiles"] and not counters["graph_break"], (dict(counters["recompiles"]),
+                                                                         dict(counters["graph_break"]))

@@ -66,7 +66,7 @@ class View:
         """The work order: heaviest first, ties by index (the host's ``lexsort((arange, -cost))``)."""
         import torch
 
-        self.order.copy_(torch.sort(self.costs, descending=True, stable=True).indices)
+        self.order.copy_(torch.sort(torch.neg(self.costs), stable=True).indices)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """offsets, runs (those written) and order, read back (tests, the host's comparison)."""
@@ -96,35 +96,33 @@ class DescriptorBuilder:
         self._row_launches = self._rows_plan()
         self._col_launches: list | None = None
 
-    def _launch(self, entry: str, args, grid: int, block: int) -> PackedLaunch:
-        i32 = np.int32
-        packed = tuple(i32(a) if isinstance(a, (int, np.integer)) else a for a in args)
-        return PackedLaunch(self.kernel.functions[entry], packed, (grid, 1, 1), (block, 1, 1), 0)
+    def _launch(self, role: str, args, grid: int, block: int) -> PackedLaunch:
+        """One of the builder's kernels (BuilderSpec.ROLES) packed with ``args`` (ints passed as int32)."""
+        packed = tuple(np.int32(a) if isinstance(a, (int, np.integer)) else a for a in args)
+        return PackedLaunch(self.kernel.functions[self.spec.entry_for(role)], packed, (grid, 1, 1), (block, 1, 1), 0)
 
     def _rows_plan(self) -> list[PackedLaunch]:
-        s, v, t = self.spec, self.rows.cp, self.table
+        v, t = self.rows.cp, self.table
         sizes = (t.seq_len, t.kv_len, self.block_m, self.block_n, self.qt, self.kt, self.heads)
-        n = self.rows.rows
+        table = (self.mask_data, self.mask_offsets, self.status_cp, *sizes)
+        n, threads = self.rows.rows, self.spec.threads
         return [
-            self._launch(s.entry_rows_count, (self.mask_data, self.mask_offsets, self.status_cp, *sizes,
-                                              v["counts"], v["costs"], v["hulls"]), n, s.threads),
-            self._launch(s.entry_scan, (v["counts"], v["hulls"], n, self.rows.capacity, v["offsets"], v["info"],
-                                        v["costs"]), 1, 1024),
-            self._launch(s.entry_rows_write, (self.mask_data, self.mask_offsets, self.status_cp, *sizes, v["hulls"],
-                                              v["offsets"], v["info"], v["runs"]), n, s.threads),
+            self._launch("rows_count", (*table, v["counts"], v["costs"], v["hulls"]), n, threads),
+            self._launch("scan", (v["counts"], v["hulls"], n, self.rows.capacity, v["offsets"], v["info"],
+                                  v["costs"]), 1, 1024),
+            self._launch("rows_write", (*table, v["hulls"], v["offsets"], v["info"], v["runs"]), n, threads),
         ]
 
     def _cols_plan(self) -> list[PackedLaunch]:
-        s, r, c = self.spec, self.rows.cp, self.cols.cp
+        r, c = self.rows.cp, self.cols.cp
         n = self.cols.rows
-        grid = -(-n // COL_WARPS)
+        grid, threads = -(-n // COL_WARPS), 32 * COL_WARPS
+        sweep = (r["offsets"], r["runs"], n, self.qt, self.kt)
         return [
-            self._launch(s.entry_cols_count, (r["offsets"], r["runs"], n, self.qt, self.kt, c["counts"], c["costs"],
-                                              c["hulls"]), grid, 32 * COL_WARPS),
-            self._launch(s.entry_scan, (c["counts"], c["hulls"], n, self.cols.capacity, c["offsets"], c["info"],
-                                        c["costs"]), 1, 1024),
-            self._launch(s.entry_cols_write, (r["offsets"], r["runs"], n, self.qt, self.kt, c["hulls"], c["offsets"],
-                                              c["info"], c["runs"]), grid, 32 * COL_WARPS),
+            self._launch("cols_count", (*sweep, c["counts"], c["costs"], c["hulls"]), grid, threads),
+            self._launch("scan", (c["counts"], c["hulls"], n, self.cols.capacity, c["offsets"], c["info"],
+                                  c["costs"]), 1, 1024),
+            self._launch("cols_write", (*sweep, c["hulls"], c["offsets"], c["info"], c["runs"]), grid, threads),
         ]
 
     def build(self, version: int, stream: int, transposed: bool) -> None:

@@ -110,9 +110,10 @@ class DeviceTable:
         self.device = self.data.device
 
     # -- writing ------------------------------------------------------------------------------------
-    def write(self, values: dict, status: "torch.Tensor | None") -> None:
+    def write(self, values: dict) -> "torch.Tensor | None":
         """Write new values (see :meth:`maskc.DeviceMask.update`) and recompute every segment table's bounds
-        from its lengths and origin; values given as tensors that leave 32 bits set status[2]'s RANGE_BIT."""
+        from its lengths and origin. Returns a 0-d bool tensor on the device: whether a value given as a tensor
+        leaves 32 bits (None when none was)."""
         import torch
 
         checked, lengths = [], {}
@@ -156,8 +157,16 @@ class DeviceTable:
                 at = self.layout.float_slot(name) if p.kind == "float" else self.float_at[name] + 1
                 self.data[:, at:at + count] = bits
         self._write_bounds(lengths)
-        if status is not None and checked:
-            outside = torch.stack([((v < INT32_MIN) | (v > INT32_MAX)).any() for v in checked]).any()
+        if not checked:
+            return None
+        return torch.stack([((v < INT32_MIN) | (v > INT32_MAX)).any() for v in checked]).any()
+
+    @staticmethod
+    def flag_range(outside: "torch.Tensor | None", status: "torch.Tensor") -> None:
+        """status[2]'s RANGE_BIT where ``outside`` (what :meth:`write` returned) is true."""
+        import torch
+
+        if outside is not None:
             status[2:3].bitwise_or_(outside.to(torch.int32) << RANGE_BIT)
 
     def _rows(self, value, p: ir.Param, shape: tuple, dtype=None) -> "torch.Tensor":
