@@ -26,7 +26,7 @@ from maskc.runtime.reference import reference_attention
 __version__ = "0.1.0"
 
 
-def _bound_of(mask: Any, block_mask: Any) -> BoundMask | RestrictedMask:
+def _bound_of(mask: Any, block_mask: Any) -> BoundMask | RestrictedMask | DeviceMask:
     """The BoundMask behind ``mask`` or ``block_mask``: a BoundMask itself, or a Flex BlockMask made by
     :func:`create_block_mask` / :meth:`BoundMask.to_flex_block_mask`."""
     if (mask is None) == (block_mask is None):

@@ -113,14 +113,14 @@ class DescriptorBuilder:
             self._launch("rows_write", (*table, v["hulls"], v["offsets"], v["info"], v["runs"]), n, threads),
         ]
 
-    def _cols_plan(self) -> list[PackedLaunch]:
-        r, c = self.rows.cp, self.cols.cp
-        n = self.cols.rows
+    def _cols_plan(self, cols: View) -> list[PackedLaunch]:
+        r, c = self.rows.cp, cols.cp
+        n = cols.rows
         grid, threads = -(-n // COL_WARPS), 32 * COL_WARPS
         sweep = (r["offsets"], r["runs"], n, self.qt, self.kt)
         return [
             self._launch("cols_count", (*sweep, c["counts"], c["costs"], c["hulls"]), grid, threads),
-            self._launch("scan", (c["counts"], c["hulls"], n, self.cols.capacity, c["offsets"], c["info"],
+            self._launch("scan", (c["counts"], c["hulls"], n, cols.capacity, c["offsets"], c["info"],
                                   c["costs"]), 1, 1024),
             self._launch("cols_write", (*sweep, c["hulls"], c["offsets"], c["info"], c["runs"]), grid, threads),
         ]
@@ -134,18 +134,19 @@ class DescriptorBuilder:
             self.rows.sort()
             self.rows.version = version
         if transposed:
-            self.ensure_cols()
-            if self.cols.version != version:
-                for launch in self._col_launches:
+            cols, launches = self.ensure_cols()
+            if cols.version != version:
+                for launch in launches:
                     launch(stream)
-                self.cols.sort()
-                self.cols.version = version
+                cols.sort()
+                cols.version = version
 
-    def ensure_cols(self) -> None:
+    def ensure_cols(self) -> tuple[View, list[PackedLaunch]]:
         """The column view's buffers and launches (the backward's first call makes them)."""
-        if self.cols is None:
+        if self.cols is None or self._col_launches is None:
             self.cols = View(self.batch * self.kt, self.capacity[1], self.table.device)
-            self._col_launches = self._cols_plan()
+            self._col_launches = self._cols_plan(self.cols)
+        return self.cols, self._col_launches
 
     def device_descriptor(self, transposed: bool) -> DeviceDescriptor:
         """The view as the launches take a descriptor (CuPy aliases of the buffers: they never move)."""

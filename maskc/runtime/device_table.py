@@ -9,7 +9,7 @@ host's descriptor of the padded lengths is the device's, array for array.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -140,9 +140,10 @@ class DeviceTable:
                 lengths[name] = self._padded(self._rows(value, p, (None,)), p, name)
                 checked.append(lengths[name])
             elif p.kind == "per":
-                v = self._padded(self._rows(value, p, (None,)), p, p.of)
-                at = self.segment_at[p.of] + 2 + self.capacity[p.of] * (1 + self.layout.array_slot(name))
-                self.data[:, at:at + self.capacity[p.of]] = v.to(torch.int32)
+                seg = _segments_of(p)
+                v = self._padded(self._rows(value, p, (None,)), p, seg)
+                at = self.segment_at[seg] + 2 + self.capacity[seg] * (1 + self.layout.array_slot(name))
+                self.data[:, at:at + self.capacity[seg]] = v.to(torch.int32)
                 checked.append(v)
             elif p.kind == "table":
                 count = int(np.prod(self.shapes[name]))
@@ -306,8 +307,9 @@ class DeviceTable:
                 at, cap = self.segment_at[p.name], self.capacity[p.name]
                 values[p.name] = np.diff(row[at + 1:at + 2 + cap]).tolist()
             elif p.kind == "per":
-                cap = self.capacity[p.of]
-                at = self.segment_at[p.of] + 2 + cap * (1 + self.layout.array_slot(p.name))
+                seg = _segments_of(p)
+                cap = self.capacity[seg]
+                at = self.segment_at[seg] + 2 + cap * (1 + self.layout.array_slot(p.name))
                 values[p.name] = row[at:at + cap].tolist()
             elif p.kind == "table":
                 at, shape = self.table_at[p.name] + 1, self.shapes[p.name]
@@ -318,6 +320,12 @@ class DeviceTable:
                 at, count = self.float_at[p.name] + 1, self.float_counts[p.name]
                 values[p.name] = row[at:at + count].astype(np.int32).view(np.float32).astype(float).tolist()
         return values
+
+
+def _segments_of(p: ir.Param) -> str:
+    """The segments parameter a per-segment array belongs to."""
+    assert p.of is not None, p
+    return p.of
 
 
 class _TableInts(Interpreter):
@@ -362,12 +370,12 @@ class _TableInts(Interpreter):
     def table(self, e: ir.TableAt, indices: list, q, k):
         import torch
 
-        flat = 0
+        index_sum: Any = 0
         for index, stride in zip(indices, e.strides):
-            flat = flat + index * self.int(stride, q, k)
+            index_sum = index_sum + index * self.int(stride, q, k)
         at, count = self.t.table_at[e.table] + 1, int(np.prod(self.t.shapes[e.table]))
         values = self.t.data[:, at:at + count].to(torch.int64)
-        flat = torch.as_tensor(flat, dtype=torch.int64, device=self.t.device)
+        flat = torch.as_tensor(index_sum, dtype=torch.int64, device=self.t.device)
         flat = flat.reshape(1, -1) if flat.dim() < 2 else flat
         return values.gather(1, flat.expand(self.t.batch, -1).clamp(0, count - 1))
 

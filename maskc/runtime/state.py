@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from maskc.codegen.schedule import BackwardTiles, Tiles, arch_for, capability_of
 from maskc.kernel_ir import Descriptor
 from maskc.options import Options
 from maskc.runtime.loader import LoadedKernel, load_kernel
+
+if TYPE_CHECKING:
+    from maskc.runtime.device_builder import DeviceShape
 
 
 _bound_state: dict[int, dict] = {}
@@ -37,9 +40,10 @@ def state_for(bound) -> dict:
 
 @dataclass
 class DeviceDescriptor:
-    """A descriptor's arrays on the GPU (CuPy arrays: untyped)."""
+    """A descriptor's arrays on the GPU (CuPy arrays: untyped); ``descriptor`` the host Descriptor, or for a mask
+    bound on the device its sizes (maskc.runtime.device_builder.DeviceShape)."""
 
-    descriptor: Descriptor
+    descriptor: "Descriptor | DeviceShape"
     run_offsets: Any
     runs: Any
     work_order: Any
