@@ -148,6 +148,7 @@ def device_turns(bound, block_m: int, block_n: int, device: int, options: Option
     key = ("turns", block_m, block_n, device)
     if key not in state:
         desc = device_descriptor(bound, block_m, block_n, device, options, transposed=True).descriptor
+        assert isinstance(desc, Descriptor), "a mask bound on the device has no turns: its own dQ kernel runs"
         state[key] = tuple(device_int32(a) for a in desc.col_turns)
     return state[key]
 
