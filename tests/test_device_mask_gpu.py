@@ -180,7 +180,9 @@ def test_a_full_run_buffer_is_flagged_and_attention_stays_right():
 
 @pytest.mark.parametrize("name", ["document", "hstu", "per_head_window", "cross_images", "alibi"])
 def test_attention_through_a_device_mask_is_the_host_masks(name):
-    """The same descriptor arrays, so the same outputs: the forward bitwise, the deterministic backward bitwise."""
+    """The same descriptor arrays, so the same forward, bitwise; the backward within rounding (on wgmma_tma the
+    host mask's deterministic dQ takes turns, the device mask's has its own kernel), and the device mask's
+    deterministic backward bitwise repeatable."""
     mask, rng = load(name), np.random.default_rng(13)
     params = batch_params(mask, name, 1000, rng, 2)
     kw = {k: params.pop(k) for k in ("num_heads", "kv_len") if k in params}
@@ -196,7 +198,11 @@ def test_attention_through_a_device_mask_is_the_host_masks(name):
         assert torch.equal(outs[0], outs[1])
         grads = [torch.autograd.grad(o, (q, k, v), dout) for o in outs]
         for a, b in zip(*grads):
-            assert torch.equal(a, b) if deterministic else rel(a.double(), b.double()) <= 1e-3
+            assert rel(a.double(), b.double()) <= 1e-3
+        if deterministic:
+            again = torch.autograd.grad(maskc.attention(q, k, v, dm, enable_gqa=True, deterministic=True), (q, k, v),
+                                        dout)
+            assert all(torch.equal(a, b) for a, b in zip(grads[0], again))
 
 
 def _random_docs(rng, seq_len, count):
