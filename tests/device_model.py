@@ -153,8 +153,17 @@ def view(items, cap):
         else:
             runs += [(a, b, PARTIAL)] if a < b else []
             costs.append(5 * (b - a))
-    order = np.lexsort((np.arange(len(items)), -np.asarray(costs, np.int64))).astype(np.int32)
-    return offsets, np.asarray(runs, np.int32).reshape(-1, 3), order, kept
+    return offsets, np.asarray(runs, np.int32).reshape(-1, 3), rank_order(costs), kept
+
+
+def rank_order(costs):
+    """maskc_order: row r at place (rows heavier than r) + (rows as heavy before r)."""
+    costs = np.asarray(costs, np.int64)
+    order = np.full(len(costs), -1, np.int32)
+    for r, mine in enumerate(costs):
+        order[int((costs > mine).sum() + (costs[:r] == mine).sum())] = r
+    assert np.all(order >= 0), "the ranks are a permutation"
+    return order
 
 
 def build(bound, block_m, block_n, window=4096, caps=(10 ** 9, 10 ** 9)):

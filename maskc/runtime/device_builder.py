@@ -21,6 +21,7 @@ from maskc.runtime.state import DeviceDescriptor
 
 RUN_BYTES = 12
 COL_WARPS = 8               # the template's columns per CTA
+RANK_ORDER_ROWS = 1 << 16   # views of up to this many rows ordered by the builder's rank kernel (O(n^2)), else torch.sort
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class View:
                                       self.order))
 
     def sort(self) -> None:
-        """The work order: heaviest first, ties by index (the host's ``lexsort((arange, -cost))``)."""
+        """The work order by torch.sort (views past RANK_ORDER_ROWS; the rank kernel does the others):
+        heaviest first, ties by index (the host's ``lexsort((arange, -cost))``)."""
         import torch
 
         self.order.copy_(torch.sort(torch.neg(self.costs), stable=True).indices)
@@ -111,7 +113,7 @@ class DescriptorBuilder:
             self._launch("scan", (v["counts"], v["hulls"], n, self.rows.capacity, v["offsets"], v["info"],
                                   v["costs"]), 1, 1024),
             self._launch("rows_write", (*table, v["hulls"], v["offsets"], v["info"], v["runs"]), n, threads),
-        ]
+        ] + self._order_plan(self.rows)
 
     def _cols_plan(self, cols: View) -> list[PackedLaunch]:
         r, c = self.rows.cp, cols.cp
@@ -123,7 +125,13 @@ class DescriptorBuilder:
             self._launch("scan", (c["counts"], c["hulls"], n, cols.capacity, c["offsets"], c["info"],
                                   c["costs"]), 1, 1024),
             self._launch("cols_write", (*sweep, c["hulls"], c["offsets"], c["info"], c["runs"]), grid, threads),
-        ]
+        ] + self._order_plan(cols)
+
+    def _order_plan(self, view: View) -> list[PackedLaunch]:
+        """The rank kernel's launch for the view's work order, or none where torch.sort does it (``build``)."""
+        if view.rows > RANK_ORDER_ROWS:
+            return []
+        return [self._launch("order", (view.cp["costs"], view.rows, view.cp["order"]), -(-view.rows // 256), 256)]
 
     def build(self, version: int, stream: int, transposed: bool) -> None:
         """Bring the row view (and with ``transposed`` the column view, made from it) to ``version``, launching
@@ -131,14 +139,16 @@ class DescriptorBuilder:
         if self.rows.version != version:
             for launch in self._row_launches:
                 launch(stream)
-            self.rows.sort()
+            if self.rows.rows > RANK_ORDER_ROWS:
+                self.rows.sort()
             self.rows.version = version
         if transposed:
             cols, launches = self.ensure_cols()
             if cols.version != version:
                 for launch in launches:
                     launch(stream)
-                cols.sort()
+                if cols.rows > RANK_ORDER_ROWS:
+                    cols.sort()
                 cols.version = version
 
     def ensure_cols(self) -> tuple[View, list[PackedLaunch]]:
