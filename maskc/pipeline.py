@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Iterable
 
 from maskc import ir
-from maskc.analysis.normalize import normalize
+from maskc.analysis.normalize import normalize, specialize
+from maskc.analysis.order import TokenOrder, image_grid
 from maskc.analysis.ranges import analyze_ranges
+from maskc.analysis.reorder import prune, reorder
 from maskc.analysis.widths import check_static
 from maskc.bound import BoundMask
 from maskc.compiled import CompiledMask
@@ -50,6 +52,26 @@ def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
         stages.append(run(stages[-1]))
     check_static(stages[-1])        # folded constants that 64 bits cannot hold are refused here
     return CompiledMask(*stages)
+
+
+def compile_ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, int]) -> CompiledMask | MaskError:
+    """``mask`` in the coordinates of a token order (:meth:`CompiledMask.with_order`), or a MaskError saying why
+    not: the mask admits no token order, or the rewritten mask's tiles are not exact."""
+    fixed = specialize(mask.normal, constants)
+    grid = image_grid(mask.resolved, fixed)
+    if isinstance(grid, str):
+        return MaskError(f"mask '{mask.name}' has no token order but the raster one: {grid}", mask.resolved.span)
+    resolved = reorder(mask.resolved, order, constants)
+    # The bands' positions written out (order.raster_expr): normalize, then drop the regions the order makes
+    # empty (a key in the bands never lies before the image), then the ranges and the 64-bit check as ever.
+    normal = prune(normalize(resolved), order.origin + order.band)
+    ranges = analyze_ranges(normal)
+    inexact = next((r.inexact for r in ranges.allow + ranges.deny if r.inexact is not None), None)
+    if inexact is not None:
+        return MaskError(f"mask '{mask.name}' in token order {order.name} would get inexact tiles: {inexact.reason}",
+                         mask.resolved.span, "the raster order stays exact; try another patch shape")
+    check_static(ranges)
+    return CompiledMask(resolved, normal, ranges, order=order)
 
 
 def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> Program:

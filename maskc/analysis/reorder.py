@@ -1,0 +1,169 @@
+"""Pass: a mask rewritten in a token order's coordinates (:class:`~maskc.analysis.order.TokenOrder`), and the
+regions of its normal form that the order makes empty pruned.
+
+Invariant of :func:`reorder`: for every ``seq_len`` that holds a whole band of the order (``order.applies``) and
+``kv_len == seq_len``, the result's visible(i, j) equals ``mask``'s visible(raster(i), raster(j)), with
+``raster = order.raster`` at that length and the const parameters at ``constants`` (every other parameter, h and b
+as given). Its parameters are ``mask``'s; its ``require`` checks are ``mask``'s and the two that state those
+conditions (``seq_len >= origin + band``, ``kv_len == seq_len``), so that bind refuses a length the rewrite is
+not for; its score modifier is ``mask``'s (:func:`~maskc.analysis.order.image_grid` admits only modifiers that
+read no position).
+
+How: every allow and deny rule ``C(q, k)`` becomes the union, over a piece of q and a piece of k, of ``piece(q)
+and piece(k) and C(raster(q), raster(k))``. A position is *kept* (before the image, or from the end of the last
+whole band on: raster(p) = p) or in the *bands* (raster(p) = ``order.raster_expr(p)``, floors by constants).
+The const parameters are written as their values, so that normalize folds ``(raster(k) - text) // width`` back
+into the key's image row (:func:`maskc.analysis.linear.floor_op`'s bounded split) and the chunk analysis solves
+the rewritten atoms exactly, as it solves the original's.
+
+Invariant of :func:`prune`: the result denotes the same pairs as the normal form it is given, for every
+``seq_len >= min_len`` (and ``kv_len`` as large): regions that interval arithmetic shows empty are dropped (a key
+in the bands ``k >= origin`` is never ``< text`` once written as ``text + width * y + x``, which normalize cannot
+see); nothing else changes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from maskc import ir
+from maskc.analysis import forms as F
+from maskc.analysis import linear as L
+from maskc.analysis.order import TokenOrder
+
+INF = math.inf
+_ROUNDS = 3            # passes over a region's atoms to narrow the positions' ranges
+
+
+def reorder(mask: ir.ResolvedMask, order: TokenOrder, constants: dict[str, int]) -> ir.ResolvedMask:
+    """``mask`` in the coordinates of ``order``, with its const parameters at ``constants`` (module docstring)."""
+    fixed = {name: ir.Const(int(v)) for name, v in constants.items()}
+    pieces = {p: _pieces(ir.Pos(p), order) for p in ir.POSITIONS}
+    rules = []
+    for rule in mask.rules:
+        if rule.kind == "require":
+            rules.append(rule)
+            continue
+        cond = _substitute(rule.cond, lambda n: fixed.get(n.name) if isinstance(n, ir.ParamRef) else None)
+        alternatives = []
+        for q_piece, q_at in pieces["q"]:
+            for k_piece, k_at in pieces["k"]:
+                at = {"q": q_at, "k": k_at}
+                moved = _substitute(cond, lambda n: at[n.which] if isinstance(n, ir.Pos) else None)
+                alternatives.append(ir.All((q_piece, k_piece, moved), rule.span))
+        rules.append(ir.Rule(rule.kind, ir.Any_(tuple(alternatives), rule.span), rule.span))
+    seq_len, kv_len = ir.Builtin("seq_len"), ir.Builtin("kv_len")
+    rules.append(ir.Rule("require", ir.Cmp(">=", seq_len, ir.Const(order.origin + order.band))))
+    rules.append(ir.Rule("require", ir.Cmp("==", kv_len, seq_len)))
+    return replace(mask, rules=tuple(rules))
+
+
+def _pieces(p: ir.Pos, order: TokenOrder):
+    """(condition, raster position) of the kept positions and of the bands."""
+    seq_len = ir.Builtin("seq_len")
+    start = ir.Const(order.origin)
+    band = ir.Const(order.band)
+    end = ir.Arith("+", start, ir.Arith("*", band, ir.Arith("//", ir.Arith("-", seq_len, start), band)))
+    kept = ir.Any_((ir.Cmp("<", p, start), ir.Cmp(">=", p, end)))
+    inside = ir.All((ir.Cmp(">=", p, start), ir.Cmp("<", p, end)))
+    return ((kept, p), (inside, order.raster_expr(p)))
+
+
+def _substitute(node, mapping):
+    """``node`` with every sub-node for which ``mapping`` returns a replacement replaced (each shared sub-tree
+    of the DAG rewritten once)."""
+    done: dict[int, object] = {}
+
+    def walk(n):
+        hit = done.get(id(n))
+        if hit is not None:
+            return hit
+        new = mapping(n)
+        if new is None:
+            if isinstance(n, (ir.Arith, ir.Cmp)):
+                new = replace(n, left=walk(n.left), right=walk(n.right))
+            elif isinstance(n, ir.Func):
+                new = replace(n, args=tuple(walk(a) for a in n.args))
+            elif isinstance(n, ir.TableAt):
+                new = replace(n, indices=tuple(walk(a) for a in n.indices), strides=tuple(walk(a) for a in n.strides))
+            elif isinstance(n, (ir.All, ir.Any_)):
+                new = replace(n, items=tuple(walk(a) for a in n.items))
+            elif isinstance(n, ir.Negate):
+                new = replace(n, item=walk(n.item))
+            else:
+                assert not isinstance(n, (ir.Same, ir.SegAttr, ir.SegValue)), "image_grid refuses segments"
+                new = n
+        done[id(n)] = new
+        return new
+    return walk(node)
+
+
+# ---- prune ------------------------------------------------------------------------------------------------------
+
+def prune(mask: ir.NormalMask, min_len: int) -> ir.NormalMask:
+    """``mask`` without the regions interval arithmetic shows empty for ``seq_len, kv_len >= min_len`` (module
+    docstring)."""
+    def keep(group):
+        return tuple(r for r in group if not _empty(r, min_len))
+    return replace(mask, allow=keep(mask.allow), deny=keep(mask.deny))
+
+
+def _empty(region: ir.Region, min_len: int) -> bool:
+    """Whether no (q, k) satisfies the region: positions in [0, inf) narrowed by the atoms that bound them
+    linearly, then some atom whose smallest value is above 0, or a position left with no value."""
+    env = {F.Q: (0, INF), F.K: (0, INF), ir.Builtin("seq_len"): (min_len, INF), ir.Builtin("kv_len"): (min_len, INF)}
+    for _ in range(_ROUNDS):
+        for atom in region.atoms:
+            for p in (F.Q, F.K):
+                split = F.split_on(atom.lin, p)
+                if split is None or split[0] == 0:
+                    continue
+                a, rest = split
+                low = _lin_range(rest, env)[0]
+                if math.isinf(low):
+                    continue
+                lo, hi = env[p]
+                if a > 0:                       # a*p <= -rest <= -low
+                    hi = min(hi, (-low) // a)
+                else:                           # |a|*p >= rest >= low
+                    lo = max(lo, -((-low) // -a))
+                if lo > hi:
+                    return True
+                env[p] = (lo, hi)
+    return any(_lin_range(atom.lin, env)[0] > 0 for atom in region.atoms)
+
+
+def _lin_range(lin: ir.Lin, env) -> tuple[float, float]:
+    lo = hi = lin.const
+    for t, c in lin.terms:
+        a, b = _term_range(t, env)
+        lo, hi = (lo + c * a, hi + c * b) if c > 0 else (lo + c * b, hi + c * a)
+    return lo, hi
+
+
+def _floordiv(x, d: int):
+    return x if math.isinf(x) else x // d
+
+
+def _term_range(t, env) -> tuple[float, float]:
+    """(lowest, highest) of a term given the ranges ``env`` of the leaves it reads ((-inf, inf) when unknown)."""
+    if t in env:
+        return env[t]
+    if isinstance(t, ir.Floor) and L.is_const(t.den) and t.den.const > 0:
+        d = t.den.const
+        if t.op == "%":
+            return 0, d - 1
+        lo, hi = _lin_range(t.num, env)
+        return _floordiv(lo, d), _floordiv(hi, d)
+    if isinstance(t, ir.Square):
+        lo, hi = _lin_range(t.base, env)
+        if lo >= 0:
+            return lo * lo, hi * hi
+        if hi <= 0:
+            return hi * hi, lo * lo
+        return 0, max(lo * lo, hi * hi)
+    if isinstance(t, ir.Extreme) and t.fn in ("min", "max"):
+        ranges = [_lin_range(a, env) for a in t.args]
+        pick = max if t.fn == "max" else min
+        return pick(r[0] for r in ranges), pick(r[1] for r in ranges)
+    return -INF, INF
