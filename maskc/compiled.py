@@ -31,8 +31,10 @@ class CompiledMask:
     ranges: ir.RangeMask
     # Kernels of a sub-block (BoundMask.restrict): positions local to it, its origin read from the table.
     offsets: bool = False
-    # The mask rewritten in a token order's coordinates (with_order): the order, else None (raster).
+    # The mask rewritten in a token order's coordinates (with_order): the order, and the mask it was rewritten
+    # from (whose raster rows classify its tiles: maskc.analysis.order_tiles); else None.
     order: TokenOrder | None = None
+    source: "CompiledMask | None" = None
 
     def __repr__(self) -> str:
         params = ", ".join(_param_repr(p) for p in self.params)
@@ -50,7 +52,8 @@ class CompiledMask:
             return self
         twin = self.__dict__.get("_with_offsets")
         if twin is None:
-            twin = CompiledMask(self.resolved, self.normal, self.ranges, offsets=True, order=self.order)
+            twin = CompiledMask(self.resolved, self.normal, self.ranges, offsets=True, order=self.order,
+                                source=self.source)
             self.__dict__["_with_offsets"] = twin
         return twin
 

@@ -71,7 +71,7 @@ def compile_ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, 
         return MaskError(f"mask '{mask.name}' in token order {order.name} would get inexact tiles: {inexact.reason}",
                          mask.resolved.span, "the raster order stays exact; try another patch shape")
     check_static(ranges)
-    return CompiledMask(resolved, normal, ranges, order=order)
+    return CompiledMask(resolved, normal, ranges, order=order, source=mask)
 
 
 def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> Program:

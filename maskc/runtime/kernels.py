@@ -32,6 +32,7 @@ from maskc.kernel_ir import BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec
 from maskc.options import Options
 from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
+from maskc.runtime.permute import ordered_for, take
 from maskc.runtime.loader import disk_cache, resolved_options
 from maskc.runtime.state import (backward_kernel, capability, device_descriptor, device_turns, l2_bytes, prepared,
                                  sm_count, state_for)
@@ -97,6 +98,12 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     times the candidates on these inputs the first time and reuses the fastest (maskc.runtime.autotune).
     """
     options = resolved_options(options)
+    ordered = ordered_for(bound, options, q, k)
+    if ordered is not None:         # a token order (maskc.ordered): the call in it, the results back in raster
+        p, back = ordered.permutation, ordered.inverse
+        found = attention(take(q, p, ordered), take(k, p, ordered), take(v, p, ordered), ordered.inner, scale,
+                          return_lse, options=options)
+        return tuple(take(x, back, ordered) for x in found) if return_lse else take(found, back, ordered)
     qo, ko, vo = operand(q, "q"), operand(k, "k"), operand(v, "v")
     # Everything the plan depends on besides the bound mask (whose state holds the plans).
     key = ("forward", operand_key(qo, ko, vo), scale, bool(return_lse), options)
@@ -232,6 +239,12 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     Returns arrays of the inputs' type and dtype, contiguous.
     """
     options = resolved_options(options)
+    ordered = ordered_for(bound, options, q, k)
+    if ordered is not None:         # the forward's token order: every input in it, the gradients back in raster
+        p, back = ordered.permutation, ordered.inverse
+        grads = attention_backward(*(take(x, p, ordered) for x in (dout, q, k, v, out, lse)), ordered.inner,
+                                   scale, take(dlse, p, ordered), deterministic, options=options)
+        return tuple(take(g, back, ordered) for g in grads)
     qo, ko, vo = operand(q, "q"), operand(k, "k"), operand(v, "v")
     oo, do = operand(out, "out"), operand(dout, "dout")
     key = ("backward", operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), options)
