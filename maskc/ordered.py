@@ -109,6 +109,21 @@ def _token_order(bound, choice: str) -> OrderedMask | None:
     return _auto(bound, [o for o in candidates(grid, TILE[1]) if o.applies(bound.seq_len)])
 
 
+def in_order(mask, shape: str, constants=()) :
+    """The compiled ``mask`` rewritten in patches of ``shape`` (``"8x16"``) over its image, with its const parameters
+    at ``constants`` (else their defaults): the kernels ``maskc compile --token-order`` writes. MaskError where the
+    mask admits no such order."""
+    parsed = parse_order(shape)
+    if parsed is None:
+        raise ValueError(f"token order {shape!r}: expected a patch shape such as '8x16' (rows x columns)")
+    constants = mask.const_values(constants)
+    grid = image_grid(mask.resolved, specialize(mask.normal, dict(constants)))
+    if isinstance(grid, str):
+        raise MaskError(f"token order {shape} asked for, and mask '{mask.name}' cannot run in one: {grid}",
+                        mask.resolved.span)
+    return mask.with_order(TokenOrder(grid.origin, grid.width, *_checked(parsed, grid, mask)), constants)
+
+
 def _refused(bound) -> str | None:
     """Why no order applies to ``bound`` whatever its mask reads, or None."""
     from maskc.bound import BoundMask

@@ -15,7 +15,7 @@ from maskc import ir
 from maskc.analysis.normalize import normalize, specialize
 from maskc.analysis.order import TokenOrder, image_grid
 from maskc.analysis.ranges import analyze_ranges
-from maskc.analysis.reorder import prune, reorder
+from maskc.analysis.reorder import reorder, reorder_regions
 from maskc.analysis.widths import check_static
 from maskc.bound import BoundMask
 from maskc.compiled import CompiledMask
@@ -61,10 +61,11 @@ def compile_ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, 
     grid = image_grid(mask.resolved, fixed)
     if isinstance(grid, str):
         return MaskError(f"mask '{mask.name}' has no token order but the raster one: {grid}", mask.resolved.span)
+    # The rewritten mask twice: its rules (what dense(), bind and Flex read) and its normal form, region by region
+    # from the original's (a region cut only in the pieces of the positions it reads, empty and contained regions
+    # dropped: the fewest regions for the kernels' predicate); both denote the original's pairs moved by the order.
     resolved = reorder(mask.resolved, order, constants)
-    # The bands' positions written out (order.raster_expr): normalize, then drop the regions the order makes
-    # empty (a key in the bands never lies before the image), then the ranges and the 64-bit check as ever.
-    normal = prune(normalize(resolved), order.origin + order.band)
+    normal = specialize(reorder_regions(fixed, order), {})
     ranges = analyze_ranges(normal)
     inexact = next((r.inexact for r in ranges.allow + ranges.deny if r.inexact is not None), None)
     if inexact is not None:

@@ -29,6 +29,7 @@ from dataclasses import replace
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
+from maskc.analysis.normalize import intersect
 from maskc.analysis.order import TokenOrder
 
 INF = math.inf
@@ -98,14 +99,63 @@ def _substitute(node, mapping):
     return walk(node)
 
 
+# ---- the normal form in the order ---------------------------------------------------------------------------
+
+def reorder_regions(mask: ir.NormalMask, order: TokenOrder) -> ir.NormalMask:
+    """``mask`` (a normal form with the const parameters fixed: ``specialize``) in the coordinates of ``order``,
+    region by region: each position a region reads is taken through its three pieces (before the image, after the
+    last whole band: itself; in the bands: ``order.raster_expr``), the pieces' atoms added; then regions interval
+    arithmetic shows empty (:func:`prune`) and regions another of their group contains (its atoms a subset of
+    theirs) dropped. Denotes what :func:`reorder` of the resolved mask denotes, for the same lengths; a region
+    that reads only q is cut in q's pieces alone, so the order adds no region to CLEAR's text rules."""
+    seq_len = L.of_term(ir.Builtin("seq_len"))
+    start, band = L.const(order.origin), L.const(order.band)
+    end = L.add(start, L.scale(L.floor_op("//", L.sub(seq_len, start), band), order.band))
+
+    def pieces(p):
+        pos = L.of_term(p)
+        raster = L.from_expr(order.raster_expr(ir.Pos(p.which)))
+        return ((pos, (L.sub(pos, L.sub(start, L.const(1))),)),                    # p <= origin - 1
+                (pos, (L.sub(end, pos),)),                                         # p >= end
+                (raster, (L.sub(start, pos), L.add(L.sub(pos, end), L.const(1)))))   # origin <= p < end
+
+    def moved(group):
+        out = []
+        for region in group:
+            reads = [p for p in (F.Q, F.K) if any(F.lin_mentions(a.lin, lambda t, p=p: t == p) for a in region.atoms)]
+            choices = [[]]
+            for p in reads:
+                choices = [c + [(p, piece)] for c in choices for piece in pieces(p)]
+            for choice in choices:
+                at = {p: value for p, (value, _) in choice}
+                atoms = [ir.Atom(L.substitute(a.lin, lambda t: at.get(t)), a.span) for a in region.atoms]
+                guards = [ir.Atom(g, region.span) for _, (_, gs) in choice for g in gs]
+                found = intersect(ir.Region(tuple(guards), region.span), ir.Region(tuple(atoms), region.span))
+                if found is not None:
+                    out.append(found)
+        return _subsumed(prune_regions(out, order.origin + order.band))
+
+    return replace(mask, allow=moved(mask.allow), deny=moved(mask.deny))
+
+
+def _subsumed(regions: list[ir.Region]) -> tuple[ir.Region, ...]:
+    """The regions no other of the list contains (one whose atoms are a subset of another's contains it; of two
+    with the same atoms the first is kept)."""
+    sets = [frozenset(a.lin for a in r.atoms) for r in regions]
+    keep = []
+    for i, mine in enumerate(sets):
+        if not any(j != i and other <= mine and (other != mine or j < i) for j, other in enumerate(sets)):
+            keep.append(regions[i])
+    return tuple(keep)
+
+
 # ---- prune ------------------------------------------------------------------------------------------------------
 
-def prune(mask: ir.NormalMask, min_len: int) -> ir.NormalMask:
-    """``mask`` without the regions interval arithmetic shows empty for ``seq_len, kv_len >= min_len`` (module
-    docstring)."""
-    def keep(group):
-        return tuple(r for r in group if not _empty(r, min_len))
-    return replace(mask, allow=keep(mask.allow), deny=keep(mask.deny))
+def prune_regions(regions, min_len: int) -> list[ir.Region]:
+    """``regions`` without those interval arithmetic shows empty for ``seq_len, kv_len >= min_len``: a key in the
+    bands ``k >= origin`` is never ``< text`` once written as ``text + width * y + x``, which normalize cannot see.
+    The rest is unchanged, so the union denotes the same pairs for those lengths."""
+    return [r for r in regions if not _empty(r, min_len)]
 
 
 def _empty(region: ir.Region, min_len: int) -> bool:
