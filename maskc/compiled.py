@@ -31,8 +31,8 @@ class CompiledMask:
     ranges: ir.RangeMask
     # Kernels of a sub-block (BoundMask.restrict): positions local to it, its origin read from the table.
     offsets: bool = False
-    # The mask rewritten in a token order's coordinates (with_order): the order, and the mask it was rewritten
-    # from (whose raster rows classify its tiles: maskc.analysis.order_tiles); else None.
+    # The mask rewritten in a token order's coordinates (maskc.pipeline.compile_ordered): the order, and the mask it
+    # was rewritten from (whose raster rows classify its tiles: maskc.analysis.order_tiles); else None.
     order: TokenOrder | None = None
     source: "CompiledMask | None" = None
 
@@ -56,23 +56,6 @@ class CompiledMask:
                                 source=self.source)
             self.__dict__["_with_offsets"] = twin
         return twin
-
-    def with_order(self, order: TokenOrder, constants: Mapping[str, int] | Iterable[tuple[str, int]] = ()
-                   ) -> "CompiledMask":
-        """This mask rewritten in the coordinates of ``order`` (:mod:`maskc.analysis.reorder`) with its const
-        parameters at ``constants`` (else their defaults), compiled: one twin per order and constants, kept. A
-        MaskError says why when the mask admits no token order, or the rewrite's tiles would not be exact (the
-        order is then not worth running)."""
-        from maskc.pipeline import compile_ordered
-        constants = self.const_values(constants)
-        twins = self.__dict__.setdefault("_orders", {})
-        key = (order, constants)
-        if key not in twins:
-            twins[key] = compile_ordered(self, order, dict(constants))
-        found = twins[key]
-        if isinstance(found, MaskError):
-            raise found
-        return found
 
     @property
     def params(self) -> tuple[ir.Param, ...]:

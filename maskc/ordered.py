@@ -15,7 +15,7 @@ mask's are (its kernel's source names the order).
 
 ``"auto"`` picks, per binding, the order whose tiles promise the least work: for a sample of q_blocks (in each
 order's coordinates) the FULL and PARTIAL tiles are counted exactly (:func:`maskc.analysis.order_tiles.block_costs`)
-and weighed as the forward kernel spends on them, a PARTIAL tile :data:`PARTIAL_COST` FULL ones; an order must
+and weighed as the forward kernel spends on them, a PARTIAL tile :data:`CHUNKED_PARTIAL_COST` FULL ones; an order must
 save at least :data:`MIN_SAVING` of the raster order's work (gathering q, k and v and scattering the output
 costs a few percent) to be taken. An order applies only to a bound mask (not a sub-block) with kv_len ==
 seq_len, whose mask :func:`~maskc.analysis.order.image_grid` finds an image in, whose tiles are exact in raster
@@ -25,19 +25,16 @@ asked for is a MaskError naming why.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from maskc.analysis.normalize import specialize
 from maskc.analysis.order import TokenOrder, candidates, image_grid, parse_order
 from maskc.analysis.order_tiles import block_costs
+from maskc.bound import BoundMask
 from maskc.errors import MaskError
+from maskc.pipeline import compile_ordered
 
-if TYPE_CHECKING:
-    from maskc.bound import BoundMask
-
-PARTIAL_COST = 2.6
+CHUNKED_PARTIAL_COST = 2.6
 """A PARTIAL tile's forward time in FULL tiles: run 38 (bench/NOTES.md) timed CLEAR at 32K, 2032 FULL and 7572
 PARTIAL tiles, at 101 TF/s, and causal (almost all FULL) at 634 TF/s: a PARTIAL tile took 2.6 FULL ones."""
 MIN_SAVING = 0.1
@@ -53,9 +50,9 @@ class OrderedMask:
     """``parent`` run in ``order``: ``inner`` is the rewritten mask bound to ``parent``'s values (module
     docstring)."""
 
-    parent: "BoundMask"
+    parent: BoundMask
     order: TokenOrder
-    inner: "BoundMask"
+    inner: BoundMask
 
     @property
     def permutation(self) -> np.ndarray:
@@ -121,12 +118,11 @@ def in_order(mask, shape: str, constants=()) :
     if isinstance(grid, str):
         raise MaskError(f"token order {shape} asked for, and mask '{mask.name}' cannot run in one: {grid}",
                         mask.resolved.span)
-    return mask.with_order(TokenOrder(grid.origin, grid.width, *_checked(parsed, grid, mask)), constants)
+    return compile_ordered(mask, TokenOrder(grid.origin, grid.width, *_checked(parsed, grid, mask)), constants)
 
 
 def _refused(bound) -> str | None:
     """Why no order applies to ``bound`` whatever its mask reads, or None."""
-    from maskc.bound import BoundMask
     if not isinstance(bound, BoundMask):
         return "a sub-block (restrict) keeps the raster order"
     if bound.mask.order is not None:
@@ -148,7 +144,7 @@ def _checked(shape: tuple[int, int], grid, mask) -> tuple[int, int]:
 
 def _bind(bound, order: TokenOrder) -> OrderedMask:
     """``bound``'s values bound to its mask rewritten in ``order`` (MaskError when the rewrite is not exact)."""
-    twin = bound.mask.with_order(order, bound.constants)
+    twin = compile_ordered(bound.mask, order, bound.constants)
     inner = twin.bind(bound.seq_len, bound.kv_len, bound.num_heads, **_values(bound))
     return OrderedMask(bound, order, inner)
 
@@ -182,12 +178,12 @@ def _auto(bound, orders: list[TokenOrder]) -> OrderedMask | None:
 
     def cost(order):
         full, partial = block_costs(ranges, bound.params.batch[0], order, bound.seq_len, block_m, block_n, sample)
-        return full + PARTIAL_COST * partial
+        return full + CHUNKED_PARTIAL_COST * partial
 
     best, best_cost = None, (1 - MIN_SAVING) * cost(None)
     for order in orders:
         try:
-            bound.mask.with_order(order, bound.constants)
+            compile_ordered(bound.mask, order, bound.constants)
         except MaskError:
             continue                    # the rewrite's tiles would not be exact: not this order
         c = cost(order)

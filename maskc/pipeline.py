@@ -9,7 +9,7 @@ users hold are :class:`~maskc.compiled.CompiledMask` and :class:`~maskc.bound.Bo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from maskc import ir
 from maskc.analysis.normalize import normalize, specialize
@@ -54,9 +54,23 @@ def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
     return CompiledMask(*stages)
 
 
-def compile_ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, int]) -> CompiledMask | MaskError:
-    """``mask`` in the coordinates of a token order (:meth:`CompiledMask.with_order`), or a MaskError saying why
-    not: the mask admits no token order, or the rewritten mask's tiles are not exact."""
+def compile_ordered(mask: CompiledMask, order: TokenOrder, constants: Mapping[str, int] | Iterable = ()
+                    ) -> CompiledMask:
+    """``mask`` rewritten in the coordinates of ``order`` (:mod:`maskc.analysis.reorder`) with its const parameters at
+    ``constants`` (else their defaults), compiled: one twin per order and constants, kept on ``mask``. A MaskError
+    says why when the mask admits no token order, or the rewrite's tiles would not be exact (the order is then not
+    worth running)."""
+    constants = mask.const_values(constants)
+    twins = mask.__dict__.setdefault("_orders", {})
+    if (order, constants) not in twins:
+        twins[order, constants] = _ordered(mask, order, dict(constants))
+    found = twins[order, constants]
+    if isinstance(found, MaskError):
+        raise found
+    return found
+
+
+def _ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, int]) -> CompiledMask | MaskError:
     fixed = specialize(mask.normal, constants)
     grid = image_grid(mask.resolved, fixed)
     if isinstance(grid, str):
@@ -126,4 +140,5 @@ def compile_all(path: str | Path, import_paths: Iterable[str | Path] = ()) -> tu
     return tuple(_compile_resolved(r) for r in resolve_all(load_program(path, import_paths)))
 
 
-__all__ = ["CompiledMask", "BoundMask", "compile_mask", "load", "compile_all", "load_program", "MaskError"]
+__all__ = ["CompiledMask", "BoundMask", "compile_mask", "load", "compile_all", "load_program", "compile_ordered",
+           "MaskError"]

@@ -24,7 +24,7 @@ column by column, which makes the same 8 x 16 tiles out of 16 consecutive column
 position (``(k - text) // width``), the origin where those floors start counting rows (``text``); the mask
 must read positions only through arithmetic (no segments: a segment table is laid out in raster positions).
 :func:`candidates` lists the orders worth trying; which of them compiles to exact tiles, and which is fastest
-for a binding, is decided later (:meth:`maskc.compiled.CompiledMask.with_order`, :mod:`maskc.ordered`).
+for a binding, is decided later (:func:`maskc.pipeline.compile_ordered`, :mod:`maskc.ordered`).
 """
 from __future__ import annotations
 
