@@ -379,9 +379,26 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
             // The tile's visibility for this row as 64-bit words, then this thread's bits.
             unsigned long long bits[(N_TILES * 8 + 63) / 64];
             // Tile path (exact masks with chunked regions): the row's intervals within this tile, one per
-            // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored).
+            // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored). The quad's
+            // four threads hold the same rows: each computes every fourth 32-key word and the quad swaps them,
+            // so a tile's chunks are split four ways (eight patch rows in a token order's 8 x 16 tile).
             const int q = min(q0 + rr, seq_len - 1);
-            mask_bits(mask_row(mask, mb, h, q), mask, mb, h, q, k0, bits);
+            const MaskRow row = mask_row(mask, mb, h, q);
+            constexpr int WORDS32 = (N_TILES * 8 + 31) / 32;
+            unsigned mine[(WORDS32 + 3) / 4];
+            #pragma unroll
+            for (int i = 0; i < (WORDS32 + 3) / 4; ++i) {
+                unsigned word[1] = {0u};
+                if (4 * i + t < WORDS32) mask_bits(row, mask, mb, h, q, k0 + 32 * (4 * i + t), word);
+                mine[i] = word[0];
+            }
+            #pragma unroll
+            for (int w = 0; w < (N_TILES * 8 + 63) / 64; ++w) bits[w] = 0ull;
+            #pragma unroll
+            for (int j = 0; j < WORDS32; ++j) {
+                const unsigned word = __shfl_sync(0xffffffffu, mine[j / 4], (g << 2) | (j % 4));
+                bits[j / 2] |= (unsigned long long)word << (32 * (j % 2));
+            }
             hide_unset<BOUNDS>(s, half, bits, t, k0, kv_len, do_bounds);
         } else {
             hide_keys<true>(s, half, k0 + 2 * t, kv_len, [](int) { return true; });
