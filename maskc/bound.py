@@ -180,7 +180,9 @@ def _tile_map(bound: "BoundMask", block_m: int, block_n: int, max_bytes: int) ->
     if (block_m, block_n) not in cache:
         mask = bound.mask
         if mask.order is not None:      # a mask in a token order: from its raster rows (maskc.analysis.order_tiles)
-            per_element = [mask.source.specialized(e.ints) for e in bound.params.batch]
+            source = mask.source
+            assert source is not None, "compile_ordered keeps the mask it rewrote"
+            per_element = [source.specialized(e.ints) for e in bound.params.batch]
             cache[block_m, block_n] = classify_ordered(per_element, bound.params, mask.order, block_m, block_n,
                                                        max_bytes)
         else:

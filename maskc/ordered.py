@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from maskc.analysis.normalize import specialize
-from maskc.analysis.order import TokenOrder, candidates, image_grid, parse_order
+from maskc.analysis.order import Grid, TokenOrder, candidates, image_grid, parse_order
 from maskc.analysis.order_tiles import block_costs
 from maskc.bound import BoundMask
+from maskc.compiled import CompiledMask
 from maskc.errors import MaskError
 from maskc.pipeline import compile_ordered
 
@@ -87,12 +88,13 @@ def _token_order(bound, choice: str) -> OrderedMask | None:
     shape = parse_order(choice)
     if choice != "auto" and shape is None:
         raise ValueError(f"token order {choice!r}: expected 'auto', 'raster' or a patch shape such as '8x16'")
-    mask = getattr(bound, "mask", None)
+    mask: CompiledMask = bound.mask
     why = _refused(bound)
+    grid = None
     if why is None:
-        grid = image_grid(mask.resolved, specialize(mask.normal, dict(bound.constants)))
-        why = grid if isinstance(grid, str) else None
-    if why is not None:
+        found = image_grid(mask.resolved, specialize(mask.normal, dict(bound.constants)))
+        grid, why = (None, found) if isinstance(found, str) else (found, None)
+    if grid is None:
         if shape is None:
             return None
         raise MaskError(f"token order {choice} asked for, and mask '{mask.name}' cannot run in one: {why}",
@@ -106,19 +108,19 @@ def _token_order(bound, choice: str) -> OrderedMask | None:
     return _auto(bound, [o for o in candidates(grid, TILE[1]) if o.applies(bound.seq_len)])
 
 
-def in_order(mask, shape: str, constants=()) :
+def in_order(mask: CompiledMask, shape: str, constants=()) -> CompiledMask:
     """The compiled ``mask`` rewritten in patches of ``shape`` (``"8x16"``) over its image, with its const parameters
     at ``constants`` (else their defaults): the kernels ``maskc compile --token-order`` writes. MaskError where the
     mask admits no such order."""
     parsed = parse_order(shape)
     if parsed is None:
         raise ValueError(f"token order {shape!r}: expected a patch shape such as '8x16' (rows x columns)")
-    constants = mask.const_values(constants)
-    grid = image_grid(mask.resolved, specialize(mask.normal, dict(constants)))
+    values = mask.const_values(constants)
+    grid = image_grid(mask.resolved, specialize(mask.normal, dict(values)))
     if isinstance(grid, str):
         raise MaskError(f"token order {shape} asked for, and mask '{mask.name}' cannot run in one: {grid}",
                         mask.resolved.span)
-    return compile_ordered(mask, TokenOrder(grid.origin, grid.width, *_checked(parsed, grid, mask)), constants)
+    return compile_ordered(mask, TokenOrder(grid.origin, grid.width, *_checked(parsed, grid, mask)), values)
 
 
 def _refused(bound) -> str | None:
@@ -134,7 +136,7 @@ def _refused(bound) -> str | None:
     return None
 
 
-def _checked(shape: tuple[int, int], grid, mask) -> tuple[int, int]:
+def _checked(shape: tuple[int, int], grid: Grid, mask: CompiledMask) -> tuple[int, int]:
     rows, cols = shape
     if grid.width % cols or cols == grid.width:
         raise MaskError(f"token order {rows}x{cols}: patches {cols} wide must divide the image's width {grid.width} "

@@ -39,6 +39,8 @@ RUN_TIME_STAGES = (
     ("classify", "each tile's class from the rows' visible intervals: FULL, PARTIAL or EMPTY"),
     ("pack", "the descriptor the kernel walks: per row block, runs of visible key blocks"),
 )
+ORDER_STAGE = ("whether a mask over an image runs in patches of it (q, k, v gathered into the order, the mask "
+               "rewritten: compile_ordered), where its tiles then hold more visible pairs")
 KERNEL_STAGES = (
     ("predicate", "the mask as device code, evaluated only on PARTIAL tiles"),
     ("schedule", "tile shapes and engines for the head dim and dtype"),

@@ -116,9 +116,9 @@ def floor_op(op: str, num: ir.Lin, den: ir.Lin) -> ir.Lin:
             and inner.den.const > 0 and den.const > 0):     # (x // a) // b == x // (a*b): x >> 1 >> 5 is x >> 6
         return floor_op("//", inner.num, const(inner.den.const * den.const))
     if is_const(den) and den.const > 0:
-        split = _bounded_split(num, den.const)
+        split = _bounded_split(num, den.const, remainder=op == "%")
         if split is not None:
-            return split if op == "//" else _bounded_split(num, den.const, remainder=True)
+            return split
     return _compound(ir.Floor(op, num, den))
 
 

@@ -50,8 +50,8 @@ def classify_ordered(masks, bound: BoundParams, order: TokenOrder, block_m: int,
             step = max(1, _CHUNK_ROWS // block_m)
             for q0 in range(0, qt, step):
                 blocks = np.arange(q0, min(qt, q0 + step))
-                found = _classes(mask, bound.batch[b], b, h, order, S, block_m, block_n, blocks)
-                chunks.append(merge_runs(*found, len(blocks)))
+                q, begin, end, kind = _classes(mask, bound.batch[b], b, h, order, S, block_m, block_n, blocks)
+                chunks.append(merge_runs(q, begin, end, kind, len(blocks)))
                 budget.add(chunks[-1][1])
             per_head.append(concat_csr(chunks, qt))
         parts.append(agree(per_head, kt) if len(per_head) > 1 else per_head[0])
@@ -81,8 +81,10 @@ def _classes(mask, params, b: int, head: int, order: TokenOrder | None, S: int, 
         entries = [_range_entries(owner, lo, hi, block_n)]
     else:
         kept, whole, rest = _split(owner, lo, hi, order, S)
-        entries = [_range_entries(*kept, block_n), _range_entries(*whole, block_n),
-                   _row_entries(*_rows_of(*rest, order), order, block_n)]
+        row_owner, y, x0, x1 = _rows_of(rest[0], rest[1], rest[2], order)
+        entries = [_range_entries(kept[0], kept[1], kept[2], block_n),
+                   _range_entries(whole[0], whole[1], whole[2], block_n),
+                   _row_entries(row_owner, y, x0, x1, order, block_n)]
     q, k0, k1, v = (np.concatenate(x) for x in zip(*entries))
     return _sweep(q, k0, k1, v, counts, S, block_n)
 

@@ -161,7 +161,8 @@ def prune_regions(regions, min_len: int) -> list[ir.Region]:
 def _empty(region: ir.Region, min_len: int) -> bool:
     """Whether no (q, k) satisfies the region: positions in [0, inf) narrowed by the atoms that bound them
     linearly, then some atom whose smallest value is above 0, or a position left with no value."""
-    env = {F.Q: (0, INF), F.K: (0, INF), ir.Builtin("seq_len"): (min_len, INF), ir.Builtin("kv_len"): (min_len, INF)}
+    env: dict = {F.Q: (0, INF), F.K: (0, INF), ir.Builtin("seq_len"): (min_len, INF),
+                 ir.Builtin("kv_len"): (min_len, INF)}
     for _ in range(_ROUNDS):
         for atom in region.atoms:
             for p in (F.Q, F.K):
@@ -184,7 +185,8 @@ def _empty(region: ir.Region, min_len: int) -> bool:
 
 
 def _lin_range(lin: ir.Lin, env) -> tuple[float, float]:
-    lo = hi = lin.const
+    lo: float = lin.const
+    hi: float = lin.const
     for t, c in lin.terms:
         a, b = _term_range(t, env)
         lo, hi = (lo + c * a, hi + c * b) if c > 0 else (lo + c * b, hi + c * a)

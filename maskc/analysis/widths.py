@@ -249,13 +249,13 @@ def _check_nest(nest: ir.ChunkedKeys, bounds: Bounds) -> None:
     within the bounds' limit: each level's chunk index over its whole range (``(var + offset) // size`` from k's
     range up, and ``var + offset`` itself), then every bound of every level, the guards, offsets and sizes."""
     lo, hi = bounds.leaves["k"]
-    for level, below in enumerate(nest.levels[:-1], start=1):
+    for index, below in enumerate(nest.levels[:-1], start=1):
         assert below.offset is not None and below.size is not None
         offset, size = bounds.lin(below.offset), bounds.lin(below.size)
         shifted = (lo + offset[0], hi + offset[1])
         fit(*shifted, limit=bounds.limit)
         lo, hi = bounds.floor("//", shifted, size)
-        bounds.chunks[level] = (lo, hi)
+        bounds.chunks[index] = (lo, hi)
         fit(hi + 1, limit=bounds.limit)               # a loop's last step past its end
     for level in nest.levels:
         for b in level.lower + level.upper:

@@ -242,8 +242,9 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     ordered = ordered_for(bound, options, q, k)
     if ordered is not None:         # the forward's token order: every input in it, the gradients back in raster
         p, back = ordered.permutation, ordered.inverse
-        grads = attention_backward(*(take(x, p, ordered) for x in (dout, q, k, v, out, lse)), ordered.inner,
-                                   scale, take(dlse, p, ordered), deterministic, options=options)
+        dp, qp, kp, vp, op, lp = (take(x, p, ordered) for x in (dout, q, k, v, out, lse))
+        grads = attention_backward(dp, qp, kp, vp, op, lp, ordered.inner, scale, take(dlse, p, ordered),
+                                   deterministic, options=options)
         return tuple(take(g, back, ordered) for g in grads)
     qo, ko, vo = operand(q, "q"), operand(k, "k"), operand(v, "v")
     oo, do = operand(out, "out"), operand(dout, "dout")

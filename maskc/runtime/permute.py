@@ -20,8 +20,8 @@ def ordered_for(bound, options: Options, q, k):
     raster path reports them)."""
     if options.token_order == "raster" or not hasattr(bound, "params") or bound.mask.order is not None:
         return None
-    shapes = getattr(q, "shape", ()), getattr(k, "shape", ())
-    if len(shapes[0]) != 4 or len(shapes[1]) != 4 or (shapes[0][2], shapes[1][2]) != (bound.seq_len, bound.kv_len):
+    q_shape, k_shape = tuple(getattr(q, "shape", ())), tuple(getattr(k, "shape", ()))
+    if len(q_shape) != 4 or len(k_shape) != 4 or (q_shape[2], k_shape[2]) != (bound.seq_len, bound.kv_len):
         return None
     from maskc.ordered import token_order
     return token_order(bound, options.token_order)
@@ -33,6 +33,7 @@ def take(x, index: np.ndarray, owner):
     if x is None:
         return None
     copies = owner.__dict__.setdefault("_device_index", {})
+    key: tuple
     if type(x).__module__.startswith("torch"):
         import torch
         key = ("torch", str(x.device), id(index))

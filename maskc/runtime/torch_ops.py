@@ -111,7 +111,8 @@ def _reference_forward(q, k, v, bound, scale, options: Options | None = None):
     ordered = ordered_for(bound, options or Options.from_environment(), q, k)
     if ordered is not None:             # the token order the kernels would run in (maskc.ordered), as they do
         p, back = ordered.permutation, ordered.inverse
-        out, lse = _reference_forward(*(take(x, p, ordered) for x in (q, k, v)), ordered.inner, scale, options)
+        qp, kp, vp = (take(x, p, ordered) for x in (q, k, v))
+        out, lse = _reference_forward(qp, kp, vp, ordered.inner, scale, options)
         return take(out, back, ordered), take(lse, back, ordered)
     cd = _compute_dtype(q)
     p, lse, _, group, _ = _reference_probabilities(q.to(cd), k.to(cd), bound, scale)
@@ -128,8 +129,8 @@ def _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale, options: Op
     ordered = ordered_for(bound, options or Options.from_environment(), q, k)
     if ordered is not None:
         p, back = ordered.permutation, ordered.inverse
-        grads = _reference_backward(*(take(x, p, ordered) for x in (dout, q, k, v, out, lse, dlse)), ordered.inner,
-                                    scale, options)
+        dp, qp, kp, vp, op, lp, dlp = (take(x, p, ordered) for x in (dout, q, k, v, out, lse, dlse))
+        grads = _reference_backward(dp, qp, kp, vp, op, lp, dlp, ordered.inner, scale, options)
         return tuple(take(g, back, ordered) for g in grads)
     cd = _compute_dtype(q)
     q_, k_, v_, out_, dout_ = (x.to(cd) for x in (q, k, v, out, dout))
