@@ -75,11 +75,32 @@ class OrderedMask:
 
 def token_order(bound, choice: str = "auto") -> OrderedMask | None:
     """``bound`` in the token order ``choice`` asks for (module docstring), or None for the raster order; kept on
-    the bound mask per choice."""
-    cache = bound.__dict__.setdefault("_token_orders", {}) if hasattr(bound, "__dict__") else {}
+    the bound mask per choice, and on its compiled mask per values: a mask bound again to the same lengths and
+    values (a training loop that binds every step) reuses the choice and the rewritten mask's tiles."""
+    cache = bound.__dict__.setdefault("_token_orders", {})
     if choice not in cache:
-        cache[choice] = _token_order(bound, choice)
+        key = _values_key(bound, choice)
+        seen = bound.mask.__dict__.setdefault("_token_orders", {}) if key is not None else {}
+        if key in seen:
+            order, inner = seen[key]
+            cache[choice] = None if order is None else OrderedMask(bound, order, inner)
+        else:
+            cache[choice] = found = _token_order(bound, choice)
+            if key is not None:
+                if len(seen) >= _SEEN:
+                    seen.pop(next(iter(seen)))
+                seen[key] = (None, None) if found is None else (found.order, found.inner)
     return cache[choice]
+
+
+_SEEN = 16      # bindings whose choice a compiled mask keeps
+
+
+def _values_key(bound, choice: str):
+    """What a binding's choice depends on, hashable; None for what never gets an order (no values to read)."""
+    if _refused(bound) is not None:
+        return None
+    return (choice, bound.seq_len, bound.kv_len, bound.num_heads, repr(sorted(_values(bound).items())))
 
 
 def _token_order(bound, choice: str) -> OrderedMask | None:
