@@ -213,15 +213,15 @@ def _order_name(bound, options) -> str:
 
 
 def _order_variants(bound, options, q, k, v, dout):
-    """(impl, forward + backward step, index back to raster or None) of maskc in the raster order
-    (``maskc_raster``) and, where ``options`` pick a token order, on inputs already in it (``maskc_preordered``:
-    a model that keeps its image tokens in patch order; no gathers per call)."""
-    raster = options.replace(token_order="raster")
-    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-    yield "maskc_raster", (lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=raster),
-                                                       (qg, kg, vg), dout)), None
+    """Where ``options`` pick a token order for ``bound``: (impl, forward + backward step, index back to raster or
+    None) of maskc in the raster order (``maskc_raster``) and on inputs already in maskc's order
+    (``maskc_preordered``: a model that keeps its image tokens in patch order; no gathers per call)."""
     ordered = token_order(bound, options.token_order)
     if ordered is not None:
+        raster = options.replace(token_order="raster")
+        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+        yield "maskc_raster", (lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=raster),
+                                                           (qg, kg, vg), dout)), None
         perm = torch.from_numpy(ordered.permutation).cuda()
         qp, kp, vp = (x.detach().index_select(2, perm).requires_grad_() for x in (q, k, v))
         dp = dout.index_select(2, perm)

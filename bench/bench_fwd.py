@@ -10,8 +10,9 @@ independent peer's (Flex-Triton, else FA4; ``err``, ``err_against``, ``correct``
 err, gpu, date, params; maskc's with their ``token_order``) go to ``--out``; a table of ratios is printed last.
 
 maskc's token orders (maskc.ordered): ``maskc`` runs the environment's (``MASKC_TOKEN_ORDER``, default ``auto``:
-patches where they save work, the gathers of q, k, v and the output included in the time), ``maskc_raster``
-the raster order, ``maskc_preordered`` the auto order on q, k, v that are already in it (a model that keeps its
+patches where they save work, the gathers of q, k, v and the output included in the time); where that is not
+the raster order, ``maskc_raster`` runs the raster order and ``maskc_preordered`` maskc's order on q, k, v that
+are already in it (a model that keeps its
 image tokens in patch order between layers; the output checked after it is put back in raster order).
 
     python bench/bench_fwd.py [--lengths 4096,32768] [--masks causal,...] [--impls maskc,flex,flex_fa4,fa4,...]
@@ -65,11 +66,11 @@ def run(args) -> list[dict]:
         after = {}          # impl -> what turns its output back into raster order (a pre-ordered run's)
         if "maskc" in impls:
             runners["maskc"] = lambda: attention(q, k, v, bound)
-        if "maskc_raster" in impls:             # the raster order whatever the environment asks
+        ordered = token_order(bound, Options.from_environment().token_order)
+        if "maskc_raster" in impls and ordered is not None:     # the raster order, where maskc's is another
             raster = Options.from_environment().replace(token_order="raster")
             runners["maskc_raster"] = lambda: attention(q, k, v, bound, options=raster)
-        ordered = token_order(bound, Options.from_environment().token_order) if "maskc_preordered" in impls else None
-        if ordered is not None:                 # q, k, v kept in the order by the model: no gather per call
+        if "maskc_preordered" in impls and ordered is not None:     # q, k, v kept in the order: no gathers
             perm = torch.from_numpy(ordered.permutation).cuda()
             qp, kp, vp = (x.index_select(2, perm) for x in (q, k, v))
             runners["maskc_preordered"] = lambda: attention(qp, kp, vp, ordered.inner)

@@ -235,6 +235,9 @@ def test_orders_refused_with_reasons():
         token_order(load("neighborhood").bind(4000), "8x16")
     with pytest.raises(MaskError, match="sub-block"):
         token_order(load("clear").bind(4096).restrict((0, 2048), (0, 4096)), "8x16")
+    with pytest.raises(MaskError, match="kv_len = 5000 differs"):
+        token_order(load("clear").bind(4096, kv_len=5000), "8x16")
+    assert token_order(load("clear").bind(32768, kv_len=32000)) is None           # auto: raster, quietly
     with pytest.raises(MaskError, match="segments"):
         token_order(load("document").bind(4096, docs=[1000, 3096]), "8x16")
 
