@@ -98,7 +98,7 @@ _SEEN = 16      # bindings whose choice a compiled mask keeps
 
 def _values_key(bound, choice: str):
     """What a binding's choice depends on, hashable; None for what never gets an order (no values to read)."""
-    if _refused(bound) is not None:
+    if _refused(bound) is not None or any(p.kind in ("segments", "per") for p in bound.mask.params):
         return None
     return (choice, bound.seq_len, bound.kv_len, bound.num_heads, repr(sorted(_values(bound).items())))
 
