@@ -1,25 +1,25 @@
-"""Pass: a mask rewritten in a token order's coordinates (:class:`~maskc.analysis.order.TokenOrder`), and the
-regions of its normal form that the order makes empty pruned.
+"""Pass: a mask rewritten in a token order's coordinates (:class:`~maskc.analysis.order.TokenOrder`): its rules
+(:func:`reorder`, what ``dense()``, bind and Flex read) and its normal form (:func:`reorder_regions`, what the
+range analysis, classification and the kernels' predicate read).
 
-Invariant of :func:`reorder`: for every ``seq_len`` that holds a whole band of the order (``order.applies``) and
+Invariant of both: for every ``seq_len`` that holds a whole band of the order (``order.applies``) and
 ``kv_len == seq_len``, the result's visible(i, j) equals ``mask``'s visible(raster(i), raster(j)), with
 ``raster = order.raster`` at that length and the const parameters at ``constants`` (every other parameter, h and b
-as given). Its parameters are ``mask``'s; its ``require`` checks are ``mask``'s and the two that state those
+as given). :func:`reorder` keeps ``mask``'s parameters, its ``require`` checks and two that state those
 conditions (``seq_len >= origin + band``, ``kv_len == seq_len``), so that bind refuses a length the rewrite is
-not for; its score modifier is ``mask``'s (:func:`~maskc.analysis.order.image_grid` admits only modifiers that
-read no position).
+not for, and its score modifier (:func:`~maskc.analysis.order.image_grid` admits only modifiers that read no
+position).
 
-How: every allow and deny rule ``C(q, k)`` becomes the union, over a piece of q and a piece of k, of ``piece(q)
-and piece(k) and C(raster(q), raster(k))``. A position is *kept* (before the image, or from the end of the last
-whole band on: raster(p) = p) or in the *bands* (raster(p) = ``order.raster_expr(p)``, floors by constants).
-The const parameters are written as their values, so that normalize folds ``(raster(k) - text) // width`` back
-into the key's image row (:func:`maskc.analysis.linear.floor_op`'s bounded split) and the chunk analysis solves
-the rewritten atoms exactly, as it solves the original's.
-
-Invariant of :func:`prune`: the result denotes the same pairs as the normal form it is given, for every
-``seq_len >= min_len`` (and ``kv_len`` as large): regions that interval arithmetic shows empty are dropped (a key
-in the bands ``k >= origin`` is never ``< text`` once written as ``text + width * y + x``, which normalize cannot
-see); nothing else changes.
+How: a position is *kept* (before the image, or from the end of the last whole band on: raster(p) = p) or in the
+*bands* (raster(p) = ``order.raster_expr(p)``, floors by constants). :func:`reorder` turns every allow and deny
+rule ``C(q, k)`` into the union, over a piece of q and a piece of k, of ``piece(q) and piece(k) and
+C(raster(q), raster(k))``; :func:`reorder_regions` does the same region by region, cutting a region only in the
+pieces of the positions it reads, then drops the regions interval arithmetic shows empty (a key in the bands,
+``k >= origin``, is never ``< text`` once written as ``text + width * y + x``, which normalize cannot see:
+:func:`prune_regions`) and those another region of the group contains. The const parameters are written as
+their values, so that normalize folds ``(raster(k) - text) // width`` back into the key's image row
+(:func:`maskc.analysis.linear.floor_op`'s bounded split) and the chunk analysis solves the rewritten atoms
+exactly, as it solves the original's.
 """
 from __future__ import annotations
 
