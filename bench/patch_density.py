@@ -7,8 +7,8 @@ A token order is a permutation of the positions: ``perm[i]`` is the raster posit
 order. The kernel walks tiles of ``block_m`` consecutive queries by ``block_n`` consecutive keys *in that order*;
 a tile is FULL when every pair in it is visible, PARTIAL when some are, EMPTY otherwise, and the kernel computes
 FULL and PARTIAL tiles whole. For every mask, order and tile shape this prints the tiles of each class, the
-pairs computed (tiles x block_m x block_n) per visible pair, and a time predicted from two costs per tile fitted
-to measured runs (``--full-cost``, ``--partial-cost``: see bench/NOTES.md, issue 15 item 2).
+pairs computed (tiles x block_m x block_n) per visible pair, and the tile work against raster's with a PARTIAL
+tile weighed ``--partial-cost`` FULL ones (default 2.6: clear's forward in run 38, bench/NOTES.md).
 
 Orders (``W`` the image's width, ``T`` its first position; positions outside the whole bands stay in place):
 
@@ -225,29 +225,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--masks", default="clear,neighborhood,video")
     ap.add_argument("--tiles", default="128x128,128x64,64x128")
-    ap.add_argument("--full-cost", type=float, default=1.0, help="time of a FULL tile, in FULL tiles")
-    ap.add_argument("--partial-cost", type=float, default=None,
-                    help="time of a PARTIAL tile in FULL tiles (default: fitted to run 38's clear, 128x128)")
+    ap.add_argument("--partial-cost", type=float, default=2.6, help="a PARTIAL tile's time in FULL tiles")
     args = ap.parse_args()
     shapes = [tuple(map(int, t.split("x"))) for t in args.tiles.split(",")]
     for name in args.masks.split(","):
         mask = MASKS[name]()
         check_candidates(mask)
         print(f"\n## {name}: {mask}")
-        print("| order | tiles | FULL | PARTIAL | computed / visible | visible share | vs raster (pairs) |")
-        print("|---|---|---|---|---|---|---|")
+        print("| order | tiles | FULL | PARTIAL | computed / visible | visible share | vs raster (pairs) "
+              f"| vs raster (work, PARTIAL = {args.partial_cost} FULL) |")
+        print("|---|---|---|---|---|---|---|---|")
         for bm, bn in shapes:
-            base = None
+            base = base_work = None
             for order in ORDERS[name]:
                 perm = order(mask.seq_len, mask.grid)
                 if perm is None:
                     continue
                 c = count_tiles(mask, perm, bm, bn)
                 computed = (c["full"] + c["partial"]) * bm * bn
-                base = base or computed
+                work = c["full"] + args.partial_cost * c["partial"]
+                base, base_work = base or computed, base_work or work
                 print(f"| {order.__name__} | {bm}x{bn} | {c['full']} | {c['partial']} | "
-                      f"{computed / c['visible']:.2f} | {c['visible'] / computed:.1%} | {base / computed:.2f}x |",
-                      flush=True)
+                      f"{computed / c['visible']:.2f} | {c['visible'] / computed:.1%} | {base / computed:.2f}x | "
+                      f"{base_work / work:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":
