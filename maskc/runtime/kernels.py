@@ -11,6 +11,10 @@ works on a machine without either. What it asks of a bound mask (``maskc`` binds
     bound.kernel_spec(head_dim=, dtype=, block_m=, block_n=, num_warps=) -> kernel_ir.KernelSpec
     bound.backward_spec(head_dim=, dtype=) -> kernel_ir.BackwardSpec
 
+A mask over an image for which ``Options.token_order`` picks a token order (:mod:`maskc.ordered`) runs as the
+rewritten mask on q, k, v (and, backward, O, dO, LSE) gathered into the order, its results gathered back
+(:mod:`maskc.runtime.permute`), forward and backward alike.
+
 Compiled kernels are cached in memory and as cubins in the disk cache (:mod:`maskc.runtime.cache`, in
 ``Options.cache_path``), keyed by a hash of source, NVRTC options, NVRTC version and maskc version, so a
 second process loads the cubin instead of compiling. Every entry point takes ``options``
