@@ -28,7 +28,7 @@ CASES = [
     ("clear", {"text": 64, "width": 64, "radius": 9}, 64 + 512 * 5 + 100, ("8x8", "4x16", "16x4", "8x1")),
     ("clear", {"text": 512, "width": 128, "radius": 16}, 8192, ("8x16", "auto")),
     ("neighborhood", {"width": 61, "window": 7}, 61 * 45, ("8x1", "4x1", "auto")),
-    ("video", {"width": 16, "height": 16, "radius": 3, "past": 1}, 16 * 16 * 10 + 40, ("8x8", "4x16")),
+    ("video", {"width": 16, "height": 16, "radius": 3, "past": 1}, 16 * 16 * 10 + 40, ("8x8", "4x8")),
 ]
 IDS = [f"{c[0]}-{c[2]}" for c in CASES]
 
