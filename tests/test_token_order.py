@@ -283,3 +283,22 @@ def test_cli_compile_in_order(tmp_path):
     assert "maskc_fwd_clear_p8x16" in out.read_text() and "token order: patches of 8 x 16" in out.read_text()
     res = CliRunner().invoke(cli, ["compile", str(EXAMPLES / "causal.mask"), "--token-order", "8x16", "-o", str(out)])
     assert res.exit_code == 1 and "no position through" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("name,params,shape,seq_len", [
+    ("clear", {"text": 7, "width": 10, "radius": 3}, "2x5", 7 + 10 * 9 + 4),
+    ("clear", {"text": 0, "width": 8, "radius": 2}, "4x1", 8 * 8),
+    ("video", {"width": 8, "height": 4, "radius": 1, "past": 1}, "2x4", 8 * 4 * 5 + 7)])
+def test_runtime_moves_tokens_as_the_permutation_says(name, params, shape, seq_len):
+    """The runtime's reshape-and-transpose (maskc.runtime.permute) is x[:, :, permutation] and back, for (B, H, S, D)
+    data and (B, H, S) rows, strided inputs too."""
+    torch = pytest.importorskip("torch")
+    from maskc.runtime.permute import from_order, to_order
+    ordered = token_order(load(name).bind(seq_len, **params), shape)
+    perm, inverse = (torch.from_numpy(a) for a in (ordered.permutation, ordered.inverse))
+    x = torch.randn(2, 3, seq_len, 5)
+    for data in (x, x.transpose(0, 1), x[..., 0]):
+        moved = to_order(data, ordered)
+        assert torch.equal(moved, data[:, :, perm])
+        assert torch.equal(from_order(moved, ordered), data)
+        assert torch.equal(from_order(data, ordered), data[:, :, inverse])

@@ -36,7 +36,7 @@ from maskc.kernel_ir import BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec
 from maskc.options import Options
 from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
-from maskc.runtime.permute import ordered_for, take
+from maskc.runtime.permute import from_order, ordered_for, to_order
 from maskc.runtime.loader import disk_cache, resolved_options
 from maskc.runtime.state import (backward_kernel, capability, device_descriptor, device_turns, l2_bytes, prepared,
                                  sm_count, state_for)
@@ -104,10 +104,9 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     options = resolved_options(options)
     ordered = ordered_for(bound, options, q, k)
     if ordered is not None:         # a token order (maskc.ordered): the call in it, the results back in raster
-        p, back = ordered.permutation, ordered.inverse
-        found = attention(take(q, p, ordered), take(k, p, ordered), take(v, p, ordered), ordered.inner, scale,
+        found = attention(to_order(q, ordered), to_order(k, ordered), to_order(v, ordered), ordered.inner, scale,
                           return_lse, options=options)
-        return tuple(take(x, back, ordered) for x in found) if return_lse else take(found, back, ordered)
+        return tuple(from_order(x, ordered) for x in found) if return_lse else from_order(found, ordered)
     qo, ko, vo = operand(q, "q"), operand(k, "k"), operand(v, "v")
     # Everything the plan depends on besides the bound mask (whose state holds the plans).
     key = ("forward", operand_key(qo, ko, vo), scale, bool(return_lse), options)
@@ -245,11 +244,10 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     options = resolved_options(options)
     ordered = ordered_for(bound, options, q, k)
     if ordered is not None:         # the forward's token order: every input in it, the gradients back in raster
-        p, back = ordered.permutation, ordered.inverse
-        dp, qp, kp, vp, op, lp = (take(x, p, ordered) for x in (dout, q, k, v, out, lse))
-        grads = attention_backward(dp, qp, kp, vp, op, lp, ordered.inner, scale, take(dlse, p, ordered),
+        dp, qp, kp, vp, op, lp = (to_order(x, ordered) for x in (dout, q, k, v, out, lse))
+        grads = attention_backward(dp, qp, kp, vp, op, lp, ordered.inner, scale, to_order(dlse, ordered),
                                    deterministic, options=options)
-        return tuple(take(g, back, ordered) for g in grads)
+        return tuple(from_order(g, ordered) for g in grads)
     qo, ko, vo = operand(q, "q"), operand(k, "k"), operand(v, "v")
     oo, do = operand(out, "out"), operand(dout, "dout")
     key = ("backward", operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), options)

@@ -33,7 +33,7 @@ import torch
 
 from maskc.options import Options, from_token
 from maskc.runtime import handles
-from maskc.runtime.permute import ordered_for, take
+from maskc.runtime.permute import from_order, ordered_for, to_order
 
 _dense_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -110,10 +110,9 @@ def _reference_forward(q, k, v, bound, scale, options: Options | None = None):
     _check_cpu_inputs(q, k, v, bound)
     ordered = ordered_for(bound, options or Options.from_environment(), q, k)
     if ordered is not None:             # the token order the kernels would run in (maskc.ordered), as they do
-        p, back = ordered.permutation, ordered.inverse
-        qp, kp, vp = (take(x, p, ordered) for x in (q, k, v))
+        qp, kp, vp = (to_order(x, ordered) for x in (q, k, v))
         out, lse = _reference_forward(qp, kp, vp, ordered.inner, scale, options)
-        return take(out, back, ordered), take(lse, back, ordered)
+        return from_order(out, ordered), from_order(lse, ordered)
     cd = _compute_dtype(q)
     p, lse, _, group, _ = _reference_probabilities(q.to(cd), k.to(cd), bound, scale)
     out = torch.matmul(p, v.to(cd).repeat_interleave(group, dim=1))
@@ -128,10 +127,9 @@ def _sum_groups(x: torch.Tensor, group: int) -> torch.Tensor:
 def _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale, options: Options | None = None):
     ordered = ordered_for(bound, options or Options.from_environment(), q, k)
     if ordered is not None:
-        p, back = ordered.permutation, ordered.inverse
-        dp, qp, kp, vp, op, lp, dlp = (take(x, p, ordered) for x in (dout, q, k, v, out, lse, dlse))
+        dp, qp, kp, vp, op, lp, dlp = (to_order(x, ordered) for x in (dout, q, k, v, out, lse, dlse))
         grads = _reference_backward(dp, qp, kp, vp, op, lp, dlp, ordered.inner, scale, options)
-        return tuple(take(g, back, ordered) for g in grads)
+        return tuple(from_order(g, ordered) for g in grads)
     cd = _compute_dtype(q)
     q_, k_, v_, out_, dout_ = (x.to(cd) for x in (q, k, v, out, dout))
     p, _, kx, group, slope = _reference_probabilities(q_, k_, bound, scale, lse=lse.to(cd))
