@@ -15,7 +15,9 @@ maskc's gradients are checked against Flex's in the same run (`correct`: every g
 `maskc` records time the schedule's dK/dV engine; `maskc_<engine>` records (`bwd`, fast mode) the other
 engines of --engines (maskc.kernel_ir.BACKWARD_ENGINES), checked the same way.
 `fwd_bwd` records also carry `extra_bytes`: the peak device memory a step allocates beyond Q, K, V, O, dO and
-the gradients (torch's allocator counters around one call).
+the gradients (torch's allocator counters around one call), and maskc's its `token_order` (maskc.ordered: the
+environment's MASKC_TOKEN_ORDER, default auto, gathers included); `maskc_raster` is forward + backward in the
+raster order, `maskc_preordered` on inputs already in the auto order (no gathers), both checked against Flex.
 Writes its records (same keys as bench_fwd.py) to --out and prints a markdown table last.
 
     python bench/bench_bwd.py [--lengths 4096,16384,32768] [--masks causal,...] [--engines wgmma,...]
@@ -38,6 +40,7 @@ from maskc.runtime import kernels as runtime  # noqa: E402
 from maskc.runtime import state  # noqa: E402
 from maskc.kernel_ir import BACKWARD_ENGINES  # noqa: E402
 from maskc.codegen.schedule import choose_backward_tiles  # noqa: E402
+from maskc.ordered import token_order  # noqa: E402
 
 WORK = {"bwd": 2.5, "fwd_bwd": 3.5}   # work relative to the forward's 4·D FLOPs per visible pair
 
@@ -148,8 +151,15 @@ def main():
             kept = 4 * q.numel() * q.element_size()          # O and the three gradients
             fwd_bwd = lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=default),   # noqa: E731
                                                   (qg, kg, vg), dout)
-            record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok, extra_bytes=extra_bytes(fwd_bwd, kept))
+            record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok, extra_bytes=extra_bytes(fwd_bwd, kept),
+                   token_order=_order_name(bound, default))
             record(name, S, "flex", "fwd_bwd", ms_flex_fb, pairs)
+            for impl, step, back in _order_variants(bound, default, q, k, v, dout):
+                got = [g.index_select(2, back) if back is not None else g for g in step()]
+                errs_v = [rel(a, b) for a, b in zip(got, flex_grads)]
+                record(name, S, impl, "fwd_bwd", bench_ms(step, **reps), pairs, all(e <= 3e-2 for e in errs_v),
+                       rel_err_vs_flex=errs_v)
+                del got
             for other in others:
                 options = default.replace(backward_engine=other)
                 try:
@@ -196,11 +206,35 @@ def main():
     print_table(records)
 
 
+def _order_name(bound, options) -> str:
+    """The token order maskc runs ``bound`` in under ``options`` (maskc.ordered)."""
+    ordered = token_order(bound, options.token_order)
+    return "raster" if ordered is None else ordered.order.name
+
+
+def _order_variants(bound, options, q, k, v, dout):
+    """Where ``options`` pick a token order for ``bound``: (impl, forward + backward step, index back to raster or
+    None) of maskc in the raster order (``maskc_raster``) and on inputs already in maskc's order
+    (``maskc_preordered``: a model that keeps its image tokens in patch order; no gathers per call)."""
+    ordered = token_order(bound, options.token_order)
+    if ordered is not None:
+        raster = options.replace(token_order="raster")
+        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+        yield "maskc_raster", (lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=raster),
+                                                           (qg, kg, vg), dout)), None
+        perm = torch.from_numpy(ordered.permutation).cuda()
+        qp, kp, vp = (x.detach().index_select(2, perm).requires_grad_() for x in (q, k, v))
+        dp = dout.index_select(2, perm)
+        yield "maskc_preordered", (lambda: torch.autograd.grad(maskc.attention(qp, kp, vp, ordered.inner,
+                                                                               options=options), (qp, kp, vp), dp)), \
+            torch.from_numpy(ordered.inverse).cuda()
+
+
 def print_table(records):
     by = {(r["mask"], r["seq_len"], r["impl"], r["pass"]): r for r in records}
     fmt = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
     print("\n| mask | S | pass | maskc ms | TF/s | det ms | flex ms | TF/s | maskc/flex | cuDNN causal TF/s | correct "
-          "| other engines TF/s (correct) |")
+          "| other engines, token orders TF/s (correct) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (mask, S, impl, pass_), r in by.items():
         if impl != "maskc":

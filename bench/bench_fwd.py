@@ -7,7 +7,13 @@ users write by hand (bench/workloads.py): Flex a hand-written mask_mod with its 
 outside the timing), FA4 its built-in causal and sliding-window masks, FA4 varlen the documents' cu_seqlens.
 Every output is checked: against a float32 reference of the hand-written mask at S <= 4096, else against an
 independent peer's (Flex-Triton, else FA4; ``err``, ``err_against``, ``correct`` = err <= 2e-2). Records (mask, seq_len, impl, pass, ms, tflops, correct,
-err, gpu, date, params) go to ``--out``; a table of ratios is printed last.
+err, gpu, date, params; maskc's with their ``token_order``) go to ``--out``; a table of ratios is printed last.
+
+maskc's token orders (maskc.ordered): ``maskc`` runs the environment's (``MASKC_TOKEN_ORDER``, default ``auto``:
+patches where they save work, the gathers of q, k, v and the output included in the time); where that is not
+the raster order, ``maskc_raster`` runs the raster order and ``maskc_preordered`` maskc's order on q, k, v that
+are already in it (a model that keeps its
+image tokens in patch order between layers; the output checked after it is put back in raster order).
 
     python bench/bench_fwd.py [--lengths 4096,32768] [--masks causal,...] [--impls maskc,flex,flex_fa4,fa4,...]
 """
@@ -25,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads as W  # noqa: E402
 
 from maskc import Options  # noqa: E402
+from maskc.ordered import token_order  # noqa: E402
 from maskc.runtime import attention  # noqa: E402
 from maskc.codegen.schedule import Tiles  # noqa: E402
 
-IMPLS = ("maskc", "flex", "flex_fa4", "fa4", "fa4_varlen", "cudnn")
+IMPLS = ("maskc", "maskc_raster", "maskc_preordered", "flex", "flex_fa4", "fa4", "fa4_varlen", "cudnn")
 
 
 def bench_ms(fn, long: bool) -> float:
@@ -56,8 +63,18 @@ def run(args) -> list[dict]:
         # FA4 wants (B, S, H, D): its own contiguous copies
         qs, ks, vs = (x.transpose(1, 2).contiguous() for x in (q, k, v))
         runners = {}
+        after = {}          # impl -> what turns its output back into raster order (a pre-ordered run's)
         if "maskc" in impls:
             runners["maskc"] = lambda: attention(q, k, v, bound)
+        ordered = token_order(bound, Options.from_environment().token_order)
+        if "maskc_raster" in impls and ordered is not None:     # the raster order, where maskc's is another
+            raster = Options.from_environment().replace(token_order="raster")
+            runners["maskc_raster"] = lambda: attention(q, k, v, bound, options=raster)
+        if "maskc_preordered" in impls and ordered is not None:     # q, k, v kept in the order: no gathers
+            perm = torch.from_numpy(ordered.permutation).cuda()
+            qp, kp, vp = (x.index_select(2, perm) for x in (q, k, v))
+            runners["maskc_preordered"] = lambda: attention(qp, kp, vp, ordered.inner)
+            after["maskc_preordered"] = torch.from_numpy(ordered.inverse).cuda()
             for variant in filter(None, args.variants.split(",")):
                 shape, _, engine = variant.partition(":")
                 options = Options.from_environment().replace(tiles=Tiles(*map(int, shape.split("x")),
@@ -93,7 +110,7 @@ def run(args) -> list[dict]:
         outputs = {}
         for impl, fn in runners.items():
             try:
-                outputs[impl] = fn()
+                outputs[impl] = fn() if impl not in after else fn().index_select(2, after[impl])
                 torch.cuda.synchronize()
             except Exception as exc:   # noqa: BLE001 - a peer that cannot run this case is reported, not fatal
                 print(f"# {impl} {name} S={S} D={D}: {exc!r}"[:400], flush=True)
@@ -109,11 +126,19 @@ def run(args) -> list[dict]:
                        tflops=4 * D * pairs * B * H / (ms * 1e-3) / 1e12, correct=None if err is None else err <= 2e-2,
                        err=err, err_against=against, gpu=gpu, date=date, params=w.short_params())
             rec["pass"] = "fwd"
+            if impl.startswith("maskc"):
+                rec["token_order"] = _order_name(bound) if impl != "maskc_raster" else "raster"
             records.append(rec)
             print(json.dumps(rec), flush=True)
-        del q, k, v, qs, ks, vs, outputs, runners, bound
+        del q, k, v, qs, ks, vs, outputs, runners, bound, ordered, after
         torch.cuda.empty_cache()
     return records
+
+
+def _order_name(bound) -> str:
+    """The token order maskc runs ``bound`` in under the environment's options (maskc.ordered)."""
+    ordered = token_order(bound, Options.from_environment().token_order)
+    return "raster" if ordered is None else ordered.order.name
 
 
 def print_table(records: list[dict]) -> None:
@@ -131,9 +156,9 @@ def print_table(records: list[dict]) -> None:
         print(f"| {mask} | {S} | {D} | {r['tflops']:.0f} | {tf('flex')} | {tf('flex_fa4')} | {tf('fa4')} | "
               f"{tf('fa4_varlen')} | {tf('cudnn')} | {ratio('flex_fa4')} | {ratio(fa4_peer)} | "
               f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok'} |")
-    for (mask, S, D, impl), r in by.items():   # tile variants against the schedule's choice
+    for (mask, S, D, impl), r in by.items():   # tile variants and token orders against the default
         base = by.get((mask, S, D, "maskc"))
-        if impl.startswith("maskc[") and base:
+        if (impl.startswith("maskc[") or impl in ("maskc_raster", "maskc_preordered")) and base:
             print(f"| {mask} {impl} | {S} | {D} | {r['tflops']:.0f} | {r['tflops'] / base['tflops']:.2f}x the default "
                   f"| correct: {r['correct']} |")
 

@@ -108,9 +108,11 @@ class Workload:
             rows = -(-self.seq_len // W)
 
             def natten(b, h, q, k):
+                # the centre moved inward with where, not clamp: Flex-FA4's CuteDSL has no 'maximum' (run 34)
                 qy, qx, ky, kx = q // W, q % W, k // W, k % W
-                cy, cx = qy.clamp(half, rows - 1 - half), qx.clamp(half, W - 1 - half)
-                return ((cy - ky).abs() <= half) & ((cx - kx).abs() <= half)
+                cy = torch.where(qy < half, half, torch.where(qy > rows - 1 - half, rows - 1 - half, qy))
+                cx = torch.where(qx < half, half, torch.where(qx > W - 1 - half, W - 1 - half, qx))
+                return (cy - ky <= half) & (ky - cy <= half) & (cx - kx <= half) & (kx - cx <= half)
             return natten
         if name == "video":
             W, Hh = self.params["width"], self.params["height"]

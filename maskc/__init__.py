@@ -20,6 +20,7 @@ from maskc.flex import create_block_mask, create_mask
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
 from maskc.options import Options
 from maskc.pipeline import BoundMask, CompiledMask, compile_all, compile_mask, load
+from maskc import ordered  # noqa: F401  (maskc.ordered.token_order: a bound mask's token order)
 from maskc.restrict import RestrictedMask
 from maskc.runtime.reference import reference_attention
 

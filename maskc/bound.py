@@ -12,6 +12,7 @@ from maskc.analysis.bind import check_blocks, check_index
 from maskc.analysis.classify import classify
 from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_arrays
 from maskc.analysis.evaluate import dense_mask
+from maskc.analysis.order_tiles import classify_ordered
 from maskc.analysis.score import modified_scores
 from maskc.codegen.predicate import pack_mask_data
 from maskc.flex_mods import Device, FlexMaskMod, FlexScoreMod
@@ -177,8 +178,16 @@ def _tile_map(bound: "BoundMask", block_m: int, block_n: int, max_bytes: int) ->
     block_m, block_n = check_blocks(block_m, block_n)
     cache = bound.__dict__.setdefault("_tile_maps", {})      # lives and dies with the bound mask
     if (block_m, block_n) not in cache:
-        per_element = [bound.mask.specialized(e.ints) for e in bound.params.batch]
-        cache[block_m, block_n] = classify(per_element, bound.params, block_m, block_n, max_bytes)
+        mask = bound.mask
+        if mask.order is not None:      # a mask in a token order: from its raster rows (maskc.analysis.order_tiles)
+            source = mask.source
+            assert source is not None, "compile_ordered keeps the mask it rewrote"
+            per_element = [source.specialized(e.ints) for e in bound.params.batch]
+            cache[block_m, block_n] = classify_ordered(per_element, bound.params, mask.order, block_m, block_n,
+                                                       max_bytes)
+        else:
+            per_element = [mask.specialized(e.ints) for e in bound.params.batch]
+            cache[block_m, block_n] = classify(per_element, bound.params, block_m, block_n, max_bytes)
     else:
         check_size(cache[block_m, block_n], max_bytes)
     return cache[block_m, block_n]

@@ -99,12 +99,15 @@ cli.add_command(run_cmd)
                    "sm_120a; compute_80: PTX any newer GPU's driver compiles  [default: $MASKC_ARCH, else sm_90a]")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
+@click.option("--token-order", "token_order", metavar="ROWSxCOLS",
+              help="the kernels of the mask rewritten in patches of ROWS x COLS image tokens (a mask over an image: "
+                   "what maskc.attention runs where Options(token_order=...) picks that order); default: raster")
 @import_path_option
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel; default: the file's); repeatable")
 def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: str, block_m: int | None,
                 block_n: int | None, engine: str | None, arch: str | None, check: bool, backward: bool,
-                raw_params: tuple[str, ...], import_paths: tuple[str, ...]) -> None:
+                token_order: str | None, raw_params: tuple[str, ...], import_paths: tuple[str, ...]) -> None:
     """Write the specialized CUDA forward kernel of a mask (or, with --backward, its backward kernels).
 
     A const parameter is compiled into the kernel: its value comes from --param, else from the default
@@ -116,6 +119,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
       maskc compile examples/causal.mask -o causal.cu --check
       maskc compile examples/clear.mask --param width=64 -o clear.cu
       maskc compile examples/document.mask --backward --head-dim 64 -o document_bwd.cu
+      maskc compile examples/clear.mask --token-order 8x16 -o clear_8x16.cu --check
     """
     options = environment_options()
     mask = _load(file, name, import_paths)
@@ -127,6 +131,12 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
     constants = mask.const_values(given)
     if backward and (block_m or block_n):
         raise CliError("--block-m/--block-n shape the forward kernel; the backward's tiles come from its schedule")
+    if token_order is not None:
+        from maskc.ordered import in_order
+        try:
+            mask = in_order(mask, token_order, constants)
+        except ValueError as err:
+            raise CliError(str(err)) from None
     try:
         if backward:
             src = mask.backward_source(options, head_dim=int(head_dim), dtype=dtype, constants=constants,

@@ -15,6 +15,7 @@ import numpy as np
 from maskc.cli_shared import (DEFAULT_DTYPE, CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
                               head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
                               seq_len_option)
+from maskc.errors import MaskError
 from maskc.progress import status
 
 CPU_MAX_LEN = 8192          # the float64 reference is O(S*K*D) per head: beyond this it takes minutes
@@ -129,6 +130,8 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     click.echo(f"mask {mask.name}: batch {batch}, {heads} heads, seq_len {bound.seq_len}, kv_len {bound.kv_len}, "
                f"head_dim {dim}, {dtype} inputs")
     click.echo(_tile_summary(bound, block_m, block_n))
+    if on_gpu:
+        click.echo(_order_summary(bound, options, block_m, block_n))
     ok = True
     if on_gpu:
         out, seconds = _run_gpu(bound, q, k, v, dtype, options)
@@ -220,6 +223,20 @@ def _tile_summary(bound, block_m: int, block_n: int) -> str:
         total = bound.batch * bound.seq_len * bound.kv_len
         lines.append(f"density: {pairs} of {total} (q, k) pairs visible ({100.0 * pairs / total:.2f}%)")
     return "\n".join(lines)
+
+
+def _order_summary(bound, options, block_m: int, block_n: int) -> str:
+    """The token order the GPU run takes (maskc.ordered) and its tiles."""
+    from maskc.ordered import token_order
+    from maskc.show import legend
+    try:
+        ordered = token_order(bound, options.token_order)
+    except MaskError as err:
+        raise CliError(err.message) from None
+    if ordered is None:
+        return f"token order: raster ({options.token_order})"
+    return (f"token order: {ordered.order} ({options.token_order}): tiles {block_m}x{block_n} "
+            f"{legend(ordered.inner.tile_map(block_m, block_n).counts())}")
 
 
 def _visible_pairs(bound) -> int | None:

@@ -10,6 +10,7 @@ from maskc import ir
 from maskc.analysis.bind import bind as bind_params
 from maskc.analysis.bind import check_constants
 from maskc.analysis.normalize import specialize
+from maskc.analysis.order import TokenOrder
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.score import reads_head as score_reads_head
 from maskc.bound import BoundMask
@@ -33,6 +34,10 @@ class CompiledMask:
     ranges: ir.RangeMask
     # Kernels of a sub-block (BoundMask.restrict): positions local to it, its origin read from the table.
     offsets: bool = False
+    # The mask rewritten in a token order's coordinates (maskc.pipeline.compile_ordered): the order, and the mask it
+    # was rewritten from (whose raster rows classify its tiles: maskc.analysis.order_tiles); else None.
+    order: TokenOrder | None = None
+    source: "CompiledMask | None" = None
 
     def __repr__(self) -> str:
         params = ", ".join(_param_repr(p) for p in self.params)
@@ -50,7 +55,8 @@ class CompiledMask:
             return self
         twin = self.__dict__.get("_with_offsets")
         if twin is None:
-            twin = CompiledMask(self.resolved, self.normal, self.ranges, offsets=True)
+            twin = CompiledMask(self.resolved, self.normal, self.ranges, offsets=True, order=self.order,
+                                source=self.source)
             self.__dict__["_with_offsets"] = twin
         return twin
 
@@ -145,7 +151,8 @@ class CompiledMask:
 
     def _c_name(self) -> str:
         from maskc.codegen.sanitize import c_identifier
-        return c_identifier(self.name) + ("_sub" if self.offsets else "")
+        order = f"_p{self.order.name}" if self.order is not None else ""
+        return c_identifier(self.name) + order + ("_sub" if self.offsets else "")
 
     def const_values(self, given: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
         """The value of every const parameter, in declaration order: ``given``, else the default the file
@@ -178,7 +185,8 @@ class CompiledMask:
 
     def _summary(self, constants) -> tuple[str, ...]:
         sub = ("sub-block: positions local to it, its origin (q0, k0) heads the mask table",) if self.offsets else ()
-        return tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants) + sub
+        order = (f"token order: {self.order} (q, k: places in that order)",) if self.order is not None else ()
+        return tuple(_summary_lines(self.resolved)) + tuple(f"const {n} = {v}" for n, v in constants) + order + sub
 
     def kernel_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
         """The forward kernel's CUDA: :meth:`kernel_spec` of ``kwargs`` (engine and target, where they give

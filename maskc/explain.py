@@ -15,7 +15,7 @@ from maskc.analysis.forms import render, render_term
 from maskc.errors import MaskError
 from maskc.ir.text import cond_text, expr_text
 from maskc.options import DEFAULT, Options
-from maskc.pipeline import KERNEL_STAGES, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
+from maskc.pipeline import KERNEL_STAGES, ORDER_STAGE, PASSES, RUN_TIME_STAGES, BoundMask, CompiledMask
 from maskc.show import legend
 
 
@@ -227,6 +227,35 @@ def bound_text(bound: BoundMask, block_m: int = 128, block_n: int = 128, descrip
                       pack_text(bound, block_m, block_n, descriptor_lines)])
 
 
+def order_text(mask: CompiledMask, bound: BoundMask | None, options: Options = DEFAULT) -> str:
+    """The image a mask reads positions on and the token orders tried for it (maskc.ordered), or why it runs in
+    raster order; for a bound mask, the order ``options.token_order`` picks and the tiles in it and in raster."""
+    from maskc.analysis.normalize import specialize
+    from maskc.analysis.order import candidates, image_grid
+    from maskc.ordered import TILE, token_order
+    constants = _kernel_constants(mask, bound)
+    if isinstance(constants, str):
+        return "raster: " + constants
+    grid = image_grid(mask.resolved, specialize(mask.normal, dict(constants)))
+    if isinstance(grid, str):
+        return f"raster only: {grid}"
+    tried = ", ".join(o.name for o in candidates(grid, TILE[1])) or "none"
+    lines = [f"image: rows {grid.width} wide from position {grid.origin}; patch orders tried at bind: {tried}"]
+    if bound is not None:
+        try:
+            ordered = token_order(bound, options.token_order)
+        except MaskError as err:
+            return "\n".join(lines + [f"token_order={options.token_order}: {err.message}"])
+        raster = legend(bound.tile_map(*TILE).counts())
+        if ordered is None:
+            lines.append(f"token_order={options.token_order}: raster (tiles {TILE[0]}x{TILE[1]}: {raster})")
+        else:
+            tiles = legend(ordered.inner.tile_map(*TILE).counts())
+            lines.append(f"token_order={options.token_order}: {ordered.order} (tiles {TILE[0]}x{TILE[1]}: "
+                         f"{tiles}; raster: {raster})")
+    return "\n".join(lines)
+
+
 # -- the kernel: predicate, schedule, emit ----------------------------------------------------
 
 def _kernel_constants(mask: CompiledMask, bound: BoundMask | None) -> tuple[tuple[str, int], ...] | str:
@@ -288,6 +317,7 @@ def explain(file: ir.SourceFile, masks: tuple[CompiledMask, ...], bounds: dict |
         out.append(_section("normalize", why["normalize"], normal_text(m.normal)))
         out.append(_section("ranges", why["ranges"], ranges_text(m.ranges)))
         bound = (bounds or {}).get(m.name)
+        out.append(_section("token order", ORDER_STAGE, order_text(m, bound, options)))
         if bound is not None:
             out.append(_section("bind", why["bind"], bind_text(bound)))
             out.append(_section("classify", why["classify"], classify_text(bound, block_m, block_n)))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from maskc.analysis.order import parse_order
 from maskc.codegen.schedule import Tiles, capability_of
 from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, MAX_DESCRIPTOR_BYTES
 
@@ -42,6 +43,7 @@ ENVIRONMENT = {
     "MASKC_CACHE_DIR": "cache_dir",
     "MASKC_ARCH": "arch",
     "MASKC_MAX_DESCRIPTOR_BYTES": "max_descriptor_bytes",
+    "MASKC_TOKEN_ORDER": "token_order",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -67,6 +69,9 @@ class Options:
     arch: str | None = None             # build target (schedule.ARCHES, compute_XY); None: the GPU's own
     # the most bytes a bound mask's descriptor may take (BoundMask.descriptor's max_bytes): a BindError past it
     max_descriptor_bytes: int = MAX_DESCRIPTOR_BYTES
+    # the token order masks over an image run in (maskc.ordered): "auto" (per binding, where it saves work),
+    # "raster" (never reordered) or a patch shape "ROWSxCOLS" (asked for: an error where it cannot apply)
+    token_order: str = "auto"
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.
@@ -94,6 +99,10 @@ class Options:
             raise ValueError(f"max_descriptor_bytes {cap!r}: expected a positive number of bytes")
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        if not isinstance(self.token_order, str) or (self.token_order not in ("auto", "raster")
+                                                     and parse_order(self.token_order) is None):
+            raise ValueError(f"token order {self.token_order!r}: expected 'auto', 'raster' or a patch shape such as "
+                             "'8x16' (rows x columns)")
         # A plain attribute, not a property: torch.compile reads it while tracing (maskc.runtime.torch_ops).
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         object.__setattr__(self, "token", json.dumps(fields, sort_keys=True, separators=(",", ":")))

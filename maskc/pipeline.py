@@ -9,11 +9,13 @@ users hold are :class:`~maskc.compiled.CompiledMask` and :class:`~maskc.bound.Bo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from maskc import ir
-from maskc.analysis.normalize import normalize
+from maskc.analysis.normalize import normalize, specialize
+from maskc.analysis.order import TokenOrder, image_grid
 from maskc.analysis.ranges import analyze_ranges
+from maskc.analysis.reorder import reorder, reorder_regions
 from maskc.analysis.widths import check_static
 from maskc.bound import BoundMask
 from maskc.compiled import CompiledMask
@@ -37,6 +39,8 @@ RUN_TIME_STAGES = (
     ("classify", "each tile's class from the rows' visible intervals: FULL, PARTIAL or EMPTY"),
     ("pack", "the descriptor the kernel walks: per row block, runs of visible key blocks"),
 )
+ORDER_STAGE = ("whether a mask over an image runs in patches of it (q, k, v gathered into the order, the mask "
+               "rewritten: compile_ordered), where its tiles then hold more visible pairs")
 KERNEL_STAGES = (
     ("predicate", "the mask as device code, evaluated only on PARTIAL tiles"),
     ("schedule", "tile shapes and engines for the head dim and dtype"),
@@ -50,6 +54,41 @@ def _compile_resolved(resolved: ir.ResolvedMask) -> "CompiledMask":
         stages.append(run(stages[-1]))
     check_static(stages[-1])        # folded constants that 64 bits cannot hold are refused here
     return CompiledMask(*stages)
+
+
+def compile_ordered(mask: CompiledMask, order: TokenOrder, constants: Mapping[str, int] | Iterable = ()
+                    ) -> CompiledMask:
+    """``mask`` rewritten in the coordinates of ``order`` (:mod:`maskc.analysis.reorder`) with its const parameters at
+    ``constants`` (else their defaults), compiled: one twin per order and constants, kept on ``mask``. A MaskError
+    says why when the mask admits no token order, or the rewrite's tiles would not be exact (the order is then not
+    worth running)."""
+    constants = mask.const_values(constants)
+    twins = mask.__dict__.setdefault("_orders", {})
+    if (order, constants) not in twins:
+        twins[order, constants] = _ordered(mask, order, dict(constants))
+    found = twins[order, constants]
+    if isinstance(found, MaskError):
+        raise found
+    return found
+
+
+def _ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, int]) -> CompiledMask | MaskError:
+    fixed = specialize(mask.normal, constants)
+    grid = image_grid(mask.resolved, fixed)
+    if isinstance(grid, str):
+        return MaskError(f"mask '{mask.name}' has no token order but the raster one: {grid}", mask.resolved.span)
+    # The rewritten mask twice: its rules (what dense(), bind and Flex read) and its normal form, region by region
+    # from the original's (a region cut only in the pieces of the positions it reads, empty and contained regions
+    # dropped: the fewest regions for the kernels' predicate); both denote the original's pairs moved by the order.
+    resolved = reorder(mask.resolved, order, constants)
+    normal = specialize(reorder_regions(fixed, order), {})
+    ranges = analyze_ranges(normal)
+    inexact = next((r.inexact for r in ranges.allow + ranges.deny if r.inexact is not None), None)
+    if inexact is not None:
+        return MaskError(f"mask '{mask.name}' in token order {order.name} would get inexact tiles: {inexact.reason}",
+                         mask.resolved.span, "the raster order stays exact; try another patch shape")
+    check_static(ranges)
+    return CompiledMask(resolved, normal, ranges, order=order, source=mask)
 
 
 def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> Program:
@@ -103,4 +142,5 @@ def compile_all(path: str | Path, import_paths: Iterable[str | Path] = ()) -> tu
     return tuple(_compile_resolved(r) for r in resolve_all(load_program(path, import_paths)))
 
 
-__all__ = ["CompiledMask", "BoundMask", "compile_mask", "load", "compile_all", "load_program", "MaskError"]
+__all__ = ["CompiledMask", "BoundMask", "compile_mask", "load", "compile_all", "load_program", "compile_ordered",
+           "MaskError"]

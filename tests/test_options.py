@@ -29,6 +29,7 @@ SETTINGS = [
     ("MASKC_CACHE_DIR", "/tmp/maskc-elsewhere", "cache_dir", "/tmp/maskc-elsewhere"),
     ("MASKC_ARCH", "compute_80", "arch", "compute_80"),
     ("MASKC_MAX_DESCRIPTOR_BYTES", "4096", "max_descriptor_bytes", 4096),
+    ("MASKC_TOKEN_ORDER", "8x16", "token_order", "8x16"),
 ]
 
 
@@ -59,7 +60,8 @@ def test_switches_read_the_usual_words(word, value):
 @pytest.mark.parametrize("variable,value", [("MASKC_ENGINE", "tensor-cores"), ("MASKC_ENGINE", "wgmma"),
                                             ("MASKC_BWD_DQ_REDUCTION", "none"), ("MASKC_SYNC", "maybe"),
                                             ("MASKC_ARCH", "sm90"), ("MASKC_BWD_ENGINE", "tma"),
-                                            ("MASKC_MAX_DESCRIPTOR_BYTES", "1GiB"), ("MASKC_MAX_DESCRIPTOR_BYTES", "0")])
+                                            ("MASKC_MAX_DESCRIPTOR_BYTES", "1GiB"), ("MASKC_MAX_DESCRIPTOR_BYTES", "0"),
+                                            ("MASKC_TOKEN_ORDER", "patches")])
 def test_a_bad_value_is_an_error_that_names_the_variable(variable, value):
     others = {"MASKC_SYNC": "1"} if variable != "MASKC_SYNC" else {}    # a good one beside it is not blamed
     with pytest.raises(ValueError, match=f"^{variable}={value!r}: "):

@@ -77,6 +77,7 @@ class Bounds:
         self.extent = max(seq_len, kv_len)
         self.leaves = {"q": (0, seq_len - 1 + padding), "k": (0, kv_len - 1 + padding), "h": (0, max(heads, 1) - 1),
                        "b": (batch_index, batch_index), "seq_len": (seq_len, seq_len), "kv_len": (kv_len, kv_len)}
+        self.chunks: dict[int, tuple[int, int]] = {}    # ChunkVar level -> its range (the recursive walk's)
 
     # -- leaves shared by both representations --------------------------------------------------
     def leaf(self, t) -> tuple[int, int]:
@@ -228,6 +229,8 @@ class Bounds:
         return self.of_lin(lin, [self.term(t) for t, _ in lin.terms])
 
     def term(self, t) -> tuple[int, int]:
+        if isinstance(t, ir.ChunkVar):            # a chunk index of a ChunkedKeys nest: its range, set by the caller
+            return self.chunks[t.level]
         if isinstance(t, ir.HashOnce):
             return self.of_term(t, [self.lin(a) for a in F.inner_lins(t)])
         return self.leaf(t)

@@ -115,7 +115,61 @@ def floor_op(op: str, num: ir.Lin, den: ir.Lin) -> ir.Lin:
     if (op == "//" and isinstance(inner, ir.Floor) and inner.op == "//" and is_const(inner.den) and is_const(den)
             and inner.den.const > 0 and den.const > 0):     # (x // a) // b == x // (a*b): x >> 1 >> 5 is x >> 6
         return floor_op("//", inner.num, const(inner.den.const * den.const))
+    if is_const(den) and den.const > 0:
+        split = _bounded_split(num, den.const, remainder=op == "%")
+        if split is not None:
+            return split
     return _compound(ir.Floor(op, num, den))
+
+
+def term_range(term) -> tuple[int, int] | None:
+    """(lowest, highest) value of a term for every value of what it reads, where its form alone bounds it: a
+    ``% d`` by a constant ``d > 0`` lies in [0, d - 1], a ``// d`` of a bounded form between the floors of its
+    bounds; None for any other term."""
+    if not isinstance(term, ir.Floor) or not is_const(term.den) or term.den.const <= 0:
+        return None
+    d = term.den.const
+    if term.op == "%":
+        return 0, d - 1
+    inner = lin_range(term.num)
+    return None if inner is None else (inner[0] // d, inner[1] // d)
+
+
+def lin_range(lin: ir.Lin) -> tuple[int, int] | None:
+    """(lowest, highest) value of a form whose every term :func:`term_range` bounds, else None."""
+    lo = hi = lin.const
+    for t, c in lin.terms:
+        r = term_range(t)
+        if r is None:
+            return None
+        lo, hi = lo + min(c * r[0], c * r[1]), hi + max(c * r[0], c * r[1])
+    return lo, hi
+
+
+def _bounded_split(num: ir.Lin, d: int, remainder: bool = False) -> ir.Lin | None:
+    """``num // d`` (or ``num % d``, with ``remainder``) without the part of ``num`` that cannot change it: when
+    ``num = c*A + B`` with ``c`` dividing ``d`` and the bounded rest ``B`` (terms :func:`term_range` bounds, at
+    least one) within one block ``[m*c, (m+1)*c)``, then ``num // d == (A + m) // (d/c)`` and ``num % d == c *
+    ((A + m) % (d/c)) + B - m*c``. The largest such ``c`` is taken; None when there is none. This is what
+    turns an image position rebuilt from its row and column (``(W*y + x) // W`` with ``x = u % W``) back into
+    the row (maskc.analysis.order)."""
+    candidates = sorted({math.gcd(d, abs(c)) for _, c in num.terms} | {d}, reverse=True)
+    for c in candidates:
+        if c <= 1:
+            continue
+        rest = [(t, coef) for t, coef in num.terms if coef % c]
+        if not rest:
+            continue
+        low = lin_range(ir.Lin(tuple(rest), num.const % c))
+        if low is None or low[0] // c != low[1] // c:
+            continue
+        m = low[0] // c
+        whole = ir.Lin(tuple((t, coef // c) for t, coef in num.terms if coef % c == 0), num.const // c + m)
+        if not remainder:
+            return whole if c == d else floor_op("//", whole, const(d // c))
+        b = ir.Lin(tuple(rest), num.const % c - m * c)
+        return b if c == d else add(scale(floor_op("%", whole, const(d // c)), c), b)
+    return None
 
 
 def _low_ones(value: int) -> int | None:

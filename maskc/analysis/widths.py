@@ -14,8 +14,9 @@ silently. Two checks keep all three exact:
   :class:`~maskc.errors.BindError` naming the parameters and the form. The same bounds prove every shift
   amount within [0, MAX_SHIFT] and every table index within its table (else a BindError naming the
   table), so the kernels never shift past 63 bits nor read outside a table.
-- ``fits_32_bits(...)``, at bind: the same bounds against 32 bits, for positions a tile past the ends; a
-  binding that passes gets the predicate in int (:attr:`~maskc.kernel_ir.BoundParams.narrow`). Past the
+- ``fits_32_bits(...)``, at bind: the same bounds against 32 bits, for positions a tile past the ends, and
+  those of every intermediate of the chunk nests the kernels enumerate (each level's index over its range); a
+  binding that passes gets the predicate, nests included, in int (:attr:`~maskc.kernel_ir.BoundParams.narrow`). Past the
   ends, the kernel clamps table indices and shift amounts into range (their values there are never used),
   and so do these bounds.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis.bounds import (COMPOUND_EXPRS, LIMIT, NARROW_LIMIT, BadShift, Bounds, OutOfRange, TooWide,
-                                   cond_exprs, operands)
+                                   cond_exprs, fit, operands)
 from maskc.errors import BindError, MaskError
 from maskc.ir.text import expr_text
 from maskc.kernel_ir import BatchParams
@@ -228,14 +229,40 @@ def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len
     past their ends (the last tiles' rows and keys): the predicate may then be computed in int. With the
     ``resolved`` mask, from the steps :func:`check_bound` compiled."""
     bounds = Bounds(params, seq_len, kv_len, heads, batch_index, NARROW_LIMIT, TILE_PADDING)
-    if resolved is not None:
-        return _program(resolved, ranges).first_failing(bounds, forms_only=True) is None
     try:
-        for lin, _ in _checked_forms(ranges):
-            bounds.lin(lin)
+        if resolved is not None:
+            if _program(resolved, ranges).first_failing(bounds, forms_only=True) is not None:
+                return False
+        else:
+            for lin, _ in _checked_forms(ranges):
+                bounds.lin(lin)
+        for region in ranges.allow + ranges.deny:
+            if region.chunks is not None:
+                _check_nest(region.chunks, bounds)
     except _REFUSED:
         return False
     return True
+
+
+def _check_nest(nest: ir.ChunkedKeys, bounds: Bounds) -> None:
+    """Every intermediate of a chunk nest as the kernels' ``mask_chunks`` compute it (maskc.codegen.tile_bits),
+    within the bounds' limit: each level's chunk index over its whole range (``(var + offset) // size`` from k's
+    range up, and ``var + offset`` itself), then every bound of every level, the guards, offsets and sizes."""
+    lo, hi = bounds.leaves["k"]
+    for index, below in enumerate(nest.levels[:-1], start=1):
+        assert below.offset is not None and below.size is not None
+        offset, size = bounds.lin(below.offset), bounds.lin(below.size)
+        shifted = (lo + offset[0], hi + offset[1])
+        fit(*shifted, limit=bounds.limit)
+        lo, hi = bounds.floor("//", shifted, size)
+        bounds.chunks[index] = (lo, hi)
+        fit(hi + 1, limit=bounds.limit)               # a loop's last step past its end
+    for level in nest.levels:
+        for b in level.lower + level.upper:
+            value = bounds.lin(b.lin)
+            fit(value[0] - b.den, value[1] + b.den, limit=bounds.limit)     # ceil and floor division by den
+    for g in nest.guards:
+        bounds.lin(g.lin)
 
 
 def check_bound(resolved: ir.ResolvedMask, ranges: ir.RangeMask, params: BatchParams, seq_len: int,

@@ -2,8 +2,8 @@
 
 :class:`TableLayout` places a mask's parameters in the int32 table ``mask`` points at (the layout
 :func:`maskc.codegen.predicate.pack_mask_data` fills); :class:`CWriter` writes a form as a C expression over that
-table, in one integer type (the predicate's ``maskc_int``, or 64 bits for the chunk nests of
-:mod:`maskc.codegen.tile_bits`), hoisting the k-free parts of per-key code into the row.
+table, in one integer type (the predicate's ``maskc_int``, 64 or 32 bits as bind proved), hoisting the k-free
+parts of per-key code into the row.
 """
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ import torch
 
 from maskc.options import Options, from_token
 from maskc.runtime import handles
+from maskc.runtime.permute import from_order, ordered_for, to_order
 
 _dense_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -108,8 +109,13 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def _reference_forward(q, k, v, bound, scale):
+def _reference_forward(q, k, v, bound, scale, options: Options | None = None):
     _check_cpu_inputs(q, k, v, bound)
+    ordered = ordered_for(bound, options or Options.from_environment(), q, k)
+    if ordered is not None:             # the token order the kernels would run in (maskc.ordered), as they do
+        qp, kp, vp = (to_order(x, ordered) for x in (q, k, v))
+        out, lse = _reference_forward(qp, kp, vp, ordered.inner, scale, options)
+        return from_order(out, ordered), from_order(lse, ordered)
     cd = _compute_dtype(q)
     p, lse, _, group, _ = _reference_probabilities(q.to(cd), k.to(cd), bound, scale)
     out = torch.matmul(p, v.to(cd).repeat_interleave(group, dim=1))
@@ -121,7 +127,12 @@ def _sum_groups(x: torch.Tensor, group: int) -> torch.Tensor:
     return x.unflatten(1, (x.shape[1] // group, group)).sum(2)
 
 
-def _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale):
+def _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale, options: Options | None = None):
+    ordered = ordered_for(bound, options or Options.from_environment(), q, k)
+    if ordered is not None:
+        dp, qp, kp, vp, op, lp, dlp = (to_order(x, ordered) for x in (dout, q, k, v, out, lse, dlse))
+        grads = _reference_backward(dp, qp, kp, vp, op, lp, dlp, ordered.inner, scale, options)
+        return tuple(from_order(g, ordered) for g in grads)
     cd = _compute_dtype(q)
     q_, k_, v_, out_, dout_ = (x.to(cd) for x in (q, k, v, out, dout))
     p, _, kx, group, slope = _reference_probabilities(q_, k_, bound, scale, lse=lse.to(cd))
@@ -146,11 +157,11 @@ def _kernel_layout(x: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(q, k, v, bound, scale, options: Options | None = None):
-    """(O, LSE); ``options`` None: the environment's (the CPU's reference path has none to take)."""
+    """(O, LSE); ``options`` None: the environment's (the CPU's reference path takes only its token order)."""
     if q.is_cuda:
         from maskc.runtime.kernels import attention
         return attention(q, k, v, bound, scale=scale, return_lse=True, options=options)
-    return _reference_forward(q, k, v, bound, scale)
+    return _reference_forward(q, k, v, bound, scale, options)
 
 
 def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic, options: Options | None = None):
@@ -161,7 +172,7 @@ def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic, opt
         return kernels(_kernel_layout(dout), q, k, v, out, lse, bound, scale=scale,
                        dlse=dlse.contiguous() if dlse is not None else None, deterministic=deterministic,
                        options=options)
-    return _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale)
+    return _reference_backward(dout, q, k, v, out, lse, dlse, bound, scale, options)
 
 
 # ---- eager autograd: an autograd.Function (the custom ops' Python dispatch costs ~1 ms a training step) ----
@@ -274,7 +285,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: f
         if q.is_cuda:
             from maskc.runtime.kernels import attention as kernel
             return kernel(q, k, v, bound, scale=float(scale), return_lse=return_lse, options=options)
-        out, lse = _reference_forward(q, k, v, bound, float(scale))
+        out, lse = _reference_forward(q, k, v, bound, float(scale), options)
     else:
         out, lse = _Attention.apply(q, k, v, bound, float(scale), bool(deterministic), options)
     return (out, lse) if return_lse else out

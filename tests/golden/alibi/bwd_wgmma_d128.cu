@@ -110,12 +110,21 @@ __device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
 }
 
-// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way; for a
+// 32-bit n (the narrow predicate's) a single-precision root, within one of the answer, corrected the same way
+// with 64-bit squares (a fp64 square root is a dozen double operations: a chunk nest takes one per chunk).
 __device__ __forceinline__ long long maskc_isqrt(long long n) {
     if (n <= 0) return 0;
     long long r = (long long)sqrt((double)n);
     while (r * r > n) --r;
     while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+__device__ __forceinline__ int maskc_isqrt(int n) {
+    if (n <= 0) return 0;
+    int r = (int)sqrtf((float)n);
+    while ((long long)r * r > n) --r;
+    while ((long long)(r + 1) * (r + 1) <= n) ++r;
     return r;
 }
 

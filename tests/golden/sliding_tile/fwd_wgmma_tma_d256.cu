@@ -110,12 +110,21 @@ __device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
 }
 
-// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way; for a
+// 32-bit n (the narrow predicate's) a single-precision root, within one of the answer, corrected the same way
+// with 64-bit squares (a fp64 square root is a dozen double operations: a chunk nest takes one per chunk).
 __device__ __forceinline__ long long maskc_isqrt(long long n) {
     if (n <= 0) return 0;
     long long r = (long long)sqrt((double)n);
     while (r * r > n) --r;
     while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+__device__ __forceinline__ int maskc_isqrt(int n) {
+    if (n <= 0) return 0;
+    int r = (int)sqrtf((float)n);
+    while ((long long)r * r > n) --r;
+    while ((long long)(r + 1) * (r + 1) <= n) ++r;
     return r;
 }
 
@@ -214,17 +223,17 @@ template <class Emit>
 __device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, Emit emit) {
     (void)b; (void)h;
     if (k_first > k_last) return;
-    const long long j1_first = maskc_floordiv((long long)k_first + (long long)0, (long long)((long long)(4) * ((long long)(4) * (long long)(4))));
-    const long long j1_last = maskc_floordiv((long long)k_last + (long long)0, (long long)((long long)(4) * ((long long)(4) * (long long)(4))));
-    const long long j2_first = maskc_floordiv(j1_first + (long long)0, (long long)(6));
-    const long long j2_last = maskc_floordiv(j1_last + (long long)0, (long long)(6));
-    const long long j3_first = maskc_floordiv(j2_first + (long long)0, (long long)(6));
-    const long long j3_last = maskc_floordiv(j2_last + (long long)0, (long long)(6));
-    for (long long j3 = max(max((long long)j3_first, (long long)0), (long long)(min(max(maskc_floordiv(maskc_floordiv((long long)q, (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)((long long)(6) * (long long)(6))), (long long)((long long)mask[8] >> 1)), (long long)(((long long)mask[8] >> 1) + (long long)(6) - (long long)mask[8])) - ((long long)mask[8] >> 1))), j3_end = min(min(min((long long)j3_last, maskc_floordiv(maskc_floordiv(maskc_floordiv((long long)(((long long)(4) * ((long long)(6) * ((long long)(4) * ((long long)(6) * ((long long)(4) * (long long)(6)))))) - 1), (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6)), (long long)(6))), maskc_floordiv(maskc_floordiv(maskc_floordiv((long long)((long long)mask[1] - 1), (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6)), (long long)(6))), (long long)(min(max(maskc_floordiv(maskc_floordiv((long long)q, (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)((long long)(6) * (long long)(6))), (long long)((long long)mask[8] >> 1)), (long long)(((long long)mask[8] >> 1) + (long long)(6) - (long long)mask[8])) - ((long long)mask[8] >> 1) + (long long)mask[8] - 1)); j3 <= j3_end; ++j3) {
-        for (long long j2 = max(max(max((long long)j2_first, (long long)0), (long long)(min(max(maskc_floormod(maskc_floordiv(maskc_floordiv((long long)q, (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6)), (long long)(6)), (long long)((long long)mask[9] >> 1)), (long long)(((long long)mask[9] >> 1) + (long long)(6) - (long long)mask[9])) - ((long long)mask[9] >> 1) + ((long long)j3 * (long long)(6)))), (long long)((long long)j3 * (long long)(6))), j2_end = min(min(min(min((long long)j2_last, maskc_floordiv(maskc_floordiv((long long)(((long long)(4) * ((long long)(6) * ((long long)(4) * ((long long)(6) * ((long long)(4) * (long long)(6)))))) - 1), (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6))), maskc_floordiv(maskc_floordiv((long long)((long long)mask[1] - 1), (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6))), (long long)(min(max(maskc_floormod(maskc_floordiv(maskc_floordiv((long long)q, (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6)), (long long)(6)), (long long)((long long)mask[9] >> 1)), (long long)(((long long)mask[9] >> 1) + (long long)(6) - (long long)mask[9])) - ((long long)mask[9] >> 1) + (long long)mask[9] + ((long long)j3 * (long long)(6)) - 1)), (long long)((long long)(6) + ((long long)j3 * (long long)(6)) - 1)); j2 <= j2_end; ++j2) {
-            for (long long j1 = max(max(max((long long)j1_first, (long long)0), (long long)(min(max(maskc_floormod(maskc_floordiv((long long)q, (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6)), (long long)((long long)mask[10] >> 1)), (long long)(((long long)mask[10] >> 1) + (long long)(6) - (long long)mask[10])) - ((long long)mask[10] >> 1) + ((long long)j2 * (long long)(6)))), (long long)((long long)j2 * (long long)(6))), j1_end = min(min(min(min((long long)j1_last, maskc_floordiv((long long)(((long long)(4) * ((long long)(6) * ((long long)(4) * ((long long)(6) * ((long long)(4) * (long long)(6)))))) - 1), (long long)((long long)(4) * ((long long)(4) * (long long)(4))))), maskc_floordiv((long long)((long long)mask[1] - 1), (long long)((long long)(4) * ((long long)(4) * (long long)(4))))), (long long)(min(max(maskc_floormod(maskc_floordiv((long long)q, (long long)((long long)(4) * ((long long)(4) * (long long)(4)))), (long long)(6)), (long long)((long long)mask[10] >> 1)), (long long)(((long long)mask[10] >> 1) + (long long)(6) - (long long)mask[10])) - ((long long)mask[10] >> 1) + (long long)mask[10] + ((long long)j2 * (long long)(6)) - 1)), (long long)((long long)(6) + ((long long)j2 * (long long)(6)) - 1)); j1 <= j1_end; ++j1) {
-                const long long lo = max((long long)k_first, (long long)((long long)j1 * ((long long)(4) * ((long long)(4) * (long long)(4)))));
-                const long long hi = min(min((long long)k_last, (long long)(((long long)(4) * ((long long)(6) * ((long long)(4) * ((long long)(6) * ((long long)(4) * (long long)(6)))))) - 1)), (long long)(((long long)j1 * ((long long)(4) * ((long long)(4) * (long long)(4)))) + ((long long)(4) * ((long long)(4) * (long long)(4))) - 1));
+    const maskc_int j1_first = maskc_floordiv((maskc_int)k_first + (maskc_int)0, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4))));
+    const maskc_int j1_last = maskc_floordiv((maskc_int)k_last + (maskc_int)0, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4))));
+    const maskc_int j2_first = maskc_floordiv(j1_first + (maskc_int)0, (maskc_int)(6));
+    const maskc_int j2_last = maskc_floordiv(j1_last + (maskc_int)0, (maskc_int)(6));
+    const maskc_int j3_first = maskc_floordiv(j2_first + (maskc_int)0, (maskc_int)(6));
+    const maskc_int j3_last = maskc_floordiv(j2_last + (maskc_int)0, (maskc_int)(6));
+    for (maskc_int j3 = max(max((maskc_int)j3_first, (maskc_int)0), (maskc_int)(min(max(maskc_floordiv(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)((maskc_int)(6) * (maskc_int)(6))), (maskc_int)((maskc_int)mask[8] >> 1)), (maskc_int)(((maskc_int)mask[8] >> 1) + (maskc_int)(6) - (maskc_int)mask[8])) - ((maskc_int)mask[8] >> 1))), j3_end = min(min(min((maskc_int)j3_last, maskc_floordiv(maskc_floordiv(maskc_floordiv((maskc_int)(((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) - 1), (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)(6))), maskc_floordiv(maskc_floordiv(maskc_floordiv((maskc_int)((maskc_int)mask[1] - 1), (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)(6))), (maskc_int)(min(max(maskc_floordiv(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)((maskc_int)(6) * (maskc_int)(6))), (maskc_int)((maskc_int)mask[8] >> 1)), (maskc_int)(((maskc_int)mask[8] >> 1) + (maskc_int)(6) - (maskc_int)mask[8])) - ((maskc_int)mask[8] >> 1) + (maskc_int)mask[8] - 1)); j3 <= j3_end; ++j3) {
+        for (maskc_int j2 = max(max(max((maskc_int)j2_first, (maskc_int)0), (maskc_int)(min(max(maskc_floormod(maskc_floordiv(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)(6)), (maskc_int)((maskc_int)mask[9] >> 1)), (maskc_int)(((maskc_int)mask[9] >> 1) + (maskc_int)(6) - (maskc_int)mask[9])) - ((maskc_int)mask[9] >> 1) + ((maskc_int)j3 * (maskc_int)(6)))), (maskc_int)((maskc_int)j3 * (maskc_int)(6))), j2_end = min(min(min(min((maskc_int)j2_last, maskc_floordiv(maskc_floordiv((maskc_int)(((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) - 1), (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6))), maskc_floordiv(maskc_floordiv((maskc_int)((maskc_int)mask[1] - 1), (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6))), (maskc_int)(min(max(maskc_floormod(maskc_floordiv(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)(6)), (maskc_int)((maskc_int)mask[9] >> 1)), (maskc_int)(((maskc_int)mask[9] >> 1) + (maskc_int)(6) - (maskc_int)mask[9])) - ((maskc_int)mask[9] >> 1) + (maskc_int)mask[9] + ((maskc_int)j3 * (maskc_int)(6)) - 1)), (maskc_int)((maskc_int)(6) + ((maskc_int)j3 * (maskc_int)(6)) - 1)); j2 <= j2_end; ++j2) {
+            for (maskc_int j1 = max(max(max((maskc_int)j1_first, (maskc_int)0), (maskc_int)(min(max(maskc_floormod(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)((maskc_int)mask[10] >> 1)), (maskc_int)(((maskc_int)mask[10] >> 1) + (maskc_int)(6) - (maskc_int)mask[10])) - ((maskc_int)mask[10] >> 1) + ((maskc_int)j2 * (maskc_int)(6)))), (maskc_int)((maskc_int)j2 * (maskc_int)(6))), j1_end = min(min(min(min((maskc_int)j1_last, maskc_floordiv((maskc_int)(((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) - 1), (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4))))), maskc_floordiv((maskc_int)((maskc_int)mask[1] - 1), (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4))))), (maskc_int)(min(max(maskc_floormod(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)((maskc_int)mask[10] >> 1)), (maskc_int)(((maskc_int)mask[10] >> 1) + (maskc_int)(6) - (maskc_int)mask[10])) - ((maskc_int)mask[10] >> 1) + (maskc_int)mask[10] + ((maskc_int)j2 * (maskc_int)(6)) - 1)), (maskc_int)((maskc_int)(6) + ((maskc_int)j2 * (maskc_int)(6)) - 1)); j1 <= j1_end; ++j1) {
+                const maskc_int lo = max((maskc_int)k_first, (maskc_int)((maskc_int)j1 * ((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))));
+                const maskc_int hi = min(min((maskc_int)k_last, (maskc_int)(((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) - 1)), (maskc_int)(((maskc_int)j1 * ((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))) + ((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4))) - 1));
                 if (lo <= hi) emit((int)lo, (int)hi);
             }
         }
@@ -417,9 +426,26 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
             // The tile's visibility for this row as 64-bit words, then this thread's bits.
             unsigned long long bits[(N_TILES * 8 + 63) / 64];
             // Tile path (exact masks with chunked regions): the row's intervals within this tile, one per
-            // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored).
+            // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored). The quad's
+            // four threads hold the same rows: each computes every fourth 32-key word and the quad swaps them,
+            // so a tile's chunks are split four ways (eight patch rows in a token order's 8 x 16 tile).
             const int q = min(q0 + rr, seq_len - 1);
-            mask_bits(mask_row(mask, mb, h, q), mask, mb, h, q, k0, bits);
+            const MaskRow row = mask_row(mask, mb, h, q);
+            constexpr int WORDS32 = (N_TILES * 8 + 31) / 32;
+            unsigned mine[(WORDS32 + 3) / 4];
+            #pragma unroll
+            for (int i = 0; i < (WORDS32 + 3) / 4; ++i) {
+                unsigned word[1] = {0u};
+                if (4 * i + t < WORDS32) mask_bits(row, mask, mb, h, q, k0 + 32 * (4 * i + t), word);
+                mine[i] = word[0];
+            }
+            #pragma unroll
+            for (int w = 0; w < (N_TILES * 8 + 63) / 64; ++w) bits[w] = 0ull;
+            #pragma unroll
+            for (int j = 0; j < WORDS32; ++j) {
+                const unsigned word = __shfl_sync(0xffffffffu, mine[j / 4], (g << 2) | (j % 4));
+                bits[j / 2] |= (unsigned long long)word << (32 * (j % 2));
+            }
             hide_unset<BOUNDS>(s, half, bits, t, k0, kv_len, do_bounds);
         } else {
             hide_keys<true>(s, half, k0 + 2 * t, kv_len, [](int) { return true; });

@@ -113,12 +113,21 @@ __device__ __forceinline__ T maskc_floormod(T num, T den) {
     return num - den * maskc_floordiv(num, den);
 }
 
-// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way.
+// floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way; for a
+// 32-bit n (the narrow predicate's) a single-precision root, within one of the answer, corrected the same way
+// with 64-bit squares (a fp64 square root is a dozen double operations: a chunk nest takes one per chunk).
 __device__ __forceinline__ long long maskc_isqrt(long long n) {
     if (n <= 0) return 0;
     long long r = (long long)sqrt((double)n);
     while (r * r > n) --r;
     while ((r + 1) * (r + 1) <= n) ++r;
+    return r;
+}
+__device__ __forceinline__ int maskc_isqrt(int n) {
+    if (n <= 0) return 0;
+    int r = (int)sqrtf((float)n);
+    while ((long long)r * r > n) --r;
+    while ((long long)(r + 1) * (r + 1) <= n) ++r;
     return r;
 }
 
@@ -190,14 +199,14 @@ template <class Emit>
 __device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, Emit emit) {
     (void)b; (void)h;
     if (k_first > k_last) return;
-    const long long j1_first = maskc_floordiv((long long)k_first + (long long)0, (long long)(32));
-    const long long j1_last = maskc_floordiv((long long)k_last + (long long)0, (long long)(32));
-    const long long j2_first = maskc_floordiv(j1_first + (long long)0, (long long)(32));
-    const long long j2_last = maskc_floordiv(j1_last + (long long)0, (long long)(32));
-    for (long long j2 = max(max((long long)j2_first, (long long)((long long)((long long)((maskc_floordiv((long long)q, (long long)((long long)(32) * (long long)(32))) - (long long)mask[5]) * ((long long)(32) * (long long)(32))) >> 5) >> 5)), (long long)0), j2_end = min(min((long long)j2_last, (long long)((long long)((long long)((maskc_floordiv((long long)q, (long long)((long long)(32) * (long long)(32))) * ((long long)(32) * (long long)(32))) + ((long long)(32) * (long long)(32)) - 1) >> 5) >> 5)), (long long)((long long)((long long)((long long)mask[1] - 1) >> 5) >> 5)); j2 <= j2_end; ++j2) {
-        for (long long j1 = max(max(max(max((long long)j1_first, (long long)((long long)((maskc_floordiv((long long)q, (long long)((long long)(32) * (long long)(32))) - (long long)mask[5]) * ((long long)(32) * (long long)(32))) >> 5)), (long long)0), (long long)(((long long)((long long)q >> 5) & 31) - (long long)mask[4] + ((long long)j2 * (long long)(32)))), (long long)((long long)j2 * (long long)(32))), j1_end = min(min(min(min((long long)j1_last, (long long)((long long)((maskc_floordiv((long long)q, (long long)((long long)(32) * (long long)(32))) * ((long long)(32) * (long long)(32))) + ((long long)(32) * (long long)(32)) - 1) >> 5)), (long long)((long long)((long long)mask[1] - 1) >> 5)), (long long)(((long long)((long long)q >> 5) & 31) + (long long)mask[4] + ((long long)j2 * (long long)(32)))), (long long)((long long)(32) + ((long long)j2 * (long long)(32)) - 1)); j1 <= j1_end; ++j1) {
-            const long long lo = max(max(max((long long)k_first, (long long)((maskc_floordiv((long long)q, (long long)((long long)(32) * (long long)(32))) - (long long)mask[5]) * ((long long)(32) * (long long)(32)))), (long long)(((long long)q & 31) - (long long)mask[4] + ((long long)j1 * (long long)(32)))), (long long)((long long)j1 * (long long)(32)));
-            const long long hi = min(min(min((long long)k_last, (long long)((maskc_floordiv((long long)q, (long long)((long long)(32) * (long long)(32))) * ((long long)(32) * (long long)(32))) + ((long long)(32) * (long long)(32)) - 1)), (long long)(((long long)q & 31) + (long long)mask[4] + ((long long)j1 * (long long)(32)))), (long long)((long long)(32) + ((long long)j1 * (long long)(32)) - 1));
+    const maskc_int j1_first = maskc_floordiv((maskc_int)k_first + (maskc_int)0, (maskc_int)(32));
+    const maskc_int j1_last = maskc_floordiv((maskc_int)k_last + (maskc_int)0, (maskc_int)(32));
+    const maskc_int j2_first = maskc_floordiv(j1_first + (maskc_int)0, (maskc_int)(32));
+    const maskc_int j2_last = maskc_floordiv(j1_last + (maskc_int)0, (maskc_int)(32));
+    for (maskc_int j2 = max(max((maskc_int)j2_first, (maskc_int)((maskc_int)((maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) - (maskc_int)mask[5]) * ((maskc_int)(32) * (maskc_int)(32))) >> 5) >> 5)), (maskc_int)0), j2_end = min(min((maskc_int)j2_last, (maskc_int)((maskc_int)((maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) * ((maskc_int)(32) * (maskc_int)(32))) + ((maskc_int)(32) * (maskc_int)(32)) - 1) >> 5) >> 5)), (maskc_int)((maskc_int)((maskc_int)((maskc_int)mask[1] - 1) >> 5) >> 5)); j2 <= j2_end; ++j2) {
+        for (maskc_int j1 = max(max(max(max((maskc_int)j1_first, (maskc_int)((maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) - (maskc_int)mask[5]) * ((maskc_int)(32) * (maskc_int)(32))) >> 5)), (maskc_int)0), (maskc_int)(((maskc_int)((maskc_int)q >> 5) & 31) - (maskc_int)mask[4] + ((maskc_int)j2 * (maskc_int)(32)))), (maskc_int)((maskc_int)j2 * (maskc_int)(32))), j1_end = min(min(min(min((maskc_int)j1_last, (maskc_int)((maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) * ((maskc_int)(32) * (maskc_int)(32))) + ((maskc_int)(32) * (maskc_int)(32)) - 1) >> 5)), (maskc_int)((maskc_int)((maskc_int)mask[1] - 1) >> 5)), (maskc_int)(((maskc_int)((maskc_int)q >> 5) & 31) + (maskc_int)mask[4] + ((maskc_int)j2 * (maskc_int)(32)))), (maskc_int)((maskc_int)(32) + ((maskc_int)j2 * (maskc_int)(32)) - 1)); j1 <= j1_end; ++j1) {
+            const maskc_int lo = max(max(max((maskc_int)k_first, (maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) - (maskc_int)mask[5]) * ((maskc_int)(32) * (maskc_int)(32)))), (maskc_int)(((maskc_int)q & 31) - (maskc_int)mask[4] + ((maskc_int)j1 * (maskc_int)(32)))), (maskc_int)((maskc_int)j1 * (maskc_int)(32)));
+            const maskc_int hi = min(min(min((maskc_int)k_last, (maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) * ((maskc_int)(32) * (maskc_int)(32))) + ((maskc_int)(32) * (maskc_int)(32)) - 1)), (maskc_int)(((maskc_int)q & 31) + (maskc_int)mask[4] + ((maskc_int)j1 * (maskc_int)(32)))), (maskc_int)((maskc_int)(32) + ((maskc_int)j1 * (maskc_int)(32)) - 1));
             if (lo <= hi) emit((int)lo, (int)hi);
         }
     }

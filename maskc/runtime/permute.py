@@ -1,0 +1,64 @@
+"""Token orders at the runtime's boundary (:mod:`maskc.ordered`): which order a call runs in, and tensors moved
+along the sequence into it and back.
+
+    ordered = ordered_for(bound, options, q, k)    # None: the raster order (the call runs as it is)
+    out = from_order(attention(to_order(q, ordered), ..., ordered.inner), ordered)
+
+The sequence axis is axis 2 of (B, H, S[, D]) data, torch tensors (any device) or CuPy arrays. The order is a
+reshape and a transpose, not a gather: positions before the image and past its last whole band are copied as
+they are, and the bands of ``rows`` image rows, viewed as (bands, rows, width / cols, cols), are copied as
+(bands, width / cols, rows, cols) (and back): one strided copy at memory speed, no index per row.
+"""
+from __future__ import annotations
+
+from maskc.options import Options
+
+
+def ordered_for(bound, options: Options, q, k):
+    """The :class:`~maskc.ordered.OrderedMask` ``options.token_order`` gives ``bound``, or None: the raster order,
+    a mask already in its order (the call an ordered one makes), and inputs whose lengths are not the mask's (the
+    raster path reports them)."""
+    if options.token_order == "raster" or not hasattr(bound, "params") or bound.mask.order is not None:
+        return None
+    q_shape, k_shape = tuple(getattr(q, "shape", ())), tuple(getattr(k, "shape", ()))
+    if len(q_shape) != 4 or len(k_shape) != 4 or (q_shape[2], k_shape[2]) != (bound.seq_len, bound.kv_len):
+        return None
+    from maskc.ordered import token_order
+    return token_order(bound, options.token_order)
+
+
+def to_order(x, ordered):
+    """``x`` (raster order along axis 2) in the order of ``ordered``: ``x[:, :, ordered.permutation]``."""
+    return _moved(x, ordered, into=True)
+
+
+def from_order(x, ordered):
+    """``x`` (in the order along axis 2) back in raster order: ``x[:, :, ordered.inverse]``."""
+    return _moved(x, ordered, into=False)
+
+
+def _moved(x, ordered, into: bool):
+    if x is None:
+        return None
+    order, S = ordered.order, ordered.parent.seq_len
+    start, end = order.origin, order.end(S)
+    bands, wide = (end - start) // order.band, order.width // order.cols
+    rest = tuple(x.shape[3:])
+    lead = tuple(x.shape[:2])
+    raster = lead + (bands, order.rows, wide, order.cols) + rest
+    ordered_shape = lead + (bands, wide, order.rows, order.cols) + rest
+    axes = (0, 1, 2, 4, 3, 5) + tuple(range(6, 6 + len(rest)))      # swaps (rows, wide): its own inverse
+    src_shape, dst_shape = (raster, ordered_shape) if into else (ordered_shape, raster)
+    if type(x).__module__.startswith("torch"):
+        out = x.new_empty(x.shape)
+        out[:, :, :start] = x[:, :, :start]
+        out[:, :, end:] = x[:, :, end:]
+        out[:, :, start:end].view(dst_shape).copy_(x[:, :, start:end].reshape(src_shape).permute(axes))
+        return out
+    import cupy
+    out = cupy.empty_like(x)
+    out[:, :, :start] = x[:, :, :start]
+    out[:, :, end:] = x[:, :, end:]
+    out[:, :, start:end] = x[:, :, start:end].reshape(src_shape).transpose(axes).reshape(
+        lead + (end - start,) + rest)
+    return out
