@@ -16,7 +16,8 @@ from maskc.analysis.order_tiles import classify_ordered
 from maskc.analysis.score import modified_scores
 from maskc.codegen.predicate import pack_mask_data
 from maskc.flex_mods import Device, FlexMaskMod, FlexScoreMod
-from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BackwardSpec, BoundParams, Descriptor, KernelSpec, TileMap
+from maskc.bound_params import BoundParams
+from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BackwardSpec, Descriptor, KernelSpec, TileMap
 from maskc.runtime import handles
 
 if TYPE_CHECKING:

@@ -112,7 +112,7 @@ class DeviceMask:
         import torch
 
         if torch.compiler.is_compiling():
-            from maskc.runtime.torch_ops import update_device_mask
+            from maskc.runtime.device_ops import update_device_mask
             names = sorted(values)
             update_device_mask(self.token, ",".join(names), [torch.as_tensor(values[n]) for n in names])
             return self

@@ -1,13 +1,15 @@
-"""The run-time stages: bound parameters, tile classes, the packed descriptor, the kernel's source.
+"""The run-time stages: tile classes, the packed descriptor, the kernel's source.
 
 These are the run-time half of maskc's IR (the compile-time half, source to canonical regions, is in
-:mod:`maskc.ir`). Descriptor arrays are int32 and C-contiguous, to be uploaded to the GPU as they are.
+:mod:`maskc.ir`; the bound parameter values they start from in :mod:`maskc.bound_params`, the descriptor
+builder's plan in :mod:`maskc.builder_ir`). Descriptor arrays are int32 and C-contiguous, to be uploaded to
+the GPU as they are.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from maskc.runs import MAX_TILES, RunBudget, dense_of, heaviest_first, ordered_c
 from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as the IR's users import them)
 
 if TYPE_CHECKING:
+    from maskc.builder_ir import BuilderSpec
     from maskc.codegen.plan import ForwardPlan
 
 # The default cap on a descriptor's bytes (maskc.runs.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
@@ -34,75 +37,6 @@ DQ_REDUCTIONS = ("bulk_tile", "red2")
 # Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so
 # that a 64-query step's rows are whole and 256-byte aligned (the copy engine reads them in one piece).
 BACKWARD_ROW_PAD = 64
-
-
-@dataclass(frozen=True, eq=False)
-class SegmentTable:
-    """One segments parameter of one batch element: ``bounds[i] <= p < bounds[i+1]`` is segment i."""
-
-    bounds: np.ndarray          # int64[n + 1], non-decreasing; bounds[0] is the range's origin
-    values: tuple[tuple[str, np.ndarray], ...] = ()   # per-segment arrays: (name, int64[n])
-
-    @property
-    def count(self) -> int:
-        return len(self.bounds) - 1
-
-    def value(self, name: str) -> np.ndarray:
-        return next(v for n, v in self.values if n == name)
-
-
-@dataclass(frozen=True, eq=False)
-class Table:
-    """One table parameter of one batch element (a table per h: one entry, or one row, per head)."""
-
-    values: np.ndarray          # int64[n], n >= 1: the entries in row-major order
-    shape: tuple[int, ...] = ()     # () for one index of len(values) entries; (rows, columns) for two
-
-    def __post_init__(self):
-        if not self.shape:
-            object.__setattr__(self, "shape", (len(self.values),))
-
-    @property
-    def count(self) -> int:
-        return len(self.values)
-
-
-@dataclass(frozen=True, eq=False)
-class BatchParams:
-    """The validated parameter values of one batch element."""
-
-    ints: tuple[tuple[str, int], ...]
-    segments: tuple[tuple[str, SegmentTable], ...]
-    tables: tuple[tuple[str, Table], ...] = ()
-    # float parameters (read by the score modifier only): a float, or a float64 array for a float table
-    floats: tuple[tuple[str, "float | np.ndarray"], ...] = ()
-
-    def int(self, name: str) -> int:
-        return next(v for n, v in self.ints if n == name)
-
-    def segment(self, name: str) -> SegmentTable:
-        return next(v for n, v in self.segments if n == name)
-
-    def table(self, name: str) -> Table:
-        return next(v for n, v in self.tables if n == name)
-
-    def float(self, name: str):
-        return next(v for n, v in self.floats if n == name)
-
-
-@dataclass(frozen=True, eq=False)
-class BoundParams:
-    """Bind's result: the lengths and, per batch element, the parameter values (all validated)."""
-
-    seq_len: int
-    kv_len: int
-    num_heads: int | None       # only for masks that use h
-    batch: tuple[BatchParams, ...]
-    narrow: bool = False        # every form of the kernel's predicate fits in 32 bits (maskc.analysis.widths.fits_32_bits)
-
-    def constants(self, names) -> tuple[tuple[str, int], ...]:
-        """The values of the named (const) int parameters, the same in every batch element."""
-        return tuple((n, self.batch[0].int(n)) for n in names)
 
 
 @dataclass(frozen=True, eq=False)
@@ -392,49 +326,6 @@ class BackwardSpec:
     def entries(self) -> tuple[str, ...]:
         ordered = (self.entry_dkdv_ordered,) if self.engine == "wgmma_tma" else ()
         return (self.entry_prep, self.entry_dkdv, self.entry_dkdv_det, *ordered, self.entry_dq, self.entry_dq_convert)
-
-
-@dataclass(frozen=True)
-class SegmentCheck:
-    """One segments parameter as the descriptor builder checks it: its table's slot in the header, the extent
-    it partitions (``mask[extent]``: 0 seq_len, 1 kv_len) and its bit in the status word."""
-
-    name: str
-    slot: int
-    extent: int
-    bit: int
-
-
-@dataclass(frozen=True)
-class BuilderSpec:
-    """Every decision the descriptor builder's template needs (``templates/descriptor_build.cu.j2``, rendered by
-    :mod:`maskc.codegen.descriptor_build`): the mask's predicate (64-bit forms: no binding proved narrower),
-    whose ``mask_row`` gives each row's region intervals, and its segments parameters, checked on the device."""
-
-    mask_name: str
-    predicate: Predicate
-    segments: tuple[SegmentCheck, ...] = ()
-    mask_summary: tuple[str, ...] = field(default=())
-    arch: str = "sm_90a"
-    threads: int = 256          # the row-block kernels' CTA
-    window: int = 4096          # key blocks a row-block CTA counts at once (9 bytes of shared memory each)
-
-    # the kernels, in launch order (templates/descriptor_kernels.cu.j2 says what each does)
-    ROLES: ClassVar[tuple[str, ...]] = ("validate", "rows_count", "scan", "rows_write", "cols_count", "cols_write",
-                                        "order")
-
-    def entry_for(self, role: str) -> str:
-        """The entry point of one of ``ROLES``: ``maskc_<role>_<mask>``."""
-        assert role in self.ROLES, role
-        return f"maskc_{role}_{self.mask_name}"
-
-    @property
-    def entry(self) -> str:
-        return self.entry_for("rows_count")
-
-    @property
-    def entries(self) -> tuple[str, ...]:
-        return tuple(self.entry_for(role) for role in self.ROLES)
 
 
 @dataclass(frozen=True)

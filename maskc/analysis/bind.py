@@ -1,4 +1,4 @@
-"""Pass 5, bind: run-time parameter values → :class:`~maskc.kernel_ir.BoundParams`, validated.
+"""Pass 5, bind: run-time parameter values → :class:`~maskc.bound_params.BoundParams`, validated.
 
 Invariant: every parameter of the mask has a value for every batch element; int values are
 integers; segments are non-negative lengths that exactly partition their range [origin, end) with
@@ -27,7 +27,7 @@ from maskc.analysis.widths import check_bound, check_expr, fits_32_bits
 from maskc.errors import BindError, did_you_mean
 from maskc.ir.text import expr_text
 from maskc.ir.walk import mentions, nodes
-from maskc.kernel_ir import BatchParams, BoundParams, SegmentTable, Table
+from maskc.bound_params import BatchParams, BoundParams, SegmentTable, Table
 from maskc.runs import sorted_unique
 
 MAX_HEADS = 1024                  # num_heads accepted (the largest models have 128 query heads)

@@ -13,7 +13,7 @@ import math
 from maskc import ir
 from maskc.analysis import bitops
 from maskc.analysis import forms as F
-from maskc.kernel_ir import BatchParams
+from maskc.bound_params import BatchParams
 
 LIMIT = 2 ** 62
 NARROW_LIMIT = 2 ** 31 - 1

@@ -26,7 +26,8 @@ from maskc.analysis.rows import RowValues
 from maskc.analysis.sound import sound_runs
 from maskc.analysis.tiles import agree, concat_csr, key_block_runs, merge_runs, runs_of_keys
 from maskc.errors import BindError
-from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BoundParams, TileMap
+from maskc.bound_params import BoundParams
+from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, TileMap
 from maskc.runs import MAX_TILES, RunBudget, sizes_text
 
 # Rows are classified in chunks of whole q_blocks: arrays of this many int64 stay small enough to come

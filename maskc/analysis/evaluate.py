@@ -13,7 +13,7 @@ from maskc.analysis import bitops
 from maskc.analysis.interpret import Interpreter
 from maskc.analysis.rows import segment_lookup
 from maskc.errors import BindError
-from maskc.kernel_ir import BatchParams
+from maskc.bound_params import BatchParams
 
 
 def segment_tables(table, extent: int) -> dict[str, np.ndarray]:

@@ -28,7 +28,8 @@ from maskc import ir
 from maskc.analysis.classify import visible_intervals
 from maskc.analysis.order import TokenOrder
 from maskc.analysis.tiles import agree, concat_csr, merge_runs
-from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BoundParams, TileMap
+from maskc.bound_params import BoundParams
+from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, TileMap
 from maskc.runs import FULL, PARTIAL, RunBudget, sizes_text
 
 _CHUNK_ROWS = 8192          # query rows per pass (whole q_blocks)

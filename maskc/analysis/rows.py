@@ -14,7 +14,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import bitops
 from maskc.analysis import forms as F
-from maskc.kernel_ir import BatchParams, Table
+from maskc.bound_params import BatchParams, Table
 
 
 def segment_lookup(table, positions: np.ndarray, extent: int):

@@ -16,7 +16,7 @@ from maskc import ir
 from maskc.analysis.evaluate import Evaluator
 from maskc.errors import BindError
 from maskc.ir.walk import mentions
-from maskc.kernel_ir import BatchParams
+from maskc.bound_params import BatchParams
 
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
 POSITION_SLACK = 256

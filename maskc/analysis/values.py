@@ -11,7 +11,7 @@ import numpy as np
 from maskc import ir
 from maskc.errors import BindError
 from maskc.ir.text import expr_text
-from maskc.kernel_ir import SegmentTable, Table
+from maskc.bound_params import SegmentTable, Table
 
 INT32 = 2 ** 31 - 1
 MAX_TABLE = 1 << 24               # entries of one table parameter (the kernels' table is int32-indexed)

@@ -16,7 +16,7 @@ silently. Two checks keep all three exact:
   table), so the kernels never shift past 63 bits nor read outside a table.
 - ``fits_32_bits(...)``, at bind: the same bounds against 32 bits, for positions a tile past the ends, and
   those of every intermediate of the chunk nests the kernels enumerate (each level's index over its range); a
-  binding that passes gets the predicate, nests included, in int (:attr:`~maskc.kernel_ir.BoundParams.narrow`). Past the
+  binding that passes gets the predicate, nests included, in int (:attr:`~maskc.bound_params.BoundParams.narrow`). Past the
   ends, the kernel clamps table indices and shift amounts into range (their values there are never used),
   and so do these bounds.
 
@@ -31,7 +31,7 @@ from maskc.analysis.bounds import (COMPOUND_EXPRS, LIMIT, NARROW_LIMIT, BadShift
                                    cond_exprs, fit, operands)
 from maskc.errors import BindError, MaskError
 from maskc.ir.text import expr_text
-from maskc.kernel_ir import BatchParams
+from maskc.bound_params import BatchParams
 
 TILE_PADDING = 256      # positions a kernel's last tiles evaluate past seq_len and kv_len (tile sides <= 256)
 

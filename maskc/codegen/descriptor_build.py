@@ -1,4 +1,4 @@
-"""The descriptor builder as CUDA: a mask's :class:`~maskc.kernel_ir.BuilderSpec` → ``KernelSource``.
+"""The descriptor builder as CUDA: a mask's :class:`~maskc.builder_ir.BuilderSpec` → ``KernelSource``.
 
 The builder computes on the GPU what :mod:`maskc.analysis.classify`, :mod:`maskc.analysis.descriptor` and
 :mod:`maskc.analysis.tiles` compute on the host, for masks linear in k (one key interval per row and region):
@@ -15,7 +15,8 @@ from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.emit import _environment, nvrtc_options, template_dir
 from maskc.codegen.predicate import predicate
 from maskc.codegen.sanitize import c_identifier
-from maskc.kernel_ir import BuilderSpec, KernelSource, SegmentCheck
+from maskc.builder_ir import BuilderSpec, SegmentCheck
+from maskc.kernel_ir import KernelSource
 
 TEMPLATE_NAME = "descriptor_build.cu.j2"
 MAX_SEGMENT_PARAMS = 31     # segments parameters the status word has a bit for

@@ -38,7 +38,8 @@ from maskc.analysis import forms as F
 from maskc.codegen.cwriter import CWriter, TableLayout
 from maskc.codegen.sanitize import comment_text
 from maskc.codegen.tile_bits import bits_function, chunk_function, has_tile_bits
-from maskc.kernel_ir import BoundParams, Predicate
+from maskc.bound_params import BoundParams
+from maskc.kernel_ir import Predicate
 
 _WIDTHS = {
     False: "// Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.analysis.widths); the\n"

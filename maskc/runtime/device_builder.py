@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from maskc.kernel_ir import BuilderSpec
+from maskc.builder_ir import BuilderSpec
 from maskc.runtime.launch import PackedLaunch
 from maskc.runtime.state import DeviceDescriptor
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maskc.codegen.emit import backward_layout, compile_to_cubin, is_ptx, nvrtc_version
-from maskc.kernel_ir import BackwardSpec, BuilderSpec, KernelSource
+from maskc.builder_ir import BuilderSpec
+from maskc.kernel_ir import BackwardSpec, KernelSource
 from maskc.options import Options
 from maskc.runtime import cache
 

@@ -252,19 +252,6 @@ def _backward(ctx, dout, dlse):
 attention_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
-@torch.library.custom_op("maskc::update_device_mask", mutates_args=("mask",))
-def update_device_mask(mask: torch.Tensor, names: str, values: list[torch.Tensor]) -> None:
-    """maskc.DeviceMask.update under torch.compile: new values (``names``, comma-separated, and their tensors)
-    for the device mask whose handle ``mask`` (its token) holds. Declared as mutating the token: the attention ops
-    that read it come after."""
-    _bound(mask).update(**dict(zip(names.split(","), values)))
-
-
-@update_device_mask.register_fake
-def _(mask, names, values):
-    return None
-
-
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: float | None = None,
               return_lse: bool = False, deterministic: bool = False, options: Options | None = None):
     """Differentiable masked attention on torch tensors (CUDA: maskc's kernels; CPU: the reference path).
