@@ -9,16 +9,16 @@ host's descriptor of the padded lengths is the device's, array for array.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from maskc import ir
-from maskc.analysis.interpret import Interpreter
 from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.predicate import pack_mask_data
 from maskc.errors import BindError
 from maskc.ir.walk import mentions, nodes
+from maskc.runtime.device_eval import TableInts, on_device
 
 if TYPE_CHECKING:
     import torch
@@ -245,7 +245,7 @@ class DeviceTable:
 
         if p.origin is None:
             return torch.zeros(self.batch, dtype=torch.int64, device=self.device)
-        value = torch.as_tensor(_TableInts(self).int(p.origin, None, None), dtype=torch.int64, device=self.device)
+        value = on_device(self.device, TableInts(self).int(p.origin, None, None), torch.int64)
         return value.reshape(-1).expand(self.batch)
 
     # -- checking on the device --------------------------------------------------------------------------
@@ -255,10 +255,10 @@ class DeviceTable:
         somewhere, status[3] the first batch element where one does. Nothing is read back."""
         import torch
 
-        ints = _TableInts(self)
+        ints = TableInts(self)
         for i, rule in enumerate(self.resolved.requires[:MAX_REQUIRE_BITS]):
             q, valid = self._positions(rule.cond)
-            ok = torch.as_tensor(ints.cond(rule.cond, q, None), dtype=torch.bool, device=self.device)
+            ok = on_device(self.device, ints.cond(rule.cond, q, None), torch.bool)
             if q is None:
                 bad = ~(ok.reshape(-1).expand(self.batch) if ok.numel() == 1 else ok.reshape(self.batch))
             else:
@@ -326,77 +326,3 @@ def _segments_of(p: ir.Param) -> str:
     """The segments parameter a per-segment array belongs to."""
     assert p.of is not None, p
     return p.of
-
-
-class _TableInts(Interpreter):
-    """The interpreter's integer primitives over the device table (torch, one value per batch element: [B, 1]
-    against positions [B or 1, P]); segments looked up in the table's bounds (gap segments outside them)."""
-
-    def __init__(self, table: DeviceTable):
-        self.mask, self.t = table.resolved, table
-
-    def builtin(self, name: str):
-        return {"seq_len": self.t.seq_len, "kv_len": self.t.kv_len, "h": 0,
-                "b": self._column(lambda torch: torch.arange(self.t.batch, device=self.t.device))}[name]
-
-    def _column(self, make):
-        import torch
-        return make(torch).to(torch.int64)[:, None]
-
-    def param(self, name: str):
-        slot = self.t.layout.int_slot(name)
-        return self._column(lambda torch: self.t.data[:, slot])
-
-    def segment(self, seg: str, attr: str, positions):
-        import torch
-
-        at, n = self.t.segment_at[seg], self.t.capacity[seg]
-        bounds = self.t.data[:, at + 1:at + 2 + n].to(torch.int64)
-        pos = torch.as_tensor(positions, dtype=torch.int64, device=self.t.device).expand(self.t.batch, -1)
-        idx = torch.searchsorted(bounds, pos.contiguous(), right=True) - 1
-        inside = (idx >= 0) & (idx < n)
-        safe = idx.clamp(0, n - 1)
-        before = pos < bounds[:, :1]
-        extent = max(self.t.seq_len, self.t.kv_len)
-        start = torch.where(inside, bounds.gather(1, safe), torch.where(before, 0, bounds[:, n:]))
-        end = torch.where(inside, bounds.gather(1, safe + 1), torch.where(before, bounds[:, :1], extent))
-        if attr.startswith("value:"):
-            name = attr[len("value:"):]
-            base = at + 2 + n * (1 + self.t.layout.array_slot(name))
-            values = self.t.data[:, base:base + n].to(torch.int64)
-            return torch.where(inside, values.gather(1, safe), 0)
-        return {"index": torch.where(inside, idx, -1), "start": start, "end": end, "length": end - start}[attr]
-
-    def table(self, e: ir.TableAt, indices: list, q, k):
-        import torch
-
-        index_sum: Any = 0
-        for index, stride in zip(indices, e.strides):
-            index_sum = index_sum + index * self.int(stride, q, k)
-        at, count = self.t.table_at[e.table] + 1, int(np.prod(self.t.shapes[e.table]))
-        values = self.t.data[:, at:at + count].to(torch.int64)
-        flat = torch.as_tensor(index_sum, dtype=torch.int64, device=self.t.device)
-        flat = flat.reshape(1, -1) if flat.dim() < 2 else flat
-        return values.gather(1, flat.expand(self.t.batch, -1).clamp(0, count - 1))
-
-    def minimum(self, a, b):
-        import torch
-        return torch.minimum(torch.as_tensor(a, device=self.t.device), torch.as_tensor(b, device=self.t.device))
-
-    def maximum(self, a, b):
-        import torch
-        return torch.maximum(torch.as_tensor(a, device=self.t.device), torch.as_tensor(b, device=self.t.device))
-
-    def compare(self, op: str, a, b):
-        import torch
-
-        from maskc.analysis.interpret import COMPARE
-        return torch.as_tensor(COMPARE[op](a, b), device=self.t.device)
-
-    def absolute(self, a):
-        import torch
-        return torch.abs(torch.as_tensor(a, device=self.t.device))
-
-    def truth(self, value: bool, q, k):
-        import torch
-        return torch.tensor(value, device=self.t.device)
