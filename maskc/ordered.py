@@ -15,9 +15,9 @@ mask's are (its kernel's source names the order).
 
 ``"auto"`` picks, per binding, the order whose tiles promise the least work: for a sample of q_blocks (in each
 order's coordinates) the FULL and PARTIAL tiles are counted exactly (:func:`maskc.analysis.order_tiles.block_costs`)
-and weighed as the forward kernel spends on them, a PARTIAL tile :data:`CHUNKED_PARTIAL_COST` FULL ones; an order must
-save at least :data:`MIN_SAVING` of the raster order's work (gathering q, k and v and scattering the output
-costs a few percent) to be taken. An order applies only to a bound mask (not a sub-block) with kv_len ==
+and weighed as the forward kernel spends on them (a PARTIAL tile :data:`CHUNKED_PARTIAL_COST` FULL ones in raster,
+:data:`ORDERED_PARTIAL_COST` in an order), an order also paying :data:`GATHER_COST` per q_block for gathering q, k
+and v and scattering the output; it must save at least :data:`MIN_SAVING` of the raster order's work to be taken. An order applies only to a bound mask (not a sub-block) with kv_len ==
 seq_len, whose mask :func:`~maskc.analysis.order.image_grid` finds an image in, whose tiles are exact in raster
 and in the order, and whose length holds a whole band; ``"auto"`` falls back to raster otherwise, a patch shape
 asked for is a MaskError naming why.
@@ -38,6 +38,13 @@ from maskc.pipeline import compile_ordered
 CHUNKED_PARTIAL_COST = 2.6
 """A PARTIAL tile's forward time in FULL tiles: run 38 (bench/NOTES.md) timed CLEAR at 32K, 2032 FULL and 7572
 PARTIAL tiles, at 101 TF/s, and causal (almost all FULL) at 634 TF/s: a PARTIAL tile took 2.6 FULL ones."""
+ORDERED_PARTIAL_COST = 3.3
+"""A PARTIAL tile of an order's kernel in FULL tiles: run 51 (bench/NOTES.md), CLEAR at 32K in 8 x 16 patches
+on inputs already in the order, 2032 FULL and 3422 PARTIAL tiles in 2.79 ms (43 ns a tile and head against a
+FULL tile's 13.2 ns; 30-43 ns across clear and neighborhood at 4K and 32K)."""
+GATHER_COST = 15
+"""The gathers and the scatter of a call in an order, per q_block, in FULL tiles: run 51 timed 0.79-0.81 ms
+of them at 32K (B=1, H=16, D=128: 195 ns per q_block and head, 15 FULL tiles), 0.13-0.18 ms at 4K (about 20)."""
 MIN_SAVING = 0.1
 """The least share of the raster order's tile work an order must save to be taken (``"auto"``)."""
 SAMPLE_BLOCKS = 32
@@ -201,7 +208,9 @@ def _auto(bound, orders: list[TokenOrder]) -> OrderedMask | None:
 
     def cost(order):
         full, partial = block_costs(ranges, bound.params.batch[0], order, bound.seq_len, block_m, block_n, sample)
-        return full + CHUNKED_PARTIAL_COST * partial
+        if order is None:
+            return full + CHUNKED_PARTIAL_COST * partial
+        return full + ORDERED_PARTIAL_COST * partial + GATHER_COST * len(sample)
 
     best, best_cost = None, (1 - MIN_SAVING) * cost(None)
     for order in orders:
