@@ -3,6 +3,9 @@ told otherwise; a few launches, so that ``ncu --launch-skip`` can pass the warm-
 backward from a stored forward (maskc: ``attention_backward``; FA4: ``torch.autograd.grad`` of its output).
 
     ncu ... python bench/profile_case.py maskc|fa4 [--seq-len 32768] [--head-dim 128] [--mask causal] [--backward]
+        [--token-order raster|auto|8x16]
+
+``--token-order``: maskc's kernels in that order on inputs already in it (the order's kernel alone, no gathers).
 """
 import argparse
 import sys
@@ -20,6 +23,7 @@ ap.add_argument("--head-dim", type=int, default=128)
 ap.add_argument("--mask", default="causal")
 ap.add_argument("--launches", type=int, default=5)
 ap.add_argument("--backward", action="store_true", help="profile the backward (the forward runs once before)")
+ap.add_argument("--token-order", default="raster", help="maskc: run in this order, inputs already in it")
 args = ap.parse_args()
 w = W.workload(args.mask, args.seq_len)
 q, k, v = (torch.randn(1, 16, args.seq_len, args.head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -27,6 +31,12 @@ if args.who == "maskc":
     from maskc.runtime import attention
 
     bound = w.bound()
+    if args.token_order != "raster":
+        from maskc.ordered import token_order
+
+        ordered = token_order(bound, args.token_order)
+        if ordered is not None:
+            bound = ordered.inner      # q, k, v are random: their order does not matter to a profile
     run = lambda: attention(q, k, v, bound)   # noqa: E731
     if args.backward:
         from maskc.runtime import attention_backward
