@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import maskc
-from maskc.codegen.predicate import emit_predicate, pack_mask_data
+from maskc.codegen.predicate import emit_predicate, pack_mask_data, predicate
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params
 from mask_strategies import binding, mask_text
@@ -226,3 +226,41 @@ def test_evil_names_kernel_compiles_with_nvrtc():
         pytest.skip(f"NVRTC unavailable: {err}")
     kernel = maskc.compile_mask(EVIL).kernel_source(head_dim=64, dtype="bf16")
     assert len(compile_to_cubin(kernel)) > 0
+
+
+ISQRT_LOOP = """
+extern "C" long long maskc_isqrt32_misses(int from_root, int to_root) {
+    // n = r*r - 3 .. r*r + 3 for every r in [from_root, to_root] (a float root can be off only next to a
+    // square), and the largest int: how many n get an answer other than floor(sqrt(n)) (0 for n <= 0).
+    long long misses = 0;
+    auto check = [&](long long n) {
+        if (n < -2147483647LL - 1 || n > 2147483647LL) return;
+        const long long r = maskc_isqrt((int)n), want = n <= 0 ? 0 : (long long)std::sqrt((long double)n);
+        long long exact = want;
+        while (exact * exact > n && exact > 0) --exact;
+        while ((exact + 1) * (exact + 1) <= n) ++exact;
+        misses += r != (n <= 0 ? 0 : exact);
+    };
+    for (long long r = from_root; r <= to_root; ++r)
+        for (long long d = -3; d <= 3; ++d) check(r * r + d);
+    check(2147483647LL);
+    check(-2147483647LL - 1);
+    return misses;
+}
+"""
+
+
+@needs_gxx
+def test_narrow_isqrt_is_exact_next_to_every_square():
+    """maskc_isqrt(int) (a float root and one branch-free step each way, in unsigned 32 bits) against the exact
+    integer root next to every square up to 2**31 (where a rounded float root can land on the wrong side)."""
+    helpers = predicate(maskc.load(EXAMPLES / "clear.mask").ranges, narrow=True).helpers
+    cpp, so = _BUILD / "isqrt.cpp", _BUILD / "isqrt.so"
+    cpp.write_text(SHIM + helpers + ISQRT_LOOP)
+    res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[:4000]
+    lib = ctypes.CDLL(str(so))
+    lib.maskc_isqrt32_misses.restype = ctypes.c_longlong
+    lib.maskc_isqrt32_misses.argtypes = [ctypes.c_int, ctypes.c_int]
+    assert lib.maskc_isqrt32_misses(0, 46341) == 0

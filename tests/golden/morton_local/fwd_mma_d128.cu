@@ -93,8 +93,11 @@ __device__ __forceinline__ T maskc_floormod(T num, T den) {
 }
 
 // floor(sqrt(n)) (0 for n <= 0): a double-precision root, corrected to the exact integer either way; for a
-// 32-bit n (the narrow predicate's) a single-precision root, within one of the answer, corrected the same way
-// with 64-bit squares (a fp64 square root is a dozen double operations: a chunk nest takes one per chunk).
+// 32-bit n (the narrow predicate's, inside every chunk loop: a fp64 square root is a dozen double operations)
+// a single-precision root, then one step each way without a branch, in unsigned 32 bits: for every
+// 0 < n < 2**31, sqrtf of (float)n (both correctly rounded) truncates to the answer or one off it (checked
+// for every such n on the host; tests/test_predicate.py checks those next to a square), and r + 1 <= 46341,
+// whose square fits in 32 unsigned bits. No 64-bit compares, no loops whose trip counts split a warp.
 __device__ __forceinline__ long long maskc_isqrt(long long n) {
     if (n <= 0) return 0;
     long long r = (long long)sqrt((double)n);
@@ -103,11 +106,10 @@ __device__ __forceinline__ long long maskc_isqrt(long long n) {
     return r;
 }
 __device__ __forceinline__ int maskc_isqrt(int n) {
-    if (n <= 0) return 0;
-    int r = (int)sqrtf((float)n);
-    while ((long long)r * r > n) --r;
-    while ((long long)(r + 1) * (r + 1) <= n) ++r;
-    return r;
+    unsigned r = (unsigned)sqrtf((float)max(n, 0));
+    r -= r * r > (unsigned)max(n, 0) ? 1u : 0u;
+    r += (r + 1u) * (r + 1u) <= (unsigned)max(n, 0) ? 1u : 0u;
+    return (int)r;
 }
 
 // Bits a..b of a visibility word (clamped to the word); 0 when [a, b] misses it.
