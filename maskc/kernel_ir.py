@@ -245,6 +245,7 @@ class Predicate:
     intervals_only: bool
     helpers: str = field(default="", repr=False)   # CUDA: the functions every predicate's code calls
     tile_bits: bool = False             # code defines mask_bits (see above)
+    root_tables: int = 0                # tables mask_bits may read as `roots` (maskc.codegen.tile_bits)
 
     @property
     def source(self) -> str:

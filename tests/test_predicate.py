@@ -44,13 +44,14 @@ extern "C" void maskc_fill(const int* mask, int b, int h, int seq_len, int kv_le
 # (the forward's 128-key tiles) and 32-bit words (the backward's), from tile origins that step by the words.
 BITS_LOOP = """
 template <class Word, int WORDS>
-static void fill_bits(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
+static void fill_bits(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out,
+                      const int* roots = nullptr) {
     constexpr int SPAN = WORDS * 8 * (int)sizeof(Word);
     for (int q = 0; q < seq_len; ++q) {
         const MaskRow row = mask_row(mask, b, h, q);
         for (int k0 = 0; k0 < kv_len; k0 += SPAN) {
             Word bits[WORDS];
-            mask_bits(row, mask, b, h, q, k0, bits);
+            mask_bits(row, mask, b, h, q, k0, bits, roots);
             for (int j = 0; j < SPAN && k0 + j < kv_len; ++j)
                 out[(long long)q * kv_len + k0 + j] = (bits[j / (8 * sizeof(Word))] >> (j % (8 * sizeof(Word)))) & 1;
         }
@@ -64,6 +65,26 @@ extern "C" void maskc_fill_bits32(const int* mask, int b, int h, int seq_len, in
 }
 """
 
+# Chunk nests that read root tables: mask_bits again with the tables a kernel fills per work item (the loops
+# above pass none: the nests compute every root).
+ROOTS_LOOP = """
+extern "C" void maskc_fill_bits32_roots(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
+    int roots[MASK_ROOT_TABLES * MASK_ROOT_ENTRIES];
+    for (int e = 0; e < MASK_ROOT_TABLES * MASK_ROOT_ENTRIES; ++e)
+        roots[e] = mask_root_entry(mask, b, h, e / MASK_ROOT_ENTRIES, e % MASK_ROOT_ENTRIES);
+    fill_bits<unsigned, 1>(mask, b, h, seq_len, kv_len, out, roots);
+}
+"""
+
+
+def fills_of(source: str) -> tuple[str, ...]:
+    """The fill functions a predicate's library has: per pair, and through mask_bits (with root tables)."""
+    if "mask_bits(" not in source:
+        return ("maskc_fill",)
+    tables = ("maskc_fill_bits32_roots",) if "MASK_ROOT_TABLES" in source else ()
+    return ("maskc_fill", "maskc_fill_bits64", "maskc_fill_bits32") + tables
+
+
 _BUILD = Path(tempfile.mkdtemp(prefix="maskc_pred_"))
 _LIBS: dict = {}
 
@@ -73,13 +94,13 @@ def compile_predicate(source: str):
     if key in _LIBS:
         return _LIBS[key]
     cpp, so = _BUILD / f"{key}.cpp", _BUILD / f"{key}.so"
-    cpp.write_text(SHIM + source + LOOP + (BITS_LOOP if "mask_bits(" in source else ""))
+    cpp.write_text(SHIM + source + LOOP + (BITS_LOOP if "mask_bits(" in source else "")
+                   + (ROOTS_LOOP if "MASK_ROOT_TABLES" in source else ""))
     res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
                          capture_output=True, text=True)
     assert res.returncode == 0, f"g++ rejected the predicate:\n{res.stderr[:4000]}\n{source}"
     lib = ctypes.CDLL(str(so))
-    fills = ("maskc_fill", "maskc_fill_bits64", "maskc_fill_bits32") if "mask_bits(" in source else ("maskc_fill",)
-    for name in fills:
+    for name in fills_of(source):
         getattr(lib, name).restype = None
         getattr(lib, name).argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                        ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
@@ -101,7 +122,7 @@ def check_bound(compiled, bound, heads=(0,)):
     pair by pair and, for masks with the tile path, through mask_bits."""
     source = emit_predicate(compiled.ranges, narrow=bound.narrow)
     lib = compile_predicate(source)
-    fills = ("maskc_fill", "maskc_fill_bits64", "maskc_fill_bits32") if "mask_bits(" in source else ("maskc_fill",)
+    fills = fills_of(source)
     data, offsets = pack_mask_data(compiled.ranges, bound.params)
     assert data.dtype == np.int32 and len(offsets) == bound.batch + 1
     for b in range(bound.batch):
@@ -226,6 +247,24 @@ def test_evil_names_kernel_compiles_with_nvrtc():
         pytest.skip(f"NVRTC unavailable: {err}")
     kernel = maskc.compile_mask(EVIL).kernel_source(head_dim=64, dtype="bf16")
     assert len(compile_to_cubin(kernel)) > 0
+
+
+@needs_gxx
+@pytest.mark.parametrize("radius", [0, 1, 5, 31, 32, 33, 45])
+def test_clear_root_tables_at_every_radius(radius):
+    """CLEAR's chunk nests read their roots from a table of 32 entries: exact with and without the tables,
+    for discs that fit it, fill it exactly, and reach past it (rows |d| >= 32 compute their roots), on an
+    image of 75 rows 24 wide (wider than a disc row at every |d| but the edges', so every root shows)."""
+    compiled = maskc.load(EXAMPLES / "clear.mask")
+    constants = (("text", 5), ("width", 24))
+    bound = compiled.bind(5 + 24 * 75, text=5, width=24, radius=radius)
+    source = emit_predicate(compiled.ranges, constants, narrow=bound.narrow)
+    assert "MASK_ROOT_TABLES = 1" in source
+    lib = compile_predicate(source)
+    data, offsets = pack_mask_data(compiled.ranges, bound.params)
+    want = bound.dense(0, 0)
+    for fill in fills_of(source):
+        assert np.array_equal(predicate_dense(lib, data, offsets, 0, bound.seq_len, bound.kv_len, 0, fill), want), fill
 
 
 ISQRT_LOOP = """

@@ -63,6 +63,9 @@ class CWriter:
         self.row_values: list[tuple[str, str, str]] = []     # (field, C type, C expression)
         self._hoisted: dict = {}
         self.row_segments: dict[str, str] = {}               # seg name -> local variable at q
+        # the chunk nests' roots of u - w * d**2 (u fixed per work item) read from a table when given one
+        # (maskc.codegen.tile_bits.RootTables); elsewhere every root is computed
+        self.roots = None
 
     # -- leaves ----------------------------------------------------------------------------
     def segment_var(self, seg: str, pos: str) -> str:
@@ -145,7 +148,12 @@ class CWriter:
             fn = "maskc_floordiv" if t.op == "//" else "maskc_floormod"
             return f"{fn}({self.cast(num)}, {self.cast(den)})"
         if isinstance(t, ir.Root):
-            return f"({self.int_type})maskc_isqrt({self.lin(t.arg, per_element)})"
+            arg = self.lin(t.arg, per_element)
+            table = self.roots.match(t.arg) if self.roots is not None else None
+            if table is not None:
+                index, d = table
+                return f"mask_root<{index}>(roots, {self.cast(self.lin(d, per_element))}, {self.cast(arg)})"
+            return f"({self.int_type})maskc_isqrt({arg})"
         if isinstance(t, ir.Extreme):
             fn = "min" if t.fn == "min" else "max"
             args = [self.lin(a, per_element) for a in t.args]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from maskc.codegen.tile_bits import ROOT_ENTRIES
 from maskc.kernel_ir import KernelSpec
 
 KV_STAGES = 2            # wgmma_tma: shared-memory stages of K and V
@@ -76,6 +77,7 @@ class ForwardPlan:
     overlap: bool = False                      # wgmma_tma: S of tile j+1 overlaps P V of tile j
     pingpong: bool = False                     # wgmma_tma: consumer warpgroups take turns issuing products
     debug_waits: bool = False                  # wgmma_tma: reporting barrier waits (finding hangs)
+    root_tables: int = 0                       # wgmma_tma tile path: root tables per consumer warp (root_tables)
 
     @property
     def threads(self) -> int:
@@ -99,6 +101,11 @@ class ForwardPlan:
         """PARTIAL tiles masked through the predicate's mask_bits, per row and tile (exact masks with chunked
         regions; the wgmma_tma kernel, whose shared tile code has the path), not per key."""
         return self.interval_regions is None and self.spec.engine == "wgmma_tma" and self.spec.predicate.tile_bits
+
+    @property
+    def root_table_ints(self) -> int:
+        """The ints of one warp's root tables."""
+        return self.root_tables * ROOT_ENTRIES
 
     @property
     def wgmma_widths(self) -> tuple[int, ...]:
@@ -126,9 +133,19 @@ def interval_regions(spec: KernelSpec) -> tuple[int, int] | None:
     return regions["allow"], regions["deny"]
 
 
-def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None) -> int:
-    """Dynamic shared memory of one CTA (the template static_asserts the same sum)."""
+def root_tables(spec: KernelSpec, regions: tuple[int, int] | None) -> int:
+    """The root tables (maskc.codegen.tile_bits) each consumer warp of the tile path keeps in shared memory,
+    filled once per work item, so that PARTIAL tiles read the chunk nests' roots: 0 without the tile path or
+    roots to table."""
+    tile_bits = regions is None and spec.engine == "wgmma_tma" and spec.predicate.tile_bits
+    return spec.predicate.root_tables if tile_bits else 0
+
+
+def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None, roots: int = 0) -> int:
+    """Dynamic shared memory of one CTA (the template static_asserts the same sum), with ``roots`` root tables
+    per consumer warp."""
     table = 0 if regions is None else sum(regions) * spec.block_m * 8   # int2 [region][row]
+    table += roots * ROOT_ENTRIES * 4 * spec.num_warps                  # int [warp][table][entry]
     tile = lambda rows: 2 * rows * spec.head_dim   # noqa: E731  (16-bit elements)
     if spec.engine == "wgmma_tma":
         q_and_o = tile(spec.block_m) * (1 if spec.head_dim == 256 else 2)
@@ -142,7 +159,10 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
     """The plan of ``spec``'s forward kernel; the switches are experiments' (maskc.options.Options: overlap,
     pingpong, debug_waits; the defaults are the product)."""
     regions = interval_regions(spec)
-    smem = shared_bytes(spec, regions)
+    roots = root_tables(spec, regions)
+    if shared_bytes(spec, regions, roots) > SMEM_LIMIT:
+        roots = 0           # the chunk nests compute their roots (mask_bits without tables): same bits, slower
+    smem = shared_bytes(spec, regions, roots)
     if smem > SMEM_LIMIT:
         raise ValueError(f"{spec.engine}: tiles {spec.block_m}x{spec.block_n} at head dim {spec.head_dim} need "
                          f"{smem} bytes of shared memory ({SMEM_LIMIT} per CTA)")
@@ -154,4 +174,4 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
     overlap = overlap and (regions is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
     return ForwardPlan(spec, "attention_fwd_tma.cu.j2", regions, COMMON_PARAMS + TMA_PARAMS, smem,
                        o_in_q_buffer=spec.head_dim == 256, registers=tma_registers(spec), overlap=overlap,
-                       pingpong=pingpong, debug_waits=debug_waits)
+                       pingpong=pingpong, debug_waits=debug_waits, root_tables=roots)

@@ -37,7 +37,7 @@ from maskc import ir
 from maskc.analysis import forms as F
 from maskc.codegen.cwriter import CWriter, TableLayout
 from maskc.codegen.sanitize import comment_text
-from maskc.codegen.tile_bits import bits_function, chunk_function, has_tile_bits
+from maskc.codegen.tile_bits import RootTables, bits_function, chunk_function, has_tile_bits
 from maskc.bound_params import BoundParams
 from maskc.kernel_ir import Predicate
 
@@ -186,10 +186,11 @@ def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = 
     return predicate(mask, constants, offsets, narrow).source
 
 
-def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offsets: bool) -> str:
-    """MaskRow, mask_row and mask_visible of ``mask`` (without the shared helpers). ``constants`` are values
-    of const int parameters, written into the code as literals; ``offsets``: the predicate of a sub-block,
-    reading its origin (q0, k0) from the head of the table."""
+def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offsets: bool) -> tuple[str, int]:
+    """MaskRow, mask_row and mask_visible of ``mask`` (without the shared helpers), and the number of root
+    tables its tile path reads (maskc.codegen.tile_bits). ``constants`` are values of const int parameters,
+    written into the code as literals; ``offsets``: the predicate of a sub-block, reading its origin (q0, k0)
+    from the head of the table."""
     layout = TableLayout.of(mask.params)
     per_key = any(r.opaque for r in mask.allow + mask.deny)
     key = "k_local" if offsets and per_key else "k"      # what the interval tests compare
@@ -262,11 +263,12 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
     else:
         out.append("    return allowed;")
     out += ["}", ""]
+    roots = RootTables()
     if has_tile_bits(mask, offsets):
         regions = mask.allow + mask.deny
-        out += [chunk_function(i, r, layout, dict(constants)) for i, r in enumerate(regions) if r.chunks]
-        out.append(bits_function(mask))
-    return "\n".join(out).rstrip("\n") + "\n"
+        nests = [chunk_function(i, r, layout, dict(constants), roots) for i, r in enumerate(regions) if r.chunks]
+        out += ([roots.source(layout, dict(constants))] if roots.tables else []) + nests + [bits_function(mask)]
+    return "\n".join(out).rstrip("\n") + "\n", len(roots.tables)
 
 
 def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
@@ -276,6 +278,7 @@ def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), o
     paths need. ``narrow``: the forms in 32 bits, for bindings that :func:`maskc.analysis.widths.fits_32_bits`
     accepts (else 64)."""
     regions = mask.allow + mask.deny
-    return Predicate(_mask_code(mask, constants, offsets), len(mask.allow), len(mask.deny),
+    code, root_tables = _mask_code(mask, constants, offsets)
+    return Predicate(code, len(mask.allow), len(mask.deny),
                      intervals_only=not any(r.opaque for r in regions), helpers=_WIDTHS[narrow] + _HELPERS + "\n\n",
-                     tile_bits=has_tile_bits(mask, offsets))
+                     tile_bits=has_tile_bits(mask, offsets), root_tables=root_tables)

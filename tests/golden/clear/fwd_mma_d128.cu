@@ -193,16 +193,35 @@ __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __re
     return allowed;
 }
 
+// Root tables of the chunk nests (maskc.codegen.tile_bits): table t holds isqrt(u - w * a * a) for
+// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole work item. A kernel fills them once per item
+// (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d| of the root
+// of u - w * d * d, or computes it (no table, or |d| past it).
+constexpr int MASK_ROOT_TABLES = 1, MASK_ROOT_ENTRIES = 32;
+__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int h, int t, int a) {
+    (void)mask; (void)b; (void)h; (void)a;
+    switch (t) {
+    case 0: return (int)maskc_isqrt((long long)(((maskc_int)mask[4] * (maskc_int)mask[4]) - 1) - 1LL * a * a);   // isqrt((radius)**2 - 1 - a**2)
+    default: return 0;
+    }
+}
+template <int T>
+__device__ __forceinline__ maskc_int mask_root(const int* __restrict__ roots, maskc_int d, maskc_int arg) {
+    const maskc_int a = d < 0 ? -d : d;
+    if (roots != nullptr && a < MASK_ROOT_ENTRIES) return roots[T * MASK_ROOT_ENTRIES + (int)a];
+    return maskc_isqrt(arg);
+}
+
 template <class Emit>
-__device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, Emit emit) {
-    (void)b; (void)h;
+__device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, const int* __restrict__ roots, Emit emit) {
+    (void)b; (void)h; (void)roots;
     if (k_first > k_last) return;
     if (!((-((maskc_int)mask[4] * (maskc_int)mask[4]) + 1) <= 0)) return;      // the nest's guards on the row
     const maskc_int j1_first = maskc_floordiv((maskc_int)k_first + (maskc_int)-(maskc_int)(512), (maskc_int)(128));
     const maskc_int j1_last = maskc_floordiv((maskc_int)k_last + (maskc_int)-(maskc_int)(512), (maskc_int)(128));
     for (maskc_int j1 = max(max((maskc_int)j1_first, (maskc_int)((maskc_int)-(maskc_int)(512) >> 7)), (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7) - (maskc_int)maskc_isqrt((((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), j1_end = min(min((maskc_int)j1_last, (maskc_int)((maskc_int)((maskc_int)mask[1] - (maskc_int)(512) - 1) >> 7)), (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7) + (maskc_int)maskc_isqrt((((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))); j1 <= j1_end; ++j1) {
-        const maskc_int lo = max(max((maskc_int)k_first, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) - (maskc_int)maskc_isqrt((-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128))));
-        const maskc_int hi = min(min((maskc_int)k_last, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) + (maskc_int)maskc_isqrt((-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + (maskc_int)(128) + ((maskc_int)j1 * (maskc_int)(128)) - 1));
+        const maskc_int lo = max(max((maskc_int)k_first, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) - mask_root<0>(roots, (maskc_int)(-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)), (maskc_int)(-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128))));
+        const maskc_int hi = min(min((maskc_int)k_last, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) + mask_root<0>(roots, (maskc_int)(-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)), (maskc_int)(-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + (maskc_int)(128) + ((maskc_int)j1 * (maskc_int)(128)) - 1));
         if (lo <= hi) emit((int)lo, (int)hi);
     }
 }
@@ -210,15 +229,18 @@ __device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b
 // The row's visible keys among k0 .. k0 + WORDS * bits - 1 as words (bit j of word w: key k0 + w * bits
 // + j): the allow regions' key intervals set, then the deny regions' cleared; keys past kv_len are the
 // caller's to hide. Every region is an interval per row or one per chunk (an exact mask), so a tile
-// costs a few interval operations per row, never a predicate per key.
+// costs a few interval operations per row, never a predicate per key. roots: the root tables, filled
+// for this work item (mask_root_entry), or null (the chunk nests compute their roots).
 template <class Word, int WORDS>
 __device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h,
-                                          int q, int k0, Word (&bits)[WORDS]) {
+                                          int q, int k0, Word (&bits)[WORDS],
+                                          const int* __restrict__ roots = nullptr) {
+    (void)roots;
     const int k_last = k0 + WORDS * 8 * (int)sizeof(Word) - 1;
     for (int w = 0; w < WORDS; ++w) bits[w] = Word(0);
     maskc_set_keys(bits, k0, row.lo0, row.hi0);
     maskc_set_keys(bits, k0, row.lo1, row.hi1);
-    mask_chunks2(mask, b, h, q, max(k0, row.lo2), min(k_last, row.hi2),
+    mask_chunks2(mask, b, h, q, max(k0, row.lo2), min(k_last, row.hi2), roots,
                  [&](int lo, int hi) { maskc_set_keys(bits, k0, lo, hi); });
 }
 

@@ -53,7 +53,7 @@ constexpr int COL_BLOCKS  = HEAD_DIM / 64;      // 128-byte column blocks (one c
 constexpr int Q_TILE_BYTES  = BLOCK_M * HEAD_DIM * 2;
 constexpr int KV_TILE_BYTES = BLOCK_N * HEAD_DIM * 2;
 // Layout from a 1024-byte aligned base: [Q][K stages][V stages][O staging unless in Q's][barriers][mailbox]
-// [interval table]
+// [interval table, or the warps' root tables]
 constexpr int SMEM_K_OFFSET   = Q_TILE_BYTES;
 constexpr int SMEM_V_OFFSET   = SMEM_K_OFFSET + KV_STAGES * KV_TILE_BYTES;
 constexpr int SMEM_O_OFFSET   = O_IN_Q_BUFFER ? 0 : SMEM_V_OFFSET + KV_STAGES * KV_TILE_BYTES;
@@ -65,7 +65,9 @@ constexpr int SMEM_IV_OFFSET  = SMEM_ITEM_OFFSET + 8;
 // Named barriers (0 is __syncthreads; 2 + wg are the ping-pong turns): the mailbox is full / has been read.
 constexpr int MAILBOX_FULL = 8, MAILBOX_EMPTY = 9, MAILBOX_THREADS = CONSUMER_THREADS + 32;
 constexpr int SMEM_ALIGN      = 1024;           // the swizzle atom; the dynamic base is rounded up to it
-constexpr int SMEM_BYTES = SMEM_IV_OFFSET + SMEM_ALIGN;
+// Tile path (chunked masks): every consumer warp's copy of the chunk nests' root tables, once per item.
+constexpr int ROOT_TABLE_INTS = 32;   // per warp: tables x entries
+constexpr int SMEM_BYTES = SMEM_IV_OFFSET + NUM_WARPS * ROOT_TABLE_INTS * 4 + SMEM_ALIGN;
 
 constexpr int KIND_PARTIAL = 1;
 constexpr int KIND_FULL    = 2;
@@ -77,7 +79,7 @@ static_assert((NUM_WGS == 2 || NUM_WGS == 3) && NUM_WARPS == 4 * NUM_WGS && BLOC
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 64 && BLOCK_N <= 128, "BLOCK_N a multiple of 16 in [64, 128]");
 static_assert(KV_STAGES >= 2, "at least double buffering");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
-static_assert(SMEM_BYTES == 197720, "the launch gives what maskc.codegen.plan computed");
+static_assert(SMEM_BYTES == 198744, "the launch gives what maskc.codegen.plan computed");
 
 // ---- the generated mask predicate (maskc.codegen.predicate), verbatim ---------------------------------
 // Every form is computed in maskc_int, 64 bits (bind proves each intermediate fits: maskc.analysis.widths); the
@@ -204,16 +206,35 @@ __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __re
     return allowed;
 }
 
+// Root tables of the chunk nests (maskc.codegen.tile_bits): table t holds isqrt(u - w * a * a) for
+// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole work item. A kernel fills them once per item
+// (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d| of the root
+// of u - w * d * d, or computes it (no table, or |d| past it).
+constexpr int MASK_ROOT_TABLES = 1, MASK_ROOT_ENTRIES = 32;
+__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int h, int t, int a) {
+    (void)mask; (void)b; (void)h; (void)a;
+    switch (t) {
+    case 0: return (int)maskc_isqrt((long long)(((maskc_int)mask[4] * (maskc_int)mask[4]) - 1) - 1LL * a * a);   // isqrt((radius)**2 - 1 - a**2)
+    default: return 0;
+    }
+}
+template <int T>
+__device__ __forceinline__ maskc_int mask_root(const int* __restrict__ roots, maskc_int d, maskc_int arg) {
+    const maskc_int a = d < 0 ? -d : d;
+    if (roots != nullptr && a < MASK_ROOT_ENTRIES) return roots[T * MASK_ROOT_ENTRIES + (int)a];
+    return maskc_isqrt(arg);
+}
+
 template <class Emit>
-__device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, Emit emit) {
-    (void)b; (void)h;
+__device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, const int* __restrict__ roots, Emit emit) {
+    (void)b; (void)h; (void)roots;
     if (k_first > k_last) return;
     if (!((-((maskc_int)mask[4] * (maskc_int)mask[4]) + 1) <= 0)) return;      // the nest's guards on the row
     const maskc_int j1_first = maskc_floordiv((maskc_int)k_first + (maskc_int)-(maskc_int)(512), (maskc_int)(128));
     const maskc_int j1_last = maskc_floordiv((maskc_int)k_last + (maskc_int)-(maskc_int)(512), (maskc_int)(128));
     for (maskc_int j1 = max(max((maskc_int)j1_first, (maskc_int)((maskc_int)-(maskc_int)(512) >> 7)), (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7) - (maskc_int)maskc_isqrt((((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), j1_end = min(min((maskc_int)j1_last, (maskc_int)((maskc_int)((maskc_int)mask[1] - (maskc_int)(512) - 1) >> 7)), (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7) + (maskc_int)maskc_isqrt((((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))); j1 <= j1_end; ++j1) {
-        const maskc_int lo = max(max((maskc_int)k_first, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) - (maskc_int)maskc_isqrt((-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128))));
-        const maskc_int hi = min(min((maskc_int)k_last, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) + (maskc_int)maskc_isqrt((-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + (maskc_int)(128) + ((maskc_int)j1 * (maskc_int)(128)) - 1));
+        const maskc_int lo = max(max((maskc_int)k_first, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) - mask_root<0>(roots, (maskc_int)(-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)), (maskc_int)(-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128))));
+        const maskc_int hi = min(min((maskc_int)k_last, (maskc_int)(((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127) + (maskc_int)(512) + ((maskc_int)j1 * (maskc_int)(128)) + mask_root<0>(roots, (maskc_int)(-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)), (maskc_int)(-((-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7)) * (-(maskc_int)j1 + ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7))) + ((maskc_int)mask[4] * (maskc_int)mask[4]) - 1)))), (maskc_int)((maskc_int)(512) + (maskc_int)(128) + ((maskc_int)j1 * (maskc_int)(128)) - 1));
         if (lo <= hi) emit((int)lo, (int)hi);
     }
 }
@@ -221,19 +242,23 @@ __device__ __forceinline__ void mask_chunks2(const int* __restrict__ mask, int b
 // The row's visible keys among k0 .. k0 + WORDS * bits - 1 as words (bit j of word w: key k0 + w * bits
 // + j): the allow regions' key intervals set, then the deny regions' cleared; keys past kv_len are the
 // caller's to hide. Every region is an interval per row or one per chunk (an exact mask), so a tile
-// costs a few interval operations per row, never a predicate per key.
+// costs a few interval operations per row, never a predicate per key. roots: the root tables, filled
+// for this work item (mask_root_entry), or null (the chunk nests compute their roots).
 template <class Word, int WORDS>
 __device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h,
-                                          int q, int k0, Word (&bits)[WORDS]) {
+                                          int q, int k0, Word (&bits)[WORDS],
+                                          const int* __restrict__ roots = nullptr) {
+    (void)roots;
     const int k_last = k0 + WORDS * 8 * (int)sizeof(Word) - 1;
     for (int w = 0; w < WORDS; ++w) bits[w] = Word(0);
     maskc_set_keys(bits, k0, row.lo0, row.hi0);
     maskc_set_keys(bits, k0, row.lo1, row.hi1);
-    mask_chunks2(mask, b, h, q, max(k0, row.lo2), min(k_last, row.hi2),
+    mask_chunks2(mask, b, h, q, max(k0, row.lo2), min(k_last, row.hi2), roots,
                  [&](int lo, int hi) { maskc_set_keys(bits, k0, lo, hi); });
 }
 
 // ---- end of predicate --------------------------------------------------------------------------------
+static_assert(ROOT_TABLE_INTS == MASK_ROOT_TABLES * MASK_ROOT_ENTRIES, "the predicate's root tables, as planned");
 
 namespace maskc {
 
@@ -391,11 +416,13 @@ __device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, uns
 // Mask one 16-row score tile in place: -inf where the predicate (PARTIAL tiles) or the kv_len bound (the
 // ragged last tile) hides a key. MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs
 // for this tile (one instantiation can serve every tile kind: a uniform branch per tile). row16 is the tile's
-// first row within the q_block; rows past seq_len are computed but never stored.
+// first row within the q_block; rows past seq_len are computed but never stored. iv_smem: the interval table
+// (interval path); roots: the warp's root tables for mask_bits, or null (tile path).
 template <bool MASKED, bool BOUNDS, int N_TILES>
 __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t, int row16, int q0, int k0,
                                             int seq_len, int kv_len, const int* __restrict__ mask, int mb, int h,
-                                            const int2* iv_smem, bool do_mask, bool do_bounds) {
+                                            const int2* iv_smem, const int* roots, bool do_mask, bool do_bounds) {
+    (void)roots;
     if (!((MASKED && do_mask) || (BOUNDS && do_bounds))) return;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -406,7 +433,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
             // Tile path (exact masks with chunked regions): the row's intervals within this tile, one per
             // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored). The quad's
             // four threads hold the same rows: each computes every fourth 32-key word and the quad swaps them,
-            // so a tile's chunks are split four ways (eight patch rows in a token order's 8 x 16 tile).
+            // so a tile's chunks are split four ways (eight patch rows in a token order's 8 x 16 tile). The chunk
+            // nests read their roots from the warp's tables (filled once per item) where the mask has any.
             const int q = min(q0 + rr, seq_len - 1);
             const MaskRow row = mask_row(mask, mb, h, q);
             constexpr int WORDS32 = (N_TILES * 8 + 31) / 32;
@@ -414,7 +442,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
             #pragma unroll
             for (int i = 0; i < (WORDS32 + 3) / 4; ++i) {
                 unsigned word[1] = {0u};
-                if (4 * i + t < WORDS32) mask_bits(row, mask, mb, h, q, k0 + 32 * (4 * i + t), word);
+                if (4 * i + t < WORDS32) mask_bits(row, mask, mb, h, q, k0 + 32 * (4 * i + t), word, roots);
                 mine[i] = word[0];
             }
             #pragma unroll
@@ -951,6 +979,18 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_clear(
             const int* mask = mask_data + mask_offsets[it.mb];
             const int2* iv_smem = nullptr;
             (void)iv_smem;
+            const int* roots = nullptr;
+            // The chunk nests' root tables (maskc.codegen.tile_bits), this warp's copy, once per item: they depend
+            // on the item's parameters alone, and only this warp reads them (mask_scores), so warp barriers order
+            // their reuse, as for the interval table.
+            {
+                int* roots_w = reinterpret_cast<int*>(smem + SMEM_IV_OFFSET) + warp * ROOT_TABLE_INTS;
+                __syncwarp();
+                for (int e = lane; e < ROOT_TABLE_INTS; e += 32)
+                    roots_w[e] = mask_root_entry(mask, it.mb, it.h, e / MASK_ROOT_ENTRIES, e % MASK_ROOT_ENTRIES);
+                __syncwarp();
+                roots = roots_w;
+            }
 
             float acc[D_TILES][4];
             float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
@@ -986,7 +1026,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_clear(
             // mask (PARTIAL tiles and the ragged last tile only) the tile `walk` is at
             auto mask_tile = [&](float (&s)[N_TILES][4]) {
                 const int k0 = walk.kv_block * BLOCK_N;
-                mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem,
+                mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem, roots,
                                         walk.kind != KIND_FULL, k0 + BLOCK_N > kv_len);
             };
 

@@ -58,7 +58,7 @@ constexpr int COL_BLOCKS  = HEAD_DIM / 64;      // 128-byte column blocks (one c
 constexpr int Q_TILE_BYTES  = BLOCK_M * HEAD_DIM * 2;
 constexpr int KV_TILE_BYTES = BLOCK_N * HEAD_DIM * 2;
 // Layout from a 1024-byte aligned base: [Q][K stages][V stages][O staging unless in Q's][barriers][mailbox]
-// [interval table]
+// [interval table, or the warps' root tables]
 constexpr int SMEM_K_OFFSET   = Q_TILE_BYTES;
 constexpr int SMEM_V_OFFSET   = SMEM_K_OFFSET + KV_STAGES * KV_TILE_BYTES;
 constexpr int SMEM_O_OFFSET   = O_IN_Q_BUFFER ? 0 : SMEM_V_OFFSET + KV_STAGES * KV_TILE_BYTES;
@@ -222,8 +222,8 @@ __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __re
 }
 
 template <class Emit>
-__device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, Emit emit) {
-    (void)b; (void)h;
+__device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, const int* __restrict__ roots, Emit emit) {
+    (void)b; (void)h; (void)roots;
     if (k_first > k_last) return;
     const maskc_int j1_first = maskc_floordiv((maskc_int)k_first + (maskc_int)0, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4))));
     const maskc_int j1_last = maskc_floordiv((maskc_int)k_last + (maskc_int)0, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4))));
@@ -245,13 +245,16 @@ __device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b
 // The row's visible keys among k0 .. k0 + WORDS * bits - 1 as words (bit j of word w: key k0 + w * bits
 // + j): the allow regions' key intervals set, then the deny regions' cleared; keys past kv_len are the
 // caller's to hide. Every region is an interval per row or one per chunk (an exact mask), so a tile
-// costs a few interval operations per row, never a predicate per key.
+// costs a few interval operations per row, never a predicate per key. roots: the root tables, filled
+// for this work item (mask_root_entry), or null (the chunk nests compute their roots).
 template <class Word, int WORDS>
 __device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h,
-                                          int q, int k0, Word (&bits)[WORDS]) {
+                                          int q, int k0, Word (&bits)[WORDS],
+                                          const int* __restrict__ roots = nullptr) {
+    (void)roots;
     const int k_last = k0 + WORDS * 8 * (int)sizeof(Word) - 1;
     for (int w = 0; w < WORDS; ++w) bits[w] = Word(0);
-    mask_chunks0(mask, b, h, q, max(k0, row.lo0), min(k_last, row.hi0),
+    mask_chunks0(mask, b, h, q, max(k0, row.lo0), min(k_last, row.hi0), roots,
                  [&](int lo, int hi) { maskc_set_keys(bits, k0, lo, hi); });
     maskc_set_keys(bits, k0, row.lo1, row.hi1);
     maskc_set_keys(bits, k0, row.lo2, row.hi2);
@@ -415,11 +418,13 @@ __device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, uns
 // Mask one 16-row score tile in place: -inf where the predicate (PARTIAL tiles) or the kv_len bound (the
 // ragged last tile) hides a key. MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs
 // for this tile (one instantiation can serve every tile kind: a uniform branch per tile). row16 is the tile's
-// first row within the q_block; rows past seq_len are computed but never stored.
+// first row within the q_block; rows past seq_len are computed but never stored. iv_smem: the interval table
+// (interval path); roots: the warp's root tables for mask_bits, or null (tile path).
 template <bool MASKED, bool BOUNDS, int N_TILES>
 __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t, int row16, int q0, int k0,
                                             int seq_len, int kv_len, const int* __restrict__ mask, int mb, int h,
-                                            const int2* iv_smem, bool do_mask, bool do_bounds) {
+                                            const int2* iv_smem, const int* roots, bool do_mask, bool do_bounds) {
+    (void)roots;
     if (!((MASKED && do_mask) || (BOUNDS && do_bounds))) return;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -430,7 +435,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
             // Tile path (exact masks with chunked regions): the row's intervals within this tile, one per
             // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored). The quad's
             // four threads hold the same rows: each computes every fourth 32-key word and the quad swaps them,
-            // so a tile's chunks are split four ways (eight patch rows in a token order's 8 x 16 tile).
+            // so a tile's chunks are split four ways (eight patch rows in a token order's 8 x 16 tile). The chunk
+            // nests read their roots from the warp's tables (filled once per item) where the mask has any.
             const int q = min(q0 + rr, seq_len - 1);
             const MaskRow row = mask_row(mask, mb, h, q);
             constexpr int WORDS32 = (N_TILES * 8 + 31) / 32;
@@ -438,7 +444,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
             #pragma unroll
             for (int i = 0; i < (WORDS32 + 3) / 4; ++i) {
                 unsigned word[1] = {0u};
-                if (4 * i + t < WORDS32) mask_bits(row, mask, mb, h, q, k0 + 32 * (4 * i + t), word);
+                if (4 * i + t < WORDS32) mask_bits(row, mask, mb, h, q, k0 + 32 * (4 * i + t), word, roots);
                 mine[i] = word[0];
             }
             #pragma unroll
@@ -1001,6 +1007,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
             const int* mask = mask_data + mask_offsets[it.mb];
             const int2* iv_smem = nullptr;
             (void)iv_smem;
+            const int* roots = nullptr;
 
             float acc[D_TILES][4];
             float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
@@ -1036,7 +1043,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
             // mask (PARTIAL tiles and the ragged last tile only) the tile `walk` is at
             auto mask_tile = [&](float (&s)[N_TILES][4]) {
                 const int k0 = walk.kv_block * BLOCK_N;
-                mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem,
+                mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem, roots,
                                         walk.kind != KIND_FULL, k0 + BLOCK_N > kv_len);
             };
 

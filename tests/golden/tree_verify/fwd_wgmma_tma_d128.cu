@@ -52,7 +52,7 @@ constexpr int COL_BLOCKS  = HEAD_DIM / 64;      // 128-byte column blocks (one c
 constexpr int Q_TILE_BYTES  = BLOCK_M * HEAD_DIM * 2;
 constexpr int KV_TILE_BYTES = BLOCK_N * HEAD_DIM * 2;
 // Layout from a 1024-byte aligned base: [Q][K stages][V stages][O staging unless in Q's][barriers][mailbox]
-// [interval table]
+// [interval table, or the warps' root tables]
 constexpr int SMEM_K_OFFSET   = Q_TILE_BYTES;
 constexpr int SMEM_V_OFFSET   = SMEM_K_OFFSET + KV_STAGES * KV_TILE_BYTES;
 constexpr int SMEM_O_OFFSET   = O_IN_Q_BUFFER ? 0 : SMEM_V_OFFSET + KV_STAGES * KV_TILE_BYTES;
@@ -358,11 +358,13 @@ __device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, uns
 // Mask one 16-row score tile in place: -inf where the predicate (PARTIAL tiles) or the kv_len bound (the
 // ragged last tile) hides a key. MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs
 // for this tile (one instantiation can serve every tile kind: a uniform branch per tile). row16 is the tile's
-// first row within the q_block; rows past seq_len are computed but never stored.
+// first row within the q_block; rows past seq_len are computed but never stored. iv_smem: the interval table
+// (interval path); roots: the warp's root tables for mask_bits, or null (tile path).
 template <bool MASKED, bool BOUNDS, int N_TILES>
 __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t, int row16, int q0, int k0,
                                             int seq_len, int kv_len, const int* __restrict__ mask, int mb, int h,
-                                            const int2* iv_smem, bool do_mask, bool do_bounds) {
+                                            const int2* iv_smem, const int* roots, bool do_mask, bool do_bounds) {
+    (void)roots;
     if (!((MASKED && do_mask) || (BOUNDS && do_bounds))) return;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -900,6 +902,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_tree_veri
             const int* mask = mask_data + mask_offsets[it.mb];
             const int2* iv_smem = nullptr;
             (void)iv_smem;
+            const int* roots = nullptr;
 
             float acc[D_TILES][4];
             float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
@@ -935,7 +938,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_tree_veri
             // mask (PARTIAL tiles and the ragged last tile only) the tile `walk` is at
             auto mask_tile = [&](float (&s)[N_TILES][4]) {
                 const int k0 = walk.kv_block * BLOCK_N;
-                mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem,
+                mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem, roots,
                                         walk.kind != KIND_FULL, k0 + BLOCK_N > kv_len);
             };
 

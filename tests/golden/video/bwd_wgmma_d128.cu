@@ -197,8 +197,8 @@ __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __re
 }
 
 template <class Emit>
-__device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, Emit emit) {
-    (void)b; (void)h;
+__device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b, int h, int q, int k_first, int k_last, const int* __restrict__ roots, Emit emit) {
+    (void)b; (void)h; (void)roots;
     if (k_first > k_last) return;
     const maskc_int j1_first = maskc_floordiv((maskc_int)k_first + (maskc_int)0, (maskc_int)(32));
     const maskc_int j1_last = maskc_floordiv((maskc_int)k_last + (maskc_int)0, (maskc_int)(32));
@@ -216,13 +216,16 @@ __device__ __forceinline__ void mask_chunks0(const int* __restrict__ mask, int b
 // The row's visible keys among k0 .. k0 + WORDS * bits - 1 as words (bit j of word w: key k0 + w * bits
 // + j): the allow regions' key intervals set, then the deny regions' cleared; keys past kv_len are the
 // caller's to hide. Every region is an interval per row or one per chunk (an exact mask), so a tile
-// costs a few interval operations per row, never a predicate per key.
+// costs a few interval operations per row, never a predicate per key. roots: the root tables, filled
+// for this work item (mask_root_entry), or null (the chunk nests compute their roots).
 template <class Word, int WORDS>
 __device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restrict__ mask, int b, int h,
-                                          int q, int k0, Word (&bits)[WORDS]) {
+                                          int q, int k0, Word (&bits)[WORDS],
+                                          const int* __restrict__ roots = nullptr) {
+    (void)roots;
     const int k_last = k0 + WORDS * 8 * (int)sizeof(Word) - 1;
     for (int w = 0; w < WORDS; ++w) bits[w] = Word(0);
-    mask_chunks0(mask, b, h, q, max(k0, row.lo0), min(k_last, row.hi0),
+    mask_chunks0(mask, b, h, q, max(k0, row.lo0), min(k_last, row.hi0), roots,
                  [&](int lo, int hi) { maskc_set_keys(bits, k0, lo, hi); });
 }
 
