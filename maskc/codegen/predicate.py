@@ -266,7 +266,10 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
     roots = RootTables()
     if has_tile_bits(mask, offsets):
         regions = mask.allow + mask.deny
-        nests = [chunk_function(i, r, layout, dict(constants), roots) for i, r in enumerate(regions) if r.chunks]
+        # twice: the first pass finds the root tables, so that the second also reads those roots of a table's u
+        # that come before the table's first use (the loop bounds, rendered before the chunk's interval)
+        for _ in range(2):
+            nests = [chunk_function(i, r, layout, dict(constants), roots) for i, r in enumerate(regions) if r.chunks]
         out += ([roots.source(layout, dict(constants))] if roots.tables else []) + nests + [bits_function(mask)]
     return "\n".join(out).rstrip("\n") + "\n", len(roots.tables)
 

@@ -13,7 +13,7 @@ per image row J1). Where the root's argument is ``u - w * d**2`` with ``u`` fixe
 the head, no position, no chunk index), its value depends on ``|d|`` alone: a kernel fills a table of
 ``ROOT_ENTRIES`` values once per work item (``mask_root_entry``) and passes it to ``mask_bits`` as ``roots``,
 so a PARTIAL tile reads each chunk's root instead of computing it (``|d|`` past the table, or no table: it is
-computed, so any radius stays exact).
+computed, so any radius stays exact). A root of ``u`` itself (the disc's rows, in the loop bounds) is entry 0.
 """
 from __future__ import annotations
 
@@ -40,8 +40,12 @@ class RootTables:
         self.tables: list[tuple[ir.Lin, int]] = []
 
     def match(self, arg: ir.Lin) -> tuple[int, ir.Lin] | None:
-        """(table, d) when ``arg`` is ``u - w * d**2`` with ``u`` per item and ``w > 0``, else None."""
+        """(table, d) when ``arg`` is ``u - w * d**2`` with ``u`` per item and ``w > 0`` (a new table if no
+        table has that ``(u, w)``), or ``arg`` is some table's ``u`` (d = 0: a disc's extent in rows, read by
+        the nests' loop bounds); else None."""
         varying = [(t, c) for t, c in arg.terms if not _per_item(t)]
+        if not varying:
+            return next(((i, ir.Lin((), 0)) for i, (u, _) in enumerate(self.tables) if u == arg), None)
         if len(varying) != 1 or not isinstance(varying[0][0], ir.Square) or varying[0][1] >= 0:
             return None
         square, coef = varying[0]
