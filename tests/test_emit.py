@@ -194,3 +194,32 @@ def test_interval_path_for_exact_masks(name):
 def test_interval_path_compiles():
     sp = maskc.load(EXAMPLES / "hstu.mask").kernel_spec(head_dim=64, dtype="fp16")
     assert compile_to_cubin(emit_kernel(sp))[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("order", [None, "8x16"])
+def test_root_tables_reach_the_kernels(order):
+    """CLEAR's chunk nests read their disc roots from tables: the forward plan gives each consumer warp one
+    (counted in its shared memory) and fills it per work item; the backward's layouts hold one per CTA, filled
+    by every kernel that masks through mask_bits. A mask whose nests have no roots (neighborhood) gets none."""
+    from maskc.codegen.emit import backward_layout
+    from maskc.codegen.plan import shared_bytes
+    from maskc.codegen.tile_bits import ROOT_ENTRIES
+    from maskc.ordered import in_order
+
+    mask = maskc.load(EXAMPLES / "clear.mask")
+    constants = mask.const_values({})
+    if order:
+        mask = in_order(mask, order, constants)
+    fwd = mask.kernel_source(Options(), head_dim=128, dtype="bf16", constants=constants, engine="wgmma_tma")
+    assert fwd.spec.predicate.root_tables == fwd.plan.root_tables == 1
+    assert fwd.plan.shared_bytes == shared_bytes(fwd.spec, None) + 8 * ROOT_ENTRIES * 4
+    assert "mask_root_entry(mask, it.mb," in fwd.source and "word, roots);" in fwd.source
+    for engine in ("wgmma_tma", "wgmma", "mma"):
+        bwd = mask.backward_source(Options(), head_dim=128, dtype="bf16", constants=constants, engine=engine)
+        layout = backward_layout(bwd.spec)
+        assert layout["dkdv"]["roots"] >= layout["dkdv"]["bits"] and "roots" in layout["dq"]
+        assert bwd.source.count("fill_root_tables(smem + ") == 2        # dK/dV and dQ
+    plain = maskc.load(EXAMPLES / "neighborhood.mask")
+    src = plain.kernel_source(Options(), head_dim=128, dtype="bf16", constants=plain.const_values({}),
+                              engine="wgmma_tma")
+    assert src.spec.predicate.tile_bits and src.plan.root_tables == 0 and "MASK_ROOT_TABLES" not in src.source

@@ -71,7 +71,7 @@ ROOTS_LOOP = """
 extern "C" void maskc_fill_bits32_roots(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
     int roots[MASK_ROOT_TABLES * MASK_ROOT_ENTRIES];
     for (int e = 0; e < MASK_ROOT_TABLES * MASK_ROOT_ENTRIES; ++e)
-        roots[e] = mask_root_entry(mask, b, h, e / MASK_ROOT_ENTRIES, e % MASK_ROOT_ENTRIES);
+        roots[e] = mask_root_entry(mask, b, e / MASK_ROOT_ENTRIES, e % MASK_ROOT_ENTRIES);
     fill_bits<unsigned, 1>(mask, b, h, seq_len, kv_len, out, roots);
 }
 """

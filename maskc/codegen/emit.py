@@ -18,6 +18,7 @@ import jinja2
 
 from maskc.codegen.plan import plan_forward
 from maskc.codegen.schedule import capability_of
+from maskc.codegen.tile_bits import ROOT_ENTRIES
 from maskc.kernel_ir import (BACKWARD_ENGINES, BACKWARD_ROW_PAD, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource,
                               KernelSpec)
 from maskc.options import DEFAULT, Options
@@ -171,7 +172,7 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
 
     dK/dV: this CTA's K and V tiles, two stages of Q and dO, the dS^T tile (block_n x block_m, for dQ),
     two stages of LSE and delta, and one PARTIAL tile's visibility bits. dQ: Q and dO, two stages of K
-    and V, visibility bits."""
+    and V, visibility bits. Both: the root tables of a mask whose chunk nests read some."""
     d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
     tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
     hopper = spec.engine in ("wgmma", "wgmma_tma")
@@ -185,12 +186,20 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
         sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's dQ tile, as it lies in the buffer
     if spec.engine == "wgmma_tma":
         sizes["bars"] = 5 * 8                                 # mbarriers: kv_full, q_full x2, q_empty x2
+    dq_sizes = {"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn), "bits": bm * (dbn // 32) * 4}
+    roots = backward_root_tables(spec) * ROOT_ENTRIES * 4
+    if roots:                        # the chunk nests' root tables (maskc.codegen.tile_bits), once per CTA
+        sizes["roots"] = dq_sizes["roots"] = roots
     dkdv = _placed(sizes, align)
     if hopper:
         dkdv["total"] += 1024
-    dq = _placed({"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn),
-                  "bits": bm * (dbn // 32) * 4})
-    return {"dkdv": dkdv, "dq": dq}
+    return {"dkdv": dkdv, "dq": _placed(dq_sizes)}
+
+
+def backward_root_tables(spec: BackwardSpec) -> int:
+    """The root tables the backward's tile path keeps per CTA (none where PARTIAL tiles take the interval
+    table or the per-pair predicate)."""
+    return spec.predicate.root_tables if interval_regions(spec) is None and spec.predicate.tile_bits else 0
 
 
 def dkdv_threads(spec: BackwardSpec) -> int:
@@ -235,7 +244,8 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
                              row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
-                             tile_bits=interval_regions(spec) is None and spec.predicate.tile_bits, **engine)
+                             tile_bits=interval_regions(spec) is None and spec.predicate.tile_bits,
+                             root_tables=backward_root_tables(spec), **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)
 

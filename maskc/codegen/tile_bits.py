@@ -10,8 +10,8 @@ without root tables.
 
 Root tables: a chunk nest's bounds read a square root per chunk (a disc: ``isqrt(r**2 - 1 - (y(q) - J1)**2)``
 per image row J1). Where the root's argument is ``u - w * d**2`` with ``u`` fixed for a work item (parameters,
-the head, no position, no chunk index), its value depends on ``|d|`` alone: a kernel fills a table of
-``ROOT_ENTRIES`` values once per work item (``mask_root_entry``) and passes it to ``mask_bits`` as ``roots``,
+no position, chunk index or head), its value depends on ``|d|`` alone: a kernel fills a table of
+``ROOT_ENTRIES`` values once per work item or CTA (``mask_root_entry``) and passes it to ``mask_bits`` as ``roots``,
 so a PARTIAL tile reads each chunk's root instead of computing it (``|d|`` past the table, or no table: it is
 computed, so any radius stays exact). A root of ``u`` itself (the disc's rows, in the loop bounds) is entry 0.
 """
@@ -28,8 +28,10 @@ ROOT_ENTRIES = 32
 
 
 def _per_item(term) -> bool:
-    """Whether a term is the same for every row and key of a work item (no position, no chunk index)."""
-    return not (F.term_depends_on_q(term) or F.term_depends_on_k(term) or F.term_reads_chunks(term))
+    """Whether a term is the same for every row, key and head of a batch element (no position, no chunk index,
+    no head): a table can then serve a forward work item and a backward CTA, whose steps change heads."""
+    return not (F.term_depends_on_q(term) or F.term_depends_on_k(term) or F.term_reads_chunks(term)
+                or F.term_mentions(term, lambda t: isinstance(t, ir.Builtin) and t.name == "h"))
 
 
 class RootTables:
@@ -61,13 +63,12 @@ class RootTables:
             return ""
         w = CWriter(layout, constants)
         lines = ["// Root tables of the chunk nests (maskc.codegen.tile_bits): table t holds isqrt(u - w * a * a) for",
-                 "// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole work item. A kernel fills them once per item",
-                 "// (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d| of the root",
-                 "// of u - w * d * d, or computes it (no table, or |d| past it).",
+                 "// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole batch element. A kernel fills them once per",
+                 "// work item or CTA (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d|",
+                 "// of the root of u - w * d * d, or computes it (no table, or |d| past it).",
                  f"constexpr int MASK_ROOT_TABLES = {len(self.tables)}, MASK_ROOT_ENTRIES = {ROOT_ENTRIES};",
-                 "__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int h, int t, "
-                 "int a) {",
-                 "    (void)mask; (void)b; (void)h; (void)a;",
+                 "__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int t, int a) {",
+                 "    (void)mask; (void)b; (void)a;",
                  "    switch (t) {"]
         for t, (u, scale) in enumerate(self.tables):
             lines.append(f"    case {t}: return (int)maskc_isqrt((long long){w.lin(u)} - {scale}LL * a * a);"

@@ -403,13 +403,13 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
     atomicAdd(dst, a);
     atomicAdd(dst + 1, b);
 #endif
-}
-
-// Visibility of the ROWS x COLS tile at (q0, k0): bits[row * (COLS / 32) + word], bit j = key k0 + 32 word + j.
-// Rows past seq_len and keys past kv_len are hidden. THREADS threads share the words.
+}// Visibility of the ROWS x COLS tile at (q0, k0): bits[row * (COLS / 32) + word], bit j = key k0 + 32 word + j.
+// Rows past seq_len and keys past kv_len are hidden. THREADS threads share the words. roots: the root tables
+// mask_bits reads (tile path), or null.
 template <int ROWS, int COLS, int THREADS>
 __device__ __forceinline__ void tile_visibility(u32* bits, const int* __restrict__ mask, int mb, int h, int q0,
-                                                int k0, int seq_len, int kv_len, int tid) {
+                                                int k0, int seq_len, int kv_len, int tid, const int* roots) {
+    (void)roots;
     constexpr int WORDS = COLS / 32;
     for (int i = tid; i < ROWS * WORDS; i += THREADS) {
         const int row = i / WORDS, key0 = k0 + (i % WORDS) * 32;
@@ -663,6 +663,7 @@ __device__ __forceinline__ void dkdv_kernel(
     const float* lse_smem = reinterpret_cast<const float*>(smem + KV_SMEM_LSE);
     const float* delta_smem = reinterpret_cast<const float*>(smem + KV_SMEM_DELTA);
     u32* bits = reinterpret_cast<u32*>(smem + KV_SMEM_BITS);
+    const int* roots = nullptr;
 
     // ---- prologue: this CTA's K and V (one group), then the first step's query side (another) ----
     load_tile<KV_BLOCK, KV_THREADS>(k_smem, k + b * k_sb + hk * k_sh, k_ss, k0, kv_len, tid);
@@ -709,7 +710,7 @@ __device__ __forceinline__ void dkdv_kernel(
         // ragged step is masked too, so that P is 0 there, not inf (whose product with a zero dO row is NaN).
         const bool masked = step.kind == KIND_PARTIAL || q0 + Q_BLOCK > seq_len;
         if (masked) {
-            tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid);
+            tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
             __syncthreads();
         }
         const u32 q_smem = smem0 + KV_SMEM_Q + stage * Q_TILE_BYTES;
@@ -883,6 +884,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_alibi(
     const u32 smem0 = smem_address(smem);
     const u32 q_smem = smem0 + DQ_SMEM_Q, do_smem = smem0 + DQ_SMEM_DO;
     u32* bits = reinterpret_cast<u32*>(smem + DQ_SMEM_BITS);
+    const int* roots = nullptr;
     const u16* k_base = k + b * k_sb + hk * k_sh;
     const u16* v_base = v + b * v_sb + hk * v_sh;
 
@@ -938,7 +940,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_alibi(
         // masked too, so that P is 0 there, not inf (whose product with a zero K row is NaN in 16 bits).
         const bool masked = kind == KIND_PARTIAL || k0 + DQ_KV_BLOCK > kv_len;
         if (masked) {
-            tile_visibility<Q_BLOCK, DQ_KV_BLOCK, DQ_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid);
+            tile_visibility<Q_BLOCK, DQ_KV_BLOCK, DQ_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
             __syncthreads();
         }
         const u32 k_smem = smem0 + DQ_SMEM_K + stage * DQ_KV_TILE_BYTES;

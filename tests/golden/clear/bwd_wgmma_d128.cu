@@ -68,15 +68,17 @@ constexpr int KV_SMEM_DS    = 131072;
 constexpr int KV_SMEM_LSE   = 147456;
 constexpr int KV_SMEM_DELTA = 148480;
 constexpr int KV_SMEM_BITS  = 149504;
+constexpr int KV_SMEM_ROOTS = 183296;
 constexpr int KV_SMEM_DQ_STAGE = 150528;
-constexpr int KV_SMEM_BYTES = 184320;
+constexpr int KV_SMEM_BYTES = 185344;
 // dQ kernel: [Q][dO][K x2][V x2][visibility bits]
 constexpr int DQ_SMEM_Q     = 0;
 constexpr int DQ_SMEM_DO    = 16384;
 constexpr int DQ_SMEM_K     = 32768;
 constexpr int DQ_SMEM_V     = 65536;
 constexpr int DQ_SMEM_BITS  = 98304;
-constexpr int DQ_SMEM_BYTES = 98816;
+constexpr int DQ_SMEM_ROOTS = 98816;
+constexpr int DQ_SMEM_BYTES = 98944;
 
 constexpr int Q_TILE_BYTES  = Q_BLOCK * HEAD_DIM * 2;
 constexpr int DQ_KV_TILE_BYTES = DQ_KV_BLOCK * HEAD_DIM * 2;
@@ -212,12 +214,12 @@ __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __re
 }
 
 // Root tables of the chunk nests (maskc.codegen.tile_bits): table t holds isqrt(u - w * a * a) for
-// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole work item. A kernel fills them once per item
-// (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d| of the root
-// of u - w * d * d, or computes it (no table, or |d| past it).
+// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole batch element. A kernel fills them once per
+// work item or CTA (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d|
+// of the root of u - w * d * d, or computes it (no table, or |d| past it).
 constexpr int MASK_ROOT_TABLES = 1, MASK_ROOT_ENTRIES = 32;
-__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int h, int t, int a) {
-    (void)mask; (void)b; (void)h; (void)a;
+__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int t, int a) {
+    (void)mask; (void)b; (void)a;
     switch (t) {
     case 0: return (int)maskc_isqrt((long long)(((maskc_int)mask[4] * (maskc_int)mask[4]) - 1) - 1LL * a * a);   // isqrt((radius)**2 - 1 - a**2)
     default: return 0;
@@ -521,12 +523,23 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
     atomicAdd(dst + 1, b);
 #endif
 }
+// The chunk nests' root tables (maskc.codegen.tile_bits) at `at`, filled by every thread of the block once per
+// CTA (they depend on the batch element alone: every step's head reads the same); the barrier that opens each
+// step orders them before the first PARTIAL step reads them.
+__device__ __forceinline__ const int* fill_root_tables(unsigned char* at, const int* __restrict__ mask, int mb) {
+    int* roots = reinterpret_cast<int*>(at);
+    for (int e = threadIdx.x; e < MASK_ROOT_TABLES * MASK_ROOT_ENTRIES; e += blockDim.x)
+        roots[e] = mask_root_entry(mask, mb, e / MASK_ROOT_ENTRIES, e % MASK_ROOT_ENTRIES);
+    return roots;
+}
 
 // Visibility of the ROWS x COLS tile at (q0, k0): bits[row * (COLS / 32) + word], bit j = key k0 + 32 word + j.
-// Rows past seq_len and keys past kv_len are hidden. THREADS threads share the words.
+// Rows past seq_len and keys past kv_len are hidden. THREADS threads share the words. roots: the root tables
+// mask_bits reads (tile path), or null.
 template <int ROWS, int COLS, int THREADS>
 __device__ __forceinline__ void tile_visibility(u32* bits, const int* __restrict__ mask, int mb, int h, int q0,
-                                                int k0, int seq_len, int kv_len, int tid) {
+                                                int k0, int seq_len, int kv_len, int tid, const int* roots) {
+    (void)roots;
     constexpr int WORDS = COLS / 32;
     for (int i = tid; i < ROWS * WORDS; i += THREADS) {
         const int row = i / WORDS, key0 = k0 + (i % WORDS) * 32;
@@ -536,7 +549,7 @@ __device__ __forceinline__ void tile_visibility(u32* bits, const int* __restrict
             const MaskRow mr = mask_row(mask, mb, h, q);
             // exact masks with chunked regions: the row's intervals within the word, one per region or chunk
             u32 words[1];
-            mask_bits(mr, mask, mb, h, q, key0, words);
+            mask_bits(mr, mask, mb, h, q, key0, words, roots);
             word = words[0] & maskc_span_bits<u32>(0, kv_len - 1 - key0);
         }
         bits[i] = word;
@@ -894,6 +907,7 @@ __device__ __forceinline__ void dkdv_kernel(
     const float* lse_smem = reinterpret_cast<const float*>(smem + KV_SMEM_LSE);
     const float* delta_smem = reinterpret_cast<const float*>(smem + KV_SMEM_DELTA);
     u32* bits = reinterpret_cast<u32*>(smem + KV_SMEM_BITS);
+    const int* roots = fill_root_tables(smem + KV_SMEM_ROOTS, mask, mb);
     const u32 dq_stage = smem0 + KV_SMEM_DQ_STAGE + warp * 16 * DQ_COLS * 4;    // this warp's dQ staging tile
 
     // ---- prologue: this CTA's K and V (one group), then the first step's query side (another) ----
@@ -943,7 +957,7 @@ __device__ __forceinline__ void dkdv_kernel(
         wgmma_commit();
         const bool masked = step.kind == KIND_PARTIAL;
         if (masked) {
-            tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid);
+            tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
             __syncthreads();
         }
 
@@ -1107,6 +1121,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_clear(
     const u32 smem0 = smem_address(smem);
     const u32 q_smem = smem0 + DQ_SMEM_Q, do_smem = smem0 + DQ_SMEM_DO;
     u32* bits = reinterpret_cast<u32*>(smem + DQ_SMEM_BITS);
+    const int* roots = fill_root_tables(smem + DQ_SMEM_ROOTS, mask, mb);
     const u16* k_base = k + b * k_sb + hk * k_sh;
     const u16* v_base = v + b * v_sb + hk * v_sh;
 
@@ -1160,7 +1175,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_clear(
         const int k0 = kv_block * DQ_KV_BLOCK;
         const bool masked = kind == KIND_PARTIAL;
         if (masked) {
-            tile_visibility<Q_BLOCK, DQ_KV_BLOCK, DQ_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid);
+            tile_visibility<Q_BLOCK, DQ_KV_BLOCK, DQ_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
             __syncthreads();
         }
         const u32 k_smem = smem0 + DQ_SMEM_K + stage * DQ_KV_TILE_BYTES;

@@ -194,12 +194,12 @@ __device__ __forceinline__ bool mask_visible(const MaskRow& row, const int* __re
 }
 
 // Root tables of the chunk nests (maskc.codegen.tile_bits): table t holds isqrt(u - w * a * a) for
-// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole work item. A kernel fills them once per item
-// (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d| of the root
-// of u - w * d * d, or computes it (no table, or |d| past it).
+// a = 0 .. MASK_ROOT_ENTRIES - 1, u the same for a whole batch element. A kernel fills them once per
+// work item or CTA (mask_root_entry) and passes them to mask_bits as `roots`; mask_root reads entry |d|
+// of the root of u - w * d * d, or computes it (no table, or |d| past it).
 constexpr int MASK_ROOT_TABLES = 1, MASK_ROOT_ENTRIES = 32;
-__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int h, int t, int a) {
-    (void)mask; (void)b; (void)h; (void)a;
+__device__ __forceinline__ int mask_root_entry(const int* __restrict__ mask, int b, int t, int a) {
+    (void)mask; (void)b; (void)a;
     switch (t) {
     case 0: return (int)maskc_isqrt((long long)(((maskc_int)mask[4] * (maskc_int)mask[4]) - 1) - 1LL * a * a);   // isqrt((radius)**2 - 1 - a**2)
     default: return 0;
