@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
+
+if TYPE_CHECKING:
+    from maskc.codegen.tile_bits import RootTables
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class CWriter:
         self.row_segments: dict[str, str] = {}               # seg name -> local variable at q
         # the chunk nests' roots of u - w * d**2 (u fixed per work item) read from a table when given one
         # (maskc.codegen.tile_bits.RootTables); elsewhere every root is computed
-        self.roots = None
+        self.roots: RootTables | None = None
 
     # -- leaves ----------------------------------------------------------------------------
     def segment_var(self, seg: str, pos: str) -> str:
@@ -149,10 +153,10 @@ class CWriter:
             return f"{fn}({self.cast(num)}, {self.cast(den)})"
         if isinstance(t, ir.Root):
             arg = self.lin(t.arg, per_element)
-            table = self.roots.match(t.arg) if self.roots is not None else None
-            if table is not None:
-                index, d = table
-                return f"mask_root<{index}>(roots, {self.cast(self.lin(d, per_element))}, {self.cast(arg)})"
+            read = self.roots.match(t.arg) if self.roots is not None else None
+            if read is not None:
+                root_table, d = read
+                return f"mask_root<{root_table}>(roots, {self.cast(self.lin(d, per_element))}, {self.cast(arg)})"
             return f"({self.int_type})maskc_isqrt({arg})"
         if isinstance(t, ir.Extreme):
             fn = "min" if t.fn == "min" else "max"

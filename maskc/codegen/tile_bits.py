@@ -48,9 +48,9 @@ class RootTables:
         varying = [(t, c) for t, c in arg.terms if not _per_item(t)]
         if not varying:
             return next(((i, ir.Lin((), 0)) for i, (u, _) in enumerate(self.tables) if u == arg), None)
-        if len(varying) != 1 or not isinstance(varying[0][0], ir.Square) or varying[0][1] >= 0:
-            return None
         square, coef = varying[0]
+        if len(varying) != 1 or not isinstance(square, ir.Square) or coef >= 0:
+            return None
         key = (ir.Lin(tuple((t, c) for t, c in arg.terms if t is not square), arg.const), -coef)
         if key not in self.tables:
             self.tables.append(key)
