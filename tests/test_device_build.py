@@ -22,6 +22,7 @@ from maskc.kernel_ir import EMPTY, FULL
 import device_model
 from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params
 from mask_strategies import binding, mask_text, tile_shape
+from test_predicate import GXX, SHIM, needs_gxx
 
 torch = pytest.importorskip("torch")
 
@@ -209,25 +210,124 @@ def test_update_errors_name_the_parameter():
         _load("clear").bind_on_device(600, device="cpu").update(text=torch.tensor(3))
 
 
-def test_requires_and_ranges_are_checked_with_torch_into_the_status_word():
-    """The `require` rules as the device checks them (torch, here on the CPU): bit i of status[2] for rule i,
-    status[3] the first batch element that fails; positions read through segments checked at segment starts."""
-    from maskc.runtime.device_table import RANGE_BIT
+CHECKED = [n for n in LINEAR if _load(n).resolved.requires or any(p.kind == "segments" for p in _load(n).params)]
 
-    mask = _load("hstu")             # require context >= 0, max_attn_len >= 0; 0 <= targets(q) <= length - folded
-    dm = mask.bind_on_device(40, users=[[20, 20], [10, 30]], targets=[[1, 2], [0, 0]], max_segments=3, device="cpu")
-    status = torch.tensor([0, 2 ** 31 - 1, 0, 2 ** 31 - 1], dtype=torch.int32)
-    dm._table.check_requires(status)
-    assert status.tolist() == [0, 2 ** 31 - 1, 0, 2 ** 31 - 1]
-    dm._table.write({"targets": torch.tensor([[1, 2, 0], [0, 31, 0]])})
-    dm._table.check_requires(status)
-    failed = [i for i in range(3) if status[2] >> i & 1]
-    assert len(failed) == 1 and "targets(q)" in mask.resolved.requires[failed[0]].span.source_line
-    assert status[3] == 1
-    status[2] = 0
-    dm._table.flag_range(dm._table.write({"context": torch.tensor([-1, 2 ** 33])}), status)
-    dm._table.check_requires(status)
-    assert status[2] >> RANGE_BIT & 1 and status[2] & 1 and status[3] == 0
+CHECK_LOOP = """
+extern "C" void maskc_checks(const int* data, const int* offsets, int batch, int heads, int lanes, int* out) {
+    for (int b = 0; b < batch; ++b) {
+        int segments = 0, requires = 0;
+        for (int lane = 0; lane < lanes; ++lane) {
+            const MaskChecks c = maskc_check_element(data + offsets[b], b, heads, lane, lanes);
+            segments |= c.segments;
+            requires |= c.requires;
+        }
+        out[2 * b] = segments;
+        out[2 * b + 1] = requires;
+    }
+}
+"""
+_CHECK_LIBS: dict = {}
+
+
+def _checks_lib(mask):
+    """The builder's checks of ``mask`` (emit_checks: what its validate kernel runs per batch element), compiled
+    by g++ with the predicate tests' shim."""
+    import ctypes
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from maskc.codegen.descriptor_build import emit_checks
+
+    if mask.name not in _CHECK_LIBS:
+        source = emit_checks(builder_spec(mask.name, mask.ranges, mask.const_values(), resolved=mask.resolved))
+        build = Path(tempfile.mkdtemp(prefix="maskc_checks_"))
+        (build / "checks.cpp").write_text(SHIM + source + CHECK_LOOP)
+        res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(build / "checks.cpp"), "-o",
+                              str(build / "checks.so")], capture_output=True, text=True)
+        assert res.returncode == 0, f"g++ rejected the checks:\n{res.stderr[:4000]}\n{source}"
+        lib = ctypes.CDLL(str(build / "checks.so"))
+        lib.maskc_checks.restype = None
+        _CHECK_LIBS[mask.name] = lib
+    return _CHECK_LIBS[mask.name]
+
+
+def _device_checks(mask, dm, lanes: int) -> np.ndarray:
+    """[B, 2]: each batch element's segment bits and rule bits, as the validate kernel finds them in ``dm``'s
+    table (here the CPU's: DeviceTable.apply, the kernel's torch model), in ``lanes`` interleaved parts."""
+    import ctypes
+
+    data = np.ascontiguousarray(dm.table.numpy().reshape(-1), np.int32)
+    offsets = np.ascontiguousarray(dm._table.offsets.numpy(), np.int32)
+    out = np.zeros((dm.batch, 2), np.int32)
+    heads = (dm.num_heads or 1) if mask.ranges.uses_head else 1
+    ptr = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int))     # noqa: E731
+    _checks_lib(mask).maskc_checks(ptr(data), ptr(offsets), ctypes.c_int(dm.batch), ctypes.c_int(heads),
+                                   ctypes.c_int(lanes), ptr(out))
+    return out
+
+
+def _perturbed(mask, values: dict, seq_len: int, draw) -> dict:
+    """New values for some of ``values``' parameters: any integers near the valid range, segments of any
+    lengths (negative ones, sums short of or past their range) or a valid split, per-segment arrays of any
+    entries, table entries of any sign. Whatever bind makes of them."""
+    out = {}
+    small = st.one_of(st.integers(-3, -1), st.integers(0, seq_len + 3))
+    for p in mask.resolved.params:
+        if p.const or p.name not in values or not draw(st.booleans()):
+            continue
+        v = values[p.name]
+        if p.kind == "int":
+            out[p.name] = [draw(small) for _ in v]
+        elif p.kind == "segments":
+            def lengths(total, n):
+                if draw(st.booleans()):
+                    return draw(st.lists(st.integers(-2, seq_len), min_size=1, max_size=n))
+                cuts = sorted(draw(st.lists(st.integers(0, total), min_size=n - 1, max_size=n - 1)))
+                return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+            out[p.name] = [lengths(sum(e), 6) for e in v]
+        elif p.kind == "per":
+            seg = values[p.of] if p.of not in out else out[p.of]
+            out[p.name] = [draw(st.lists(st.integers(-2, seq_len), min_size=len(e), max_size=len(e))) for e in seg]
+        elif p.kind == "table":
+            out[p.name] = [np.asarray(draw(st.lists(st.integers(-2, seq_len), min_size=np.size(e),
+                                                    max_size=np.size(e)))).reshape(np.shape(e)).tolist() for e in v]
+    return out
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", CHECKED)
+@given(data=st.data())
+def test_emitted_checks_flag_exactly_what_bind_rejects(name, data):
+    """The builder's emitted checks (the `require` rules at bind's positions, for every head; segments that do
+    not partition their range), compiled by g++, against the host's bind of the same table: they flag a batch
+    element exactly where bind rejects it, the rule bind names among the bits; split over lanes as the kernel
+    splits them, the same bits."""
+    mask, seq_len = _load(name), 48
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    first = batch_params(mask, name, seq_len, rng, 2)
+    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
+    dm = mask.bind_on_device(seq_len, device="cpu", max_segments=6, **kw, **first)
+    new = _perturbed(mask, first, seq_len, data.draw)
+    if new:
+        dm.update(**new)
+    got = _device_checks(mask, dm, 1)
+    assert np.array_equal(_device_checks(mask, dm, 3), got)
+    values = dm._table.host_values(dm.table.numpy().astype(np.int64))
+    for b in range(dm.batch):
+        one = {k: (v[b] if k not in ("seq_len", "kv_len", "num_heads") and dm.batch > 1 else v)
+               for k, v in values.items()}
+        try:
+            mask.bind(**one)
+            error = None
+        except maskc.BindError as e:
+            error = e
+        assume(error is None or "requirement" in str(error) or "segments" in str(error) or "partition" in str(error)
+               or "sum" in str(error) or "negative" in str(error))
+        assert bool(got[b].any()) == (error is not None), (b, one, got[b], error)
+        if error is not None and "requirement" in str(error):
+            rule = next(i for i, r in enumerate(mask.resolved.requires) if r.span == error.span)
+            assert got[b, 1] >> rule & 1, (one, got[b], error)
 
 
 def test_cpu_attention_follows_the_values_of_each_update():

@@ -61,3 +61,11 @@ def emit_descriptor_builder(spec: BuilderSpec) -> KernelSource:
     source = _environment(str(template_dir())).get_template(TEMPLATE_NAME).render(spec=spec)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)
+
+
+def emit_checks(spec: BuilderSpec) -> str:
+    """The predicate and the builder's checks of a table (``maskc_check_element``, the rules, the origins) alone,
+    without kernels: plain C++ where ``__device__`` and ``__forceinline__`` are defined away (the host's tests
+    compile it with g++ and compare it with ``bind``)."""
+    env = _environment(str(template_dir()))
+    return spec.predicate.source + "\n" + env.get_template("descriptor_checks.cu.j2").render(spec=spec)
