@@ -21,7 +21,7 @@ from maskc.kernel_ir import EMPTY, FULL
 
 import device_model
 from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params
-from mask_strategies import binding, mask_text, tile_shape
+from mask_strategies import binding, mask_text, perturbed, q_expr, tile_shape
 from test_predicate import GXX, SHIM, needs_gxx
 
 torch = pytest.importorskip("torch")
@@ -239,8 +239,8 @@ def _checks_lib(mask):
 
     from maskc.codegen.descriptor_build import emit_checks
 
-    if mask.name not in _CHECK_LIBS:
-        source = emit_checks(builder_spec(mask.name, mask.ranges, mask.const_values(), resolved=mask.resolved))
+    source = emit_checks(builder_spec(mask.name, mask.ranges, mask.const_values(), resolved=mask.resolved))
+    if source not in _CHECK_LIBS:
         build = Path(tempfile.mkdtemp(prefix="maskc_checks_"))
         (build / "checks.cpp").write_text(SHIM + source + CHECK_LOOP)
         res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(build / "checks.cpp"), "-o",
@@ -248,8 +248,8 @@ def _checks_lib(mask):
         assert res.returncode == 0, f"g++ rejected the checks:\n{res.stderr[:4000]}\n{source}"
         lib = ctypes.CDLL(str(build / "checks.so"))
         lib.maskc_checks.restype = None
-        _CHECK_LIBS[mask.name] = lib
-    return _CHECK_LIBS[mask.name]
+        _CHECK_LIBS[source] = lib
+    return _CHECK_LIBS[source]
 
 
 def _device_checks(mask, dm, lanes: int) -> np.ndarray:
@@ -267,34 +267,6 @@ def _device_checks(mask, dm, lanes: int) -> np.ndarray:
     return out
 
 
-def _perturbed(mask, values: dict, seq_len: int, draw) -> dict:
-    """New values for some of ``values``' parameters: any integers near the valid range, segments of any
-    lengths (negative ones, sums short of or past their range) or a valid split, per-segment arrays of any
-    entries, table entries of any sign. Whatever bind makes of them."""
-    out = {}
-    small = st.one_of(st.integers(-3, -1), st.integers(0, seq_len + 3))
-    for p in mask.resolved.params:
-        if p.const or p.name not in values or not draw(st.booleans()):
-            continue
-        v = values[p.name]
-        if p.kind == "int":
-            out[p.name] = [draw(small) for _ in v]
-        elif p.kind == "segments":
-            def lengths(total, n):
-                if draw(st.booleans()):
-                    return draw(st.lists(st.integers(-2, seq_len), min_size=1, max_size=n))
-                cuts = sorted(draw(st.lists(st.integers(0, total), min_size=n - 1, max_size=n - 1)))
-                return [b - a for a, b in zip([0] + cuts, cuts + [total])]
-            out[p.name] = [lengths(sum(e), 6) for e in v]
-        elif p.kind == "per":
-            seg = values[p.of] if p.of not in out else out[p.of]
-            out[p.name] = [draw(st.lists(st.integers(-2, seq_len), min_size=len(e), max_size=len(e))) for e in seg]
-        elif p.kind == "table":
-            out[p.name] = [np.asarray(draw(st.lists(st.integers(-2, seq_len), min_size=np.size(e),
-                                                    max_size=np.size(e)))).reshape(np.shape(e)).tolist() for e in v]
-    return out
-
-
 @needs_gxx
 @pytest.mark.parametrize("name", CHECKED)
 @given(data=st.data())
@@ -308,7 +280,7 @@ def test_emitted_checks_flag_exactly_what_bind_rejects(name, data):
     first = batch_params(mask, name, seq_len, rng, 2)
     kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
     dm = mask.bind_on_device(seq_len, device="cpu", max_segments=6, **kw, **first)
-    new = _perturbed(mask, first, seq_len, data.draw)
+    new = perturbed(data.draw, mask, first, seq_len)
     if new:
         dm.update(**new)
     got = _device_checks(mask, dm, 1)
@@ -328,6 +300,42 @@ def test_emitted_checks_flag_exactly_what_bind_rejects(name, data):
         if error is not None and "requirement" in str(error):
             rule = next(i for i, r in enumerate(mask.resolved.requires) if r.span == error.span)
             assert got[b, 1] >> rule & 1, (one, got[b], error)
+
+
+@needs_gxx
+@given(left=q_expr(), op=st.sampled_from(["<", "<=", "==", "!=", ">=", ">"]), right=q_expr(), negate=st.booleans(),
+       b=binding(max_len=40))
+def test_emitted_checks_of_random_rules_agree_with_bind(left, op, right, negate, b):
+    """A random `require` rule over q, the int parameters, segment attributes and per-segment values (products,
+    floor division, bit operations, min/max), written by the predicate's CWriter and checked at bind's positions:
+    the emitted check fails exactly where bind's interpreter rejects the values."""
+    from mask_strategies import HEADER
+
+    seq_len, _, params = b
+    cond = f"{left} {op} {right}"
+    text = f"{HEADER}\n  require {'not (' + cond + ')' if negate else cond}\n  allow k <= q\n"
+    try:
+        mask = maskc.compile_mask(text)
+    except MaskError:
+        assume(False)
+    assume(unsupported(mask.ranges) is None)
+    try:
+        mask.const_values()
+    except maskc.BindError:             # a rule of constants only that fails: every bind refuses the mask
+        assume(False)
+    caps = {"docs": len(params["docs"]), "sub": len(params["sub"])}
+    try:
+        mask.bind(seq_len=seq_len, **params)
+        error = None
+    except maskc.BindError as e:
+        error = e
+    assume(error is None or "requirement not met" in str(error))
+    # the table of these values (the rule apart: the same layout), checked by the rule's emitted code
+    dm = maskc.compile_mask(f"{HEADER}\n  allow k <= q\n").bind_on_device(seq_len, device="cpu", max_segments=caps,
+                                                                      **params)
+    got = _device_checks(mask, dm, 1)
+    assert got[0, 0] == 0
+    assert bool(got[0, 1]) == (error is not None), (text, params, error)
 
 
 def test_cpu_attention_follows_the_values_of_each_update():
