@@ -338,6 +338,39 @@ def test_emitted_checks_of_random_rules_agree_with_bind(left, op, right, negate,
     assert bool(got[0, 1]) == (error is not None), (text, params, error)
 
 
+@pytest.mark.parametrize("name, values", [
+    ("document", {"docs": [7] * 8}),
+    ("document", {"docs": [30, 26]}),
+    ("hstu", {"users": [30, 26], "targets": [2, 3], "context": 1}),
+    ("shared_prompt", {"prompt": 6, "responses": [25, 25]}),
+    ("sliding_window", {"window": 9}),
+])
+def test_an_update_is_one_copy_per_value(name, values):
+    """What DeviceTable.write runs (the same code on the GPU, where the validate kernel follows: the update's
+    only other launch): one copy into the stage per value given as a tensor of the right dtype and size, and one
+    fill after the segments a segments parameter or per-segment array is given fewer than its capacity of."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket not in (torch.ops.aten.slice, torch.ops.aten.select, torch.ops.aten.expand,
+                                           torch.ops.aten.view, torch.ops.aten.unsqueeze, torch.ops.aten.detach):
+                self.ops.append(func.overloadpacket.__name__)     # views launch nothing
+            return func(*args, **(kwargs or {}))
+
+    mask = _load(name)
+    dm = mask.bind_on_device(56, device="cpu", max_segments=8, **{k: v for k, v in values.items()})
+    tensors = {k: torch.tensor(v) for k, v in values.items()}
+    with Recorder() as rec:
+        dm._table.write(tensors)
+    short = sum(1 for k, v in values.items() if mask.resolved.param(k).kind in ("segments", "per") and len(v) < 8)
+    assert sorted(rec.ops) == sorted(["copy_"] * len(values) + ["fill_"] * short), rec.ops
+
+
 def test_cpu_attention_follows_the_values_of_each_update():
     mask = _load("document")
     dm = mask.bind_on_device(24, docs=[24], max_segments=4, device="cpu")
