@@ -48,7 +48,7 @@ def _compile(job):
     name, arch = job
     mask = _load(name)
     return name, arch, len(compile_to_cubin(emit_descriptor_builder(builder_spec(
-        mask.name, mask.ranges, mask.const_values(), arch=arch))))
+        mask.name, mask.ranges, mask.const_values(), arch=arch, resolved=mask.resolved))))
 
 
 def test_builder_compiles_for_every_linear_example_and_target():
