@@ -2,8 +2,8 @@
 descriptor built there by a generated kernel from the same per-row interval formulas the predicate uses, and
 new values written with :meth:`DeviceMask.update` (a copy per value into a staging buffer, then one generated
 kernel that writes the table and checks it: segments, `require` rules, 32-bit ranges): no host synchronisation,
-no host round trip, so a training step that re-binds the mask (new document lengths every batch) and runs attention forward
-and backward can be captured once in a CUDA graph and replayed::
+no host round trip, so a training step that re-binds the mask (new document lengths every batch) and runs
+attention forward and backward can be captured once in a CUDA graph and replayed::
 
     dm = maskc.load("examples/document.mask").bind_on_device(seq_len=S, docs=[S], max_segments=64)
     lengths = torch.zeros(64, dtype=torch.int32, device="cuda")      # the graph's input
