@@ -207,9 +207,9 @@ def chunk_binding(draw, max_len: int = 120):
 
 
 def perturbed(draw, mask, values: dict, seq_len: int) -> dict:
-    """New values for some of ``values``' parameters (as bind takes a batch's: one list per parameter): any integers near the valid range, segments of any
-    lengths (negative ones, sums short of or past their range) or a valid split, per-segment arrays of any
-    entries, table entries of any sign. Whatever bind makes of them."""
+    """New values for some of ``values``' parameters (as bind takes a batch's: one list per parameter): any
+    integers near the valid range, segments of any lengths (negative ones, sums short of or past their range) or
+    a valid split, per-segment arrays of any entries, table entries of any sign. Whatever bind makes of them."""
     out = {}
     small = st.one_of(st.integers(-3, -1), st.integers(0, seq_len + 3))
     for p in mask.resolved.params:
