@@ -56,8 +56,9 @@ def require_checks(resolved: ir.ResolvedMask, params: tuple[ir.Param, ...],
     layout, known = TableLayout.of(params), dict(constants)
     out = []
     for i, rule in enumerate(resolved.requires[:MAX_REQUIRE_RULES]):
+        segs: tuple[str, ...] = ()
         if mentions(rule.cond, lambda n: isinstance(n, (ir.Pos, ir.Same))):
-            positions, segs = "every", ()
+            positions = "every"
         else:
             segs = tuple(sorted({n.seg for n in nodes(rule.cond) if isinstance(n, (ir.SegAttr, ir.SegValue))
                                  and n.pos == "q"}))
