@@ -20,17 +20,33 @@ class SegmentCheck:
     slot: int
     extent: int
     bit: int
+    origin: str = "0"           # its start (the ``from`` expression) as C over the table's ints
+
+
+@dataclass(frozen=True)
+class RequireCheck:
+    """One `require` rule as the builder's ``validate`` kernel checks it (:mod:`maskc.codegen.require_checks`):
+    ``source`` defines ``bool maskc_require<index>(mask, b, h, q)``; ``positions`` where it is checked: "every"
+    query position, the "starts" of the segments whose header slots ``seg_slots`` holds (and 0), or "once" (q = 0:
+    it reads no position). Bit ``index`` of status[2] when it fails."""
+
+    index: int
+    source: str
+    positions: str
+    seg_slots: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class BuilderSpec:
     """Every decision the descriptor builder's template needs (``templates/descriptor_build.cu.j2``, rendered by
     :mod:`maskc.codegen.descriptor_build`): the mask's predicate (64-bit forms: no binding proved narrower),
-    whose ``mask_row`` gives each row's region intervals, and its segments parameters, checked on the device."""
+    whose ``mask_row`` gives each row's region intervals; its segments parameters, whose bounds ``validate`` writes
+    from the staged lengths and checks; its `require` rules, checked there too."""
 
     mask_name: str
     predicate: Predicate
     segments: tuple[SegmentCheck, ...] = ()
+    requires: tuple[RequireCheck, ...] = ()
     mask_summary: tuple[str, ...] = field(default=())
     arch: str = "sm_90a"
     threads: int = 256          # the row-block kernels' CTA

@@ -1,8 +1,9 @@
 """A mask bound on the GPU (:class:`DeviceMask`): its parameter table in a device buffer of fixed size, its
 descriptor built there by a generated kernel from the same per-row interval formulas the predicate uses, and
-new values written with :meth:`DeviceMask.update` by torch operations: no host synchronisation, no host round
-trip, so a training step that re-binds the mask (new document lengths every batch) and runs attention forward
-and backward can be captured once in a CUDA graph and replayed::
+new values written with :meth:`DeviceMask.update` (a copy per value into a staging buffer, then one generated
+kernel that writes the table and checks it: segments, `require` rules, 32-bit ranges): no host synchronisation,
+no host round trip, so a training step that re-binds the mask (new document lengths every batch) and runs
+attention forward and backward can be captured once in a CUDA graph and replayed::
 
     dm = maskc.load("examples/document.mask").bind_on_device(seq_len=S, docs=[S], max_segments=64)
     lengths = torch.zeros(64, dtype=torch.int32, device="cuda")      # the graph's input
@@ -116,30 +117,36 @@ class DeviceMask:
             names = sorted(values)
             update_device_mask(self.token, ",".join(names), [torch.as_tensor(values[n]) for n in names])
             return self
-        outside = self._table.write(values)
+        self._table.write(values)
         self._version += 1
         if self.device.type == "cuda":
-            self._validate(outside)
+            self._validate()
+        else:
+            self._table.apply()
         return self
 
-    def _validate(self, outside=None) -> None:
-        """The builder's check of the table (which resets the status word), then the values' 32-bit ranges
-        (``outside``: :meth:`DeviceTable.write`'s) and the `require` rules (torch), into the status word."""
-        from maskc.runtime.launch import PackedLaunch
-
-        kernel, spec = self._builder_kernel()
-        import cupy
+    def _validate(self) -> None:
+        """The builder's ``validate`` kernel, one launch: the staged values into the table, the segments'
+        bounds, and every check (segments, `require` rules at the positions bind checks them, for every head the
+        mask reads, values past 32 bits) into the status word."""
         import torch
 
         launch = self.__dict__.get("_validate_launch")
         if launch is None:
+            import cupy
+
+            from maskc.runtime.launch import PackedLaunch
+
+            kernel, spec = self._builder_kernel()
+            heads = (self.num_heads or 1) if self.mask.ranges.uses_head else 1
+            self._scratch = torch.tensor([0, 2 ** 31 - 1, 0, 2 ** 31 - 1, 0], dtype=torch.int32, device=self.device)
             launch = self._validate_launch = PackedLaunch(
-                kernel.functions[spec.entry_for("validate")], (cupy.asarray(self._table.data.view(-1)),
-                                                        cupy.asarray(self._table.offsets), np.int32(self.batch),
-                                                        cupy.asarray(self._status)), (1, 1, 1), (256, 1, 1))
+                kernel.functions[spec.entry_for("validate")],
+                (cupy.asarray(self._table.stage.view(-1)), cupy.asarray(self._table.data.view(-1)),
+                 cupy.asarray(self._table.offsets), np.int32(self._table.width), np.int32(heads),
+                 cupy.asarray(self._scratch), cupy.asarray(self._status)),
+                (self.batch, 1, 1), (spec.threads, 1, 1))
         launch(torch.cuda.current_stream(self.device).cuda_stream)
-        self._table.flag_range(outside, self._status)
-        self._table.check_requires(self._status)
 
     # -- the descriptor on the device -------------------------------------------------------------------
     def _builder_kernel(self):
@@ -156,7 +163,7 @@ class DeviceMask:
             key = ("descriptor builder", self.constants, arch)
             if key not in mask_state:
                 spec = builder_spec(self.mask._c_name(), self.mask.ranges, self.constants,
-                                    self.mask._summary(self.constants), arch)
+                                    self.mask._summary(self.constants), arch, self.mask.resolved)
                 mask_state[key] = (load_kernel(emit_descriptor_builder(spec)), spec)
             self._kernel, self._spec = mask_state[key]
         return self._kernel, self._spec

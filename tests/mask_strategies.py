@@ -6,6 +6,7 @@ division, bit operations and k-side segment attributes, where it promises only s
 """
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import strategies as st
 
 HEADER = "mask m(a: int, c: int, docs: segments, t: per docs, sub: segments from a)"
@@ -203,3 +204,31 @@ def chunk_binding(draw, max_len: int = 120):
     params = {"w": draw(st.integers(1, 13)), "ht": draw(st.integers(1, 5)), "o": draw(st.integers(-5, 20)),
               "a": draw(st.integers(0, seq_len)), "docs": draw(lengths(seq_len))}
     return seq_len, kv_len, params
+
+
+def perturbed(draw, mask, values: dict, seq_len: int) -> dict:
+    """New values for some of ``values``' parameters (as bind takes a batch's: one list per parameter): any
+    integers near the valid range, segments of any lengths (negative ones, sums short of or past their range) or
+    a valid split, per-segment arrays of any entries, table entries of any sign. Whatever bind makes of them."""
+    out = {}
+    small = st.one_of(st.integers(-3, -1), st.integers(0, seq_len + 3))
+    for p in mask.resolved.params:
+        if p.const or p.name not in values or not draw(st.booleans()):
+            continue
+        v = values[p.name]
+        if p.kind == "int":
+            out[p.name] = [draw(small) for _ in v]
+        elif p.kind == "segments":
+            def lengths(total, n):
+                if draw(st.booleans()):
+                    return draw(st.lists(st.integers(-2, seq_len), min_size=1, max_size=n))
+                cuts = sorted(draw(st.lists(st.integers(0, total), min_size=n - 1, max_size=n - 1)))
+                return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+            out[p.name] = [lengths(sum(e), 6) for e in v]
+        elif p.kind == "per":
+            seg = values[p.of] if p.of not in out else out[p.of]
+            out[p.name] = [draw(st.lists(st.integers(-2, seq_len), min_size=len(e), max_size=len(e))) for e in seg]
+        elif p.kind == "table":
+            out[p.name] = [np.asarray(draw(st.lists(st.integers(-2, seq_len), min_size=np.size(e),
+                                                    max_size=np.size(e)))).reshape(np.shape(e)).tolist() for e in v]
+    return out

@@ -21,7 +21,8 @@ from maskc.kernel_ir import EMPTY, FULL
 
 import device_model
 from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params
-from mask_strategies import binding, mask_text, tile_shape
+from mask_strategies import binding, mask_text, perturbed, q_expr, tile_shape
+from test_predicate import GXX, SHIM, needs_gxx
 
 torch = pytest.importorskip("torch")
 
@@ -47,7 +48,7 @@ def _compile(job):
     name, arch = job
     mask = _load(name)
     return name, arch, len(compile_to_cubin(emit_descriptor_builder(builder_spec(
-        mask.name, mask.ranges, mask.const_values(), arch=arch))))
+        mask.name, mask.ranges, mask.const_values(), arch=arch, resolved=mask.resolved))))
 
 
 def test_builder_compiles_for_every_linear_example_and_target():
@@ -209,25 +210,165 @@ def test_update_errors_name_the_parameter():
         _load("clear").bind_on_device(600, device="cpu").update(text=torch.tensor(3))
 
 
-def test_requires_and_ranges_are_checked_with_torch_into_the_status_word():
-    """The `require` rules as the device checks them (torch, here on the CPU): bit i of status[2] for rule i,
-    status[3] the first batch element that fails; positions read through segments checked at segment starts."""
-    from maskc.runtime.device_table import RANGE_BIT
+CHECKED = [n for n in LINEAR if _load(n).resolved.requires or any(p.kind == "segments" for p in _load(n).params)]
 
-    mask = _load("hstu")             # require context >= 0, max_attn_len >= 0; 0 <= targets(q) <= length - folded
-    dm = mask.bind_on_device(40, users=[[20, 20], [10, 30]], targets=[[1, 2], [0, 0]], max_segments=3, device="cpu")
-    status = torch.tensor([0, 2 ** 31 - 1, 0, 2 ** 31 - 1], dtype=torch.int32)
-    dm._table.check_requires(status)
-    assert status.tolist() == [0, 2 ** 31 - 1, 0, 2 ** 31 - 1]
-    dm._table.write({"targets": torch.tensor([[1, 2, 0], [0, 31, 0]])})
-    dm._table.check_requires(status)
-    failed = [i for i in range(3) if status[2] >> i & 1]
-    assert len(failed) == 1 and "targets(q)" in mask.resolved.requires[failed[0]].span.source_line
-    assert status[3] == 1
-    status[2] = 0
-    dm._table.flag_range(dm._table.write({"context": torch.tensor([-1, 2 ** 33])}), status)
-    dm._table.check_requires(status)
-    assert status[2] >> RANGE_BIT & 1 and status[2] & 1 and status[3] == 0
+CHECK_LOOP = """
+extern "C" void maskc_checks(const int* data, const int* offsets, int batch, int heads, int lanes, int* out) {
+    for (int b = 0; b < batch; ++b) {
+        int segments = 0, requires = 0;
+        for (int lane = 0; lane < lanes; ++lane) {
+            const MaskChecks c = maskc_check_element(data + offsets[b], b, heads, lane, lanes);
+            segments |= c.segments;
+            requires |= c.requires;
+        }
+        out[2 * b] = segments;
+        out[2 * b + 1] = requires;
+    }
+}
+"""
+_CHECK_LIBS: dict = {}
+
+
+def _checks_lib(mask):
+    """The builder's checks of ``mask`` (emit_checks: what its validate kernel runs per batch element), compiled
+    by g++ with the predicate tests' shim."""
+    import ctypes
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from maskc.codegen.descriptor_build import emit_checks
+
+    source = emit_checks(builder_spec(mask.name, mask.ranges, mask.const_values(), resolved=mask.resolved))
+    if source not in _CHECK_LIBS:
+        build = Path(tempfile.mkdtemp(prefix="maskc_checks_"))
+        (build / "checks.cpp").write_text(SHIM + source + CHECK_LOOP)
+        res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(build / "checks.cpp"), "-o",
+                              str(build / "checks.so")], capture_output=True, text=True)
+        assert res.returncode == 0, f"g++ rejected the checks:\n{res.stderr[:4000]}\n{source}"
+        lib = ctypes.CDLL(str(build / "checks.so"))
+        lib.maskc_checks.restype = None
+        _CHECK_LIBS[source] = lib
+    return _CHECK_LIBS[source]
+
+
+def _device_checks(mask, dm, lanes: int) -> np.ndarray:
+    """[B, 2]: each batch element's segment bits and rule bits, as the validate kernel finds them in ``dm``'s
+    table (here the CPU's: DeviceTable.apply, the kernel's torch model), in ``lanes`` interleaved parts."""
+    import ctypes
+
+    data = np.ascontiguousarray(dm.table.numpy().reshape(-1), np.int32)
+    offsets = np.ascontiguousarray(dm._table.offsets.numpy(), np.int32)
+    out = np.zeros((dm.batch, 2), np.int32)
+    heads = (dm.num_heads or 1) if mask.ranges.uses_head else 1
+    ptr = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_int))     # noqa: E731
+    _checks_lib(mask).maskc_checks(ptr(data), ptr(offsets), ctypes.c_int(dm.batch), ctypes.c_int(heads),
+                                   ctypes.c_int(lanes), ptr(out))
+    return out
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", CHECKED)
+@given(data=st.data())
+def test_emitted_checks_flag_exactly_what_bind_rejects(name, data):
+    """The builder's emitted checks (the `require` rules at bind's positions, for every head; segments that do
+    not partition their range), compiled by g++, against the host's bind of the same table: they flag a batch
+    element exactly where bind rejects it, the rule bind names among the bits; split over lanes as the kernel
+    splits them, the same bits."""
+    mask, seq_len = _load(name), 48
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    first = batch_params(mask, name, seq_len, rng, 2)
+    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
+    dm = mask.bind_on_device(seq_len, device="cpu", max_segments=6, **kw, **first)
+    new = perturbed(data.draw, mask, first, seq_len)
+    if new:
+        dm.update(**new)
+    got = _device_checks(mask, dm, 1)
+    assert np.array_equal(_device_checks(mask, dm, 3), got)
+    values = dm._table.host_values(dm.table.numpy().astype(np.int64))
+    for b in range(dm.batch):
+        one = {k: (v[b] if k not in ("seq_len", "kv_len", "num_heads") and dm.batch > 1 else v)
+               for k, v in values.items()}
+        try:
+            mask.bind(**one)
+            error = None
+        except maskc.BindError as e:
+            error = e
+        assume(error is None or "requirement" in str(error) or "segments" in str(error) or "partition" in str(error)
+               or "sum" in str(error) or "negative" in str(error))
+        assert bool(got[b].any()) == (error is not None), (b, one, got[b], error)
+        if error is not None and "requirement" in str(error):
+            rule = next(i for i, r in enumerate(mask.resolved.requires) if r.span == error.span)
+            assert got[b, 1] >> rule & 1, (one, got[b], error)
+
+
+@needs_gxx
+@given(left=q_expr(), op=st.sampled_from(["<", "<=", "==", "!=", ">=", ">"]), right=q_expr(), negate=st.booleans(),
+       b=binding(max_len=40))
+def test_emitted_checks_of_random_rules_agree_with_bind(left, op, right, negate, b):
+    """A random `require` rule over q, the int parameters, segment attributes and per-segment values (products,
+    floor division, bit operations, min/max), written by the predicate's CWriter and checked at bind's positions:
+    the emitted check fails exactly where bind's interpreter rejects the values."""
+    from mask_strategies import HEADER
+
+    seq_len, _, params = b
+    cond = f"{left} {op} {right}"
+    text = f"{HEADER}\n  require {'not (' + cond + ')' if negate else cond}\n  allow k <= q\n"
+    try:
+        mask = maskc.compile_mask(text)
+    except MaskError:
+        assume(False)
+    assume(unsupported(mask.ranges) is None)
+    try:
+        mask.const_values()
+    except maskc.BindError:             # a rule of constants only that fails: every bind refuses the mask
+        assume(False)
+    caps = {"docs": len(params["docs"]), "sub": len(params["sub"])}
+    try:
+        mask.bind(seq_len=seq_len, **params)
+        error = None
+    except maskc.BindError as e:
+        error = e
+    assume(error is None or "requirement not met" in str(error))
+    # the table of these values (the rule apart: the same layout), checked by the rule's emitted code
+    dm = maskc.compile_mask(f"{HEADER}\n  allow k <= q\n").bind_on_device(seq_len, device="cpu", max_segments=caps,
+                                                                      **params)
+    got = _device_checks(mask, dm, 1)
+    assert got[0, 0] == 0
+    assert bool(got[0, 1]) == (error is not None), (text, params, error)
+
+
+@pytest.mark.parametrize("name, values", [
+    ("document", {"docs": [7] * 8}),
+    ("document", {"docs": [30, 26]}),
+    ("hstu", {"users": [30, 26], "targets": [2, 3], "context": 1}),
+    ("shared_prompt", {"prompt": 6, "responses": [25, 25]}),
+    ("sliding_window", {"window": 9}),
+])
+def test_an_update_is_one_copy_per_value(name, values):
+    """What DeviceTable.write runs (the same code on the GPU, where the validate kernel follows: the update's
+    only other launch): one copy into the stage per value given as a tensor of the right dtype and size, and one
+    fill after the segments a segments parameter or per-segment array is given fewer than its capacity of."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket not in (torch.ops.aten.slice, torch.ops.aten.select, torch.ops.aten.expand,
+                                           torch.ops.aten.view, torch.ops.aten.unsqueeze, torch.ops.aten.detach):
+                self.ops.append(func.overloadpacket.__name__)     # views launch nothing
+            return func(*args, **(kwargs or {}))
+
+    mask = _load(name)
+    dm = mask.bind_on_device(56, device="cpu", max_segments=8, **{k: v for k, v in values.items()})
+    tensors = {k: torch.tensor(v) for k, v in values.items()}
+    with Recorder() as rec:
+        dm._table.write(tensors)
+    short = sum(1 for k, v in values.items() if mask.resolved.param(k).kind in ("segments", "per") and len(v) < 8)
+    assert sorted(rec.ops) == sorted(["copy_"] * len(values) + ["fill_"] * short), rec.ops
 
 
 def test_cpu_attention_follows_the_values_of_each_update():

@@ -158,6 +158,69 @@ def test_invalid_values_are_flagged_and_nothing_is_visible():
         hstu.check()
 
 
+CHECKED = [n for n in LINEAR if load(n).resolved.requires or any(p.kind == "segments" for p in load(n).params)]
+
+
+@pytest.mark.parametrize("name", CHECKED)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_validate_kernel_flags_exactly_what_bind_rejects(name, data):
+    """Values that may be invalid (any lengths, integers of either sign, too many targets) written as tensors on
+    the GPU: the update's one validate kernel writes the table that the host's pack_mask_data makes of them, and
+    its status names a batch element and the rule or segments exactly where bind rejects them (the first such
+    element); the same table and status again after an update back to valid values (the scratch words reset)."""
+    from mask_strategies import perturbed
+
+    mask, seq_len = load(name), 300
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    first = batch_params(mask, name, seq_len, rng, 3)
+    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
+    dm = mask.bind_on_device(seq_len, **kw, max_segments=6, **first)
+    new = perturbed(data.draw, mask, first, seq_len)
+    for values in (new, first):
+        ragged = lambda v: torch.nn.utils.rnn.pad_sequence(                    # noqa: E731
+            [torch.tensor(e, dtype=torch.int64, device="cuda") for e in v], batch_first=True)
+        dm.update(**{k: ragged(v) if mask.resolved.param(k).kind in ("segments", "per") else
+                     torch.tensor(np.asarray(v), device="cuda") for k, v in values.items()})
+        status = dm.status()
+        table = dm.table.cpu().numpy().astype(np.int64)
+        host_values = dm._table.host_values(table)
+        rejected = []
+        for b in range(dm.batch):
+            one = {k: (v[b] if k not in ("seq_len", "kv_len", "num_heads") else v) for k, v in host_values.items()}
+            try:
+                mask.bind(**one)
+            except maskc.BindError as e:
+                rejected.append((b, e))
+        assume(all("requirement not met" in str(e) or "segments" in str(e) for _, e in rejected))
+        flagged = bool(status["segments"] or status["requires"])
+        assert flagged == bool(rejected), (values, status, rejected)
+        if rejected:
+            assert status["batch_element"] == rejected[0][0], (status, rejected)
+            b, e = rejected[0]
+            if "requirement" in str(e) and not status["segments"]:
+                assert any(mask.resolved.requires[i].span == e.span for i in status["requires"]), (status, e)
+
+
+def test_values_past_32_bits_and_per_head_rules_are_flagged():
+    """A tensor value past int32 sets the range bit (and is clamped in the table); a rule that reads h is checked
+    for every head the mask is bound with."""
+    mask = load("sliding_window")
+    dm = mask.bind_on_device(256, window=[8, 8])
+    dm.update(window=torch.tensor([8, 2 ** 33], device="cuda"))
+    s = dm.status()
+    assert s["range"] and s["batch_element"] == 1 and not s["segments"]
+    with pytest.raises(maskc.BindError, match="32 bits"):
+        dm.check()
+    dm.update(window=torch.tensor([8, 9], device="cuda"))
+    dm.check()
+    heads = load("per_head_window").bind_on_device(256, num_heads=4, window=[4, 5, 6, 7])
+    heads.check()
+    heads.update(window=torch.tensor([4, 5, 6, 0], device="cuda"))        # only the last head's window fails
+    with pytest.raises(maskc.BindError, match="requirement"):
+        heads.check()
+
+
 def test_a_full_run_buffer_is_flagged_and_attention_stays_right():
     """max_bytes too small for the runs: the last row blocks (and columns) become one PARTIAL run over their hull,
     check() says so, and forward and backward are still the mask's (the predicate masks the PARTIAL tiles)."""

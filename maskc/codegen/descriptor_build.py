@@ -14,6 +14,7 @@ from maskc import ir
 from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.emit import _environment, nvrtc_options, template_dir
 from maskc.codegen.predicate import predicate
+from maskc.codegen.require_checks import origin_c, require_checks
 from maskc.codegen.sanitize import c_identifier
 from maskc.builder_ir import BuilderSpec, SegmentCheck
 from maskc.kernel_ir import KernelSource
@@ -35,17 +36,21 @@ def unsupported(ranges: ir.RangeMask) -> str | None:
 
 
 def builder_spec(name: str, ranges: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (),
-                 summary: tuple[str, ...] = (), arch: str = "sm_90a") -> BuilderSpec:
+                 summary: tuple[str, ...] = (), arch: str = "sm_90a",
+                 resolved: ir.ResolvedMask | None = None) -> BuilderSpec:
     """The builder's spec for a mask linear in k (see :func:`unsupported`): its predicate with the ``constants``
-    compiled in, in 64 bits, and its segments parameters' table slots."""
+    compiled in, in 64 bits, its segments parameters' table slots and origins, and (given ``resolved``) its
+    `require` rules as C."""
     reason = unsupported(ranges)
     if reason is not None:
         raise ValueError(f"mask '{name}' cannot be classified on the device: {reason}")
     layout = TableLayout.of(ranges.params)
-    checks = tuple(SegmentCheck(p.name, layout.seg_slot(p.name), 0 if p.over == "q" else 1, bit)
+    checks = tuple(SegmentCheck(p.name, layout.seg_slot(p.name), 0 if p.over == "q" else 1, bit,
+                                origin_c(p, layout, constants))
                    for bit, p in enumerate(p for p in ranges.params if p.kind == "segments"))
+    requires = require_checks(resolved, ranges.params, constants) if resolved is not None else ()
     return BuilderSpec(c_identifier(name), predicate(ranges, constants, offsets=False, narrow=False), checks,
-                       summary, arch)
+                       requires, summary, arch)
 
 
 def emit_descriptor_builder(spec: BuilderSpec) -> KernelSource:
@@ -56,3 +61,11 @@ def emit_descriptor_builder(spec: BuilderSpec) -> KernelSource:
     source = _environment(str(template_dir())).get_template(TEMPLATE_NAME).render(spec=spec)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)
+
+
+def emit_checks(spec: BuilderSpec) -> str:
+    """The predicate and the builder's checks of a table (``maskc_check_element``, the rules, the origins) alone,
+    without kernels: plain C++ where ``__device__`` and ``__forceinline__`` are defined away (the host's tests
+    compile it with g++ and compare it with ``bind``)."""
+    env = _environment(str(template_dir()))
+    return spec.predicate.source + "\n" + env.get_template("descriptor_checks.cu.j2").render(spec=spec)

@@ -1,6 +1,6 @@
 """The mask's integer expressions evaluated over a :class:`~maskc.runtime.device_table.DeviceTable` in torch
-operations, on the device: what the device mask's `require` checks and segment origins read, with nothing read
-back and nothing copied from the host (capturable in a CUDA graph)."""
+operations: the segments' origins of a mask bound on the CPU (:meth:`DeviceTable.apply`, the torch model of the
+builder's ``validate`` kernel, which on the GPU computes them, and checks the `require` rules, in generated code)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

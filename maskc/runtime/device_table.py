@@ -1,8 +1,10 @@
 """A device-bound mask's parameter table: :func:`maskc.codegen.predicate.pack_mask_data`'s layout in a preallocated
 torch int32 buffer ``[B, width]``, of one size whatever the values (every segments parameter holds its capacity of
-segments, the unused ones of length 0; tables keep the lengths they were bound with), written by torch operations
-on the device; checked there (the `require` rules, in torch through the one interpreter); and read back for the
-host's oracle (:meth:`DeviceTable.host_values`).
+segments, the unused ones of length 0; tables keep the lengths they were bound with). New values are copied into an
+int64 stage of the same layout (segments as lengths), which the builder's generated ``validate`` kernel narrows
+into the table, turning lengths into bounds and checking everything (segments, `require` rules, 32-bit ranges) in
+the same launch (:meth:`maskc.DeviceMask.update`); on the CPU :meth:`DeviceTable.apply` does it in torch. Read back
+for the host's oracle (:meth:`DeviceTable.host_values`).
 
 Segments of length 0 change no visible pair, so a table padded with them is the mask of the lengths given: the
 host's descriptor of the padded lengths is the device's, array for array.
@@ -17,7 +19,6 @@ from maskc import ir
 from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.predicate import pack_mask_data
 from maskc.errors import BindError
-from maskc.ir.walk import mentions, nodes
 from maskc.runtime.device_eval import TableInts, on_device
 
 if TYPE_CHECKING:
@@ -108,15 +109,26 @@ class DeviceTable:
         self.data = torch.tensor(data, dtype=torch.int32, device=device).view(self.batch, self.width)
         self.offsets = torch.tensor(offsets, dtype=torch.int32, device=device)
         self.device = self.data.device
+        self.stage = torch.tensor(self._staged(data.reshape(self.batch, self.width)), dtype=torch.int64,
+                                  device=device)
+
+    def _staged(self, table: np.ndarray) -> np.ndarray:
+        """The stage of a table (int64 [B, width]): the table with each segments table's bounds 1 .. n replaced
+        by its lengths (what :meth:`write` writes and the validate kernel reads)."""
+        out = table.astype(np.int64)
+        for s in self.layout.segments:
+            at, cap = self.segment_at[s], self.capacity[s]
+            out[:, at + 2:at + 2 + cap] = np.diff(out[:, at + 1:at + 2 + cap], axis=1)
+        return out
 
     # -- writing ------------------------------------------------------------------------------------
-    def write(self, values: dict) -> "torch.Tensor | None":
-        """Write new values (see :meth:`maskc.DeviceMask.update`) and recompute every segment table's bounds
-        from its lengths and origin. Returns a 0-d bool tensor on the device: whether a value given as a tensor
-        leaves 32 bits (None when none was)."""
+    def write(self, values: dict) -> None:
+        """Write new values (see :meth:`maskc.DeviceMask.update`) into the stage, int64 in the table's layout
+        (segments as lengths): one copy per value (its dtype converted by the copy), a fill for the unused
+        segments of a segments parameter given fewer. The table follows when the stage is applied: by the
+        builder's ``validate`` kernel on the GPU (which also checks everything), by :meth:`apply` on the CPU."""
         import torch
 
-        checked, lengths = [], {}
         params = {p.name: p for p in self.resolved.params}
         capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         for name, value in values.items():
@@ -133,52 +145,52 @@ class DeviceTable:
                                 f"the GPU (a host value would be baked into the graph), not {type(value).__name__}",
                                 p.span)
             if p.kind == "int":
-                v = self._rows(value, p, ())
-                self.data[:, self.layout.int_slot(name)] = v.to(torch.int32)
-                checked.append(v)
-            elif p.kind == "segments":
-                lengths[name] = self._padded(self._rows(value, p, (None,)), p, name)
-                checked.append(lengths[name])
-            elif p.kind == "per":
-                seg = _segments_of(p)
-                v = self._padded(self._rows(value, p, (None,)), p, seg)
-                at = self.segment_at[seg] + 2 + self.capacity[seg] * (1 + self.layout.array_slot(name))
-                self.data[:, at:at + self.capacity[seg]] = v.to(torch.int32)
-                checked.append(v)
+                self.stage[:, self.layout.int_slot(name)].copy_(self._rows(value, p, ()))
+            elif p.kind in ("segments", "per"):
+                seg = name if p.kind == "segments" else _segments_of(p)
+                v = self._rows(value, p, (None,))
+                at = self.segment_at[seg] + 2 + (0 if p.kind == "segments" else
+                                                 self.capacity[seg] * (1 + self.layout.array_slot(name)))
+                n, cap = self._count(v, p, seg), self.capacity[seg]
+                self.stage[:, at:at + n].copy_(v)
+                if n < cap:
+                    self.stage[:, at + n:at + cap].fill_(0)
             elif p.kind == "table":
                 count = int(np.prod(self.shapes[name]))
-                v = self._rows(value, p, self.shapes[name]).reshape(self.batch, count)
                 at = self.table_at[name] + 1
-                self.data[:, at:at + count] = v.to(torch.int32)
-                checked.append(v)
+                self.stage[:, at:at + count].copy_(self._rows(value, p, self.shapes[name]).reshape(self.batch, count))
             else:                                   # float, float table: their bits
                 count = self.float_counts[name]
                 v = self._rows(value, p, () if p.kind == "float" else (count,), torch.float32)
-                bits = v.reshape(self.batch, -1).contiguous().view(torch.int32)
+                bits = v.to(torch.float32).reshape(self.batch, -1).contiguous().view(torch.int32)
                 at = self.layout.float_slot(name) if p.kind == "float" else self.float_at[name] + 1
-                self.data[:, at:at + count] = bits
-        self._write_bounds(lengths)
-        if not checked:
-            return None
-        return torch.stack([((v < INT32_MIN) | (v > INT32_MAX)).any() for v in checked]).any()
+                self.stage[:, at:at + count].copy_(bits)
 
-    @staticmethod
-    def flag_range(outside: "torch.Tensor | None", status: "torch.Tensor") -> None:
-        """status[2]'s RANGE_BIT where ``outside`` (what :meth:`write` returned) is true."""
+    def apply(self) -> None:
+        """The stage into the table, in torch (the CPU's path; on the GPU the ``validate`` kernel does this and
+        checks the values): every value clamped into int32, each segments table's bounds its origin then the
+        running sums of its lengths."""
         import torch
 
-        if outside is not None:
-            status[2:3].bitwise_or_(outside.to(torch.int32) << RANGE_BIT)
+        self.data.copy_(self.stage.clamp(INT32_MIN, INT32_MAX).to(torch.int32))
+        for s in self.layout.segments:
+            at, cap = self.segment_at[s], self.capacity[s]
+            origin = self._origin(self.ranges.param(s))
+            ends = torch.cumsum(self.stage[:, at + 2:at + 2 + cap], dim=1) + origin[:, None]
+            bounds = torch.cat([origin[:, None], ends], dim=1).clamp_(INT32_MIN, INT32_MAX)
+            self.data[:, at + 1:at + 2 + cap].copy_(bounds.to(torch.int32))
 
     def _rows(self, value, p: ir.Param, shape: tuple, dtype=None) -> "torch.Tensor":
         """``value`` as a tensor [B, *shape] on the table's device (int64, or ``dtype``): one value for the whole
         batch, or one per batch element (a leading dimension B). ``None`` in ``shape``: any length."""
         import torch
 
-        dtype = dtype or torch.int64
-        if isinstance(value, torch.Tensor):
-            v = value.to(device=self.device, dtype=dtype)
+        if isinstance(value, torch.Tensor):        # converted by the stage's copy (floats: cast before their bits)
+            v = value if value.device == self.device else value.to(self.device, non_blocking=True)
+            if dtype is None and (v.is_floating_point() or v.is_complex() or v.dtype == torch.bool):
+                raise BindError(f"parameter '{p.name}' must be integers, got a tensor of {v.dtype}", p.span)
         else:
+            dtype = dtype or torch.int64
             if shape == (None,) and isinstance(value, (list, tuple)) and value and all(
                     isinstance(e, (list, tuple, np.ndarray)) for e in value):     # ragged rows: empty segments after
                 width = max(len(e) for e in value)
@@ -209,34 +221,13 @@ class DeviceTable:
     def _shape_text(shape) -> str:
         return "a number" if not shape else "(" + ", ".join("n" if s is None else str(s) for s in shape) + ")"
 
-    def _padded(self, v: "torch.Tensor", p: ir.Param, seg: str) -> "torch.Tensor":
-        """[B, n] → [B, capacity of ``seg``], zeros after the n given."""
-        import torch
-
+    def _count(self, v: "torch.Tensor", p: ir.Param, seg: str) -> int:
+        """How many entries ``v`` ([B, n]) gives of ``seg``'s capacity (a BindError past it)."""
         cap = self.capacity[seg]
         if v.shape[1] > cap:
             raise BindError(f"'{p.name}' has {v.shape[1]} entries, more than max_segments = {cap} of '{seg}'",
                             p.span, "raise max_segments (bind_on_device(..., max_segments=N))")
-        return torch.nn.functional.pad(v, (0, cap - v.shape[1]))
-
-    def _write_bounds(self, given: dict) -> None:
-        """Every segment table's bounds: its origin, then the running sums of its lengths (``given``, else the
-        table's own), clamped into 32 bits (a sum past them fails the validation kernel's check)."""
-        import torch
-
-        for s in self.layout.segments:
-            p = self.ranges.param(s)
-            at, cap = self.segment_at[s], self.capacity[s]
-            bounds = self.data[:, at + 1:at + 2 + cap]
-            lengths = given.get(s)
-            if lengths is None:
-                if p.origin is None or not any(isinstance(n, ir.ParamRef) for n in nodes(p.origin)):
-                    continue                        # neither its lengths nor its origin changed
-                lengths = (bounds[:, 1:] - bounds[:, :-1]).to(torch.int64)
-            origin = self._origin(p)
-            ends = torch.cumsum(lengths, dim=1) + origin[:, None]
-            new = torch.cat([origin[:, None], ends], dim=1).clamp_(INT32_MIN, INT32_MAX)
-            bounds.copy_(new.to(torch.int32))
+        return int(v.shape[1])
 
     def _origin(self, p: ir.Param) -> "torch.Tensor":
         """A segments parameter's origin per batch element (int64 [B]): its ``from`` expression over the table's
@@ -247,44 +238,6 @@ class DeviceTable:
             return torch.zeros(self.batch, dtype=torch.int64, device=self.device)
         value = on_device(self.device, TableInts(self).int(p.origin, None, None), torch.int64)
         return value.reshape(-1).expand(self.batch)
-
-    # -- checking on the device --------------------------------------------------------------------------
-    def check_requires(self, status: "torch.Tensor") -> None:
-        """Every `require` rule at every query position (at the segment starts, where it reads positions only
-        through segments: it is constant between them), in torch operations: status[2] bit i where rule i fails
-        somewhere, status[3] the first batch element where one does. Nothing is read back."""
-        import torch
-
-        ints = TableInts(self)
-        for i, rule in enumerate(self.resolved.requires[:MAX_REQUIRE_BITS]):
-            q, valid = self._positions(rule.cond)
-            ok = on_device(self.device, ints.cond(rule.cond, q, None), torch.bool)
-            if q is None:
-                bad = ~(ok.reshape(-1).expand(self.batch) if ok.numel() == 1 else ok.reshape(self.batch))
-            else:
-                shape = (self.batch, q.shape[1])
-                bad = (~ok.expand(shape) & valid.expand(shape)).any(dim=1)
-            status[2:3].bitwise_or_(bad.any().to(torch.int32) << i)
-            first = torch.where(bad, torch.arange(self.batch, device=self.device), INT32_MAX).min()
-            status[3:4] = torch.minimum(status[3:4], first.to(torch.int32))
-
-    def _positions(self, cond: ir.Cond):
-        """(q [B or 1, P], valid [B or 1, P]) where a rule must be checked: every position where it reads q,
-        the starts of the segments it reads where it reads q only through them, none (None) otherwise."""
-        import torch
-
-        if mentions(cond, lambda n: isinstance(n, (ir.Pos, ir.Same))):
-            q = torch.arange(self.seq_len, dtype=torch.int64, device=self.device)[None, :]
-            return q, torch.ones_like(q, dtype=torch.bool)
-        segs = sorted({n.seg for n in nodes(cond) if isinstance(n, (ir.SegAttr, ir.SegValue)) and n.pos == "q"})
-        if not segs:
-            return None, None
-        starts = [torch.zeros(self.batch, 1, dtype=torch.int64, device=self.device)]
-        for s in segs:
-            at = self.segment_at[s]
-            starts.append(self.data[:, at + 1:at + 2 + self.capacity[s]].to(torch.int64))
-        q = torch.cat(starts, dim=1)
-        return q, (q >= 0) & (q < self.seq_len)
 
     # -- reading back -------------------------------------------------------------------------------------
     def host_values(self, table: np.ndarray) -> dict:
