@@ -17,9 +17,10 @@ mask's are (its kernel's source names the order).
 order's coordinates) the FULL and PARTIAL tiles are counted exactly (:func:`maskc.analysis.order_tiles.block_costs`)
 and weighed as the forward kernel spends on them (a PARTIAL tile :data:`CHUNKED_PARTIAL_COST` FULL ones in raster,
 :data:`ORDERED_PARTIAL_COST` in an order), an order also paying :data:`GATHER_COST` per q_block for gathering q, k
-and v and scattering the output; it must save at least :data:`MIN_SAVING` of the raster order's work to be taken. An order applies only to a bound mask (not a sub-block) with kv_len ==
-seq_len, whose mask :func:`~maskc.analysis.order.image_grid` finds an image in, whose tiles are exact in raster
-and in the order, and whose length holds a whole band; ``"auto"`` falls back to raster otherwise, a patch shape
+and v and scattering the output; it must save at least :data:`MIN_SAVING` of the raster order's work to be
+taken. An order applies only to a bound mask (not a sub-block) with kv_len == seq_len, whose mask
+:func:`~maskc.analysis.order.image_grid` finds an image in, whose tiles are exact in raster and in the order,
+and whose length holds a whole band; ``"auto"`` falls back to raster otherwise, a patch shape
 asked for is a MaskError naming why.
 """
 from __future__ import annotations
@@ -39,11 +40,13 @@ CHUNKED_PARTIAL_COST = 2.6
 """A PARTIAL tile's forward time in FULL tiles: run 38 (bench/NOTES.md) timed CLEAR at 32K, 2032 FULL and 7572
 PARTIAL tiles, at 101 TF/s, and causal (almost all FULL) at 634 TF/s: a PARTIAL tile took 2.6 FULL ones."""
 ORDERED_PARTIAL_COST = 3.3
-"""A PARTIAL tile of an order's kernel in FULL tiles: run 51 (bench/NOTES.md), CLEAR at 32K in 8 x 16 patches
+"""A PARTIAL tile of an order's kernel in FULL tiles: run 53 (bench/NOTES.md), CLEAR at 32K in 8 x 16 patches
 on inputs already in the order, 2032 FULL and 3422 PARTIAL tiles in 2.79 ms (43 ns a tile and head against a
-FULL tile's 13.2 ns; 30-43 ns across clear and neighborhood at 4K and 32K)."""
+FULL tile's 13.2 ns; 30-43 ns across clear and neighborhood at 4K and 32K). Fitted before the disc's root tables
+(run 55), which made PARTIAL tiles cheaper in both orders: clear at 32K is now near break-even (139 TF/s in
+8 x 16 with the gathers, 136 raster)."""
 GATHER_COST = 15
-"""The gathers and the scatter of a call in an order, per q_block, in FULL tiles: run 51 timed 0.79-0.81 ms
+"""The gathers and the scatter of a call in an order, per q_block, in FULL tiles: run 53 timed 0.79-0.81 ms
 of them at 32K (B=1, H=16, D=128: 195 ns per q_block and head, 15 FULL tiles), 0.13-0.18 ms at 4K (about 20)."""
 MIN_SAVING = 0.1
 """The least share of the raster order's tile work an order must save to be taken (``"auto"``)."""
