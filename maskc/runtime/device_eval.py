@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from maskc.runtime.device_table import DeviceTable
 
 
-def on_device(device, x, dtype=None) -> "torch.Tensor":
+def as_tensor_on(device, x, dtype=None) -> "torch.Tensor":
     """``x`` (a tensor or a Python number) as a tensor on ``device``: a number by a fill, never a copy from the
-    host, so that the checks and the evaluator can be captured in a CUDA graph (a pageable host-to-device copy
-    raises there)."""
+    host (a pageable host-to-device copy cannot be captured in a CUDA graph). Named apart from
+    :func:`maskc.runtime.operands.on_device`, the context manager that selects a device."""
     import torch
 
     if isinstance(x, torch.Tensor):
@@ -55,7 +55,7 @@ class TableInts(Interpreter):
 
         at, n = self.t.segment_at[seg], self.t.capacity[seg]
         bounds = self.t.data[:, at + 1:at + 2 + n].to(torch.int64)
-        pos = on_device(self.t.device, positions, torch.int64).expand(self.t.batch, -1)
+        pos = as_tensor_on(self.t.device, positions, torch.int64).expand(self.t.batch, -1)
         idx = torch.searchsorted(bounds, pos.contiguous(), right=True) - 1
         inside = (idx >= 0) & (idx < n)
         safe = idx.clamp(0, n - 1)
@@ -78,25 +78,25 @@ class TableInts(Interpreter):
             index_sum = index_sum + index * self.int(stride, q, k)
         at, count = self.t.table_at[e.table] + 1, int(np.prod(self.t.shapes[e.table]))
         values = self.t.data[:, at:at + count].to(torch.int64)
-        flat = on_device(self.t.device, index_sum, torch.int64)
+        flat = as_tensor_on(self.t.device, index_sum, torch.int64)
         flat = flat.reshape(1, -1) if flat.dim() < 2 else flat
         return values.gather(1, flat.expand(self.t.batch, -1).clamp(0, count - 1))
 
     def minimum(self, a, b):
         import torch
-        return torch.minimum(on_device(self.t.device, a), on_device(self.t.device, b))
+        return torch.minimum(as_tensor_on(self.t.device, a), as_tensor_on(self.t.device, b))
 
     def maximum(self, a, b):
         import torch
-        return torch.maximum(on_device(self.t.device, a), on_device(self.t.device, b))
+        return torch.maximum(as_tensor_on(self.t.device, a), as_tensor_on(self.t.device, b))
 
     def compare(self, op: str, a, b):
         from maskc.analysis.interpret import COMPARE
-        return on_device(self.t.device, COMPARE[op](a, b))
+        return as_tensor_on(self.t.device, COMPARE[op](a, b))
 
     def absolute(self, a):
         import torch
-        return torch.abs(on_device(self.t.device, a))
+        return torch.abs(as_tensor_on(self.t.device, a))
 
     def truth(self, value: bool, q, k):
-        return on_device(self.t.device, value)
+        return as_tensor_on(self.t.device, value)

@@ -19,7 +19,7 @@ from maskc import ir
 from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.predicate import pack_mask_data
 from maskc.errors import BindError
-from maskc.runtime.device_eval import TableInts, on_device
+from maskc.runtime.device_eval import TableInts, as_tensor_on
 
 if TYPE_CHECKING:
     import torch
@@ -236,7 +236,7 @@ class DeviceTable:
 
         if p.origin is None:
             return torch.zeros(self.batch, dtype=torch.int64, device=self.device)
-        value = on_device(self.device, TableInts(self).int(p.origin, None, None), torch.int64)
+        value = as_tensor_on(self.device, TableInts(self).int(p.origin, None, None), torch.int64)
         return value.reshape(-1).expand(self.batch)
 
     # -- reading back -------------------------------------------------------------------------------------
