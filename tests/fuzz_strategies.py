@@ -25,7 +25,7 @@ def edge_int(spread: int = 2 ** 10) -> st.SearchStrategy[int]:
 
 LITERALS = st.one_of(st.integers(0, 40), st.sampled_from([0, 1, 2, 7, 64, 2 ** 15, INT32, INT32 + 1, 2 ** 40]))
 NAMES = ["a", "c", "w", "n", "docs", "t", "sub", "x", "y", "f", "g", "m", "other", "causal",
-         "q", "k", "h", "b", "seq_len", "kv_len", "same", "abs", "min", "max", "clamp", "zz"]
+         "q", "k", "h", "b", "seq_len", "kv_len", "same", "abs", "min", "max", "clamp", "ceildiv", "zz"]
 PARAM_TYPES = ["", ": int", ": const int", ": segments", ": segments from a", ": segments from a + 1",
                ": per docs", ": per sub", ": per t"]
 
@@ -61,7 +61,7 @@ class _Gen:
         if kind == 5:
             return f"{self.atom()} ** {d(st.integers(0, 70))}"
         if kind == 6:
-            fn = d(st.sampled_from(["abs", "min", "max", "clamp", "same", "f", "g", "m", "causal", "x"]))
+            fn = d(st.sampled_from(["abs", "min", "max", "clamp", "ceildiv", "same", "f", "g", "m", "causal", "x"]))
             args = [a() for _ in range(d(st.integers(0, 3)))]
             if d(st.integers(0, 4)) == 0:
                 args.append(f"{self.name()}={a()}")

@@ -161,7 +161,7 @@ def coordinate(draw, pos: str, consistent: bool):
     off = draw(st.integers(-6, 6))
     return draw(st.sampled_from([f"({pos} + {off}) // {d}", f"({pos} + {off}) % {d}", f"({pos} // {d}) % {e}",
                                  f"(2 * {pos} + {off}) // {2 * d}", f"({off} - {pos}) // {d}",
-                                 f"({off} - {pos}) % {d}", f"{pos} // ({d} * w)"]))
+                                 f"({off} - {pos}) % {d}", f"{pos} // ({d} * w)", f"ceildiv({pos} + {off}, {d})"]))
 
 
 @st.composite

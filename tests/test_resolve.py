@@ -1,6 +1,10 @@
 """Resolve: names, arity and kinds checked at the user's text; lets and mask calls inlined."""
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import maskc
 from maskc import ir
@@ -68,6 +72,7 @@ def test_method_on_non_segments_hint():
 @pytest.mark.parametrize("call,fn", [
     ("min(k) <= q", "min"), ("max(k) <= q", "max"), ("abs(k, q) <= q", "abs"), ("abs() <= q", "abs"),
     ("clamp(k, q) <= q", "clamp"), ("clamp(k, 0, 1, 2) <= q", "clamp"),
+    ("ceildiv(k) <= q", "ceildiv"), ("ceildiv(k, 2, 3) <= q", "ceildiv"),
     ("same(docs, docs, docs)", "same"), ("same()", "same"),
 ])
 def test_builtin_arity(call, fn):
@@ -80,6 +85,25 @@ def test_min_max_take_many_arguments():
     d = maskc.compile_mask("mask m()\n  allow k <= min(q, 5, q - 1 + 3, 7)\n").bind(10).dense()
     q, k = np.indices((10, 10))
     assert np.array_equal(d, k <= np.minimum(np.minimum(q, 5), np.minimum(q + 2, 7)))
+
+
+@given(st.integers(-9, 9), st.integers(-9, 9), st.integers(1, 7), st.booleans(), st.integers(1, 40))
+def test_ceildiv_is_the_ceiling_of_the_quotient(k_off, q_off, divisor, as_param, seq_len):
+    """ceildiv(a, b) is the ceiling of a / b for every sign of a (the oracle: exact fractions), with b a number
+    or a parameter; and over k by a constant its tiles are exact."""
+    d = "d" if as_param else str(divisor)
+    mask = maskc.compile_mask(f"mask m(d: int)\n  allow ceildiv(k + {k_off}, {d}) <= ceildiv(q + {q_off}, {d})\n")
+    got = mask.bind(seq_len, d=divisor).dense()
+    ceil = [math.ceil(Fraction(i + k_off, divisor)) for i in range(seq_len)], \
+        [math.ceil(Fraction(i + q_off, divisor)) for i in range(seq_len)]
+    assert np.array_equal(got, np.array(ceil[0])[None, :] <= np.array(ceil[1])[:, None])
+    assert maskc.compile_mask(f"mask m()\n  allow ceildiv(k + {k_off}, {divisor}) == ceildiv(q, 4)\n").exact
+
+
+def test_ceildiv_divisor_depending_on_position_rejected():
+    err = _err(H + "  allow ceildiv(k, q + 1) <= q\n", MaskTypeError)
+    assert "ceildiv()" in err.message and err.hint
+    _at(err, 2, 20)
 
 
 def test_builtin_keyword_argument_message_is_not_self_contradictory():

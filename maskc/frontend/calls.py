@@ -1,5 +1,5 @@
-"""Resolve, calls: ``name(args)`` where ``name`` is a built-in function (min, max, abs, clamp, same), a ``let``
-function or another mask (of this file or an imported one), each inlined into the caller's terms.
+"""Resolve, calls: ``name(args)`` where ``name`` is a built-in function (min, max, abs, clamp, ceildiv, same), a
+``let`` function or another mask (of this file or an imported one), each inlined into the caller's terms.
 
 Invariant: a call's arguments match its callee (count, keywords, kinds: a segments, per-segment array or table
 argument is a parameter of the caller of the same kind); a called mask contributes its allow and deny rules
@@ -14,8 +14,9 @@ from maskc import ir
 from maskc.errors import MaskNameError, MaskTypeError, did_you_mean
 from maskc.frontend.params import table_at
 from maskc.frontend.scope import Let
+from maskc.ir.walk import depends_on_position
 
-FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "same": (1, 2)}
+FUNCTIONS = {"min": (2, None), "max": (2, None), "abs": (1, 1), "clamp": (3, 3), "ceildiv": (2, 2), "same": (1, 2)}
 """Built-in functions and their arity: (least, most), None for any number."""
 MAX_CALL_DEPTH = 16          # masks calling masks calling masks...: resolve recurses once per level
 
@@ -32,7 +33,8 @@ def call_let(resolver, node, let: Let, scope, file):
 
 
 def call_builtin(resolver, node, scope, file):
-    """min, max (binary, chained), abs, clamp (as min of max) or same (a condition)."""
+    """min, max (binary, chained), abs, clamp (as min of max), ceildiv (as a floor division) or same (a
+    condition)."""
     lo, hi = FUNCTIONS[node.func]
     n = len(node.args)
     named = next((a for a in node.args if a.name), None)
@@ -51,6 +53,16 @@ def call_builtin(resolver, node, scope, file):
             segs.append(seg.name)
         return ir.Same(segs[0], segs[1] if len(segs) > 1 and segs[1] != segs[0] else None, node.span)
     args = tuple(resolver.integer(a.value, scope, file) for a in node.args)
+    if node.func == "ceildiv":
+        # -((-a) // b): a floor division, whose forms every later pass knows (ceildiv(k, c) by a constant is
+        # one interval per chunk: exact tiles); its divisor, like `//`'s, is free of q and k.
+        numerator, divisor = args
+        if depends_on_position(divisor):
+            raise MaskTypeError("ceildiv()'s divisor cannot depend on q or k", node.args[1].value.span,
+                                "divide by a number or a parameter")
+        zero = ir.Const(0, node.span)
+        floor = ir.Arith("//", ir.Arith("-", zero, numerator, node.span), divisor, node.span)
+        return ir.Arith("-", zero, floor, node.span)
     if node.func == "clamp":
         value, low, high = args
         return ir.Func("min", (ir.Func("max", (value, low), node.span), high), node.span)
