@@ -47,6 +47,15 @@ def cases(name: str, lengths, seeds: int):
             yield s, params
 
 
+def _shown(params: dict) -> dict:
+    """The parameters as the table and the records show them: a long list (an ancestor table of thousands of
+    draft tokens) by its sizes."""
+    def short(v):
+        a = np.asarray(v) if isinstance(v, (list, tuple, np.ndarray)) else None
+        return f"<{' x '.join(map(str, a.shape))} table>" if a is not None and a.size > 16 else v
+    return {k: short(v) for k, v in params.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", type=int, nargs="+", default=[300, 1000, 2500])
@@ -76,8 +85,8 @@ def main():
                 exact &= bound.tile_map(bm, bn).exact
                 share = extra / audit.partial if audit.partial else 0.0
                 if share > worst[0]:
-                    worst = (share, f"S={s} {bm}x{bn} {params}")
-                records.append({"example": name, "seq_len": s, "params": {k: v for k, v in params.items()},
+                    worst = (share, f"S={s} {bm}x{bn} {_shown(params)}")
+                records.append({"example": name, "seq_len": s, "params": _shown(params),
                                 "tiles": f"{bm}x{bn}", "partial": audit.partial, "excess": extra,
                                 "exact": bool(bound.tile_map(bm, bn).exact)})
         share = excess / partial if partial else 0.0

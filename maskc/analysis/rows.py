@@ -14,7 +14,8 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import bitops
 from maskc.analysis import forms as F
-from maskc.bound_params import BatchParams, Table
+from maskc.analysis.table_extremes import table_bounds
+from maskc.bound_params import BatchParams
 
 
 def segment_lookup(table, positions: np.ndarray, extent: int):
@@ -62,46 +63,6 @@ def segment_attr(table, at: np.ndarray, attr: str, extent: int, array: str | Non
 def seg_bound(table, index):
     """``bounds[clip(index, 0, n)]``: where segment ``index`` starts (:class:`~maskc.ir.SegBound`)."""
     return table.bounds[np.clip(index, 0, table.count)]
-
-
-_EXTREME_CELLS = 1 << 22        # entries of one table's range-extreme tables: 32 MiB of int64 each
-_EXTREMES: "weakref.WeakKeyDictionary[Table, tuple]" = weakref.WeakKeyDictionary()
-
-
-def _extreme_tables(table: Table):
-    """(block, mins, maxs): sparse tables over blocks of ``block`` entries (``mins[j, i]`` the least entry of
-    blocks i .. i + 2**j - 1); ``block`` is 1 (exact) unless the table is past about 2**18 entries."""
-    hit = _EXTREMES.get(table)
-    if hit is None:
-        values, n = table.values, table.count
-        block = 1
-        while -(-n // block) * max(1, (-(-n // block)).bit_length()) > _EXTREME_CELLS:
-            block *= 2
-        m = -(-n // block)
-        padded = np.concatenate([values, np.full(m * block - n, values[-1], np.int64)]).reshape(m, block)
-        mins, maxs = [padded.min(axis=1)], [padded.max(axis=1)]
-        while 2 ** len(mins) <= m:
-            step = 2 ** (len(mins) - 1)
-            mins.append(np.concatenate([np.minimum(mins[-1][:-step], mins[-1][step:]), mins[-1][-step:]]))
-            maxs.append(np.concatenate([np.maximum(maxs[-1][:-step], maxs[-1][step:]), maxs[-1][-step:]]))
-        hit = _EXTREMES[table] = (block, np.stack(mins), np.stack(maxs))
-    return hit
-
-
-def table_bounds(table: Table, lo, hi):
-    """(least, greatest) entry of ``table`` at indices ``lo .. hi`` (arrays broadcast; clipped into the table:
-    bind proved every index a form takes in range). Sound; exact where ``lo == hi``, and for tables of up to
-    about 2**18 entries."""
-    n = table.count
-    lo, hi = np.broadcast_arrays(np.clip(lo, 0, n - 1), np.clip(hi, 0, n - 1))
-    block, mins, maxs = _extreme_tables(table)
-    b0, b1 = lo // block, hi // block
-    level = bitops.bit_length(b1 - b0 + 1) - 1
-    second = b1 - (np.int64(1) << level) + 1
-    least = np.minimum(mins[level, b0], mins[level, second])
-    greatest = np.maximum(maxs[level, b0], maxs[level, second])
-    at = table.values[lo]
-    return np.where(lo == hi, at, least), np.where(lo == hi, at, greatest)
 
 
 class _Scalars:
@@ -385,4 +346,4 @@ def k_bound_rows(bound: ir.KBound, rows: RowValues, lower: bool):
     return -((-v) // bound.den) if lower else v // bound.den
 
 
-__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "isqrt", "L"]
+__all__ = ["RowValues", "TileIntervals", "lin_value", "k_bound_rows", "isqrt"]

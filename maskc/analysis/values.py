@@ -19,7 +19,7 @@ MAX_TABLE = 1 << 24               # entries of one table parameter (the kernels'
 
 def is_int(v) -> bool:
     """An integer, not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    return type(v) is int or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
 
 
 def checked_int(v, what: str, span) -> int:
@@ -31,14 +31,23 @@ def checked_int(v, what: str, span) -> int:
     return int(v)
 
 
-def _int_list(value, what: str, span) -> list[int]:
+def _int_array(value, what: str, span) -> np.ndarray:
+    """A list of integers (not bools) or a 1-D integer array, each fitting in 32 bits, as int64; else a
+    BindError naming ``what``. Arrays are checked whole (a table of millions of entries binds in milliseconds)."""
     if isinstance(value, np.ndarray):
         if value.ndim != 1 or value.dtype.kind not in "iu":
             raise BindError(f"{what} must be a list of integers", span)
-        value = value.tolist()
-    if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
-        raise BindError(f"{what} must be a list of integers", span)
-    return [checked_int(v, what, span) for v in value]
+        outside = (value > INT32) | (value < -INT32)
+    else:
+        if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
+            raise BindError(f"{what} must be a list of integers", span)
+        value = [int(v) for v in value]
+        if value and -INT32 <= min(value) and max(value) <= INT32:
+            return np.asarray(value, np.int64)
+        outside = np.array([abs(v) > INT32 for v in value], bool)
+    if outside.any():
+        raise BindError(f"{what} = {int(value[int(np.argmax(outside))])} does not fit in 32 bits", span)
+    return np.asarray(value, np.int64)
 
 
 def _depth(value) -> int:
@@ -66,13 +75,13 @@ def segment_table(mask, p, value, origin: int, end: int, at: str, seq_len: int, 
     """Lengths that partition [origin, end) exactly, as segment bounds (end: seq_len, or kv_len over k)."""
     if value is None:
         raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
-    lengths = _int_list(value, f"segments '{p.name}'{at}", p.span)
-    if any(n < 0 for n in lengths):
+    lengths = _int_array(value, f"segments '{p.name}'{at}", p.span)
+    if (lengths < 0).any():
         raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
     length = "seq_len" if p.over == "q" else "kv_len"
     if not 0 <= origin <= end:
         raise BindError(f"segments '{p.name}' start at {origin}, outside [0, {length} = {end}]{at}", p.span)
-    total = sum(lengths)
+    total = int(lengths.sum())
     if total != end - origin:
         other, other_end = ("kv_len", kv_len) if p.over == "q" else ("seq_len", seq_len)
         hint = (f"these lengths cover [{origin}, {other} = {other_end}): to partition the "
@@ -93,10 +102,10 @@ def per_segment(mask, p, value, count: int, at: str) -> np.ndarray:
         if p.default is None:
             raise BindError(f"mask '{mask.name}' needs '{p.name}' (one integer per segment of '{p.of}')", p.span)
         value = [p.default] * count
-    values = _int_list(value, f"'{p.name}'{at}", p.span)
+    values = _int_array(value, f"'{p.name}'{at}", p.span)
     if len(values) != count:
         raise BindError(f"'{p.name}' has {len(values)} entries but '{p.of}' has {count} segments{at}", p.span)
-    return np.asarray(values, np.int64)
+    return values
 
 
 def table_value(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int, ...] | None) -> Table:
@@ -114,19 +123,20 @@ def table_value(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int
     if isinstance(value, (list, tuple, np.ndarray)) and len(value) > MAX_TABLE:
         raise BindError(f"table '{p.name}' has {len(value)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
                         p.span)
-    if rows:
-        if isinstance(value, np.ndarray) and value.ndim == 2:
-            value = list(value)
+    if rows and isinstance(value, np.ndarray) and value.ndim == 2:      # an array of rows: checked whole
+        shape = value.shape
+        values = _int_array(value.reshape(-1), f"'{p.name}'{at}", p.span)
+    elif rows:
         if not isinstance(value, (list, tuple)) or not value:
             raise BindError(f"'{p.name}' must be a list of rows (lists of integers){at}", p.span)
-        lists = [_int_list(r, f"'{p.name}'{at}", p.span) for r in value]
+        lists = [_int_array(r, f"'{p.name}'{at}", p.span) for r in value]
         if len({len(r) for r in lists}) > 1:
             raise BindError(f"the rows of '{p.name}' differ in length ({', '.join(str(len(r)) for r in lists)})"
                             f"{at}", p.span)
         shape = (len(lists), len(lists[0]))
-        values = [v for r in lists for v in r]
+        values = np.concatenate(lists)
     else:
-        values = _int_list(value, f"'{p.name}'{at}", p.span)
+        values = _int_array(value, f"'{p.name}'{at}", p.span)
         shape = (len(values),)
     if len(values) > MAX_TABLE:
         raise BindError(f"table '{p.name}' has {len(values)} entries; maskc takes at most {MAX_TABLE} (2**24){at}",
@@ -139,9 +149,9 @@ def table_value(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int
         names = ", ".join(expr_text(e) for e in p.shape or ())
         raise BindError(f"table '{p.name}' has {' x '.join(map(str, shape))} entries, but is declared "
                         f"{'per h, ' if per_head else ''}[{names}] = {' x '.join(map(str, declared))}{at}", p.span)
-    if not values and not per_head:
+    if not len(values) and not per_head:
         raise BindError(f"table '{p.name}' is empty{at}", p.span)
-    return Table(np.asarray(values, np.int64), shape)
+    return Table(values, shape)
 
 
 def float_value(mask, p, value, num_heads: int | None, at: str):
