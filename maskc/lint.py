@@ -37,7 +37,9 @@ from typing import Iterable
 from maskc import ir
 from maskc.analysis import linear as L
 from maskc.analysis.normalize import intersect, normalize
+from maskc.analysis.bind import check_constants
 from maskc.analysis.ranges import analyze_ranges
+from maskc.analysis.widths import check_static
 from maskc.errors import MaskError, MaskSyntaxError, Span
 from maskc.frontend.parse import parse, source_lines
 from maskc.frontend.resolve import Program, resolve
@@ -177,9 +179,23 @@ def _lint_mask(program: Program, name: str, path: str) -> list[Diagnostic]:
     try:
         resolved = resolve(program, name)
         normal = normalize(resolved)
+        ranges = analyze_ranges(normal)
     except MaskError as err:
         return _rule_errors(program, name, path, err)
-    return _warnings(resolved, normal, path)
+    return _warnings(resolved, normal, ranges, path) + _compile_errors(resolved, ranges, path)
+
+
+def _compile_errors(resolved: ir.ResolvedMask, ranges: ir.RangeMask, path: str) -> list[Diagnostic]:
+    """What `maskc compile` refuses past the passes above, so that a file lint passes compiles: constants that
+    64 bits cannot hold once folded, and const parameters whose defaults make a divisor, a shift amount or a
+    requirement fail (compile specializes the kernel to them)."""
+    defaults = {p.name: p.default for p in resolved.params if p.const and p.default is not None}
+    try:
+        check_static(ranges)
+        check_constants(resolved, ranges, defaults)
+    except MaskError as err:
+        return [_from_error(err, path)]
+    return []
 
 
 def _rule_errors(program: Program, name: str, path: str, first: MaskError) -> list[Diagnostic]:
@@ -208,7 +224,7 @@ def _rule_errors(program: Program, name: str, path: str, first: MaskError) -> li
 
 # -- warnings: masks that compile but likely mean something else ----------------------------------
 
-def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, path: str) -> list[Diagnostic]:
+def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, ranges: ir.RangeMask, path: str) -> list[Diagnostic]:
     name = resolved.name
     out = [_at(p.span, path, "warning", f"parameter '{p.name}' of mask '{name}' is never used",
                "remove it, or use it in a rule") for p in unused_params(resolved)]
@@ -230,7 +246,6 @@ def _warnings(resolved: ir.ResolvedMask, normal: ir.NormalMask, path: str) -> li
         if not _removes_something(_only(resolved, rule).deny, normal.allow):
             out.append(_at(rule.span, path, "warning", "this deny rule removes nothing: no allow rule "
                                                        "shows any pair it matches"))
-    ranges = analyze_ranges(normal)
     inexact: dict = {}
     for region in ranges.allow + ranges.deny:
         if region.inexact is not None:

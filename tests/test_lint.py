@@ -184,3 +184,23 @@ def test_inexact_rules_say_which_atom_and_why(tmp_path, condition, col, reason):
                                        "(k % 16 - q % 16) ** 2 + (k // 16 - q // 16) ** 2 < 9"])
 def test_rules_exact_per_chunk_get_no_warning(tmp_path, condition):
     assert _lint(tmp_path, f"mask m(docs: segments)\n  allow same(docs), {condition}\n") == []
+
+
+@pytest.mark.parametrize("text,line,col,words", [
+    ("mask m(c: const int = 0)\n  allow k // c == q // 2\n", 1, 8, "divisor"),                 # a default divisor of 0
+    ("mask m(w: const int = -3)\n  require w >= 1\n  allow k <= q\n", 2, 3, "requirement"),   # a default breaks it
+    ("mask m()\n  allow q - k < 2000000000 * 2000000000 * 2\n", 2, 3, "64-bit"),             # folds past 64 bits
+    ("mask m()\n  allow k // 0 == q\n", 2, 14, "positive"),                                    # a literal divisor
+    ("mask m()\n  allow ceildiv(k, 1 - 3) == q\n", 2, 20, "positive"),
+])
+def test_what_compile_refuses_lint_refuses(tmp_path, text, line, col, words):
+    """A file lint passes compiles: each of these is an error of both, at the same place."""
+    errors = [d for d in _lint(tmp_path, text) if d.severity == "error"]
+    assert [(d.line, d.col) for d in errors] == [(line, col)] and words in errors[0].message
+    with pytest.raises(maskc.MaskError) as info:
+        maskc.compile_mask(text, path=str(tmp_path / "m.mask")).const_values()
+    assert (info.value.span.line, info.value.span.col) == (line, col)
+
+
+def test_const_parameters_without_defaults_are_not_guessed(tmp_path):
+    assert _lint(tmp_path, "mask m(w: const int)\n  require w >= 1\n  allow k // w <= q // w\n") == []

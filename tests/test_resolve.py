@@ -410,3 +410,11 @@ def test_resolved_has_only_builtins_and_own_params():
                     walk(x)
     for r in c.resolved.rules:
         walk(r.cond)
+
+
+@pytest.mark.parametrize("expr,col", [("k // 0", 14), ("k % -2", 13), ("k // (3 - 3)", 15), ("ceildiv(k, 0)", 20),
+                                      ("q // ((1 - 2) * 4)", 15)])
+def test_divisor_that_is_a_number_must_be_positive(expr, col):
+    err = _err(H + f"  allow {expr} == 0\n", MaskTypeError)
+    assert "must be positive" in err.message
+    _at(err, 2, col)

@@ -71,14 +71,16 @@ def check_constants(mask: ir.ResolvedMask, ranges: ir.RangeMask, values: dict) -
             if value <= 0:
                 reads = {t.name for t in F.terms_of(lin) if isinstance(t, ir.ParamRef)}
                 raise BindError(f"const parameter {named(reads.__contains__)} makes the divisor '{render(lin)}' = "
-                                f"{value}, and a divisor must be positive", const[min(reads)].span)
+                                f"{value}, and a divisor must be positive",
+                                const[min(reads)].span if reads else mask.span)
     for lin in F.shift_amounts(f for r in ranges.allow + ranges.deny for f in r.forms):
         if not F.lin_mentions(lin, unknown):
             value = lin_value(lin, known, 1, 1, 0, 0)
             if not 0 <= value <= ir.MAX_SHIFT:
                 reads = {t.name for t in F.terms_of(lin) if isinstance(t, ir.ParamRef)}
                 raise BindError(f"const parameter {named(reads.__contains__)} makes the shift amount '{render(lin)}' "
-                                f"= {value}; shifts take 0 to {ir.MAX_SHIFT}", const[min(reads)].span)
+                                f"= {value}; shifts take 0 to {ir.MAX_SHIFT}",
+                                const[min(reads)].span if reads else mask.span)
     for r in mask.requires:
         if not mentions(r.cond, unknown):
             check_expr(mask.name, r.cond, known, 1, 1, 0, r.span)

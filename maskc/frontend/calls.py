@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from maskc import ir
+from maskc.analysis import linear
 from maskc.errors import MaskNameError, MaskTypeError, did_you_mean
 from maskc.frontend.params import table_at
 from maskc.frontend.scope import Let
@@ -57,9 +58,7 @@ def call_builtin(resolver, node, scope, file):
         # -((-a) // b): a floor division, whose forms every later pass knows (ceildiv(k, c) by a constant is
         # one interval per chunk: exact tiles); its divisor, like `//`'s, is free of q and k.
         numerator, divisor = args
-        if depends_on_position(divisor):
-            raise MaskTypeError("ceildiv()'s divisor cannot depend on q or k", node.args[1].value.span,
-                                "divide by a number or a parameter")
+        check_divisor(divisor, "ceildiv()'s divisor", node.args[1].value.span)
         zero = ir.Const(0, node.span)
         floor = ir.Arith("//", ir.Arith("-", zero, numerator, node.span), divisor, node.span)
         return ir.Arith("-", zero, floor, node.span)
@@ -72,6 +71,17 @@ def call_builtin(resolver, node, scope, file):
             out = ir.Func(node.func, (out, a), node.span)
         return out
     return ir.Func(node.func, args, node.span)
+
+
+def check_divisor(divisor, what: str, span) -> None:
+    """A divisor (of ``//``, ``%``, ceildiv) free of q and k, and positive where it is a number: else a
+    MaskTypeError at it. (One that reads parameters is checked when they are known: at bind, or for const
+    parameters when the kernel is specialized to them.)"""
+    if depends_on_position(divisor):
+        raise MaskTypeError(f"{what} cannot depend on q or k", span, "divide by a number or a parameter")
+    value = linear.from_expr(divisor)
+    if linear.is_const(value) and value.const <= 0:
+        raise MaskTypeError(f"{what} is {value.const}; a divisor must be positive", span)
 
 
 def call_mask(resolver, node, found, scope, file):

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from maskc import ir
 from maskc.errors import ComplexityError, MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
-from maskc.frontend.calls import FUNCTIONS, MAX_CALL_DEPTH, call_builtin, call_let, call_mask
+from maskc.frontend.calls import FUNCTIONS, MAX_CALL_DEPTH, call_builtin, call_let, call_mask, check_divisor
 from maskc.frontend.params import resolve_params, table_at
 from maskc.frontend.parse import MAX_NESTING
 from maskc.frontend.scope import Let, Program, Scope
 from maskc.frontend.score import resolve_score
-from maskc.ir.walk import depends_on_position, expanded_size, is_int, mentions, nesting, nodes
+from maskc.ir.walk import expanded_size, is_int, mentions, nesting, nodes
 
 _MAX_EXPONENT = 8
 _MAX_STEPS = 2 * MAX_NESTING     # resolve's own recursion: a let's name and its value are two steps
@@ -228,9 +228,8 @@ class _Resolver:
             for _ in range(right.value - 1):
                 out = ir.Arith("*", out, left, node.span)
             return out
-        if node.op in ("//", "%") and depends_on_position(right):
-            raise MaskTypeError(f"the right side of '{node.op}' cannot depend on q or k", node.right.span,
-                                "divide by a number or a parameter")
+        if node.op in ("//", "%"):
+            check_divisor(right, f"the right side of '{node.op}'", node.right.span)
         if node.op in ("<<", ">>"):
             from maskc.analysis import linear
             amount = linear.from_expr(right)
