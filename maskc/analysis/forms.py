@@ -123,6 +123,10 @@ def render(lin: ir.Lin) -> str:
     parts = []
     for t, c in lin.terms:
         name = render_term(t)
+        # .mask precedence: a bit operation binds looser than + and -, a floor as tightly as * (and looser
+        # than a unary minus), so either is parenthesized where a sign, a factor or a neighbour would bind it
+        if isinstance(t, ir.Bits) or (isinstance(t, ir.Floor) and c != 1):
+            name = f"({name})"
         if c == 1:
             parts.append(f"+ {name}")
         elif c == -1:
