@@ -104,7 +104,7 @@ def test_wrong_count_of_per_array_entries(targets):
 
 def test_targets_longer_than_the_user_fail_the_require_line():
     err = _bind_error(load("hstu"), 10, users=[5, 5], targets=[1, 6])
-    assert "requirement not met" in err.message and "q = 5" in err.message
+    assert "requirement not met at q = 5" in err.message and "is 6 <= 5" in err.message
     _at(err, "hstu", "require 0 <= targets(q)")
 
 
@@ -175,7 +175,7 @@ def test_divisor_not_positive():
 
 def test_require_checked_at_every_q():
     err = _bind_error(load("prefix_lm"), 10, prefix=-1)
-    assert "requirement not met at q = 0" in err.message
+    assert "requirement not met: prefix >= 0 is -1 >= 0" in err.message     # no position: it reads none
     _at(err, "prefix_lm", "require prefix >= 0")
     m = maskc.compile_mask("mask m()\n  require q < 5 or seq_len < 5\n  allow k <= q\n")
     assert m.bind(5).dense().sum() == 15

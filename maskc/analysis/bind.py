@@ -25,8 +25,8 @@ from maskc.analysis.values import (INT32, MAX_TABLE, checked_int, float_value, i
                                    segment_table, table_value)
 from maskc.analysis.widths import check_bound, check_expr, fits_32_bits
 from maskc.errors import BindError, did_you_mean
-from maskc.ir.text import expr_text
-from maskc.ir.walk import mentions, nodes
+from maskc.ir.text import cond_text, expr_text
+from maskc.ir.walk import depends_on_position, mentions, nodes
 from maskc.bound_params import BatchParams, BoundParams, SegmentTable, Table
 from maskc.runs import sorted_unique
 
@@ -210,13 +210,27 @@ def _check(mask, divisors, params, seq_len, kv_len, h, b, at):
         if starts is not None:            # constant between these positions: one check per piece
             ok = np.broadcast_to(ev.cond(r.cond, starts, None), starts.shape)
             if not ok.all():
-                raise BindError(f"requirement not met at q = {int(starts[np.argmin(ok)])}{at}", r.span)
+                raise BindError(f"requirement not met{_unmet(ev, r.cond, int(starts[np.argmin(ok)]))}{at}", r.span)
             continue
         for start in range(0, seq_len, _REQUIRE_CHUNK):       # memory bounded at any seq_len
             q = np.arange(start, min(seq_len, start + _REQUIRE_CHUNK), dtype=np.int64)
             ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
             if not ok.all():
-                raise BindError(f"requirement not met at q = {start + int(np.argmin(ok))}{at}", r.span)
+                raise BindError(f"requirement not met{_unmet(ev, r.cond, start + int(np.argmin(ok)))}{at}", r.span)
+
+
+def _unmet(ev: Evaluator, cond: ir.Cond, q: int) -> str:
+    """Where and why a ``require`` condition fails at query ``q``: `` at q = 5: targets(q) <= users.length(q)
+    is 6 <= 5`` (the first of its conjuncts that fails, with the values of its sides); no position when the
+    condition reads none."""
+    at = np.array([q], np.int64)
+    while isinstance(cond, ir.All):
+        cond = next(c for c in cond.items if not np.all(ev.cond(c, at, None)))
+    where = f" at q = {q}" if depends_on_position(cond) else ""
+    if not isinstance(cond, ir.Cmp):
+        return f"{where}: {cond_text(cond)}"
+    left, right = (int(np.ravel(ev.int(side, at, None))[0]) for side in (cond.left, cond.right))
+    return f"{where}: {cond_text(cond)} is {left} {cond.op} {right}"
 
 
 def _segments_read(cond: ir.Cond) -> tuple[str, ...] | None:
