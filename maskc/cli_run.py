@@ -99,7 +99,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
       maskc run examples/hstu.mask --seq-len 512 --param 'users=200,312;512' --param 'targets=20,30;40'
     """
     from maskc.codegen.schedule import choose_tiles
-    from maskc.runtime.cpu_check import blocked_attention, relative_error, round_to
+    from maskc.runtime.cpu_check import relative_error, round_to
     from maskc.runtime.reference import reference_attention
 
     options = environment_options()
@@ -130,8 +130,8 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
     click.echo(f"mask {mask.name}: batch {batch}, {heads} heads, seq_len {bound.seq_len}, kv_len {bound.kv_len}, "
                f"head_dim {dim}, {dtype} inputs")
     click.echo(_tile_summary(bound, block_m, block_n))
-    if on_gpu:
-        click.echo(_order_summary(bound, options, block_m, block_n))
+    ordered = _token_order(bound, options)
+    click.echo(_order_summary(ordered, options, block_m, block_n))
     ok = True
     if on_gpu:
         out, seconds = _run_gpu(bound, q, k, v, dtype, options)
@@ -155,7 +155,7 @@ def run_cmd(file, name, seq_len, kv_len, params, heads, head_dim, dtype, batch, 
         ref, seconds = _timed("float64 dense reference", lambda: reference_attention(q, k, v, bound))
         click.echo(f"float64 dense reference: {seconds:.3f} s")
         out, seconds = _timed("float32 tile-skipping reference",
-                              lambda: blocked_attention(q, k, v, bound, block_m, block_n))
+                              lambda: _blocked_in_order(q, k, v, bound, ordered, block_m, block_n))
         click.echo(f"float32 tile-skipping reference: {seconds:.3f} s")
         ok = _verdict("out", relative_error(out, ref), tolerance or TOLERANCE["cpu"], "float32 tile-skipping")
         if backward:
@@ -225,18 +225,34 @@ def _tile_summary(bound, block_m: int, block_n: int) -> str:
     return "\n".join(lines)
 
 
-def _order_summary(bound, options, block_m: int, block_n: int) -> str:
-    """The token order the GPU run takes (maskc.ordered) and its tiles."""
+def _token_order(bound, options):
+    """The token order a call takes (:mod:`maskc.ordered`; None: raster), or the CliError of one asked for
+    that the mask does not admit."""
     from maskc.ordered import token_order
-    from maskc.show import legend
     try:
-        ordered = token_order(bound, options.token_order)
+        return token_order(bound, options.token_order)
     except MaskError as err:
         raise CliError(err.message) from None
+
+
+def _order_summary(ordered, options, block_m: int, block_n: int) -> str:
+    """The token order the run takes and its tiles."""
+    from maskc.show import legend
     if ordered is None:
         return f"token order: raster ({options.token_order})"
     return (f"token order: {ordered.order} ({options.token_order}): tiles {block_m}x{block_n} "
             f"{legend(ordered.inner.tile_map(block_m, block_n).counts())}")
+
+
+def _blocked_in_order(q, k, v, bound, ordered, block_m: int, block_n: int):
+    """The float32 tile-skipping pass, in the token order when there is one (its tiles are the order's, as the
+    kernel's are): q, k and v moved into it, the output moved back."""
+    from maskc.runtime.cpu_check import blocked_attention
+    if ordered is None:
+        return blocked_attention(q, k, v, bound, block_m, block_n)
+    into, back = ordered.permutation, ordered.inverse
+    return blocked_attention(q[:, :, into], k[:, :, into], v[:, :, into], ordered.inner, block_m,
+                             block_n)[:, :, back]
 
 
 def _visible_pairs(bound) -> int | None:

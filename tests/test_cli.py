@@ -203,6 +203,20 @@ def test_run_jagged_batch_on_cpu(no_gpu):
     assert "batch 2" in result.stdout
 
 
+def test_run_on_cpu_takes_the_token_order(no_gpu, monkeypatch):
+    """The tile-skipping pass runs in the order asked for (its tiles, q, k and v moved into it and the output
+    back) and still agrees with the raster float64 reference; an order the mask does not admit is an error."""
+    args = ("run", EXAMPLES / "clear.mask", "--seq-len", 1536, "--param", "width=32", "--param", "text=0",
+            "--param", "radius=4", "--heads", 1, "--head-dim", 64)
+    monkeypatch.setenv("MASKC_TOKEN_ORDER", "8x16")
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert "token order: patches of 8 x 16" in result.stdout and "): ok" in result.stdout
+    monkeypatch.setenv("MASKC_TOKEN_ORDER", "8x17")
+    result = invoke(*args)
+    assert result.exit_code == 1 and "must divide the image's width 32" in result.stderr
+
+
 def test_run_refuses_huge_cpu_runs(no_gpu):
     result = invoke("run", EXAMPLES / "causal.mask", "--seq-len", 16384)
     assert result.exit_code == 1
