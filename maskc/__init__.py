@@ -46,8 +46,15 @@ def _bound_of(mask: Any, block_mask: Any) -> BoundMask | RestrictedMask | Device
                     f"maskc.create_block_mask, not {type(given).__name__}")
 
 
-def _check_heads(query: Any, key: Any, value: Any, enable_gqa: bool) -> None:
-    """Flex's rule: query and key/value head counts must match unless ``enable_gqa``, and then divide."""
+def _check_inputs(query: Any, key: Any, value: Any, enable_gqa: bool) -> None:
+    """Flex's rules: one floating-point dtype for query, key and value; 4-D; head counts that match unless
+    ``enable_gqa``, and then divide."""
+    dtypes = [getattr(x, "dtype", None) for x in (query, key, value)]
+    if len({str(d) for d in dtypes}) != 1:
+        raise ValueError(f"query, key and value must have the same dtype; got {dtypes[0]}, {dtypes[1]}, {dtypes[2]}")
+    floating = getattr(dtypes[0], "is_floating_point", None)        # torch's dtypes; NumPy's and CuPy's: kind
+    if not (floating if floating is not None else getattr(dtypes[0], "kind", "") == "f"):
+        raise ValueError(f"query, key and value must be floating point (bf16 or fp16 on the GPU); got {dtypes[0]}")
     shapes = [tuple(getattr(x, "shape", ())) for x in (query, key, value)]
     if any(len(s) != 4 for s in shapes):
         raise ValueError(f"query, key and value must be 4-D (B, H, S, D); got shapes {shapes[0]}, {shapes[1]}, "
@@ -81,7 +88,7 @@ def attention(query: Any, key: Any, value: Any, mask: BoundMask | DeviceMask | N
     Returns the output, or ``(output, lse)`` with ``return_lse``.
     """
     bound = _bound_of(mask, block_mask)
-    _check_heads(query, key, value, enable_gqa)
+    _check_inputs(query, key, value, enable_gqa)
     if type(query).__module__.startswith("torch"):
         from maskc.runtime.torch_ops import attention as _torch_attention
         return _torch_attention(query, key, value, bound, scale=scale, return_lse=return_lse,

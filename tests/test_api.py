@@ -38,6 +38,17 @@ def test_gqa_needs_enable_gqa_and_then_matches_repeated_heads():
     assert torch.allclose(out, repeated)
 
 
+def test_inputs_must_share_one_floating_point_dtype():
+    """As in Flex: integer inputs (whose averages would be truncated) and mixed dtypes are refused."""
+    bound = _bound(S=64)
+    q = torch.randn(1, 2, 64, 8)
+    with pytest.raises(ValueError, match="floating point"):
+        maskc.attention(q.int(), q.int(), q.int(), bound)
+    with pytest.raises(ValueError, match="same dtype"):
+        maskc.attention(q, q.double(), q, bound)
+    assert maskc.attention(q, q, q, bound).dtype == torch.float32
+
+
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_create_block_mask_drives_flex_attention_and_maskc_alike(name):
     from torch.nn.attention.flex_attention import BlockMask, flex_attention

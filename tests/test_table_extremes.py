@@ -9,6 +9,7 @@ from maskc.analysis import table_extremes
 from maskc.analysis.table_extremes import table_bounds
 from maskc.audit import audit_tiles
 from maskc.bound_params import Table
+from conftest import EXAMPLES
 
 
 @st.composite
@@ -59,6 +60,6 @@ def test_large_ancestor_tables_give_exact_tiles(tile):
     """An ancestor matrix of 2500 draft tokens (6.25 M entries: past one-entry blocks) read row by row: no tile
     classified PARTIAL that is really FULL or EMPTY (38 of 267 were, at 128 x 128, with blocks read whole)."""
     n = 2500
-    bound = maskc.load("examples/tree_verify.mask").bind(seq_len=n, kv_len=2 * n + 7, anc=_random_tree(n, 2))
+    bound = maskc.load(EXAMPLES / "tree_verify.mask").bind(seq_len=n, kv_len=2 * n + 7, anc=_random_tree(n, 2))
     audit = audit_tiles(bound, *tile)
     assert audit.unsound == 0 and audit.really_full == 0 and audit.really_empty == 0, audit
