@@ -232,7 +232,8 @@ def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
         order = g_lo.argsort(kind="stable")
         row, lo, hi, g_lo = row[order], lo[order], hi[order], g_lo[order]
     g_hi = row * width + hi
-    reach = np.maximum.accumulate(g_hi)
+    # the furthest key reached so far (a running maximum costs ~3 ns a key: skipped where the ends ascend)
+    reach = g_hi if not (g_hi[1:] < g_hi[:-1]).any() else np.maximum.accumulate(g_hi)
     starts = np.ones(len(g_lo), bool)
     starts[1:] = g_lo[1:] > reach[:-1]
     if starts.all():                                   # disjoint and apart already

@@ -189,19 +189,25 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     same = piece[1:] == piece[:-1]
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
-    joined = np.zeros(len(piece), bool)                                   # abuts the previous at both ends
-    joined[1:] = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])
-    first = (~joined).nonzero()[0]
-    last = last_rows(first, len(piece))
-    c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
+    joined = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])            # abuts the previous at both ends
+    if joined.any():
+        first = np.concatenate([[0], (~joined).nonzero()[0] + 1])
+        last = last_rows(first, len(piece))
+        c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
+    else:                                                                 # every family a chain of its own
+        c_piece, c_lo, c_hi = piece, np.maximum(la, lb), np.minimum(ha, hb)
     bad[block[bad_piece]] = True
     # Touched key blocks: the union of the families' hulls, piece by piece (in order already: no sort), then
     # q_block by q_block; covered: those every piece's chains cover.
-    ok = ~bad[block[piece]]
-    by_piece = union(piece[ok], h0[ok] // block_n, -((-h1[ok]) // block_n), kt)
+    if bad.any():
+        ok = ~bad[block[piece]]
+        piece, h0, h1 = piece[ok], h0[ok], h1[ok]
+    by_piece = union(piece, h0 // block_n, -((-h1) // block_n), kt)
     touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
     k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
-    ok = ~bad[block[c_piece]] & (k0 < k1)
+    ok = k0 < k1
+    if bad.any():
+        ok &= ~bad[block[c_piece]]
     covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
     partial = subtract(touched, covered, kt)
     return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
