@@ -237,7 +237,10 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
     """The pieces of the q_blocks where :func:`_families` proposed cuts, cut there and enumerated again (once:
     parts that still break a condition stay flagged); the other pieces and their families kept. Pieces
     come back renumbered (the cut ones last), not in row order."""
-    again = np.isin(starts // block_m, sorted_unique(cuts // block_m))
+    block = starts // block_m
+    flagged = np.zeros(int(block[-1]) + 1, bool)          # the q_blocks of the cuts (rows inside the pieces)
+    flagged[cuts // block_m] = True
+    again = flagged[block]
     new_starts = sorted_unique(np.concatenate([starts[again], cuts]))
     whole = starts.searchsorted(new_starts, side="right") - 1        # the piece each part was cut from
     new_ends = np.minimum(ends[whole], last_rows(new_starts, ends[-1] + 1))
@@ -252,20 +255,20 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
-    """Families constant over their piece replaced by their union; other families inside it dropped."""
+    """Families constant over their piece replaced by their union; other families inside it dropped. Where the
+    union merges none and none lies inside it, the families come back as they are (in their order)."""
     constant = (la == lb) & (ha == hb)
     if not constant.any():
         return piece, la, ha, lb, hb
     c_piece, c_lo, c_hi = union(piece[constant], la[constant], ha[constant], kv_len)
-    rest = ~constant
-    piece, la, ha, lb, hb = piece[rest], la[rest], ha[rest], lb[rest], hb[rest]
-    if len(c_piece) and len(piece):
-        width = kv_len + 1
-        g_lo = c_piece * width + c_lo
-        at = g_lo.searchsorted(piece * width + np.minimum(la, lb), side="right") - 1
-        safe = np.maximum(at, 0)
-        inside = (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
-        keep = ~inside
-        piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
+    width = kv_len + 1
+    g_lo = c_piece * width + c_lo
+    at = g_lo.searchsorted(piece * width + np.minimum(la, lb), side="right") - 1
+    safe = np.maximum(at, 0)
+    inside = ~constant & (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
+    if not inside.any() and len(c_piece) == np.count_nonzero(constant):
+        return piece, la, ha, lb, hb
+    keep = ~constant & ~inside
+    piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
     return (np.concatenate([c_piece, piece]), np.concatenate([c_lo, la]), np.concatenate([c_hi, ha]),
             np.concatenate([c_lo, lb]), np.concatenate([c_hi, hb]))
