@@ -13,7 +13,7 @@ import maskc
 from maskc.errors import BindError
 
 from conftest import EXAMPLES
-from mask_strategies import HEADER, binding, mask_text
+from mask_strategies import HEADER, binding, chunk_binding, chunk_mask_text, mask_text
 from test_predicate import check_bound, needs_gxx
 
 INT32_MAX = 2 ** 31 - 1
@@ -171,3 +171,35 @@ def test_remembered_width_proofs_agree_with_the_walk(text, binds, c, t):
             bounds = Bounds(element, seq_len, kv_len, 1, 0, limit, padding)
             end = (program.roots[program.forms - 1] if program.forms else 0) if forms_only else len(program.steps)
             assert program.first_failing(bounds, forms_only) == program._walk(bounds, end, None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=chunk_mask_text(), binds=st.lists(chunk_binding(max_len=60), min_size=2, max_size=5),
+       offsets=st.lists(st.one_of(st.integers(-5, 20), edge_int()), min_size=1, max_size=3))
+def test_remembered_nest_proofs_agree_with_the_walk(text, binds, offsets):
+    """The chunk nests' 32-bit proof a mask remembers per leaf bounds (widths._check_nests) passes exactly where
+    walking every nest with the bound values passes, bind after bind (offsets near the int32 edges make some
+    fail; binds that repeat values hit what earlier ones remembered)."""
+    from maskc.analysis.bounds import NARROW_LIMIT, Bounds
+    from maskc.analysis.widths import _REFUSED, TILE_PADDING, _check_nest, _check_nests
+
+    compiled = maskc.compile_mask(text)
+    ranges = compiled.ranges
+    for i, (seq_len, kv_len, params) in enumerate(binds + binds):
+        params = {**params, "o": offsets[i % len(offsets)]}
+        try:
+            bound = compiled.bind(seq_len, kv_len, **params)
+        except BindError:
+            continue
+        element = bound.params.batch[0]
+
+        def passes(check) -> bool:
+            try:
+                check(Bounds(element, seq_len, kv_len, 1, 0, NARROW_LIMIT, TILE_PADDING))
+            except _REFUSED:
+                return False
+            return True
+
+        walked = passes(lambda b: [_check_nest(r.chunks, b) for r in ranges.allow + ranges.deny
+                                   if r.chunks is not None])
+        assert passes(lambda b: _check_nests(ranges, b)) == walked

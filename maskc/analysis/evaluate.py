@@ -11,7 +11,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import bitops
 from maskc.analysis.interpret import Interpreter
-from maskc.analysis.rows import segment_lookup
+from maskc.analysis.rows import segment_attr, segment_slot
 from maskc.errors import BindError
 from maskc.bound_params import BatchParams
 
@@ -48,13 +48,13 @@ class Evaluator(Interpreter):
         self.extent = max(seq_len, kv_len)
 
     def segment(self, seg: str, attr: str, positions):
-        """Looked up in the bounds: memory grows with the positions asked, not with seq_len."""
+        """Looked up in the bounds: memory grows with the positions asked, not with seq_len; only the attribute
+        asked for is gathered (a per-segment value is 0 outside the segments)."""
         table = self.params.segment(seg)
-        index, start, end, inside, safe = segment_lookup(table, np.asarray(positions, np.int64), self.extent)
+        at = segment_slot(table, np.asarray(positions, np.int64))
         if attr.startswith("value:"):
-            values = table.value(attr[len("value:"):])
-            return np.where(inside, values[safe], 0) if table.count else np.zeros_like(index)
-        return {"index": index, "start": start, "end": end}[attr] if attr != "length" else end - start
+            return segment_attr(table, at, "value", self.extent, attr[len("value:"):])
+        return segment_attr(table, at, attr, self.extent)
 
     def const(self, value: int):
         return np.int64(value)

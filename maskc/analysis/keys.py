@@ -161,11 +161,10 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         total = int(per.sum())
         if total > budget:
             raise TooMany(f"{total} chunks")
-        pick = np.repeat(np.arange(len(owner)), per)
-        within = np.arange(total) - np.repeat(per.cumsum() - per, per)
-        chunks = {v: a[pick] for v, a in chunks.items()}
-        chunks[level.var] = lo[0][pick] + within
-        owner = owner[pick]
+        # each family repeated once per chunk of its range, the chunks numbered from its lower bound up
+        chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
+        chunks[level.var] = np.repeat(lo[0] - (per.cumsum() - per), per) + np.arange(total)
+        owner = np.repeat(owner, per)
     lo, hi, index = extremes(0, chunks, (np.int64(0), np.int64(kv_len - 1)))
     lo, hi = list(lo), list(hi + 1)
     blind = np.zeros(len(owner), bool)
@@ -232,7 +231,8 @@ def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
         order = g_lo.argsort(kind="stable")
         row, lo, hi, g_lo = row[order], lo[order], hi[order], g_lo[order]
     g_hi = row * width + hi
-    reach = np.maximum.accumulate(g_hi)
+    # the furthest key reached so far (a running maximum costs ~3 ns a key: skipped where the ends ascend)
+    reach = g_hi if not (g_hi[1:] < g_hi[:-1]).any() else np.maximum.accumulate(g_hi)
     starts = np.ones(len(g_lo), bool)
     starts[1:] = g_lo[1:] > reach[:-1]
     if starts.all():                                   # disjoint and apart already

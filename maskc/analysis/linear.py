@@ -325,35 +325,45 @@ def _strip(leaf):
     return replace(leaf, span=NO_SPAN)
 
 
-def substitute(lin: ir.Lin, mapping) -> ir.Lin:
-    """Replace terms (at any depth) by linear forms: ``mapping(term)`` returns a Lin or None."""
+def substitute(lin: ir.Lin, mapping, memo: dict | None = None) -> ir.Lin:
+    """Replace terms (at any depth) by linear forms: ``mapping(term)`` returns a Lin or None. ``memo`` (a dict
+    kept by the caller for one ``mapping``) remembers each term's result, for forms that share terms."""
     out = const(lin.const)
     for t, c in lin.terms:
-        out = add(out, scale(_substitute_term(t, mapping), c))
+        out = add(out, scale(_substitute_term(t, mapping, memo), c))
     return out
 
 
-def _substitute_term(term, mapping) -> ir.Lin:
+def _substitute_term(term, mapping, memo: dict | None = None) -> ir.Lin:
+    if memo is not None:
+        hit = memo.get(term)
+        if hit is None:
+            hit = memo[term] = _substituted(term, mapping, memo)
+        return hit
+    return _substituted(term, mapping, None)
+
+
+def _substituted(term, mapping, memo: dict | None) -> ir.Lin:
     replaced = mapping(term)
     if replaced is not None:
         return replaced
     if isinstance(term, ir.Square):
-        base = substitute(term.base, mapping)
+        base = substitute(term.base, mapping, memo)
         return mul(base, base)
     if isinstance(term, ir.Product):
-        return mul(substitute(term.left, mapping), substitute(term.right, mapping))
+        return mul(substitute(term.left, mapping, memo), substitute(term.right, mapping, memo))
     if isinstance(term, ir.Floor):
-        return floor_op(term.op, substitute(term.num, mapping), substitute(term.den, mapping))
+        return floor_op(term.op, substitute(term.num, mapping, memo), substitute(term.den, mapping, memo))
     if isinstance(term, ir.Extreme):
-        return extreme(term.fn, tuple(substitute(a, mapping) for a in term.args))
+        return extreme(term.fn, tuple(substitute(a, mapping, memo) for a in term.args))
     if isinstance(term, ir.Root):
-        return root(substitute(term.arg, mapping))
+        return root(substitute(term.arg, mapping, memo))
     if isinstance(term, ir.Bits):
-        return bits(term.op, substitute(term.left, mapping), substitute(term.right, mapping))
+        return bits(term.op, substitute(term.left, mapping, memo), substitute(term.right, mapping, memo))
     if isinstance(term, ir.Lookup):
-        return lookup(term.table, substitute(term.index, mapping))
+        return lookup(term.table, substitute(term.index, mapping, memo))
     if isinstance(term, ir.SegBound):
-        return seg_bound(term.seg, substitute(term.index, mapping))
+        return seg_bound(term.seg, substitute(term.index, mapping, memo))
     return of_term(term)
 
 

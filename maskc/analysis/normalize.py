@@ -337,10 +337,12 @@ def specialize(mask: ir.NormalMask, values: dict[str, int]) -> ir.NormalMask:
             return L.const(values[term.name])
         return None
 
+    memo: dict = {}         # regions share terms (a let used by several rules): each substituted once
+
     def regions(group):
         out = []
         for region in group:
-            tight = _tighten([ir.Atom(L.substitute(a.lin, fix), a.span) for a in region.atoms])
+            tight = _tighten([ir.Atom(L.substitute(a.lin, fix, memo), a.span) for a in region.atoms])
             if tight is not None:
                 out.append(ir.Region(tuple(tight), region.span))
         return _dedupe(out)

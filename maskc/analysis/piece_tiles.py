@@ -189,19 +189,25 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     same = piece[1:] == piece[:-1]
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
-    joined = np.zeros(len(piece), bool)                                   # abuts the previous at both ends
-    joined[1:] = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])
-    first = (~joined).nonzero()[0]
-    last = last_rows(first, len(piece))
-    c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
+    joined = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])            # abuts the previous at both ends
+    if joined.any():
+        first = np.concatenate([[0], (~joined).nonzero()[0] + 1])
+        last = last_rows(first, len(piece))
+        c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
+    else:                                                                 # every family a chain of its own
+        c_piece, c_lo, c_hi = piece, np.maximum(la, lb), np.minimum(ha, hb)
     bad[block[bad_piece]] = True
     # Touched key blocks: the union of the families' hulls, piece by piece (in order already: no sort), then
     # q_block by q_block; covered: those every piece's chains cover.
-    ok = ~bad[block[piece]]
-    by_piece = union(piece[ok], h0[ok] // block_n, -((-h1[ok]) // block_n), kt)
+    if bad.any():
+        ok = ~bad[block[piece]]
+        piece, h0, h1 = piece[ok], h0[ok], h1[ok]
+    by_piece = union(piece, h0 // block_n, -((-h1) // block_n), kt)
     touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
     k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
-    ok = ~bad[block[c_piece]] & (k0 < k1)
+    ok = k0 < k1
+    if bad.any():
+        ok &= ~bad[block[c_piece]]
     covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
     partial = subtract(touched, covered, kt)
     return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
@@ -231,7 +237,10 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
     """The pieces of the q_blocks where :func:`_families` proposed cuts, cut there and enumerated again (once:
     parts that still break a condition stay flagged); the other pieces and their families kept. Pieces
     come back renumbered (the cut ones last), not in row order."""
-    again = np.isin(starts // block_m, sorted_unique(cuts // block_m))
+    block = starts // block_m
+    flagged = np.zeros(int(block[-1]) + 1, bool)          # the q_blocks of the cuts (rows inside the pieces)
+    flagged[cuts // block_m] = True
+    again = flagged[block]
     new_starts = sorted_unique(np.concatenate([starts[again], cuts]))
     whole = starts.searchsorted(new_starts, side="right") - 1        # the piece each part was cut from
     new_ends = np.minimum(ends[whole], last_rows(new_starts, ends[-1] + 1))
@@ -246,20 +255,20 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
-    """Families constant over their piece replaced by their union; other families inside it dropped."""
+    """Families constant over their piece replaced by their union; other families inside it dropped. Where the
+    union merges none and none lies inside it, the families come back as they are (in their order)."""
     constant = (la == lb) & (ha == hb)
     if not constant.any():
         return piece, la, ha, lb, hb
     c_piece, c_lo, c_hi = union(piece[constant], la[constant], ha[constant], kv_len)
-    rest = ~constant
-    piece, la, ha, lb, hb = piece[rest], la[rest], ha[rest], lb[rest], hb[rest]
-    if len(c_piece) and len(piece):
-        width = kv_len + 1
-        g_lo = c_piece * width + c_lo
-        at = g_lo.searchsorted(piece * width + np.minimum(la, lb), side="right") - 1
-        safe = np.maximum(at, 0)
-        inside = (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
-        keep = ~inside
-        piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
+    width = kv_len + 1
+    g_lo = c_piece * width + c_lo
+    at = g_lo.searchsorted(piece * width + np.minimum(la, lb), side="right") - 1
+    safe = np.maximum(at, 0)
+    inside = ~constant & (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
+    if not inside.any() and len(c_piece) == np.count_nonzero(constant):
+        return piece, la, ha, lb, hb
+    keep = ~constant & ~inside
+    piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
     return (np.concatenate([c_piece, piece]), np.concatenate([c_lo, la]), np.concatenate([c_hi, ha]),
             np.concatenate([c_lo, lb]), np.concatenate([c_hi, hb]))

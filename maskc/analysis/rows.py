@@ -18,14 +18,6 @@ from maskc.analysis.table_extremes import table_bounds
 from maskc.bound_params import BatchParams
 
 
-def segment_lookup(table, positions: np.ndarray, extent: int):
-    """index, start, end of the segment holding each position (gap segments outside the range), whether
-    it is inside the range, and the index clipped to a valid one: O(positions x log segments), no table
-    of every position."""
-    at = segment_slot(table, positions)
-    return tuple(segment_attr(table, at, attr, extent) for attr in ("index", "start", "end", "inside", "safe"))
-
-
 def segment_slot(table, positions: np.ndarray) -> np.ndarray:
     """Per position, 0 before the first segment, i + 1 in segment i, count + 1 past the last: what
     :func:`segment_attr` reads its attributes at."""

@@ -236,12 +236,52 @@ def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len
         else:
             for lin, _ in _checked_forms(ranges):
                 bounds.lin(lin)
-        for region in ranges.allow + ranges.deny:
-            if region.chunks is not None:
-                _check_nest(region.chunks, bounds)
+        _check_nests(ranges, bounds)
     except _REFUSED:
         return False
     return True
+
+
+def _check_nests(ranges: ir.RangeMask, bounds: Bounds) -> None:
+    """:func:`_check_nest` on every chunk nest of the mask. Its outcome is a function of the bounds' limit and
+    padding, k's range and the nests' leaves' bounds alone, unless a nest reads a table's entries or a segment's
+    bounds (data): elsewhere a pass is remembered per mask for those values, and a bind that gives the leaves the
+    same bounds again (the same ints and lengths) skips the walk. Failures are never remembered."""
+    nests = [r.chunks for r in ranges.allow + ranges.deny if r.chunks is not None]
+    if not nests:
+        return
+    leaves = _nest_leaves(ranges, nests)
+    key = None if leaves is None else (bounds.limit, bounds.padding, bounds.leaves["k"],
+                                       tuple(bounds.leaf(t) for t in leaves))
+    passed = ranges.__dict__.setdefault("_nests_passed", set())
+    if key is not None and key in passed:
+        return
+    for nest in nests:
+        _check_nest(nest, bounds)
+    if key is not None:
+        if len(passed) >= _MEMO:
+            passed.clear()
+        passed.add(key)
+
+
+def _nest_leaves(ranges: ir.RangeMask, nests) -> tuple | None:
+    """The leaves (positions, builtins, ints, segment attributes and values) every nest reads, in a fixed order,
+    or None where one reads data beyond its leaves' bounds (a table entry, a segment bound); kept on ``ranges``."""
+    if "_nest_leaves" not in ranges.__dict__:
+        found: dict = {}
+        data = False
+        for nest in nests:
+            lins = [g.lin for g in nest.guards]
+            for level in nest.levels:
+                lins += [b.lin for b in level.lower + level.upper]
+                lins += [x for x in (level.offset, level.size) if x is not None]
+            for lin in lins:
+                for t in F.terms_of(lin):
+                    data |= isinstance(t, (ir.Lookup, ir.SegBound))
+                    if not isinstance(t, ir.HashOnce):
+                        found.setdefault(t, None)
+        object.__setattr__(ranges, "_nest_leaves", None if data else tuple(found))
+    return ranges.__dict__["_nest_leaves"]
 
 
 def _check_nest(nest: ir.ChunkedKeys, bounds: Bounds) -> None:

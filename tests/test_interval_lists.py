@@ -1,0 +1,90 @@
+"""Flat interval lists (maskc.analysis.keys) and the chunk families' pruning (maskc.analysis.piece_tiles): each
+against the plain set of keys per row, on random intervals (hypothesis)."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maskc.analysis.keys import covered_by_all, subtract, union
+from maskc.analysis.piece_tiles import _drop_covered
+
+KV = 40
+
+
+def intervals(max_rows: int = 6, max_size: int = 30):
+    """Flat (row, lo, hi) lists: any order, overlapping, nested, adjacent or empty intervals; or ones whose ends
+    ascend (the path union takes without a running maximum)."""
+    one = st.tuples(st.integers(0, max_rows - 1), st.integers(0, KV), st.integers(0, KV))
+    return st.lists(one, max_size=max_size).map(
+        lambda xs: tuple(np.array(c, np.int64).reshape(-1) for c in (zip(*xs) if xs else ([], [], []))))
+
+
+def keys_of(row, lo, hi) -> set:
+    return {(int(r), k) for r, a, b in zip(row, lo, hi) for k in range(a, b)}
+
+
+def check_canonical(row, lo, hi):
+    """Sorted by row then key, non-empty, disjoint and not adjacent within a row."""
+    assert np.all(lo < hi)
+    same = row[1:] == row[:-1]
+    assert np.all((row[1:] > row[:-1]) | (same & (lo[1:] > hi[:-1])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals(), st.booleans())
+def test_union_is_the_set_union(flat, ascending):
+    row, lo, hi = flat
+    if ascending:           # sorted by (row, lo) with ends that ascend too: nested intervals made apart
+        order = np.lexsort((lo, row))
+        row, lo, hi = row[order], lo[order], np.maximum(hi[order], lo[order])
+        g_hi = row * (KV + 1) + hi
+        hi = np.maximum.accumulate(g_hi) - row * (KV + 1) if len(g_hi) else hi
+    out = union(row, lo, hi, KV)
+    check_canonical(*out)
+    assert keys_of(*out) == keys_of(row, lo, hi)
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals(), intervals())
+def test_subtract_is_the_set_difference(a, b):
+    keys, deny = union(*a, KV), union(*b, KV)
+    out = subtract(keys, deny, KV)
+    check_canonical(*out)
+    assert keys_of(*out) == keys_of(*keys) - keys_of(*deny)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(intervals(max_rows=3, max_size=6), min_size=1, max_size=4))
+def test_covered_by_all_is_the_intersection_over_owners(owners):
+    """Each owner's intervals disjoint (a union), every owner of one row: the keys all of them cover."""
+    parts = [union(*o, KV) for o in owners]
+    row, lo, hi = (np.concatenate(x) for x in zip(*parts))
+    need = np.full(3, len(owners))
+    out = covered_by_all(row, lo, hi, need, KV)
+    assert keys_of(*out) == set.intersection(*[keys_of(*p) for p in parts])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, KV - 1), st.integers(1, 12), st.integers(-3, 3),
+                          st.integers(-3, 3), st.booleans()), max_size=25))
+def test_drop_covered_keeps_every_piece_keys(drawn):
+    """Families (piece, [la, ha) at the first row, [lb, hb) at the last; constant where both agree): after
+    _drop_covered each piece sees the same keys at both rows, its constant families merged, none of the rest
+    inside them, and every family still non-empty at both rows."""
+    fams = []
+    for piece, lo, width, dlo, dhi, constant in sorted(drawn):
+        la, ha = lo, min(KV, lo + width)
+        lb, hb = (la, ha) if constant else (max(0, la + dlo), min(KV, max(la + dlo + 1, ha + dhi)))
+        if lb < hb:
+            fams.append((piece, la, ha, lb, hb))
+    cols = [np.array(c, np.int64) for c in zip(*fams)] if fams else [np.zeros(0, np.int64)] * 5
+    out = _drop_covered(*cols, KV)
+    for first, second in ((1, 2), (3, 4)):
+        assert keys_of(out[0], out[first], out[second]) == keys_of(cols[0], cols[first], cols[second])
+    piece, la, ha, lb, hb = out
+    assert np.all(la < ha) and np.all(lb < hb)
+    constant = (la == lb) & (ha == hb)
+    c = union(piece[constant], la[constant], ha[constant], KV)
+    assert len(c[0]) == np.count_nonzero(constant)                  # the constants merged already
+    for p, a, b, x, y in zip(*(v[~constant] for v in out)):
+        inside = (c[0] == p) & (c[1] <= min(a, x)) & (c[2] >= max(b, y))
+        assert not inside.any()
