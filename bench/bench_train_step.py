@@ -37,8 +37,9 @@ graphs dynamo compiled after the warm-up (0 expected: new lengths must not recom
 checks (``DeviceMask.check``) run after the last step.
 
 Records (bench/results/latest.json's keys: mask, seq_len, impl, pass = "train_step", ms, bind_ms,
-fwd_bwd_ms, ...) go to ``--out``; a table with the ratio of Flex-FA4's step time to each implementation's is
-printed last. On the CPU (``--device cpu``, a smoke run at toy sizes: float32, maskc's reference path) only
+fwd_bwd_ms, ..., and ``step_ms``, every timed step in order: the batches differ in cost, up to 2.8x in visible
+pairs, so per-step ratios can be taken too) go to ``--out``; a table with the ratio of Flex-FA4's median step
+time to each implementation's is printed last. On the CPU (``--device cpu``, a smoke run at toy sizes: float32, maskc's reference path) only
 maskc_host and maskc_device run: FlexAttention has no backward on the CPU.
 """
 from __future__ import annotations
@@ -207,7 +208,7 @@ def measure(make, ctx, seq: list, warmup: int, reference) -> dict:
     if final_check is not None:
         final_check()
     rec = dict(ms=statistics.median(steps), min_ms=min(steps), bind_ms=statistics.median(binds),
-               fwd_bwd_ms=statistics.median(s - b for s, b in zip(steps, binds)), steps=len(steps),
+               fwd_bwd_ms=statistics.median(s - b for s, b in zip(steps, binds)), steps=len(steps), step_ms=steps,
                max_rel_err=max(errors), rel_err=errors,
                correct=all(e <= TOLERANCE for e in errors), new_graphs=counters["stats"]["unique_graphs"] - graphs)
     return rec
