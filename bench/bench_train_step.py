@@ -20,7 +20,8 @@ step, after the bind and after the backward; median of ``--steps`` steps after `
   lengths copied into GPU tensors and its descriptor views rebuilt on the GPU, eagerly; then attention.
 - ``maskc_device_graph``: update + forward + backward captured once in a CUDA graph (as
   examples/train_packed.py ``--bind device --cuda-graph``); a step copies the lengths into the graph's input
-  tensors and replays it (the bind is inside the replay: no separate bind time).
+  tensors and replays it (the bind is inside the replay: no ``bind_ms``; ``copy_ms`` the input copies,
+  ``replay_ms`` the replay).
 - ``flex_fa4`` / ``flex_triton``: FlexAttention with the hand-written hstu mask_mod (bench/workloads.py), on its
   FlashAttention-4 backend (``kernel_options={"BACKEND": "FLASH"}``) and on Triton, compiled once
   (``workloads.flex_functions``). The mask_mod reads per-token tables (user, position, history length) that each
@@ -31,16 +32,17 @@ step, after the bind and after the backward; median of ``--steps`` steps after `
   are the bind (``bind_ms``).
 
 Checks, once per implementation, at the first step after the warm-up (new lengths): its output and gradients
-against maskc_host's on the same batch (relative norm error within 3e-2, bf16; ``correct``, ``max_rel_err``),
-which would fail if Flex ran a kernel compiled for stale lengths; Flex's records carry ``new_graphs``, the
+against maskc_host's on the same batch (relative norm error within 3e-2, bf16; ``correct``, ``max_rel_err``;
+maskc_host's own record compares it with itself: Flex's hand-written mask_mod is the independent side), which
+would fail if Flex ran a kernel compiled for stale lengths; Flex's records carry ``new_graphs``, the
 graphs dynamo compiled after the warm-up (0 expected: new lengths must not recompile). The device masks' own
 checks (``DeviceMask.check``) run after the last step.
 
 Records (bench/results/latest.json's keys: mask, seq_len, impl, pass = "train_step", ms, bind_ms,
 fwd_bwd_ms, ..., and ``step_ms``, every timed step in order: the batches differ in cost, up to 2.8x in visible
 pairs, so per-step ratios can be taken too) go to ``--out``; a table with the ratio of Flex-FA4's median step
-time to each implementation's is printed last. On the CPU (``--device cpu``, a smoke run at toy sizes: float32, maskc's reference path) only
-maskc_host and maskc_device run: FlexAttention has no backward on the CPU.
+time to each implementation's is printed last. On the CPU (``--device cpu``, a smoke run at toy sizes: float32,
+maskc's reference path) only maskc_host and maskc_device run: FlexAttention has no backward on the CPU.
 """
 from __future__ import annotations
 
