@@ -76,7 +76,7 @@ def hstu_values(users, targets) -> dict:
     return {"users": users, "targets": targets, "context": 0}
 
 
-# ---- the implementations: each a (bind(users, targets), run() -> (out, dq, dk, dv)) pair ----------------------
+# ---- the implementations: each makes (bind(users, targets), attend() -> (out, dq, dk, dv), final check) -------
 
 def maskc_host(ctx):
     mask, (q, k, v, g) = ctx["mask"], ctx["inputs"]
@@ -88,13 +88,13 @@ def maskc_host(ctx):
             bound.descriptor(*shape)
         state["bound"] = bound
 
-    def run():
+    def attend():
         out = maskc.attention(q, k, v, state["bound"])
         grads = torch.autograd.grad(out, (q, k, v), g)
         # the tile shapes the runtime asked this bound mask for (BoundMask's descriptor cache), for the next binds
         state["shapes"] = tuple(state["bound"].__dict__.get("_descriptors", ()))
         return (out, *grads)
-    return bind, run, None
+    return bind, attend, None
 
 
 def maskc_device(ctx):
@@ -109,13 +109,13 @@ def maskc_device(ctx):
         if state["views"]:                     # the descriptor views the kernels read, built now (else in the call)
             dm.build_views(state["views"], torch.cuda.current_stream().cuda_stream)
 
-    def run():
+    def attend():
         out = maskc.attention(q, k, v, dm)
         grads = torch.autograd.grad(out, (q, k, v), g)
         if dev.startswith("cuda"):             # the views the runtime built (DeviceMask's builders), for next binds
             state["views"] = tuple((bm, bn, b.cols is not None) for (bm, bn), b in dm._builders.items())
         return (out, *grads)
-    return bind, run, dm.check
+    return bind, attend, dm.check
 
 
 def maskc_device_graph(ctx):
@@ -146,10 +146,10 @@ def maskc_device_graph(ctx):
     with torch.cuda.graph(graph, stream=side):
         static = step()
 
-    def run():
+    def attend():
         graph.replay()
         return static
-    return write, run, dm.check
+    return write, attend, dm.check
 
 
 def flex(ctx, impl: str, block_mask: str):
@@ -172,10 +172,13 @@ def flex(ctx, impl: str, block_mask: str):
             tables[name].copy_(table)
         state["bm"] = create(mask_mod, None, None, S, S, device=dev)
 
-    def run():
+    def attend():
         out = fn(q, k, v, block_mask=state["bm"])
         return (out, *torch.autograd.grad(out, (q, k, v), g))
-    return bind, run, None
+    return bind, attend, None
+
+
+MASKC = {"maskc_host": maskc_host, "maskc_device": maskc_device, "maskc_device_graph": maskc_device_graph}
 
 
 # ---- timing and checks ---------------------------------------------------------------------------------------
@@ -186,14 +189,14 @@ def measure(make, ctx, seq: list, warmup: int, reference) -> dict:
 
     on_gpu = ctx["device"].startswith("cuda")
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
-    bind, run, final_check = make(ctx)
+    bind, attend, final_check = make(ctx)
     for users, targets in seq[:warmup]:
         bind(users, targets)
-        run()
+        attend()
     sync()
     graphs = counters["stats"]["unique_graphs"]
     bind(*seq[warmup])
-    got = run()
+    got = attend()
     errors = [W.rel_err(a.detach(), b) for a, b in zip(got, reference)]
     del got
     steps, binds = [], []
@@ -203,7 +206,7 @@ def measure(make, ctx, seq: list, warmup: int, reference) -> dict:
         bind(users, targets)
         sync()
         t1 = time.perf_counter()
-        run()
+        attend()
         sync()
         steps.append((time.perf_counter() - t0) * 1e3)
         binds.append((t1 - t0) * 1e3)
@@ -255,7 +258,7 @@ def run(args) -> list[dict]:
         variants += [(i, b) for i in impls if i.startswith("flex") for b in args.block_mask.split(",") if b]
         for impl, block_mask in variants:
             rec = dict(base, impl=impl, **({"block_mask": block_mask} if block_mask else {}))
-            make = (lambda c, i=impl, b=block_mask: flex(c, i, b)) if block_mask else globals()[impl]
+            make = (lambda c, i=impl, b=block_mask: flex(c, i, b)) if block_mask else MASKC[impl]
             try:
                 rec.update(measure(make, ctx, seq, args.warmup, reference))
                 if impl == "maskc_device_graph":   # the bind runs inside the replay; "bind" was the input copies
@@ -302,6 +305,8 @@ def main():
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run at toy sizes (maskc only)")
     ap.add_argument("--out", default=str(W.ROOT / "bench" / "results" / "train_step.json"))
     args = ap.parse_args()
+    if args.warmup < 1 or args.steps < 1:
+        ap.error("--warmup and --steps must be at least 1 (the checked step follows a warm-up step's lengths)")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("# no CUDA device: nothing measured (--device cpu runs a smoke test of maskc's CPU path)")
         return
