@@ -2,9 +2,12 @@
 # One device call that checks everything on a GPU (from the repo root, `.whl` carried as for the other
 # device scripts): every GPU test, compute-sanitizer memcheck and racecheck on bench/sanitize_case.py
 # (forward and backward), and the training example. The benchmarks have their own entry points
-# (device_fwd.sh, bench_bwd.py, bench_overhead.py, device_bwd_variants.sh). Logs go to $OUT; a summary last.
-# Knobs: PYTEST_FWD / PYTEST_REST (the two processes' test files), SKIP_TESTS=1, SKIP_SANITIZER=1 (SAN_TOOLS to run fewer),
-# SKIP_TRAIN=1, and *_TIMEOUT for each step. The MASKC_* variables apply (README: Options and environment
+# (device_fwd.sh, bench_bwd.py, bench_overhead.py, device_bwd_variants.sh) but the end-to-end HSTU training step
+# (bench/bench_train_step.py at 32K: re-bind + forward + backward against Flex-FA4, issue 16), run last; for its
+# flex_fa4 records FA4 must be on PYTHONPATH (the install line of ../shared/gpu/prepare.sh fa4). Logs go to $OUT;
+# a summary last. Knobs: PYTEST_FWD / PYTEST_REST (the two processes' test files), SKIP_TESTS=1, SKIP_SANITIZER=1
+# (SAN_TOOLS to run fewer), SKIP_TRAIN=1, SKIP_TRAIN_STEP=1 (TRAIN_STEP_ARGS for its options), and *_TIMEOUT for
+# each step. The MASKC_* variables apply (README: Options and environment
 # variables), for instance MASKC_ENGINE=mma to run everything on the portable kernels.
 set -u
 OUT=${OUT:-/tmp/maskc_out}; mkdir -p "$OUT"
@@ -47,4 +50,10 @@ if [ -z "${SKIP_TRAIN:-}" ]; then
   timeout ${TRAIN_TIMEOUT:-120} python3 examples/train_packed.py > "$OUT/train.log" 2>&1
   summary+=("train_packed.py (GPU): rc=$? $(tail -n 1 "$OUT/train.log")")
 fi
+if [ -z "${SKIP_TRAIN_STEP:-}" ]; then
+  eval timeout ${TRAIN_STEP_TIMEOUT:-360} python3 bench/bench_train_step.py --out "$OUT/train_step.json" \
+    ${TRAIN_STEP_ARGS:---lengths 32768} > "$OUT/train_step.log" 2>&1
+  summary+=("bench_train_step: rc=$? $(grep -c '"ms": [0-9]' "$OUT/train_step.log") records timed")
+fi
 for s in "${summary[@]}"; do echo "$s"; done
+[ -f "$OUT/train_step.log" ] && grep -E '^\||^#' "$OUT/train_step.log"

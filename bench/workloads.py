@@ -173,13 +173,8 @@ def workload(name: str, S: int, device: str = "cuda") -> Workload:
         users = [u, u, u, S - 3 * u]
         targets = [x // 10 for x in users]
         context = 32 if name == "hstu_ctx32" else 0
-        folded = max(context - 1, 0)
-        starts = np.concatenate([[0], np.cumsum(users)[:-1]])
-        user = np.repeat(np.arange(4), users)
-        n_hist = np.repeat(np.array(users) - folded - np.array(targets), users)
-        pos = np.clip(np.arange(S) - np.repeat(starts, users) - folded, 0, n_hist)
-        tables = {k: torch.tensor(v, device=device) for k, v in (("user", user), ("pos", pos), ("n_hist", n_hist))}
-        return Workload(name, S, "hstu", {"users": users, "targets": targets, "context": context}, tables)
+        return Workload(name, S, "hstu", {"users": users, "targets": targets, "context": context},
+                        hstu_tables(users, targets, context, device))
     if name == "prefix_lm":
         return Workload(name, S, "prefix_lm", {"prefix": S // 4})
     if name == "global_local":
@@ -192,6 +187,26 @@ def workload(name: str, S: int, device: str = "cuda") -> Workload:
         return Workload(name, S, "video", {"width": VIDEO_WIDTH, "height": VIDEO_HEIGHT, "radius": VIDEO_RADIUS,
                                            "past": VIDEO_PAST})
     raise KeyError(name)
+
+
+def hstu_tables(users, targets, context: int, device: str = "cuda") -> dict:
+    """The per-token tables the hand-written hstu mask_mod reads (user index, position with the context folded
+    and the targets merged, the user's history length), for users of these lengths and target counts."""
+    folded = max(context - 1, 0)
+    starts = np.concatenate([[0], np.cumsum(users)[:-1]])
+    user = np.repeat(np.arange(len(users)), users)
+    n_hist = np.repeat(np.array(users) - folded - np.array(targets), users)
+    pos = np.clip(np.arange(sum(users)) - np.repeat(starts, users) - folded, 0, n_hist)
+    return {k: torch.tensor(v, device=device) for k, v in (("user", user), ("pos", pos), ("n_hist", n_hist))}
+
+
+def jagged_users(S: int, count: int, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """(user lengths, target counts) of one packed HSTU batch: ``count`` users of random lengths filling S (cuts
+    drawn as the document workload's), each with 0 to a fifth of its tokens as targets (10% on average, as the
+    hstu workload's)."""
+    cuts = np.sort(rng.choice(np.arange(1, S), count - 1, replace=False))
+    users = [int(x) for x in np.diff(np.concatenate([[0], cuts, [S]]))]
+    return users, [int(rng.integers(0, u // 5 + 1)) for u in users]
 
 
 def dense_mask(w: Workload, rows: int | None = None) -> torch.Tensor:

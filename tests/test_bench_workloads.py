@@ -42,3 +42,22 @@ def test_hand_written_score_mod_is_the_example(name):
         b, head = torch.tensor(0), torch.tensor(h)
         theirs = w.score_mod()(scores, b, head, q, k)
         torch.testing.assert_close(theirs, ours(scores, b, head, q, k), rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hand_written_hstu_mask_mod_follows_jagged_lengths(seed):
+    """bench/bench_train_step.py's per-step batches: random user lengths and target counts written into the
+    tables the hand-written hstu mask_mod reads give the example bound to those values (Flex and maskc train on
+    the same mask every step)."""
+    rng = np.random.default_rng(seed)
+    S = 1500
+    users, targets = W.jagged_users(S, int(rng.integers(1, 9)), rng)
+    assert sum(users) == S and all(0 <= t <= u for t, u in zip(targets, users))
+    params = {"users": users, "targets": targets, "context": 0}
+    w = W.Workload("hstu", S, "hstu", params, W.hstu_tables(users, targets, 0, device="cpu"))
+    q, k = torch.arange(S)[:, None], torch.arange(S)[None, :]
+    zero = torch.zeros((), dtype=torch.int64)
+    theirs = w.mask_mod()(zero, zero, q, k).numpy()
+    ours = w.bound().dense(0)
+    mismatch = np.argwhere(theirs != ours)
+    assert not len(mismatch), f"{users} {targets}: {len(mismatch)} cells differ, first (q, k) = {tuple(mismatch[0])}"
