@@ -19,6 +19,7 @@ from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as t
 
 if TYPE_CHECKING:
     from maskc.builder_ir import BuilderSpec
+    from maskc.codegen.moves import MoveSpec
     from maskc.codegen.plan import ForwardPlan
 
 # The default cap on a descriptor's bytes (maskc.runs.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
@@ -334,7 +335,7 @@ class KernelSource:
     """Rendered CUDA: ``source`` defines the ``extern "C" __global__`` functions ``entries`` (``entry``
     first; the forward source has only that one)."""
 
-    spec: KernelSpec | BackwardSpec | BuilderSpec | None   # None: a check kernel of no mask (emit_tma_check)
+    spec: KernelSpec | BackwardSpec | BuilderSpec | MoveSpec | None   # None: a check kernel of no mask (emit_tma_check)
     source: str = field(repr=False)
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with

@@ -12,8 +12,8 @@ works on a machine without either. What it asks of a bound mask (``maskc`` binds
     bound.backward_spec(head_dim=, dtype=) -> kernel_ir.BackwardSpec
 
 A mask over an image for which ``Options.token_order`` picks a token order (:mod:`maskc.ordered`) runs as the
-rewritten mask on q, k, v (and, backward, O, dO, LSE) gathered into the order, its results gathered back
-(:mod:`maskc.runtime.permute`), forward and backward alike.
+rewritten mask on q, k, v (and, backward, O, dO, LSE) moved into the order, its results moved back, each way in
+one launch (:mod:`maskc.runtime.permute`, :mod:`maskc.runtime.moves`), forward and backward alike.
 
 Compiled kernels are cached in memory and as cubins in the disk cache (:mod:`maskc.runtime.cache`, in
 ``Options.cache_path``), keyed by a hash of source, NVRTC options, NVRTC version and maskc version, so a
@@ -36,7 +36,7 @@ from maskc.kernel_ir import BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec
 from maskc.options import Options
 from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
-from maskc.runtime.permute import from_order, ordered_for, to_order
+from maskc.runtime.permute import from_order_all, ordered_for, to_order_all
 from maskc.runtime.loader import disk_cache, resolved_options
 from maskc.runtime.state import (backward_kernel, capability, device_descriptor, device_turns, l2_bytes, prepared,
                                  refresh, sm_count, state_for)
@@ -105,9 +105,10 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     options = resolved_options(options)
     ordered = ordered_for(bound, options, q, k)
     if ordered is not None:         # a token order (maskc.ordered): the call in it, the results back in raster
-        found = attention(to_order(q, ordered), to_order(k, ordered), to_order(v, ordered), ordered.inner, scale,
-                          return_lse, options=options)
-        return tuple(from_order(x, ordered) for x in found) if return_lse else from_order(found, ordered)
+        qp, kp, vp = to_order_all((q, k, v), ordered, options)
+        found = attention(qp, kp, vp, ordered.inner, scale, return_lse, options=options)
+        back = from_order_all(found if return_lse else (found,), ordered, options)
+        return back if return_lse else back[0]
     qo, ko, vo = operand(q, "q"), operand(k, "k"), operand(v, "v")
     # Everything the plan depends on besides the bound mask (whose state holds the plans).
     key = ("forward", operand_key(qo, ko, vo), scale, bool(return_lse), options)
@@ -246,10 +247,9 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     options = resolved_options(options)
     ordered = ordered_for(bound, options, q, k)
     if ordered is not None:         # the forward's token order: every input in it, the gradients back in raster
-        dp, qp, kp, vp, op, lp = (to_order(x, ordered) for x in (dout, q, k, v, out, lse))
-        grads = attention_backward(dp, qp, kp, vp, op, lp, ordered.inner, scale, to_order(dlse, ordered),
-                                   deterministic, options=options)
-        return tuple(from_order(g, ordered) for g in grads)
+        dp, qp, kp, vp, op, lp, dlp = to_order_all((dout, q, k, v, out, lse, dlse), ordered, options)
+        grads = attention_backward(dp, qp, kp, vp, op, lp, ordered.inner, scale, dlp, deterministic, options=options)
+        return from_order_all(grads, ordered, options)
     qo, ko, vo = operand(q, "q"), operand(k, "k"), operand(v, "v")
     oo, do = operand(out, "out"), operand(dout, "dout")
     key = ("backward", operand_key(qo, ko, vo, oo, do), scale, bool(deterministic), options)

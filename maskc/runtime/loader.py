@@ -12,6 +12,7 @@ from pathlib import Path
 
 from maskc.codegen.emit import backward_layout, compile_to_cubin, is_ptx, nvrtc_version
 from maskc.builder_ir import BuilderSpec
+from maskc.codegen.moves import MoveSpec
 from maskc.kernel_ir import BackwardSpec, KernelSource
 from maskc.options import Options
 from maskc.runtime import cache
@@ -63,7 +64,7 @@ class LoadedKernel:
 
 
 def _shared_by_entry(src: KernelSource) -> dict[str, int]:
-    if src.spec is None or isinstance(src.spec, BuilderSpec):   # static shared memory only (or sized at launch)
+    if src.spec is None or isinstance(src.spec, (BuilderSpec, MoveSpec)):   # static shared memory only (or none)
         return {entry: 0 for entry in src.functions}
     if isinstance(src.spec, BackwardSpec):
         layout, spec = backward_layout(src.spec), src.spec

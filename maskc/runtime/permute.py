@@ -2,14 +2,20 @@
 along the sequence into it and back.
 
     ordered = ordered_for(bound, options, q, k)    # None: the raster order (the call runs as it is)
-    out = from_order(attention(to_order(q, ordered), ..., ordered.inner), ordered)
+    qp, kp, vp = to_order_all((q, k, v), ordered, options)
+    out, = from_order_all((attention(qp, kp, vp, ordered.inner),), ordered, options)
 
-The sequence axis is axis 2 of (B, H, S[, D]) data, torch tensors (any device) or CuPy arrays. The order is a
-reshape and a transpose, not a gather: positions before the image and past its last whole band are copied as
-they are, and the bands of ``rows`` image rows, viewed as (bands, rows, width / cols, cols), are copied as
-(bands, width / cols, rows, cols) (and back): one strided copy at memory speed, no index per row.
+The sequence axis is axis 2 of (B, H, S[, D]) data, torch tensors (any device) or CuPy arrays.
+:func:`to_order_all` and :func:`from_order_all` move every array of a call in one launch of the moves kernel
+(:mod:`maskc.runtime.moves`) where they are on a GPU and CuPy is there, else one by one as :func:`to_order` and
+:func:`from_order` do: a reshape and a transpose, not a gather (positions before the image and past its last
+whole band are copied as they are, and the bands of ``rows`` image rows, viewed as (bands, rows, width / cols,
+cols), are copied as (bands, width / cols, rows, cols) and back), one strided copy per array. Both give the same
+bytes.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 from maskc.options import Options
 
@@ -25,6 +31,34 @@ def ordered_for(bound, options: Options, q, k):
         return None
     from maskc.ordered import token_order
     return token_order(bound, options.token_order)
+
+
+def to_order_all(xs: Sequence, ordered, options: Options | None = None) -> tuple:
+    """Every array of ``xs`` in the order of ``ordered`` (None stays None): in one launch on the GPU (module
+    docstring), else :func:`to_order` each."""
+    return _all(xs, ordered, True, options)
+
+
+def from_order_all(xs: Sequence, ordered, options: Options | None = None) -> tuple:
+    """Every array of ``xs`` (in the order) back in raster order (None stays None): in one launch on the GPU,
+    else :func:`from_order` each."""
+    return _all(xs, ordered, False, options)
+
+
+def _all(xs: Sequence, ordered, into: bool, options: Options | None) -> tuple:
+    present = [x for x in xs if x is not None]
+    moved = None
+    if present and _on_gpu(present[0]):
+        from maskc.runtime.moves import move
+        moved = move(present, ordered, into, options)
+    if moved is None:
+        moved = [_moved(x, ordered, into) for x in present]
+    it = iter(moved)
+    return tuple(None if x is None else next(it) for x in xs)
+
+
+def _on_gpu(x) -> bool:
+    return type(x).__module__.startswith("cupy") or bool(getattr(x, "is_cuda", False))
 
 
 def to_order(x, ordered):
