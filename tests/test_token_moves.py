@@ -162,17 +162,17 @@ def bits(x):
     return x.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])
 
 
-def layouts(B: int, Hq: int, Hkv: int, S: int, D: int, dtype):
-    """q, k, v, out-like arrays and LSE rows of several layouts: contiguous, (B, S, H, D) storage transposed, heads
-    sliced from a wider tensor, a batch and head stride of a padded buffer; GQA (Hkv < Hq)."""
+def layouts(B: int, Hq: int, Hkv: int, S: int, D: int, dtype, device: str = "cpu"):
+    """q, k, v, out-like arrays and LSE rows of several layouts, on ``device``: contiguous, (B, S, H, D) storage
+    transposed, heads sliced from a wider tensor, a batch and head stride of a padded buffer; GQA (Hkv < Hq)."""
     g = torch.Generator().manual_seed(B * 1000 + S)
-    rand = lambda *shape: torch.randn(*shape, generator=g).to(dtype)  # noqa: E731
+    rand = lambda *shape, dtype=dtype: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     q = rand(B, Hq, S, D)
     k = rand(B, S, Hkv, D).transpose(1, 2)                      # the FA layout seen as (B, H, S, D)
     v = rand(B, Hkv + 3, S, D)[:, 1:Hkv + 1]                    # heads of a wider tensor
     o = rand(B, Hq, S + 5, D + 8)[:, :, 2:S + 2, :D]            # padded rows and head dim
-    lse = torch.randn(B, Hq, S, generator=g)
-    dlse = torch.randn(B, S, Hq, generator=g).transpose(1, 2)   # strided LSE rows
+    lse = rand(B, Hq, S, dtype=torch.float32)
+    dlse = rand(B, S, Hq, dtype=torch.float32).transpose(1, 2)  # strided LSE rows
     return q, k, v, o, lse, dlse
 
 
@@ -259,3 +259,18 @@ def test_the_maps_divisions_are_compiled_away():
     divisions = sum(ptx.count(op) for op in ("div.s32", "div.u32", "rem.s32", "rem.u32", "div.s64", "rem.s64"))
     assert divisions == 2 * len(spec.operands), divisions
     assert "ld.global.nc.v4.u32" in ptx and "st.global.v4.u32" in ptx
+
+
+def test_without_a_gpu_every_array_moves_by_torch():
+    """to_order_all / from_order_all on CPU tensors: the torch moves one by one, None kept in its place."""
+    from maskc.runtime.permute import from_order_all, to_order_all
+
+    order, S = TokenOrder(5, 12, 3, 4), 5 + 36 * 4 + 7
+    ordered = ordered_of(order, S)
+    q, k, v, o, lse, dlse = layouts(2, 4, 2, S, 16, torch.bfloat16)
+    moved = to_order_all((q, None, k, v, lse, None), ordered)
+    assert moved[1] is None and moved[5] is None
+    for x, m in zip((q, k, v, lse), (moved[0], moved[2], moved[3], moved[4])):
+        assert torch.equal(bits(m), bits(to_order(x, ordered)))
+    back = from_order_all((moved[0], o), ordered)
+    assert torch.equal(bits(back[0]), bits(q)) and torch.equal(bits(back[1]), bits(from_order(o, ordered)))

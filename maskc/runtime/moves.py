@@ -109,7 +109,7 @@ def move(xs: Sequence, ordered, into: bool, options: Options | None = None) -> t
     _, framework, device = described[0]
     options = resolved_options(options)
     state = state_for(ordered)
-    key = ("moves", into, tuple(a[:3] for a in arrays), framework, device, options.arch, options.cache_path)
+    key = ("moves", into, tuple(a[:3] for a in arrays), framework, device, options.arch)
     with on_device(device):
         prepared = state.get(key)
         if prepared is None:
