@@ -14,8 +14,12 @@ patches where they save work, the gathers of q, k, v and the output included in 
 the raster order, ``maskc_raster`` runs the raster order and ``maskc_preordered`` maskc's order on q, k, v that
 are already in it (a model that keeps its
 image tokens in patch order between layers; the output checked after it is put back in raster order).
+``moves`` times the order's moves alone, both ways side by side (pass ``moves_fwd``: q, k, v in and O back;
+``moves_bwd``: dO, q, k, v, O, LSE in and dQ, dK, dV back): impl ``moves_torch`` one strided torch copy per array
+(maskc.runtime.permute.to_order / from_order), ``moves_kernel`` one launch per direction
+(maskc.runtime.moves); ``gbps`` = bytes read and written / time, ``correct`` = the same bytes.
 
-    python bench/bench_fwd.py [--lengths 4096,32768] [--masks causal,...] [--impls maskc,flex,flex_fa4,fa4,...]
+    python bench/bench_fwd.py [--lengths 4096,32768] [--masks causal,...] [--impls maskc,flex,flex_fa4,fa4,moves,...]
 """
 from __future__ import annotations
 
@@ -33,9 +37,10 @@ import workloads as W  # noqa: E402
 from maskc import Options  # noqa: E402
 from maskc.ordered import token_order  # noqa: E402
 from maskc.runtime import attention  # noqa: E402
+from maskc.runtime.permute import from_order, from_order_all, to_order, to_order_all  # noqa: E402
 from maskc.codegen.schedule import Tiles  # noqa: E402
 
-IMPLS = ("maskc", "maskc_raster", "maskc_preordered", "flex", "flex_fa4", "fa4", "fa4_varlen", "cudnn")
+IMPLS = ("maskc", "maskc_raster", "maskc_preordered", "flex", "flex_fa4", "fa4", "fa4_varlen", "cudnn", "moves")
 
 
 def bench_ms(fn, long: bool) -> float:
@@ -130,8 +135,38 @@ def run(args) -> list[dict]:
                 rec["token_order"] = _order_name(bound) if impl != "maskc_raster" else "raster"
             records.append(rec)
             print(json.dumps(rec), flush=True)
+        if "moves" in impls and ordered is not None:
+            base = dict(mask=name, seq_len=S, head_dim=D, gpu=gpu, date=date, params=w.short_params(),
+                        token_order=ordered.order.name)
+            records += moves_records(q, k, v, ordered, base, long=S >= 16384)
         del q, k, v, qs, ks, vs, outputs, runners, bound, ordered, after
         torch.cuda.empty_cache()
+    return records
+
+
+def moves_records(q, k, v, ordered, base: dict, long: bool) -> list[dict]:
+    """The order's moves of a forward (q, k, v in, O back) and a backward (dO, q, k, v, O, LSE in; dQ, dK, dV back)
+    timed both ways: one torch copy per array, and the moves kernel's one launch per direction."""
+    o, dout = torch.randn_like(q), torch.randn_like(q)
+    lse = torch.randn(q.shape[:3], device=q.device)
+    sets = {"moves_fwd": ((q, k, v), (o,)), "moves_bwd": ((dout, q, k, v, o, lse), (q, k, v))}
+    ways = {"moves_torch": (lambda xs: [to_order(x, ordered) for x in xs], lambda xs: [from_order(x, ordered) for x in xs]),
+            "moves_kernel": (lambda xs: to_order_all(xs, ordered), lambda xs: from_order_all(xs, ordered))}
+    records = []
+    for kind, (into, back) in sets.items():
+        moved = 2 * sum(x.numel() * x.element_size() for x in into + back)     # read and written once each
+        found = {}
+        for impl, (there, here) in ways.items():
+            def run(there=there, here=here):
+                return there(into), here(back)
+            found[impl] = run()
+            ms = bench_ms(run, long)
+            records.append(dict(base, impl=impl, ms=ms, gbps=moved / (ms * 1e-3) / 1e9, bytes=moved, **{"pass": kind}))
+        same = all(torch.equal(a, b) for a, b in zip(sum(map(list, found["moves_torch"]), []),
+                                                      sum(map(list, found["moves_kernel"]), [])))
+        for rec in records[-2:]:
+            rec["correct"] = same
+            print(json.dumps(rec), flush=True)
     return records
 
 
@@ -156,6 +191,13 @@ def print_table(records: list[dict]) -> None:
         print(f"| {mask} | {S} | {D} | {r['tflops']:.0f} | {tf('flex')} | {tf('flex_fa4')} | {tf('fa4')} | "
               f"{tf('fa4_varlen')} | {tf('cudnn')} | {ratio('flex_fa4')} | {ratio(fa4_peer)} | "
               f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok'} |")
+    for r in records:     # the order's moves, the torch copies against the kernel's launch
+        if r["impl"] == "moves_kernel":
+            torch_ = next(t for t in records if t["impl"] == "moves_torch" and
+                          all(t[f] == r[f] for f in ("mask", "seq_len", "head_dim", "pass")))
+            print(f"| {r['mask']} {r['pass']} ({r['token_order']}) | {r['seq_len']} | {r['head_dim']} | torch "
+                  f"{torch_['ms']:.3f} ms ({torch_['gbps']:.0f} GB/s) | kernel {r['ms']:.3f} ms ({r['gbps']:.0f} GB/s) "
+                  f"| {torch_['ms'] / r['ms']:.2f}x | same bytes: {r['correct']} |")
     for (mask, S, D, impl), r in by.items():   # tile variants and token orders against the default
         base = by.get((mask, S, D, "maskc"))
         if (impl.startswith("maskc[") or impl in ("maskc_raster", "maskc_preordered")) and base:
