@@ -203,6 +203,20 @@ def test_the_kernel_body_moves_as_torch_does(case, into):
     assert torch.equal(bits(out), bits(got[3])) and torch.equal(bits(lse), bits(got[4]))
 
 
+@pytest.mark.parametrize("case", CASES[:2], ids=[f"{c[0].name}-w{c[0].width}" for c in CASES[:2]])
+def test_the_plans_arguments_have_the_signatures_types(case):
+    """The launch packs each argument as the kernel's parameter takes it (the host loop above converts them, the
+    driver does not): int32 for int, int64 for long long, 64-bit addresses for pointers, in signature order."""
+    order, S, B, Hq, Hkv, D, dtype = case
+    plan = plan_moves([array_of(x) for x in layouts(B, Hq, Hkv, S, D, dtype)], order, S, True)
+    sizes = {"int": np.int32, "long long": np.int64, "const char*": np.uint64, "char*": np.uint64}
+    assert len(plan.args) == len(plan.spec.params)
+    for arg, (ctype, name) in zip(plan.args, plan.spec.params):
+        assert type(arg) is sizes[ctype], (name, type(arg))
+    for j, (src, dst) in enumerate(plan.pointers):
+        assert plan.spec.params[src][1] == f"x{j}_src" and plan.spec.params[dst][1] == f"x{j}_dst"
+
+
 def test_plans_refuse_what_the_kernel_cannot_take():
     order = TokenOrder(0, 8, 2, 4)
     ok = Array((1, 2, 32, 64), (2 * 32 * 128, 32 * 128, 128, 2), 2, 0)
