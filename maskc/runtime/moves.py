@@ -93,8 +93,9 @@ def move(xs: Sequence, ordered, into: bool, options: Options | None = None) -> t
     moved into ``ordered``'s order (``into``) or back to raster order, as new contiguous arrays, in one launch on
     the current stream; None where this path does not apply (CuPy missing, CPU tensors, mixed inputs, layouts
     :func:`plan_moves` refuses, a misaligned pointer): the caller moves them with torch."""
-    described = [_described(x) for x in xs]
-    if not described or any(d is None for d in described) or len({d[1:] for d in described}) != 1:
+    found = [_described(x) for x in xs]
+    described = [d for d in found if d is not None]
+    if not described or len(described) < len(found) or len({d[1:] for d in described}) != 1:
         return None
     try:
         import cupy
@@ -120,7 +121,7 @@ def move(xs: Sequence, ordered, into: bool, options: Options | None = None) -> t
                 launch = PackedLaunch(kernel.function, plan.args, (plan.blocks, 1, 1), (plan.spec.threads, 1, 1))
             prepared = state[key] = (plan, launch)
         plan, launch = prepared
-        if plan is None or not aligned(plan, [a.ptr for a in arrays]):
+        if plan is None or launch is None or not aligned(plan, [a.ptr for a in arrays]):
             return None
         outs = [_empty(x, framework) for x in xs]
         ptrs = [(s, a.ptr) for (s, _), a in zip(plan.pointers, arrays)]

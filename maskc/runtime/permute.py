@@ -47,12 +47,11 @@ def from_order_all(xs: Sequence, ordered, options: Options | None = None) -> tup
 
 def _all(xs: Sequence, ordered, into: bool, options: Options | None) -> tuple:
     present = [x for x in xs if x is not None]
-    moved = None
+    fast = None
     if present and _on_gpu(present[0]):
         from maskc.runtime.moves import move
-        moved = move(present, ordered, into, options)
-    if moved is None:
-        moved = [_moved(x, ordered, into) for x in present]
+        fast = move(present, ordered, into, options)
+    moved = fast if fast is not None else tuple(_moved(x, ordered, into) for x in present)
     it = iter(moved)
     return tuple(None if x is None else next(it) for x in xs)
 
