@@ -111,7 +111,9 @@ def choose_tiles(head_dim: int, dtype: str, capability: tuple[int, int] = HOPPER
     fastest that applies; ``table_regions``: the regions of the mask's interval table (shared memory it
     takes). ValueError for an unsupported head dim, dtype or engine."""
     if engine not in (None, *ENGINES):
-        raise ValueError(f"engine {engine!r} unknown (engines: {', '.join(ENGINES)})")
+        also = (" (a dK/dV engine: the backward's, --backward on the command line)"
+                if engine in BACKWARD_ENGINES else "")
+        raise ValueError(f"engine {engine!r} is not a forward engine{also}; the forward's: {', '.join(ENGINES)}")
     hopper = tuple(capability) == HOPPER
     if engine == "wgmma_tma" and not (hopper and head_dim in _TMA_TILES):
         dims = ", ".join(map(str, _TMA_TILES))
