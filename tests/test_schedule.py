@@ -69,8 +69,10 @@ def test_forward_candidates_start_with_mma_and_are_all_kernels(head_dim):
 def test_engine_choice_and_refusals():
     for engine in ENGINES:
         assert choose_tiles(128, "bf16", engine=engine).engine == engine
-    with pytest.raises(ValueError, match="unknown"):
-        choose_tiles(128, "bf16", engine="wgmma")     # retired: wgmma_tma superseded it
+    with pytest.raises(ValueError, match="not a forward engine .a dK/dV engine"):
+        choose_tiles(128, "bf16", engine="wgmma")     # the forward's retired: wgmma_tma superseded it
+    with pytest.raises(ValueError, match="not a forward engine; the forward's: mma, wgmma_tma"):
+        choose_tiles(128, "bf16", engine="tensor")
     with pytest.raises(ValueError, match="compute capability 9.0"):
         choose_tiles(128, "bf16", capability=(8, 9), engine="wgmma_tma")
     for head_dim, dtype in ((96, "bf16"), (128, "fp32")):
