@@ -3,6 +3,7 @@ kernels' specs and sources for a target, and its const parameters' values; ``bin
 :class:`~maskc.bound.BoundMask`. The passes are sequenced in :mod:`maskc.pipeline`."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -13,9 +14,12 @@ from maskc.analysis.normalize import specialize
 from maskc.analysis.order import TokenOrder
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.score import reads_head as score_reads_head
+from maskc.analysis.widths import fits_32_bits
 from maskc.bound import BoundMask
+from maskc.codegen.elements import element_code
 from maskc.codegen.predicate import predicate
 from maskc.codegen.score import score_code
+from maskc.codegen.tile_bits import has_tile_bits
 from maskc.errors import BindError, MaskError
 from maskc.ir.text import expr_text
 from maskc.kernel_ir import BackwardSpec, KernelSource, KernelSpec
@@ -93,7 +97,15 @@ class CompiledMask:
 
     def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
              **params) -> "BoundMask":
-        return BoundMask(self, bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params))
+        bound = bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params)
+        if bound.narrow and self.source is not None:
+            # a kernel's element path computes the raster mask's forms (at raster positions, in the same range)
+            raster = self.source
+            heads = bound.num_heads if raster.ranges.uses_head and bound.num_heads else 1
+            narrow = all(fits_32_bits(raster.ranges, e, bound.seq_len, bound.kv_len, heads, b, raster.resolved)
+                         for b, e in enumerate(bound.batch))
+            bound = dataclasses.replace(bound, narrow=narrow)
+        return BoundMask(self, bound)
 
     def bind_on_device(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None, *,
                        max_segments: int | dict[str, int] | None = None, device=None, max_bytes: int | None = None,
@@ -131,8 +143,16 @@ class CompiledMask:
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         constants = self.const_values(constants)
         return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps,
-                          predicate(self.ranges, tuple(constants), self.offsets, narrow), self._summary(constants),
-                          engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
+                          predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants)),
+                          self._summary(constants), engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
+
+    def _element_code(self, constants: tuple[tuple[str, int], ...]) -> str:
+        """The element path of PARTIAL tiles (maskc.codegen.elements): the raster mask's test per pair, the mask
+        this one was rewritten from when it is in a token order (its places mapped to raster positions)."""
+        if self.offsets or not has_tile_bits(self.ranges, self.offsets):
+            return ""
+        raster = self.source if self.order is not None and self.source is not None else self
+        return element_code(raster.ranges, tuple(constants), self.order)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,

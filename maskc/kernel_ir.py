@@ -237,7 +237,10 @@ class Predicate:
         __device__ void mask_bits(const MaskRow& row, const int* mask, int b, int h, int q, int k0,
                                   Word (&bits)[WORDS]);    // the row's visible keys from k0 as bit words
 
-    which a kernel calls once per row and tile instead of ``mask_visible`` per key.
+    which a kernel calls once per row and tile instead of ``mask_visible`` per key. Such a predicate also carries
+    ``elements``: the element path's code (:mod:`maskc.codegen.elements`: the raster mask's test per pair, from
+    row and key-column values), which a kernel places after ``source`` when its plan masks PARTIAL tiles per
+    element (``ForwardPlan.partial_tiles``); empty for other masks.
     """
 
     code: str = field(repr=False)       # CUDA: MaskRow, mask_row and mask_visible of this mask
@@ -247,6 +250,7 @@ class Predicate:
     helpers: str = field(default="", repr=False)   # CUDA: the functions every predicate's code calls
     tile_bits: bool = False             # code defines mask_bits (see above)
     root_tables: int = 0                # tables mask_bits may read as `roots` (maskc.codegen.tile_bits)
+    elements: str = field(default="", repr=False)   # CUDA: the element path (see above), with tile_bits
 
     @property
     def source(self) -> str:

@@ -179,6 +179,36 @@ def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
     return lines
 
 
+def region_tests(mask: ir.RangeMask, w: CWriter, key: str, keys_in_range: bool = False
+                 ) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """Every region's row interval and per-element test, written by ``w``: (the row's fields ``lo{i}``/``hi{i}``,
+    the statements of a row function that set them, the tests of ``key`` per kind: "allow" and "deny"). The
+    per-element atoms' row (and, for a writer with columns, column) values are left in ``w``. With
+    ``keys_in_range`` (the caller tests only keys in [0, kv_len)), a region without bounds or guards, whose
+    interval is every key, is tested by its atoms alone."""
+    row_fields: list[str] = []
+    row_body: list[str] = []
+    tests: dict[str, list[str]] = {"allow": [], "deny": []}
+    for kind, regions in (("allow", mask.allow), ("deny", mask.deny)):
+        for region in regions:
+            i = len(row_fields) // 2
+            lo = w.extreme("max", "0", region.lower, lower=True)
+            hi = w.extreme("min", "mask[1] - 1", region.upper, lower=False)
+            row_body += ["    " + c for c in _region_comment(region, kind)]
+            # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
+            row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((maskc_int)mask[1], {lo})'};")
+            row_body.append(f"    row.hi{i} = {f'(int)max((maskc_int)-1, {hi})' if region.upper else hi};")
+            if region.guards or region.static_guards:
+                guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
+                row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
+            row_fields += [f"lo{i}", f"hi{i}"]
+            every_key = keys_in_range and not (region.lower or region.upper or region.guards or region.static_guards)
+            parts = [] if every_key else [f"{key} >= row.lo{i}", f"{key} <= row.hi{i}"]
+            parts += [f"{w.lin(atom.lin, per_element=True)} <= 0" for atom in region.opaque]
+            tests[kind].append(f"({' && '.join(parts) or 'true'})")
+    return row_fields, row_body, tests
+
+
 def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
                    narrow: bool = False) -> str:
     """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring), after the helper
@@ -195,26 +225,7 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
     per_key = any(r.opaque for r in mask.allow + mask.deny)
     key = "k_local" if offsets and per_key else "k"      # what the interval tests compare
     w = CWriter(layout, dict(constants))
-    row_fields: list[str] = []
-    row_body: list[str] = []
-    visible_terms: dict[str, list[str]] = {"allow": [], "deny": []}
-    for kind, regions in (("allow", mask.allow), ("deny", mask.deny)):
-        for region in regions:
-            i = len(row_fields) // 2
-            lo = w.extreme("max", "0", region.lower, lower=True)
-            hi = w.extreme("min", "mask[1] - 1", region.upper, lower=False)
-            row_body += ["    " + c for c in _region_comment(region, kind)]
-            # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
-            row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((maskc_int)mask[1], {lo})'};")
-            row_body.append(f"    row.hi{i} = {f'(int)max((maskc_int)-1, {hi})' if region.upper else hi};")
-            if region.guards or region.static_guards:
-                guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
-                row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
-            row_fields += [f"lo{i}", f"hi{i}"]
-            test = f"({key} >= row.lo{i} && {key} <= row.hi{i}"
-            for atom in region.opaque:
-                test += f" && {w.lin(atom.lin, per_element=True)} <= 0"
-            visible_terms[kind].append(test + ")")
+    row_fields, row_body, visible_terms = region_tests(mask, w, key)
     k_segments = sorted({t.seg for r in mask.allow + mask.deny for a in r.opaque
                          for t in F.terms_of(a.lin) if isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k"})
     out = ["// What mask_visible needs of one query row, computed once per row and tile.", "struct MaskRow {"]
@@ -275,13 +286,15 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
 
 
 def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
-              narrow: bool = False) -> Predicate:
+              narrow: bool = False, elements: str = "") -> Predicate:
     """The mask's :class:`~maskc.kernel_ir.Predicate`: its device code (the shared helpers apart), and its
     regions as data. With ``offsets`` the key intervals of a row are local to the sub-block, as the interval
     paths need. ``narrow``: the forms in 32 bits, for bindings that :func:`maskc.analysis.widths.fits_32_bits`
-    accepts (else 64)."""
+    accepts (else 64). ``elements``: the element path's code (:func:`maskc.codegen.elements.element_code`), kept
+    for a mask with the tile path."""
     regions = mask.allow + mask.deny
     code, root_tables = _mask_code(mask, constants, offsets)
+    tile_bits = has_tile_bits(mask, offsets)
     return Predicate(code, len(mask.allow), len(mask.deny),
                      intervals_only=not any(r.opaque for r in regions), helpers=_WIDTHS[narrow] + _HELPERS + "\n\n",
-                     tile_bits=has_tile_bits(mask, offsets), root_tables=root_tables)
+                     tile_bits=tile_bits, root_tables=root_tables, elements=elements if tile_bits else "")

@@ -1,0 +1,145 @@
+"""The element path of PARTIAL tiles (maskc.codegen.elements) is executable: its row, column and pair functions,
+compiled as C++ by g++ with the token order's raster map, reproduce the dense mask of the kernel's mask (the
+rewritten one in an order: the raster mask's dense mask permuted), at the width the binding chose."""
+import ctypes
+import dataclasses
+import hashlib
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import maskc
+from maskc.bound import BoundMask
+from maskc.codegen.predicate import pack_mask_data
+from maskc.ordered import token_order
+
+from conftest import EXAMPLES, example_params
+from mask_strategies import chunk_binding, chunk_mask_text
+from test_predicate import _BUILD, GXX, SHIM, needs_gxx
+
+LOOP = """
+extern "C" void maskc_fill_elements(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
+    // as the forward kernel walks a tile: the rows' values first, each key column's once, then the pairs
+    for (int q = 0; q < seq_len; ++q) {
+        const MaskElementRow row = mask_element_row(mask, b, h, q);
+        for (int k = 0; k < kv_len; ++k) {
+            const MaskElementCol col = mask_element_col(mask, b, h, k);
+            out[(long long)q * kv_len + k] = mask_element_visible(row, col, mask) ? 1 : 0;
+        }
+    }
+}
+"""
+
+_LIBS: dict = {}
+
+
+def compile_elements(source: str):
+    key = hashlib.sha1(source.encode()).hexdigest()[:16]
+    if key not in _LIBS:
+        cpp, so = _BUILD / f"e{key}.cpp", _BUILD / f"e{key}.so"
+        cpp.write_text(SHIM + source + LOOP)
+        res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, f"g++ rejected the element path:\n{res.stderr[:4000]}\n{source}"
+        lib = ctypes.CDLL(str(so))
+        lib.maskc_fill_elements.restype = None
+        lib.maskc_fill_elements.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                            ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
+        _LIBS[key] = lib
+    return _LIBS[key]
+
+
+def check_elements(bound, heads=(0,)):
+    """The element path of ``bound``'s kernel (its spec at the binding's width) against ``bound.dense()``."""
+    pred = bound.kernel_spec().predicate
+    assert pred.tile_bits and pred.elements
+    lib = compile_elements(pred.helpers + pred.elements)
+    data, offsets = pack_mask_data(bound.mask.ranges, bound.params)
+    for b in range(bound.batch):
+        table = np.ascontiguousarray(data[offsets[b]:], np.int32)
+        for h in heads:
+            got = np.zeros((bound.seq_len, bound.kv_len), np.uint8)
+            lib.maskc_fill_elements(table.ctypes.data_as(ctypes.POINTER(ctypes.c_int)), b, h, bound.seq_len,
+                                    bound.kv_len, got.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte)))
+            want = bound.dense(b, h)
+            if not np.array_equal(got.astype(bool), want):
+                q, k = np.argwhere(got.astype(bool) != want)[0]
+                pytest.fail(f"element path differs from dense at b={b} h={h} q={q} k={k}: {got[q, k]}, "
+                            f"dense {want[q, k]}")
+
+
+# (mask, bind values, seq_len, orders): small images, the orders the kernels run in, and one whose patches
+# do not divide the tile (8x1 on a prime width)
+CASES = [
+    ("clear", {"text": 7, "width": 16, "radius": 3}, 7 + 16 * 17 + 5, ("8x4", "4x8", "2x1")),
+    ("clear", {"text": 0, "width": 13, "radius": 4}, 13 * 18, ("8x1", "4x1")),
+    ("neighborhood", {"width": 13, "window": 5}, 13 * 19 + 3, ("8x1", "4x1")),
+    ("neighborhood", {"width": 16, "window": 3}, 16 * 12, ("4x8", "8x4")),
+    ("video", {"width": 8, "height": 4, "radius": 1, "past": 1}, 8 * 4 * 5 + 7, ("2x4", "4x2")),
+    ("video", {"width": 6, "height": 6, "radius": 2, "past": 2}, 6 * 6 * 4, ("3x2", "2x3")),
+]
+
+
+@needs_gxx
+@pytest.mark.parametrize("name,params,seq_len,orders", CASES)
+def test_element_path_in_raster_and_in_orders_matches_dense(name, params, seq_len, orders):
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    bound = mask.bind(seq_len, **params)
+    assert bound.narrow
+    check_elements(bound)
+    perm_checked = 0
+    for shape in orders:
+        ordered = token_order(bound, shape)
+        want = bound.dense()[np.ix_(ordered.permutation, ordered.permutation)]
+        assert np.array_equal(ordered.inner.dense(), want)      # the oracle: the raster mask permuted
+        check_elements(ordered.inner)
+        perm_checked += 1
+    assert perm_checked == len(orders)
+
+
+@needs_gxx
+def test_element_path_at_the_benchmark_widths():
+    """CLEAR's benchmark constants (text 512, width 128) in 8 x 16 and 16 x 8 patches and raster, at a length
+    that leaves a short last band, and 64-bit forms (a binding with narrow off)."""
+    mask = maskc.load(EXAMPLES / "clear.mask")
+    bound = mask.bind(512 + 128 * 17 + 40, radius=5)
+    check_elements(bound)
+    for shape in ("8x16", "16x8", "4x32"):
+        check_elements(token_order(bound, shape).inner)
+    check_elements(BoundMask(bound.mask, dataclasses.replace(bound.params, narrow=False)))
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", ["sliding_tile", "clear", "neighborhood", "video"])
+def test_element_path_of_the_examples_at_small_lengths(name):
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    rng = np.random.default_rng(sum(map(ord, name)) + 1)
+    done = 0
+    for _ in range(10):
+        s = int(rng.integers(1, 120))
+        try:
+            bound = mask.bind(s, **example_params(name, s, rng))
+        except maskc.errors.BindError:
+            continue
+        if bound.kernel_spec().predicate.tile_bits:
+            check_elements(bound, heads=range(bound.num_heads or 1))
+            done += 1
+    assert done >= 3
+
+
+@needs_gxx
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunk_mask_text(), chunk_binding())
+def test_random_chunk_masks_element_path_matches_dense(text, binding):
+    """Hypothesis chunk masks (segments, per-key segment reads, deny regions) in raster order."""
+    seq_len, kv_len, params = binding
+    try:
+        mask = maskc.compile_mask(text)
+        bound = mask.bind(seq_len, kv_len, **params)
+    except maskc.errors.MaskError:
+        return
+    if not bound.kernel_spec().predicate.tile_bits:
+        return
+    check_elements(bound)
