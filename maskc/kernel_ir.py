@@ -35,6 +35,9 @@ BACKWARD_ENGINES = ("mma", "wgmma", "wgmma_tma")   # the dK/dV kernel's
 # floats per thread from the fragments: what the mma kernel always does). bench/NOTES.md, runs 25-26, has
 # these and the variants tried and dropped (among them `none`, a timing experiment that left dQ out).
 DQ_REDUCTIONS = ("bulk_tile", "red2")
+# How the wgmma_tma forward masks PARTIAL tiles of exact masks with chunked regions (Options.partial_tiles,
+# ForwardPlan.partial_tiles): "bits" (maskc.codegen.tile_bits), "elements" (maskc.codegen.elements), "auto".
+PARTIAL_TILES = ("auto", "bits", "elements")
 # Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so
 # that a 64-query step's rows are whole and 256-byte aligned (the copy engine reads them in one piece).
 BACKWARD_ROW_PAD = 64
