@@ -99,10 +99,10 @@ def element_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()
             "__device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, const MaskElementCol& col,",
             "                                                     const int* __restrict__ mask) {",
             "    (void)mask;"]
-    allowed = " ||\n                        ".join(tests["allow"]) or "false"
+    allowed = " |\n                        ".join(tests["allow"]) or "false"
     out.append(f"    const bool allowed = {allowed};")
     if tests["deny"]:
-        denied = " ||\n                       ".join(tests["deny"])
+        denied = " |\n                       ".join(tests["deny"])
         out += [f"    const bool denied = {denied};", "    return allowed && !denied;"]
     else:
         out.append("    return allowed;")

@@ -183,9 +183,13 @@ def region_tests(mask: ir.RangeMask, w: CWriter, key: str, keys_in_range: bool =
                  ) -> tuple[list[str], list[str], dict[str, list[str]]]:
     """Every region's row interval and per-element test, written by ``w``: (the row's fields ``lo{i}``/``hi{i}``,
     the statements of a row function that set them, the tests of ``key`` per kind: "allow" and "deny"). The
-    per-element atoms' row (and, for a writer with columns, column) values are left in ``w``. With
-    ``keys_in_range`` (the caller tests only keys in [0, kv_len)), a region without bounds or guards, whose
-    interval is every key, is tested by its atoms alone."""
+    per-element atoms' row (and, for a writer with columns, column) values are left in ``w``.
+
+    With ``keys_in_range`` (the element path: the caller tests only keys in [0, kv_len), and a writer with
+    columns) the tests are branch-free (``|`` and ``&``: every operand is cheap and safe to evaluate) and a
+    region's interval test is as cheap as what it reads: none for a region without bounds or guards (every key),
+    a row's ``lo <= hi`` for one with guards alone, a column value ``in{i}`` for bounds that read no query
+    position (CLEAR's ``k < text``)."""
     row_fields: list[str] = []
     row_body: list[str] = []
     tests: dict[str, list[str]] = {"allow": [], "deny": []}
@@ -202,11 +206,23 @@ def region_tests(mask: ir.RangeMask, w: CWriter, key: str, keys_in_range: bool =
                 guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
                 row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
             row_fields += [f"lo{i}", f"hi{i}"]
-            every_key = keys_in_range and not (region.lower or region.upper or region.guards or region.static_guards)
-            parts = [] if every_key else [f"{key} >= row.lo{i}", f"{key} <= row.hi{i}"]
+            parts = _interval_test(region, i, key, w, lo, hi) if keys_in_range else [f"{key} >= row.lo{i}",
+                                                                                      f"{key} <= row.hi{i}"]
             parts += [f"{w.lin(atom.lin, per_element=True)} <= 0" for atom in region.opaque]
-            tests[kind].append(f"({' && '.join(parts) or 'true'})")
+            tests[kind].append(f"({(' & ' if keys_in_range else ' && ').join(parts) or 'true'})")
     return row_fields, row_body, tests
+
+
+def _interval_test(region: ir.RegionBounds, i: int, key: str, w: CWriter, lo: str, hi: str) -> list[str]:
+    """The element path's test of region i's key interval (:func:`region_tests`, ``keys_in_range``); ``lo`` and
+    ``hi`` its bounds as C, unclamped."""
+    bounds = region.lower + region.upper
+    if not bounds:
+        return [f"(row.lo{i} <= row.hi{i})"] if region.guards or region.static_guards else []
+    if region.guards or region.static_guards or any(F.depends_on_q(b.lin) for b in bounds):
+        return [f"({key} >= row.lo{i})", f"({key} <= row.hi{i})"]
+    w.col_values.append((f"in{i}", "bool", f"k >= {lo} && k <= {hi}"))     # per key column: reads no q
+    return [f"col.in{i}"]
 
 
 def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
