@@ -142,9 +142,9 @@ class CompiledMask:
             block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         constants = self.const_values(constants)
-        return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps,
-                          predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants)),
-                          self._summary(constants), engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
+        pred = predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants))
+        return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps, pred, self._summary(constants),
+                          engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
 
     def _element_code(self, constants: tuple[tuple[str, int], ...]) -> str:
         """The element path of PARTIAL tiles (maskc.codegen.elements): the raster mask's test per pair, the mask

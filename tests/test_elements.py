@@ -143,3 +143,47 @@ def test_random_chunk_masks_element_path_matches_dense(text, binding):
     if not bound.kernel_spec().predicate.tile_bits:
         return
     check_elements(bound)
+
+
+# ---- the plan's choice and the kernels ------------------------------------------------------------------------
+
+def test_partial_tiles_option_reaches_the_plan_and_the_kernel_key():
+    from maskc.options import Options
+    bound = maskc.load(EXAMPLES / "clear.mask").bind(4096)
+    default, bits, elements = (bound.mask.kernel_source(o) for o in (Options(), Options(partial_tiles="bits"),
+                                                                     Options(partial_tiles="elements")))
+    assert default.plan.partial_tiles == bits.plan.partial_tiles == "bits"     # auto: bits until measured
+    assert default.source == bits.source and "mask_element_visible" not in bits.source
+    assert elements.plan.partial_tiles == "elements" and elements.plan.root_tables == 0
+    assert "mask_bits(row, mask" in bits.source and "mask_bits(row, mask" not in elements.source
+    assert "mask_element_visible(rows[half], col, mask)" in elements.source
+    assert Options(partial_tiles="bits").forward_switches != Options(partial_tiles="elements").forward_switches
+    with pytest.raises(ValueError, match="partial tiles"):
+        Options(partial_tiles="pairs")
+    # masks without a tile path keep their one path whatever is asked
+    for name in ("causal", "document"):
+        mask = maskc.load(EXAMPLES / f"{name}.mask")
+        src = mask.kernel_source(Options(partial_tiles="elements"))
+        assert src.plan.partial_tiles == "" and src.source == mask.kernel_source().source
+    mma = maskc.load(EXAMPLES / "clear.mask").kernel_source(Options(partial_tiles="elements", engine="mma"))
+    assert mma.plan.partial_tiles == ""
+
+
+@pytest.mark.parametrize("name,order", [("clear", None), ("clear", "8x16"), ("clear", "16x8"), ("neighborhood", None),
+                                        ("neighborhood", "8x1"), ("video", None), ("video", "8x16"),
+                                        ("sliding_tile", None)])
+def test_element_path_kernels_compile_without_spills(name, order):
+    """The forward with the element path through NVRTC and ptxas (-v): no spills, at both widths."""
+    pytest.importorskip("cupy")
+    import re
+    from maskc.codegen.emit import compile_with_log
+    from maskc.options import Options
+    from maskc.ordered import in_order
+    mask = maskc.load(EXAMPLES / f"{name}.mask")
+    if order is not None:
+        mask = in_order(mask, order)
+    for narrow in (True, False):
+        src = mask.kernel_source(Options(partial_tiles="elements"), narrow=narrow)
+        assert src.plan.partial_tiles == "elements"
+        _, log = compile_with_log(src, ("--ptxas-options=-v",))
+        assert re.search(r"\b0 bytes spill stores", log), log

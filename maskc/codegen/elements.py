@@ -96,7 +96,8 @@ def element_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()
     out += ["    return col;", "}", "",
             "// Whether the pair (row, col) is visible: the regions' interval tests and atoms, from row and column "
             "values.",
-            "__device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, const MaskElementCol& col,",
+            "__device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, "
+            "const MaskElementCol& col,",
             "                                                     const int* __restrict__ mask) {",
             "    (void)mask;"]
     allowed = " |\n                        ".join(tests["allow"]) or "false"
