@@ -6,7 +6,9 @@ benchmark's bindings) gets a probe kernel appended that loads a
 thread's 16 x 4 scores, calls the kernel's own ``mask_scores`` once (do_mask a run-time argument, so that nothing
 folds away) and stores them; the same probe with ``mask_scores`` left out is the baseline. The difference of their
 PTX instruction counts is the masking code. For the element path that code is straight-line (fully unrolled):
-its count is what a thread executes per tile, and a warp issues each instruction once. The tile path's chunk nests
+its count is what a thread executes per tile, and a warp issues each instruction once; in a token order, for each
+of its two kinds of tile (keys mapped to raster positions from the tile's first key, or one by one), the other
+branch taken out of the source. The tile path's chunk nests
 loop over image rows: its count is the static size of the code, a lower bound of what runs per tile (ncu counted
 12.8 K instructions per PARTIAL tile and warp against 4.5 K for a FULL one for CLEAR in 8 x 16, run 54). PTX is
 not SASS: ptxas fuses some integer operations (IMAD, LOP3, predicated compares), so SASS counts run lower.
@@ -62,13 +64,24 @@ def ptx_of(source: str, options: tuple[str, ...]) -> str:
     return compile_with_log(src)[0].decode()
 
 
-def masking_instructions(mask, partial: str) -> tuple[int, str]:
-    """(PTX instructions of one tile's masking per thread, the plan's path) for ``mask`` with ``partial``."""
+# The element path's choice per tile in a token order (templates/forward_tile.cu.j2): the tile's keys mapped from
+# its first key's raster position (whole patches of a band), or each key mapped on its own. Both are in the
+# kernel; the probe keeps one, to count what a tile of each kind runs.
+BRANCH = "if (!MASK_RASTER_ORDER || base >= 0)"
+WAYS = {"": None, "affine": "if (true)", "per key": "if (false)"}
+
+
+def masking_instructions(mask, partial: str, way: str = "") -> tuple[int, str]:
+    """(PTX instructions of one tile's masking per thread, the plan's path) for ``mask`` with ``partial``; ``way``:
+    the element path's tiles of one kind (WAYS)."""
     kernel = mask.kernel_source(Options(partial_tiles=partial), narrow=True)   # the 32K bindings are narrow
+    source = kernel.source
+    if WAYS[way] is not None:
+        assert BRANCH in source
+        source = source.replace(BRANCH, WAYS[way])
     counts = []
     for call in (CALL, ""):
-        source = kernel.source + PROBE.replace("{CALL}", call)
-        counts.append(len(probe_body(ptx_of(source, kernel.options))))
+        counts.append(len(probe_body(ptx_of(source + PROBE.replace("{CALL}", call), kernel.options))))
     return counts[0] - counts[1], kernel.plan.partial_tiles
 
 
@@ -78,16 +91,19 @@ def main() -> None:
                     help="MASK[:ORDER],...: examples/MASK.mask, in the token order ORDER (default raster)")
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
-    print("| mask | order | bits (static PTX, lower bound) | elements (PTX per tile and thread) |")
-    print("|---|---|---|---|")
+    print("| mask | order | bits (static PTX, lower bound) | elements: tile of whole patches | elements: keys mapped "
+          "one by one |")
+    print("|---|---|---|---|---|")
     for item in args.masks.split(","):
         name, _, order = item.partition(":")
         mask = maskc.load(root / "examples" / f"{name}.mask")
         if order:
             mask = in_order(mask, order)
-        row = [masking_instructions(mask, p) for p in ("bits", "elements")]
-        assert [p for _, p in row] == ["bits", "elements"], row
-        print(f"| {name} | {order or 'raster'} | {row[0][0]} | {row[1][0]} |")
+        row = [masking_instructions(mask, "bits")]
+        row += [masking_instructions(mask, "elements", w) for w in (("affine", "per key") if order else ("",))]
+        assert [p for _, p in row] == ["bits"] + ["elements"] * (len(row) - 1), row
+        per_key = row[2][0] if order else "-"
+        print(f"| {name} | {order or 'raster'} | {row[0][0]} | {row[1][0]} | {per_key} |")
 
 
 if __name__ == "__main__":

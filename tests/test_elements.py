@@ -20,6 +20,22 @@ from mask_strategies import chunk_binding, chunk_mask_text
 from test_predicate import _BUILD, GXX, SHIM, needs_gxx
 
 LOOP = """
+// A tile's keys from its first key's raster position (mask_raster_tile, mask_raster_step) against mask_raster key
+// by key, for tiles of n keys at multiples of n, as the forward kernel's; *affine: the tiles that took that way.
+extern "C" int maskc_check_tiles(const int* mask, int seq_len, int n, int* affine) {
+    int bad = 0;
+    *affine = 0;
+    for (int k0 = 0; k0 < seq_len; k0 += n) {
+        const int base = MASK_RASTER_TILES ? mask_raster_tile(mask, k0, n) : -1;
+        if (base < 0) continue;
+        ++*affine;
+        for (int j8 = 0; j8 < n; j8 += 8)
+            for (int i = 0; i < 8; ++i)
+                bad += base + mask_raster_step(j8) + i != mask_raster(mask, k0 + j8 + i);
+    }
+    return bad;
+}
+
 extern "C" void maskc_fill_elements(const int* mask, int b, int h, int seq_len, int kv_len, unsigned char* out) {
     // as the forward kernel walks a tile: the rows' values first, each key column's once, then the pairs
     for (int q = 0; q < seq_len; ++q) {
@@ -39,7 +55,7 @@ def compile_elements(source: str):
     key = hashlib.sha1(source.encode()).hexdigest()[:16]
     if key not in _LIBS:
         cpp, so = _BUILD / f"e{key}.cpp", _BUILD / f"e{key}.so"
-        cpp.write_text(SHIM + source + LOOP)
+        cpp.write_text(SHIM + "#define __host__\n" + source + LOOP)
         res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
                              capture_output=True, text=True)
         assert res.returncode == 0, f"g++ rejected the element path:\n{res.stderr[:4000]}\n{source}"
@@ -47,18 +63,29 @@ def compile_elements(source: str):
         lib.maskc_fill_elements.restype = None
         lib.maskc_fill_elements.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                             ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
+        lib.maskc_check_tiles.restype = ctypes.c_int
+        lib.maskc_check_tiles.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int,
+                                          ctypes.POINTER(ctypes.c_int)]
         _LIBS[key] = lib
     return _LIBS[key]
 
 
-def check_elements(bound, heads=(0,)):
-    """The element path of ``bound``'s kernel (its spec at the binding's width) against ``bound.dense()``."""
+def check_elements(bound, heads=(0,), tiles=(16, 32, 128)) -> int:
+    """The element path of ``bound``'s kernel (its spec at the binding's width) against ``bound.dense()``, and its
+    tiles' raster positions from their first key's for tiles of ``tiles`` keys; the number of tiles that took that
+    way."""
     pred = bound.kernel_spec().predicate
     assert pred.tile_bits and pred.elements
     lib = compile_elements(pred.helpers + pred.elements)
     data, offsets = pack_mask_data(bound.mask.ranges, bound.params)
+    affine = 0
     for b in range(bound.batch):
         table = np.ascontiguousarray(data[offsets[b]:], np.int32)
+        pointer = table.ctypes.data_as(ctypes.POINTER(ctypes.c_int))
+        for n in tiles:
+            count = ctypes.c_int(0)
+            assert lib.maskc_check_tiles(pointer, bound.seq_len, n, ctypes.byref(count)) == 0, f"tiles of {n} keys"
+            affine += count.value
         for h in heads:
             got = np.zeros((bound.seq_len, bound.kv_len), np.uint8)
             lib.maskc_fill_elements(table.ctypes.data_as(ctypes.POINTER(ctypes.c_int)), b, h, bound.seq_len,
@@ -68,12 +95,14 @@ def check_elements(bound, heads=(0,)):
                 q, k = np.argwhere(got.astype(bool) != want)[0]
                 pytest.fail(f"element path differs from dense at b={b} h={h} q={q} k={k}: {got[q, k]}, "
                             f"dense {want[q, k]}")
+    return affine
 
 
 # (mask, bind values, seq_len, orders): small images, the orders the kernels run in, and one whose patches
 # do not divide the tile (8x1 on a prime width)
 CASES = [
     ("clear", {"text": 7, "width": 16, "radius": 3}, 7 + 16 * 17 + 5, ("8x4", "4x8", "2x1")),
+    ("clear", {"text": 32, "width": 16, "radius": 3}, 32 + 16 * 20 + 9, ("2x8", "4x8", "1x8")),
     ("clear", {"text": 0, "width": 13, "radius": 4}, 13 * 18, ("8x1", "4x1")),
     ("neighborhood", {"width": 13, "window": 5}, 13 * 19 + 3, ("8x1", "4x1")),
     ("neighborhood", {"width": 16, "window": 3}, 16 * 12, ("4x8", "8x4")),
@@ -89,14 +118,13 @@ def test_element_path_in_raster_and_in_orders_matches_dense(name, params, seq_le
     bound = mask.bind(seq_len, **params)
     assert bound.narrow
     check_elements(bound)
-    perm_checked = 0
     for shape in orders:
         ordered = token_order(bound, shape)
         want = bound.dense()[np.ix_(ordered.permutation, ordered.permutation)]
         assert np.array_equal(ordered.inner.dense(), want)      # the oracle: the raster mask permuted
-        check_elements(ordered.inner)
-        perm_checked += 1
-    assert perm_checked == len(orders)
+        affine = check_elements(ordered.inner)
+        # patches 8 columns wide or more, starting where tiles do: tiles mapped from their first key
+        assert (affine > 0) == (ordered.order.cols % 8 == 0 and ordered.order.origin % 16 == 0), (shape, affine)
 
 
 @needs_gxx

@@ -41,24 +41,64 @@ from maskc.codegen.cwriter import CWriter, TableLayout
 from maskc.codegen.predicate import region_tests
 
 
-def raster_function(order: TokenOrder) -> str:
-    """``mask_raster``: the raster position of the token at place ``p`` of ``order`` (identity before the image
-    and from the end of the last whole band on, which reads seq_len, ``mask[0]``), in unsigned arithmetic so that
-    the divisions by powers of two are shifts."""
+FRAGMENT_COLUMNS = 8
+"""Consecutive key columns a thread of the forward's fragment layout holds two of: column ``8 * nt + 2 * t + e``."""
+
+
+def raster_functions(order: TokenOrder | None) -> str:
+    """The token order's map from places to raster positions, for the element path (module docstring):
+
+    ``MASK_RASTER_ORDER``: whether places differ from raster positions at all (false: the raster order, every
+    function below the identity). ``mask_raster(mask, p)``: the raster position of the token at place ``p``
+    (:meth:`~maskc.analysis.order.TokenOrder.raster`: identity before the image and from the end of the last whole
+    band on, which reads seq_len, ``mask[0]``), in unsigned arithmetic so that divisions by powers of two are
+    shifts. A tile's keys need not each pay for it: ``mask_raster_tile(mask, k0, n)`` is ``raster(k0)`` where the
+    keys ``k0 .. k0 + n - 1`` lie in the bands, from a patch's first token, within one band (-1 elsewhere), and
+    then, for patches whose width is a multiple of :data:`FRAGMENT_COLUMNS` (``MASK_RASTER_TILES``),
+    ``raster(k0 + j8 + i) = raster(k0) + mask_raster_step(j8) + i`` for every multiple ``j8`` of 8 and ``i < 8``
+    (the columns ``j8 .. j8 + 7`` lie in one row of one patch), a constant per unrolled column group."""
+    if order is None:
+        return "\n".join([
+            "// Places are raster positions (maskc.codegen.elements.raster_functions): the maps are identities.",
+            "constexpr bool MASK_RASTER_ORDER = false, MASK_RASTER_TILES = true;",
+            "__device__ __forceinline__ int mask_raster(const int* __restrict__ mask, int p) { (void)mask; return p; }",
+            "__device__ __forceinline__ int mask_raster_tile(const int* __restrict__ mask, int k0, int n) {",
+            "    (void)mask; (void)n;", "    return k0;", "}",
+            "__host__ __device__ constexpr int mask_raster_step(int j8) { return j8; }", ""])
     o = order
+    tiles = o.cols % FRAGMENT_COLUMNS == 0
     return "\n".join([
         f"// The token order's raster map: patches of {o.rows} x {o.cols} in bands of {o.rows} image rows {o.width} "
         f"wide from position {o.origin}",
-        "// (maskc.analysis.order.TokenOrder.raster). Bind requires seq_len to hold a whole band.",
+        "// (maskc.analysis.order.TokenOrder.raster; maskc.codegen.elements.raster_functions). Bind requires seq_len "
+        "to hold a whole band.",
+        f"constexpr bool MASK_RASTER_ORDER = true, MASK_RASTER_TILES = {'true' if tiles else 'false'};",
+        f"constexpr unsigned MASK_ORDER_ORIGIN = {o.origin}u, MASK_ORDER_WIDTH = {o.width}u, MASK_ORDER_ROWS = "
+        f"{o.rows}u, MASK_ORDER_COLS = {o.cols}u;",
+        "constexpr unsigned MASK_ORDER_PATCH = MASK_ORDER_ROWS * MASK_ORDER_COLS, MASK_ORDER_BAND = MASK_ORDER_ROWS * "
+        "MASK_ORDER_WIDTH;",
+        "__device__ __forceinline__ unsigned mask_order_end(const int* __restrict__ mask) {   // the last whole band's end",
+        "    return MASK_ORDER_ORIGIN + MASK_ORDER_BAND * (((unsigned)mask[0] - MASK_ORDER_ORIGIN) / MASK_ORDER_BAND);",
+        "}",
         "__device__ __forceinline__ int mask_raster(const int* __restrict__ mask, int p) {",
-        f"    constexpr unsigned ORIGIN = {o.origin}u, WIDTH = {o.width}u, ROWS = {o.rows}u, COLS = {o.cols}u, "
-        "BAND = ROWS * WIDTH;",
-        "    const unsigned end = ORIGIN + BAND * (((unsigned)mask[0] - ORIGIN) / BAND);",
-        "    if (p < (int)ORIGIN || (unsigned)p >= end) return p;",
-        "    const unsigned u = (unsigned)p - ORIGIN;",
-        "    const unsigned y = ROWS * (u / BAND) + (u / COLS) % ROWS;",
-        "    const unsigned x = COLS * ((u / (ROWS * COLS)) % (WIDTH / COLS)) + u % COLS;",
-        "    return (int)(ORIGIN + WIDTH * y + x);",
+        "    if (p < (int)MASK_ORDER_ORIGIN || (unsigned)p >= mask_order_end(mask)) return p;",
+        "    const unsigned u = (unsigned)p - MASK_ORDER_ORIGIN;",
+        "    const unsigned y = MASK_ORDER_ROWS * (u / MASK_ORDER_BAND) + (u / MASK_ORDER_COLS) % MASK_ORDER_ROWS;",
+        "    const unsigned x = MASK_ORDER_COLS * ((u / MASK_ORDER_PATCH) % (MASK_ORDER_WIDTH / MASK_ORDER_COLS)) "
+        "+ u % MASK_ORDER_COLS;",
+        "    return (int)(MASK_ORDER_ORIGIN + MASK_ORDER_WIDTH * y + x);",
+        "}",
+        "__device__ __forceinline__ int mask_raster_tile(const int* __restrict__ mask, int k0, int n) {",
+        "    if (!MASK_RASTER_TILES || k0 < (int)MASK_ORDER_ORIGIN || (unsigned)(k0 + n) > mask_order_end(mask)) "
+        "return -1;",
+        "    const unsigned u0 = (unsigned)k0 - MASK_ORDER_ORIGIN;",
+        "    if (u0 % MASK_ORDER_PATCH != 0 || u0 % MASK_ORDER_BAND + (unsigned)n > MASK_ORDER_BAND) return -1;",
+        "    return mask_raster(mask, k0);",
+        "}",
+        "__host__ __device__ constexpr int mask_raster_step(int j8) {",
+        "    return (int)(MASK_ORDER_WIDTH * ((j8 % MASK_ORDER_PATCH) / MASK_ORDER_COLS) + MASK_ORDER_COLS * "
+        "(j8 / MASK_ORDER_PATCH)",
+        "                 + (j8 % MASK_ORDER_PATCH) % MASK_ORDER_COLS);",
         "}", ""])
 
 
@@ -70,8 +110,8 @@ def element_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()
     layout = TableLayout.of(mask.params)
     w = CWriter(layout, dict(constants), columns=True)
     row_fields, row_body, tests = region_tests(mask, w, "col.k", keys_in_range=True)
-    raster = "mask_raster(mask, {})" if order is not None else "{}"
-    out = [raster_function(order)] if order is not None else []
+    raster = "mask_raster(mask, {})" if order is not None else "{}"      # (the identity's call left out)
+    out = [raster_functions(order)]
     out += ["// The element path (maskc.codegen.elements): what the test of a pair needs of its query row, computed",
             "// once per row and tile.", "struct MaskElementRow {"]
     out += [f"    int {f};" for f in row_fields] + [f"    {ctype} {name};" for name, ctype, _ in w.row_values]
@@ -83,17 +123,21 @@ def element_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = ()
     out += [f"    const MaskSegment {var} = maskc_segment(mask + mask[{layout.seg_slot(seg)}], q, extent);"
             for seg, var in w.row_segments.items()]
     out += row_body + [f"    row.{name} = {expr};" for name, _, expr in w.row_values] + ["    return row;", "}", ""]
-    out += ["// ... and of its key column, computed once per key column and tile (k: the key's raster position).",
+    out += ["// ... and of its key column, computed once per key column and tile (k: the key's raster position;",
+            "// mask_element_col_at takes it, mask_element_col the key's place).",
             "struct MaskElementCol {", "    int k;"] + [f"    {ctype} {name};" for name, ctype, _ in w.col_values]
     out += ["};", "",
-            "__device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, "
-            "int k_place) {",
-            "    MaskElementCol col;", f"    const int k = {raster.format('k_place')};",
+            "__device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restrict__ mask, int b, int h, "
+            "int k) {",
+            "    MaskElementCol col;",
             "    const int extent = max(mask[0], mask[1]);", "    (void)extent; (void)b; (void)h;"]
     out += [f"    const MaskSegment {var} = maskc_segment(mask + mask[{layout.seg_slot(seg)}], k, extent);"
             for seg, var in w.col_segments.items()]
     out += ["    col.k = k;"] + [f"    col.{name} = {expr};" for name, _, expr in w.col_values]
-    out += ["    return col;", "}", "",
+    out += ["    return col;", "}",
+            "__device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, "
+            "int k_place) {",
+            f"    return mask_element_col_at(mask, b, h, {raster.format('k_place')});", "}", "",
             "// Whether the pair (row, col) is visible: the regions' interval tests and atoms, from row and column "
             "values.",
             "__device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, "

@@ -223,6 +223,15 @@ __device__ __forceinline__ void mask_bits(const MaskRow& row, const int* __restr
 }
 
 // ---- the element path of PARTIAL tiles (maskc.codegen.elements), verbatim -----------------------------
+// Places are raster positions (maskc.codegen.elements.raster_functions): the maps are identities.
+constexpr bool MASK_RASTER_ORDER = false, MASK_RASTER_TILES = true;
+__device__ __forceinline__ int mask_raster(const int* __restrict__ mask, int p) { (void)mask; return p; }
+__device__ __forceinline__ int mask_raster_tile(const int* __restrict__ mask, int k0, int n) {
+    (void)mask; (void)n;
+    return k0;
+}
+__host__ __device__ constexpr int mask_raster_step(int j8) { return j8; }
+
 // The element path (maskc.codegen.elements): what the test of a pair needs of its query row, computed
 // once per row and tile.
 struct MaskElementRow {
@@ -245,22 +254,25 @@ __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict
     return row;
 }
 
-// ... and of its key column, computed once per key column and tile (k: the key's raster position).
+// ... and of its key column, computed once per key column and tile (k: the key's raster position;
+// mask_element_col_at takes it, mask_element_col the key's place).
 struct MaskElementCol {
     int k;
     maskc_int c0;
     maskc_int c1;
 };
 
-__device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, int k_place) {
+__device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restrict__ mask, int b, int h, int k) {
     MaskElementCol col;
-    const int k = k_place;
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     col.k = k;
     col.c0 = ((maskc_int)((maskc_int)k >> 5) & 31);
     col.c1 = ((maskc_int)k & 31);
     return col;
+}
+__device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, int k_place) {
+    return mask_element_col_at(mask, b, h, k_place);
 }
 
 // Whether the pair (row, col) is visible: the regions' interval tests and atoms, from row and column values.
@@ -426,6 +438,27 @@ __device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, uns
             if (!((bits[nt / 8] >> ((nt % 8) * 8 + e)) & 1ull)) s[nt][half * 2 + e] = neg_inf();
 }
 
+// The element path (maskc.codegen.elements): set to -inf the scores of this thread's two rows (their values in
+// rows) whose pair test fails, or whose key is past kv_len (when bounds); each of the 2 * N_TILES key columns'
+// values computed once, from its raster position raster_of(nt, e) (column 8 nt + 2t + e; key0 = the tile's
+// first key + 2t).
+template <int N_TILES, class RasterOf>
+__device__ __forceinline__ void hide_pairs(float (&s)[N_TILES][4], const MaskElementRow (&rows)[2],
+                                           const int* __restrict__ mask, int mb, int h, int key0, int kv_len,
+                                           bool bounds, RasterOf raster_of) {
+    #pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt) {
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const MaskElementCol col = mask_element_col_at(mask, mb, h, raster_of(nt, e));
+            const bool in_range = !bounds || key0 + 8 * nt + e < kv_len;
+            #pragma unroll
+            for (int half = 0; half < 2; ++half)
+                if (!(in_range && mask_element_visible(rows[half], col, mask))) s[nt][half * 2 + e] = neg_inf();
+        }
+    }
+}
+
 // Mask one 16-row score tile in place: -inf where the predicate (PARTIAL tiles) or the kv_len bound (the
 // ragged last tile) hides a key. MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs
 // for this tile (one instantiation can serve every tile kind: a uniform branch per tile). row16 is the tile's
@@ -443,18 +476,16 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
         // past seq_len are clamped (computed, never stored), keys past kv_len hidden.
         const MaskElementRow rows[2] = {mask_element_row(mask, mb, h, min(q0 + row16 + g, seq_len - 1)),
                                         mask_element_row(mask, mb, h, min(q0 + row16 + g + 8, seq_len - 1))};
-        #pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int key = k0 + 8 * nt + 2 * t + e;
-                const MaskElementCol col = mask_element_col(mask, mb, h, key);
-                const bool in_range = !(BOUNDS && do_bounds) || key < kv_len;
-                #pragma unroll
-                for (int half = 0; half < 2; ++half)
-                    if (!(in_range && mask_element_visible(rows[half], col, mask))) s[nt][half * 2 + e] = neg_inf();
-            }
-        }
+        const bool bounds = BOUNDS && do_bounds;
+        // In a token order, a key's raster position: from the tile's first key's once per tile where the tile is
+        // whole patches of one band (mask_raster_tile; a constant step per column group), else key by key.
+        const int base = MASK_RASTER_TILES ? mask_raster_tile(mask, k0, 8 * N_TILES) : -1;
+        if (!MASK_RASTER_ORDER || base >= 0)
+            hide_pairs(s, rows, mask, mb, h, k0 + 2 * t, kv_len, bounds,
+                       [&](int nt, int e) { return base + 2 * t + mask_raster_step(8 * nt) + e; });
+        else
+            hide_pairs(s, rows, mask, mb, h, k0 + 2 * t, kv_len, bounds,
+                       [&](int nt, int e) { return mask_raster(mask, k0 + 8 * nt + 2 * t + e); });
         return;
     }
     #pragma unroll
