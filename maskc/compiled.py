@@ -98,11 +98,12 @@ class CompiledMask:
     def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
              **params) -> "BoundMask":
         bound = bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params)
-        if bound.narrow and self.source is not None:
-            # a kernel's element path computes the raster mask's forms (at raster positions, in the same range)
-            raster = self.source
-            heads = bound.num_heads if raster.ranges.uses_head and bound.num_heads else 1
-            narrow = all(fits_32_bits(raster.ranges, e, bound.seq_len, bound.kv_len, heads, b, raster.resolved)
+        forms = self._element_ranges(bound.constants(self.const_params)) if bound.narrow else None
+        if forms is not None and forms is not self.ranges:
+            # a kernel's element path computes these forms (the raster mask's, with its const parameters folded in;
+            # in a token order at raster positions, in the same range): 32 bits only where they fit too
+            heads = bound.num_heads if forms.uses_head and bound.num_heads else 1
+            narrow = all(fits_32_bits(forms, e, bound.seq_len, bound.kv_len, heads, b)
                          for b, e in enumerate(bound.batch))
             bound = dataclasses.replace(bound, narrow=narrow)
         return BoundMask(self, bound)
@@ -146,13 +147,19 @@ class CompiledMask:
         return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps, pred, self._summary(constants),
                           engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
 
-    def _element_code(self, constants: tuple[tuple[str, int], ...]) -> str:
-        """The element path of PARTIAL tiles (maskc.codegen.elements): the raster mask's test per pair, the mask
-        this one was rewritten from when it is in a token order (its places mapped to raster positions)."""
+    def _element_ranges(self, constants: tuple[tuple[str, int], ...]) -> ir.RangeMask | None:
+        """The forms the element path of PARTIAL tiles (maskc.codegen.elements) tests per pair, or None where the
+        kernels have no tile path: the raster mask's (the mask this one was rewritten from, when it is in a token
+        order), with the const parameters folded in (a floor by a product of them is one by a literal: a shift)."""
         if self.offsets or not has_tile_bits(self.ranges, self.offsets):
-            return ""
+            return None
         raster = self.source if self.order is not None and self.source is not None else self
-        return element_code(raster.ranges, tuple(constants), self.order)
+        return raster.specialized(tuple(constants))
+
+    def _element_code(self, constants: tuple[tuple[str, int], ...]) -> str:
+        """The element path's code (maskc.codegen.elements), taking places in this mask's token order."""
+        forms = self._element_ranges(constants)
+        return "" if forms is None else element_code(forms, tuple(constants), self.order)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,

@@ -154,6 +154,21 @@ class CWriter:
             self.row_values.append((name, self.int_type, self.lin(lin)))
         return f"row.{name}"
 
+    def element_test(self, lin: ir.Lin) -> str:
+        """``lin <= 0`` for the element path (a writer with ``columns``), its terms that read no k and its constant
+        moved to the right as one row value, and its terms that read no q summed into one column value: a pair
+        pays only for the terms that read both, ``mixed + col <= row`` (CLEAR's disc: two squares, an add and a
+        compare). Each side fits where the form does: bind's width proof bounds the sum of every term's magnitude
+        (:meth:`maskc.analysis.bounds.Bounds.of_lin`: every partial sum, in any order)."""
+        by_k = [(t, c) for t, c in lin.terms if F.term_depends_on_k(t)]
+        if not by_k:
+            return f"{self.lin(lin, per_element=True)} <= 0"
+        right = ir.Lin(tuple((t, -c) for t, c in lin.terms if not F.term_depends_on_k(t)), -lin.const)
+        mixed = ir.Lin(tuple((t, c) for t, c in by_k if F.term_depends_on_q(t)), 0)
+        column = ir.Lin(tuple((t, c) for t, c in by_k if not F.term_depends_on_q(t)), 0)
+        left = " + ".join(self.lin(part, per_element=True) for part in (mixed, column) if part.terms)
+        return f"{left} <= {self.lin(right, per_element=True)}"
+
     def hoist_column(self, lin: ir.Lin) -> str:
         """A per-key value (q-free, reads k): computed once per key column and tile in mask_element_col, read by
         the element test as ``col.c{n}``."""

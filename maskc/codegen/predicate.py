@@ -189,7 +189,7 @@ def region_tests(mask: ir.RangeMask, w: CWriter, key: str, keys_in_range: bool =
     columns) the tests are branch-free (``|`` and ``&``: every operand is cheap and safe to evaluate) and a
     region's interval test is as cheap as what it reads: none for a region without bounds or guards (every key),
     a row's ``lo <= hi`` for one with guards alone, a column value ``in{i}`` for bounds that read no query
-    position (CLEAR's ``k < text``)."""
+    position (CLEAR's ``k < text``), with a row value ``g{i}`` for its guards."""
     row_fields: list[str] = []
     row_body: list[str] = []
     tests: dict[str, list[str]] = {"allow": [], "deny": []}
@@ -208,7 +208,8 @@ def region_tests(mask: ir.RangeMask, w: CWriter, key: str, keys_in_range: bool =
             row_fields += [f"lo{i}", f"hi{i}"]
             parts = _interval_test(region, i, key, w, lo, hi) if keys_in_range else [f"{key} >= row.lo{i}",
                                                                                       f"{key} <= row.hi{i}"]
-            parts += [f"{w.lin(atom.lin, per_element=True)} <= 0" for atom in region.opaque]
+            parts += [f"({w.element_test(atom.lin)})" if keys_in_range else f"{w.lin(atom.lin, per_element=True)} <= 0"
+                      for atom in region.opaque]
             tests[kind].append(f"({(' & ' if keys_in_range else ' && ').join(parts) or 'true'})")
     return row_fields, row_body, tests
 
@@ -217,12 +218,17 @@ def _interval_test(region: ir.RegionBounds, i: int, key: str, w: CWriter, lo: st
     """The element path's test of region i's key interval (:func:`region_tests`, ``keys_in_range``); ``lo`` and
     ``hi`` its bounds as C, unclamped."""
     bounds = region.lower + region.upper
+    guards = region.static_guards + region.guards
     if not bounds:
-        return [f"(row.lo{i} <= row.hi{i})"] if region.guards or region.static_guards else []
-    if region.guards or region.static_guards or any(F.depends_on_q(b.lin) for b in bounds):
+        return [f"(row.lo{i} <= row.hi{i})"] if guards else []
+    if any(F.depends_on_q(b.lin) for b in bounds):
         return [f"({key} >= row.lo{i})", f"({key} <= row.hi{i})"]
-    w.col_values.append((f"in{i}", "bool", f"k >= {lo} && k <= {hi}"))     # per key column: reads no q
-    return [f"col.in{i}"]
+    tests = ([] if lo == "0" else [f"(k >= {lo})"]) + ([f"(k <= {hi})"] if region.upper else [])   # keys >= 0
+    w.col_values.append((f"in{i}", "bool", " & ".join(tests)))     # per key column: reads no q
+    if not guards:
+        return [f"col.in{i}"]
+    w.row_values.append((f"g{i}", "bool", " & ".join(f"({w.lin(g.lin)} <= 0)" for g in guards)))   # per row
+    return [f"row.g{i}", f"col.in{i}"]
 
 
 def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,

@@ -287,16 +287,16 @@ __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict
     // allow clear.mask:11:3: allow q < text or k < text or (y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < radius ** 2
     row.lo0 = 0;
     row.hi0 = mask[1] - 1;
-    if (!((-(maskc_int)(512) + (maskc_int)q + 1) <= 0)) { row.lo0 = 1; row.hi0 = 0; }   // row guard fails
+    if (!(((maskc_int)q - 511) <= 0)) { row.lo0 = 1; row.hi0 = 0; }   // row guard fails
     // allow clear.mask:11:3: allow q < text or k < text or (y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < radius ** 2
     row.lo1 = 0;
-    row.hi1 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)(512) - 1)));
+    row.hi1 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)511));
     // allow clear.mask:11:3: allow q < text or k < text or (y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < radius ** 2
     row.lo2 = 0;
     row.hi2 = mask[1] - 1;
-    row.v0 = ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) & 127);
-    row.v1 = ((maskc_int)(-(maskc_int)(512) + (maskc_int)q) >> 7);
-    row.v2 = ((maskc_int)mask[4] * (maskc_int)mask[4]);
+    row.v0 = ((maskc_int)((maskc_int)q - 512) & 127);
+    row.v1 = ((maskc_int)((maskc_int)q - 512) >> 7);
+    row.v2 = (((maskc_int)mask[4] * (maskc_int)mask[4]) - 1);
     return row;
 }
 
@@ -314,9 +314,9 @@ __device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restr
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     col.k = k;
-    col.in1 = k >= 0 && k <= min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)(512) - 1));
-    col.c0 = ((maskc_int)(-(maskc_int)(512) + (maskc_int)k) & 127);
-    col.c1 = ((maskc_int)(-(maskc_int)(512) + (maskc_int)k) >> 7);
+    col.in1 = (k <= min((maskc_int)mask[1] - 1, (maskc_int)511));
+    col.c0 = ((maskc_int)((maskc_int)k - 512) & 127);
+    col.c1 = ((maskc_int)((maskc_int)k - 512) >> 7);
     return col;
 }
 __device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, int k_place) {
@@ -329,7 +329,7 @@ __device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, 
     (void)mask;
     const bool allowed = ((row.lo0 <= row.hi0)) |
                         (col.in1) |
-                        ((((-col.c0 + row.v0) * (-col.c0 + row.v0)) + ((-col.c1 + row.v1) * (-col.c1 + row.v1)) - row.v2 + 1) <= 0);
+                        (((((-col.c0 + row.v0) * (-col.c0 + row.v0)) + ((-col.c1 + row.v1) * (-col.c1 + row.v1))) <= row.v2));
     return allowed;
 }
 

@@ -231,6 +231,7 @@ struct MaskElementRow {
     int lo0;
     int hi0;
     maskc_int v0;
+    maskc_int v1;
 };
 
 __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict__ mask, int b, int h, int q_place) {
@@ -239,9 +240,10 @@ __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     // allow neighborhood.mask:13:3: allow y(k) in [y0(q), y0(q) + window), x(k) in [x0(q), x0(q) + window)
-    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)(min(max((maskc_int)(-((maskc_int)mask[3] >> 1) + maskc_floordiv((maskc_int)q, (maskc_int)(181))), (maskc_int)0), (maskc_int)(maskc_floordiv((maskc_int)((maskc_int)mask[0] + (maskc_int)(181) - 1), (maskc_int)(181)) - (maskc_int)mask[3])) * (maskc_int)(181))));
-    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)(181) + ((min(max((maskc_int)(-((maskc_int)mask[3] >> 1) + maskc_floordiv((maskc_int)q, (maskc_int)(181))), (maskc_int)0), (maskc_int)(maskc_floordiv((maskc_int)((maskc_int)mask[0] + (maskc_int)(181) - 1), (maskc_int)(181)) - (maskc_int)mask[3])) + (maskc_int)mask[3] - 1) * (maskc_int)(181)) - 1)));
-    row.v0 = min(max((maskc_int)(maskc_floormod((maskc_int)q, (maskc_int)(181)) - ((maskc_int)mask[3] >> 1)), (maskc_int)0), (maskc_int)((maskc_int)(181) - (maskc_int)mask[3]));
+    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)181 * min(max((maskc_int)(-((maskc_int)mask[3] >> 1) + maskc_floordiv((maskc_int)q, (maskc_int)181)), (maskc_int)0), (maskc_int)(maskc_floordiv((maskc_int)((maskc_int)mask[0] + 180), (maskc_int)181) - (maskc_int)mask[3]))));
+    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(181 * min(max((maskc_int)(-((maskc_int)mask[3] >> 1) + maskc_floordiv((maskc_int)q, (maskc_int)181)), (maskc_int)0), (maskc_int)(maskc_floordiv((maskc_int)((maskc_int)mask[0] + 180), (maskc_int)181) - (maskc_int)mask[3])) + 181 * (maskc_int)mask[3] - 1)));
+    row.v0 = (min(max((maskc_int)(maskc_floormod((maskc_int)q, (maskc_int)181) - ((maskc_int)mask[3] >> 1)), (maskc_int)0), (maskc_int)(-(maskc_int)mask[3] + 181)) + (maskc_int)mask[3] - 1);
+    row.v1 = -min(max((maskc_int)(maskc_floormod((maskc_int)q, (maskc_int)181) - ((maskc_int)mask[3] >> 1)), (maskc_int)0), (maskc_int)(-(maskc_int)mask[3] + 181));
     return row;
 }
 
@@ -250,6 +252,7 @@ __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict
 struct MaskElementCol {
     int k;
     maskc_int c0;
+    maskc_int c1;
 };
 
 __device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restrict__ mask, int b, int h, int k) {
@@ -257,7 +260,8 @@ __device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restr
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     col.k = k;
-    col.c0 = maskc_floormod((maskc_int)k, (maskc_int)(181));
+    col.c0 = maskc_floormod((maskc_int)k, (maskc_int)181);
+    col.c1 = -maskc_floormod((maskc_int)k, (maskc_int)181);
     return col;
 }
 __device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, int k_place) {
@@ -268,7 +272,7 @@ __device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict
 __device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, const MaskElementCol& col,
                                                      const int* __restrict__ mask) {
     (void)mask;
-    const bool allowed = ((col.k >= row.lo0) & (col.k <= row.hi0) & (-row.v0 + col.c0 - (maskc_int)mask[3] + 1) <= 0 & (row.v0 - col.c0) <= 0);
+    const bool allowed = ((col.k >= row.lo0) & (col.k <= row.hi0) & (col.c0 <= row.v0) & (col.c1 <= row.v1));
     return allowed;
 }
 

@@ -283,8 +283,8 @@ struct MaskElementRow {
     maskc_int v1;
     maskc_int v2;
     maskc_int v3;
-    maskc_int v4;
-    maskc_int v5;
+    bool g1;
+    bool g2;
 };
 
 __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict__ mask, int b, int h, int q_place) {
@@ -293,23 +293,23 @@ __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     // allow sliding_tile.mask:27:3: allow q < video, k < video, t(k) in [t0, t0 + window_t), y(k) in [y0, y0 + window_h), x(k) in [x0, x0 + window_w)
-    row.lo0 = 0;
-    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) - 1)));
-    if (!(((maskc_int)q - ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) + 1) <= 0)) { row.lo0 = 1; row.hi0 = 0; }   // row guard fails
+    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)(2304 * min(max((maskc_int)((maskc_int)mask[8] >> 1), maskc_floordiv((maskc_int)q, (maskc_int)2304)), (maskc_int)(((maskc_int)mask[8] >> 1) - (maskc_int)mask[8] + 6)) - 2304 * ((maskc_int)mask[8] >> 1))));
+    row.hi0 = (int)max((maskc_int)-1, min(min((maskc_int)mask[1] - 1, (maskc_int)(2304 * min(max((maskc_int)((maskc_int)mask[8] >> 1), maskc_floordiv((maskc_int)q, (maskc_int)2304)), (maskc_int)(((maskc_int)mask[8] >> 1) - (maskc_int)mask[8] + 6)) - 2304 * ((maskc_int)mask[8] >> 1) + 2304 * (maskc_int)mask[8] - 1)), (maskc_int)13823));
+    if (!(((maskc_int)q - 13823) <= 0)) { row.lo0 = 1; row.hi0 = 0; }   // row guard fails
     // allow sliding_tile.mask:28:3: allow q < video, k in [video, video + text)
-    row.lo1 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6))))))));
-    row.hi1 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)mask[11] + ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) - 1)));
-    if (!(((maskc_int)q - ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) + 1) <= 0)) { row.lo1 = 1; row.hi1 = 0; }   // row guard fails
+    row.lo1 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)13824));
+    row.hi1 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)mask[11] + 13823)));
+    if (!(((maskc_int)q - 13823) <= 0)) { row.lo1 = 1; row.hi1 = 0; }   // row guard fails
     // allow sliding_tile.mask:29:3: allow q >= video, k < video + text
     row.lo2 = 0;
-    row.hi2 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)mask[11] + ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6)))))) - 1)));
-    if (!((-(maskc_int)q + ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * ((maskc_int)(6) * ((maskc_int)(4) * (maskc_int)(6))))))) <= 0)) { row.lo2 = 1; row.hi2 = 0; }   // row guard fails
-    row.v0 = min(max(maskc_floormod(maskc_floordiv(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)(6)), (maskc_int)((maskc_int)mask[9] >> 1)), (maskc_int)(((maskc_int)mask[9] >> 1) + (maskc_int)(6) - (maskc_int)mask[9]));
-    row.v1 = ((maskc_int)mask[9] >> 1);
-    row.v2 = min(max(maskc_floormod(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)((maskc_int)mask[10] >> 1)), (maskc_int)(((maskc_int)mask[10] >> 1) + (maskc_int)(6) - (maskc_int)mask[10]));
-    row.v3 = ((maskc_int)mask[10] >> 1);
-    row.v4 = min(max(maskc_floordiv(maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)((maskc_int)(6) * (maskc_int)(6))), (maskc_int)((maskc_int)mask[8] >> 1)), (maskc_int)(((maskc_int)mask[8] >> 1) + (maskc_int)(6) - (maskc_int)mask[8]));
-    row.v5 = ((maskc_int)mask[8] >> 1);
+    row.hi2 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)mask[11] + 13823)));
+    if (!((-(maskc_int)q + 13824) <= 0)) { row.lo2 = 1; row.hi2 = 0; }   // row guard fails
+    row.v0 = (min(max(maskc_floormod(maskc_floordiv((maskc_int)q, (maskc_int)384), (maskc_int)6), (maskc_int)((maskc_int)mask[9] >> 1)), (maskc_int)(((maskc_int)mask[9] >> 1) - (maskc_int)mask[9] + 6)) - ((maskc_int)mask[9] >> 1) + (maskc_int)mask[9] - 1);
+    row.v1 = (-min(max(maskc_floormod(maskc_floordiv((maskc_int)q, (maskc_int)384), (maskc_int)6), (maskc_int)((maskc_int)mask[9] >> 1)), (maskc_int)(((maskc_int)mask[9] >> 1) - (maskc_int)mask[9] + 6)) + ((maskc_int)mask[9] >> 1));
+    row.v2 = (min(max(maskc_floormod((maskc_int)((maskc_int)q >> 6), (maskc_int)6), (maskc_int)((maskc_int)mask[10] >> 1)), (maskc_int)(((maskc_int)mask[10] >> 1) - (maskc_int)mask[10] + 6)) - ((maskc_int)mask[10] >> 1) + (maskc_int)mask[10] - 1);
+    row.v3 = (-min(max(maskc_floormod((maskc_int)((maskc_int)q >> 6), (maskc_int)6), (maskc_int)((maskc_int)mask[10] >> 1)), (maskc_int)(((maskc_int)mask[10] >> 1) - (maskc_int)mask[10] + 6)) + ((maskc_int)mask[10] >> 1));
+    row.g1 = (((maskc_int)q - 13823) <= 0);
+    row.g2 = ((-(maskc_int)q + 13824) <= 0);
     return row;
 }
 
@@ -320,6 +320,9 @@ struct MaskElementCol {
     maskc_int c0;
     maskc_int c1;
     maskc_int c2;
+    maskc_int c3;
+    bool in1;
+    bool in2;
 };
 
 __device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restrict__ mask, int b, int h, int k) {
@@ -327,9 +330,12 @@ __device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restr
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     col.k = k;
-    col.c0 = maskc_floormod(maskc_floordiv(maskc_floordiv((maskc_int)k, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6)), (maskc_int)(6));
-    col.c1 = maskc_floormod(maskc_floordiv((maskc_int)k, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)(6));
-    col.c2 = maskc_floordiv(maskc_floordiv((maskc_int)k, (maskc_int)((maskc_int)(4) * ((maskc_int)(4) * (maskc_int)(4)))), (maskc_int)((maskc_int)(6) * (maskc_int)(6)));
+    col.c0 = maskc_floormod(maskc_floordiv((maskc_int)k, (maskc_int)384), (maskc_int)6);
+    col.c1 = -maskc_floormod(maskc_floordiv((maskc_int)k, (maskc_int)384), (maskc_int)6);
+    col.c2 = maskc_floormod((maskc_int)((maskc_int)k >> 6), (maskc_int)6);
+    col.c3 = -maskc_floormod((maskc_int)((maskc_int)k >> 6), (maskc_int)6);
+    col.in1 = (k >= max((maskc_int)0, (maskc_int)13824)) & (k <= min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)mask[11] + 13823)));
+    col.in2 = (k <= min((maskc_int)mask[1] - 1, (maskc_int)((maskc_int)mask[11] + 13823)));
     return col;
 }
 __device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, int k_place) {
@@ -340,9 +346,9 @@ __device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict
 __device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, const MaskElementCol& col,
                                                      const int* __restrict__ mask) {
     (void)mask;
-    const bool allowed = ((col.k >= row.lo0) & (col.k <= row.hi0) & (-row.v0 + col.c0 + row.v1 - (maskc_int)mask[9] + 1) <= 0 & (row.v0 - col.c0 - row.v1) <= 0 & (-row.v2 + col.c1 + row.v3 - (maskc_int)mask[10] + 1) <= 0 & (row.v2 - col.c1 - row.v3) <= 0 & (-row.v4 + col.c2 + row.v5 - (maskc_int)mask[8] + 1) <= 0 & (row.v4 - col.c2 - row.v5) <= 0) |
-                        ((col.k >= row.lo1) & (col.k <= row.hi1)) |
-                        ((col.k >= row.lo2) & (col.k <= row.hi2));
+    const bool allowed = ((col.k >= row.lo0) & (col.k <= row.hi0) & (col.c0 <= row.v0) & (col.c1 <= row.v1) & (col.c2 <= row.v2) & (col.c3 <= row.v3)) |
+                        (row.g1 & col.in1) |
+                        (row.g2 & col.in2);
     return allowed;
 }
 

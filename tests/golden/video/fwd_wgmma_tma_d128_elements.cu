@@ -239,6 +239,8 @@ struct MaskElementRow {
     int hi0;
     maskc_int v0;
     maskc_int v1;
+    maskc_int v2;
+    maskc_int v3;
 };
 
 __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict__ mask, int b, int h, int q_place) {
@@ -247,10 +249,12 @@ __device__ __forceinline__ MaskElementRow mask_element_row(const int* __restrict
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     // allow video.mask:10:3: allow t(k) in [t(q) - past, t(q)], y(k) in [y(q) - radius, y(q) + radius], x(k) in [x(q) - radius, x(q) + radius]
-    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) - (maskc_int)mask[5]) * ((maskc_int)(32) * (maskc_int)(32)))));
-    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)((maskc_floordiv((maskc_int)q, (maskc_int)((maskc_int)(32) * (maskc_int)(32))) * ((maskc_int)(32) * (maskc_int)(32))) + ((maskc_int)(32) * (maskc_int)(32)) - 1)));
-    row.v0 = ((maskc_int)((maskc_int)q >> 5) & 31);
-    row.v1 = ((maskc_int)q & 31);
+    row.lo0 = (int)min((maskc_int)mask[1], max((maskc_int)0, (maskc_int)(1024 * ((maskc_int)q >> 10) - 1024 * (maskc_int)mask[5])));
+    row.hi0 = (int)max((maskc_int)-1, min((maskc_int)mask[1] - 1, (maskc_int)(1024 * ((maskc_int)q >> 10) + 1023)));
+    row.v0 = (-((maskc_int)((maskc_int)q >> 5) & 31) + (maskc_int)mask[4]);
+    row.v1 = (((maskc_int)((maskc_int)q >> 5) & 31) + (maskc_int)mask[4]);
+    row.v2 = (-((maskc_int)q & 31) + (maskc_int)mask[4]);
+    row.v3 = (((maskc_int)q & 31) + (maskc_int)mask[4]);
     return row;
 }
 
@@ -260,6 +264,8 @@ struct MaskElementCol {
     int k;
     maskc_int c0;
     maskc_int c1;
+    maskc_int c2;
+    maskc_int c3;
 };
 
 __device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restrict__ mask, int b, int h, int k) {
@@ -267,8 +273,10 @@ __device__ __forceinline__ MaskElementCol mask_element_col_at(const int* __restr
     const int extent = max(mask[0], mask[1]);
     (void)extent; (void)b; (void)h;
     col.k = k;
-    col.c0 = ((maskc_int)((maskc_int)k >> 5) & 31);
-    col.c1 = ((maskc_int)k & 31);
+    col.c0 = -((maskc_int)((maskc_int)k >> 5) & 31);
+    col.c1 = ((maskc_int)((maskc_int)k >> 5) & 31);
+    col.c2 = -((maskc_int)k & 31);
+    col.c3 = ((maskc_int)k & 31);
     return col;
 }
 __device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict__ mask, int b, int h, int k_place) {
@@ -279,7 +287,7 @@ __device__ __forceinline__ MaskElementCol mask_element_col(const int* __restrict
 __device__ __forceinline__ bool mask_element_visible(const MaskElementRow& row, const MaskElementCol& col,
                                                      const int* __restrict__ mask) {
     (void)mask;
-    const bool allowed = ((col.k >= row.lo0) & (col.k <= row.hi0) & (-col.c0 + row.v0 - (maskc_int)mask[4]) <= 0 & (col.c0 - row.v0 - (maskc_int)mask[4]) <= 0 & (-col.c1 + row.v1 - (maskc_int)mask[4]) <= 0 & (col.c1 - row.v1 - (maskc_int)mask[4]) <= 0);
+    const bool allowed = ((col.k >= row.lo0) & (col.k <= row.hi0) & (col.c0 <= row.v0) & (col.c1 <= row.v1) & (col.c2 <= row.v2) & (col.c3 <= row.v3));
     return allowed;
 }
 
