@@ -7,8 +7,8 @@ thread's 16 x 4 scores, calls the kernel's own ``mask_scores`` once (do_mask a r
 folds away) and stores them; the same probe with ``mask_scores`` left out is the baseline. The difference of their
 PTX instruction counts is the masking code. For the element path that code is straight-line (fully unrolled):
 its count is what a thread executes per tile, and a warp issues each instruction once; in a token order, for each
-of its two kinds of tile (keys mapped to raster positions from the tile's first key, or one by one), the other
-branch taken out of the source. The tile path's chunk nests
+of its two kinds of tile (keys mapped to raster positions from the tile's first key, or one by one: the only way
+for patches narrower than 8 columns), the other branch taken out of the source. The tile path's chunk nests
 loop over image rows: its count is the static size of the code, a lower bound of what runs per tile (ncu counted
 12.8 K instructions per PARTIAL tile and warp against 4.5 K for a FULL one for CLEAR in 8 x 16, run 54). PTX is
 not SASS: ptxas fuses some integer operations (IMAD, LOP3, predicated compares), so SASS counts run lower.
@@ -99,11 +99,15 @@ def main() -> None:
         mask = maskc.load(root / "examples" / f"{name}.mask")
         if order:
             mask = in_order(mask, order)
-        row = [masking_instructions(mask, "bits")]
-        row += [masking_instructions(mask, "elements", w) for w in (("affine", "per key") if order else ("",))]
-        assert [p for _, p in row] == ["bits"] + ["elements"] * (len(row) - 1), row
-        per_key = row[2][0] if order else "-"
-        print(f"| {name} | {order or 'raster'} | {row[0][0]} | {row[1][0]} | {per_key} |")
+        bits, path = masking_instructions(mask, "bits")
+        assert path == "bits"
+        ways = ("",) if not order else ("affine", "per key") if mask.order.cols % 8 == 0 else ("per key",)
+        counts = {w: masking_instructions(mask, "elements", w) for w in ways}
+        assert {p for _, p in counts.values()} == {"elements"}, counts
+        whole = counts.get("affine", counts.get(""))       # tiles of whole patches (in raster: every tile)
+        per_key = counts.get("per key")
+        print(f"| {name} | {order or 'raster'} | {bits} | {whole[0] if whole else '-'} | "
+              f"{per_key[0] if per_key else '-'} |")
 
 
 if __name__ == "__main__":
