@@ -103,8 +103,8 @@ cli.add_command(run_cmd)
               help="the kernels of the mask rewritten in patches of ROWS x COLS image tokens (a mask over an image: "
                    "what maskc.attention runs where Options(token_order=...) picks that order); default: raster")
 @click.option("--partial-tiles", "partial_tiles", type=click.Choice(PARTIAL_TILES),
-              help="how the wgmma_tma forward masks PARTIAL tiles of exact masks with chunked regions: bits (interval "
-                   "bit words per row), elements (the mask's test per pair, hoisted by row and column), auto "
+              help="how the wgmma_tma forward (and --backward) masks PARTIAL tiles of exact masks with chunked "
+                   "regions: bits (interval bit words per row), elements (the mask's test per pair, hoisted by row and column), auto "
                    "[default: $MASKC_PARTIAL_TILES, else auto]")
 @import_path_option
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",

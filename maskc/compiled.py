@@ -163,18 +163,21 @@ class CompiledMask:
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
-                      arch: str = "sm_90a", dq_reduction: str | None = None, narrow: bool = False) -> BackwardSpec:
+                      arch: str = "sm_90a", dq_reduction: str | None = None, narrow: bool = False,
+                      partial_tiles: str = "auto") -> BackwardSpec:
         """The backward kernels' spec for a target ``arch`` (tiles and dK/dV engine from the schedule;
-        ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default); const parameters and
-        ``narrow`` as for kernel_spec."""
+        ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default; ``partial_tiles`` how PARTIAL
+        tiles of a mask with a tile path are masked, Options.partial_tiles); const parameters and ``narrow`` as
+        for kernel_spec."""
         from maskc.codegen.schedule import capability_of, choose_backward_tiles, choose_dq_reduction
 
         constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
-        return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n,
-                            tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets, narrow),
+        pred = predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants))
+        return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n, tiles.dq_block_n, pred,
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine, dq_reduction),
-                            arch, score_code(self.resolved, tuple(constants), self.offsets))
+                            arch, score_code(self.resolved, tuple(constants), self.offsets),
+                            pred.partial_path(partial_tiles))
 
     def _c_name(self) -> str:
         from maskc.codegen.sanitize import c_identifier
@@ -224,12 +227,13 @@ class CompiledMask:
         return emit_kernel(self.kernel_spec(**kwargs), options)
 
     def backward_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
-        """The backward kernels' CUDA: :meth:`backward_spec` of ``kwargs`` (engine, target and dQ reduction,
-        where they give none, those of ``options``)."""
+        """The backward kernels' CUDA: :meth:`backward_spec` of ``kwargs`` (engine, target, dQ reduction and the
+        masking of PARTIAL tiles, where they give none, those of ``options``)."""
         from maskc.codegen.emit import emit_backward_kernel
         kwargs["engine"] = kwargs.get("engine") or options.backward_engine
         kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"
         kwargs["dq_reduction"] = kwargs.get("dq_reduction") or options.dq_reduction
+        kwargs["partial_tiles"] = kwargs.get("partial_tiles") or options.partial_tiles
         return emit_backward_kernel(self.backward_spec(**kwargs))
 
 

@@ -265,6 +265,14 @@ class Predicate:
         """{'allow': A, 'deny': D} when a kernel may use the interval table, else None."""
         return {"allow": self.allow, "deny": self.deny} if self.intervals_only and self.allow else None
 
+    def partial_path(self, choice: str = "auto") -> str:
+        """How a kernel with a tile path masks PARTIAL tiles for ``choice`` (PARTIAL_TILES; "auto" is "bits"
+        until a GPU run decides): "bits" (mask_bits) or "elements" (the element path); "" for a predicate
+        without a tile path (the interval table, or mask_visible per pair)."""
+        if not self.tile_bits or self.interval_regions is not None:
+            return ""
+        return "elements" if choice == "elements" and self.elements else "bits"
+
 
 @dataclass(frozen=True)
 class KernelSpec:
@@ -319,6 +327,10 @@ class BackwardSpec:
     dq_reduction: str = "red2"   # how the wgmma dK/dV kernel adds dQ to the fp32 buffer (DQ_REDUCTIONS)
     arch: str = "sm_90a"         # NVRTC's target, as KernelSpec.arch
     score: ScoreCode | None = None   # the score modifier (as KernelSpec.score); dS goes through its derivative
+    # how PARTIAL tiles' visibility bits are built where the predicate has a tile path (Predicate.partial_path):
+    # "bits" (mask_bits per row and word), "elements" (the element path, a warp's ballot per row and word); ""
+    # for other masks
+    partial_tiles: str = ""
 
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
     entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")

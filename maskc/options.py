@@ -73,7 +73,7 @@ class Options:
     # the token order masks over an image run in (maskc.ordered): "auto" (per binding, where it saves work),
     # "raster" (never reordered) or a patch shape "ROWSxCOLS" (asked for: an error where it cannot apply)
     token_order: str = "auto"
-    # how the wgmma_tma forward masks the PARTIAL tiles of an exact mask with chunked regions (image rows, chunks):
+    # how the wgmma_tma forward and the backward mask the PARTIAL tiles of an exact mask with chunked regions:
     # "bits" (the tile path: each row's visible keys as interval bit words, maskc.codegen.tile_bits), "elements"
     # (the element path: the raster mask's test per pair from row and key-column values, maskc.codegen.elements)
     # or "auto" (bits, until a GPU run decides); other masks and engines keep their one path

@@ -195,6 +195,12 @@ def test_partial_tiles_option_reaches_the_plan_and_the_kernel_key():
         assert src.plan.partial_tiles == "" and src.source == mask.kernel_source().source
     mma = maskc.load(EXAMPLES / "clear.mask").kernel_source(Options(partial_tiles="elements", engine="mma"))
     assert mma.plan.partial_tiles == ""
+    # the backward takes the same choice on every engine (its visibility words), its root tables only for bits
+    for engine in ("mma", "wgmma", "wgmma_tma"):
+        bwd = {p: bound.mask.backward_source(Options(partial_tiles=p), engine=engine) for p in ("auto", "elements")}
+        assert bwd["auto"].spec.partial_tiles == "bits" and bwd["elements"].spec.partial_tiles == "elements"
+        assert "__ballot_sync(0xffffffffu, shown)" in bwd["elements"].source
+        assert "fill_root_tables(" in bwd["auto"].source and "fill_root_tables(" not in bwd["elements"].source
 
 
 @pytest.mark.parametrize("name,order", [("clear", None), ("clear", "8x16"), ("clear", "16x8"), ("neighborhood", None),
@@ -215,3 +221,8 @@ def test_element_path_kernels_compile_without_spills(name, order):
         assert src.plan.partial_tiles == "elements"
         _, log = compile_with_log(src, ("--ptxas-options=-v",))
         assert re.search(r"\b0 bytes spill stores", log), log
+    # the backward's kernels on the Hopper default engine (warp-specialized): none spills either
+    src = mask.backward_source(Options(partial_tiles="elements"), engine="wgmma_tma", narrow=True)
+    assert src.spec.partial_tiles == "elements"
+    _, log = compile_with_log(src, ("--ptxas-options=-v",))
+    assert set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}, log

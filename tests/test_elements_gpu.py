@@ -1,6 +1,7 @@
 """The element path of PARTIAL tiles on the GPU (Options.partial_tiles="elements", maskc.codegen.elements): the
 forward's outputs and LSE equal, within the dtype's tolerance, the tile path's ("bits") and a float32 reference
-of the raster mask, in raster order and in token orders (tiles mapped from their first key, and key by key)."""
+of the raster mask, in raster order and in token orders (tiles mapped from their first key, and key by key);
+the backward's gradients on every dK/dV engine."""
 from __future__ import annotations
 
 import math
@@ -63,3 +64,29 @@ def test_element_path_reads_each_batch_elements_radius():
     for order in ("raster", "8x8"):
         o = maskc.attention(q, k, v, bound, options=Options(token_order=order, partial_tiles="elements"))
         assert rel(o.double(), ref_o.double()) <= TOL["bf16"], order
+
+
+@pytest.mark.parametrize("engine", ["wgmma_tma", "wgmma", "mma"])
+@pytest.mark.parametrize("name,params,S,orders", CASES, ids=IDS)
+def test_element_path_gradients_against_float32(name, params, S, orders, engine):
+    """The backward's visibility words from the element path (a warp's ballot per row and word), every dK/dV engine,
+    default and deterministic: dQ, dK, dV against float32 and against the tile path's."""
+    from test_token_order_gpu import reference_grads
+    bound = load(name).bind(seq_len=S, **params)
+    B, Hq, Hkv, D = 1, 4, 2, 128
+    q, k, v, dout = (randn(B, h, S, D, dtype="bf16") for h in (Hq, Hkv, Hkv, Hq))
+    want = reference_grads(q, k, v, dout, bound, 1 / math.sqrt(D))
+    for order in orders[:2]:
+        for deterministic in (False, True):
+            got = {}
+            for partial in ("bits", "elements"):
+                options = Options(token_order=order, partial_tiles=partial, backward_engine=engine)
+                qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                out = maskc.attention(qg, kg, vg, bound, enable_gqa=True, deterministic=deterministic,
+                                      options=options)
+                got[partial] = torch.autograd.grad(out, (qg, kg, vg), dout)
+                for which, g, w in zip("qkv", got[partial], want):
+                    assert not torch.isnan(g).any()
+                    assert rel(g.double(), w.double()) <= 3e-2, f"{order} {partial} d{which} ({deterministic})"
+            for which, a, b in zip("qkv", got["elements"], got["bits"]):
+                assert rel(a.double(), b.double()) <= 3e-2, f"{order} d{which}: elements vs bits"

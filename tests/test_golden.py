@@ -8,9 +8,9 @@ After an intended change, rewrite them and read the diff before committing it::
 
 Forward kernels: mma at head dim 128, wgmma_tma at each of its head dims (64, 128, 256); backward kernels:
 the mma, wgmma and wgmma_tma dK/dV engines at head dim 128; all bf16, for sm_90a, with the product's default options,
-const parameters at the file's defaults; and the element path's forward (``Options(partial_tiles="elements")``,
-wgmma_tma at 128) of the examples with a tile path. The masks are loaded by absolute path: a kernel must not depend on
-where its .mask file lies.
+const parameters at the file's defaults; and the element path's forward and backward
+(``Options(partial_tiles="elements")``, wgmma_tma at 128) of the examples with a tile path. The masks are loaded
+by absolute path: a kernel must not depend on where its .mask file lies.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ KERNELS = (("fwd", "mma", 128), ("fwd", "wgmma_tma", 64), ("fwd", "wgmma_tma", 1
 # The element path of PARTIAL tiles (Options.partial_tiles="elements") for the examples that have a tile path
 ELEMENTS = ("clear", "neighborhood", "video", "sliding_tile")
 CASES = ([(name, *kernel, "auto") for name in EXAMPLE_NAMES for kernel in KERNELS]
-         + [(name, "fwd", "wgmma_tma", 128, "elements") for name in ELEMENTS])
+         + [(name, direction, "wgmma_tma", 128, "elements") for name in ELEMENTS for direction in ("fwd", "bwd")])
 
 
 def golden_path(name: str, direction: str, engine: str, head_dim: int, partial: str = "auto") -> Path:
@@ -41,7 +41,9 @@ def render(name: str, direction: str, engine: str, head_dim: int, partial: str =
         src = mask.kernel_source(maskc.Options(partial_tiles=partial), head_dim=head_dim, dtype="bf16", engine=engine)
         assert partial == "auto" or src.plan.partial_tiles == partial
         return src.source
-    return mask.backward_source(head_dim=head_dim, dtype="bf16", engine=engine).source
+    src = mask.backward_source(maskc.Options(partial_tiles=partial), head_dim=head_dim, dtype="bf16", engine=engine)
+    assert partial == "auto" or src.spec.partial_tiles == partial
+    return src.source
 
 
 @pytest.mark.parametrize("name,direction,engine,head_dim,partial", CASES,

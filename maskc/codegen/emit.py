@@ -200,8 +200,8 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
 
 def backward_root_tables(spec: BackwardSpec) -> int:
     """The root tables the backward's tile path keeps per CTA (none where PARTIAL tiles take the interval
-    table or the per-pair predicate)."""
-    return spec.predicate.root_tables if interval_regions(spec) is None and spec.predicate.tile_bits else 0
+    table, the per-pair predicate or the element path)."""
+    return spec.predicate.root_tables if spec.partial_tiles == "bits" else 0
 
 
 def dkdv_threads(spec: BackwardSpec) -> int:
@@ -231,7 +231,8 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     """Render the backward kernels for ``spec`` (prep, dK/dV with and without atomic dQ, deterministic dQ,
     dQ conversion) into one source, the dK/dV kernels on the spec's engine (mma.sync, or wgmma with its dQ
     reduction). PARTIAL tiles build visibility bits from interval bounds where the predicate is made of
-    intervals (exact masks), else by calling ``mask_visible`` per pair."""
+    intervals (exact masks), from ``mask_bits`` or the element path where it has a tile path
+    (``spec.partial_tiles``), else by calling ``mask_visible`` per pair."""
     check_backward_spec(spec)
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
     engine: dict[str, object]
@@ -246,7 +247,7 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
                              row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
-                             tile_bits=interval_regions(spec) is None and spec.predicate.tile_bits,
+                             tile_bits=spec.partial_tiles == "bits", elements=spec.partial_tiles == "elements",
                              root_tables=backward_root_tables(spec), **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)

@@ -147,9 +147,9 @@ def partial_tiles(spec: KernelSpec, regions: tuple[int, int] | None, choice: str
     """How the kernel masks PARTIAL tiles of an exact mask with chunked regions, per ``choice``
     (maskc.options.Options.partial_tiles: "auto" is "bits" until a GPU run decides): "bits" (the tile path),
     "elements" (the element path); "" where neither applies (an interval table, per-key atoms, the mma kernel)."""
-    if not (regions is None and spec.engine == "wgmma_tma" and spec.predicate.tile_bits):
+    if not (regions is None and spec.engine == "wgmma_tma"):
         return ""
-    return "elements" if choice == "elements" and spec.predicate.elements else "bits"
+    return spec.predicate.partial_path(choice)
 
 
 def root_tables(spec: KernelSpec, partial: str) -> int:
