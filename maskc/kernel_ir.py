@@ -35,8 +35,9 @@ BACKWARD_ENGINES = ("mma", "wgmma", "wgmma_tma")   # the dK/dV kernel's
 # floats per thread from the fragments: what the mma kernel always does). bench/NOTES.md, runs 25-26, has
 # these and the variants tried and dropped (among them `none`, a timing experiment that left dQ out).
 DQ_REDUCTIONS = ("bulk_tile", "red2")
-# How the wgmma_tma forward masks PARTIAL tiles of exact masks with chunked regions (Options.partial_tiles,
-# ForwardPlan.partial_tiles): "bits" (maskc.codegen.tile_bits), "elements" (maskc.codegen.elements), "auto".
+# How the wgmma_tma forward and the backward mask PARTIAL tiles of exact masks with chunked regions
+# (Options.partial_tiles, ForwardPlan.partial_tiles, BackwardSpec.partial_tiles): "bits" (maskc.codegen.tile_bits),
+# "elements" (maskc.codegen.elements), "auto" ("bits" until a GPU run decides).
 PARTIAL_TILES = ("auto", "bits", "elements")
 # Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so
 # that a 64-query step's rows are whole and 256-byte aligned (the copy engine reads them in one piece).
@@ -242,8 +243,8 @@ class Predicate:
 
     which a kernel calls once per row and tile instead of ``mask_visible`` per key. Such a predicate also carries
     ``elements``: the element path's code (:mod:`maskc.codegen.elements`: the raster mask's test per pair, from
-    row and key-column values), which a kernel places after ``source`` when its plan masks PARTIAL tiles per
-    element (``ForwardPlan.partial_tiles``); empty for other masks.
+    row and key-column values), which a kernel places after ``source`` when it masks PARTIAL tiles per element
+    (``ForwardPlan.partial_tiles``, ``BackwardSpec.partial_tiles``); empty for other masks.
     """
 
     code: str = field(repr=False)       # CUDA: MaskRow, mask_row and mask_visible of this mask
