@@ -19,7 +19,12 @@ image tokens in patch order between layers; the output checked after it is put b
 (maskc.runtime.permute.to_order / from_order), ``moves_kernel`` one launch per direction
 (maskc.runtime.moves); ``gbps`` = bytes read and written / time, ``correct`` = the same bytes.
 
+``--partial-tiles bits,elements`` times maskc again with PARTIAL tiles masked each way (``Options.partial_tiles``:
+``maskc[partial=...]``, and where the order is another, ``maskc_raster[partial=...]`` and
+``maskc_preordered[partial=...]``), in the same process.
+
     python bench/bench_fwd.py [--lengths 4096,32768] [--masks causal,...] [--impls maskc,flex,flex_fa4,fa4,moves,...]
+        [--partial-tiles bits,elements]
 """
 from __future__ import annotations
 
@@ -85,6 +90,16 @@ def run(args) -> list[dict]:
                 options = Options.from_environment().replace(tiles=Tiles(*map(int, shape.split("x")),
                                                                            engine or "wgmma_tma"), autotune=False)
                 runners[f"maskc[{variant}]"] = lambda options=options: attention(q, k, v, bound, options=options)
+        for partial in filter(None, args.partial_tiles.split(",")):   # PARTIAL tiles' masking (Options.partial_tiles)
+            env = Options.from_environment().replace(partial_tiles=partial)
+            runners[f"maskc[partial={partial}]"] = lambda o=env: attention(q, k, v, bound, options=o)
+            if ordered is not None:
+                raster = env.replace(token_order="raster")
+                runners[f"maskc_raster[partial={partial}]"] = lambda o=raster: attention(q, k, v, bound, options=o)
+            if ordered is not None and "maskc_preordered" in impls:
+                runners[f"maskc_preordered[partial={partial}]"] = lambda o=env: attention(qp, kp, vp, ordered.inner,
+                                                                                          options=o)
+                after[f"maskc_preordered[partial={partial}]"] = torch.from_numpy(ordered.inverse).cuda()
         if {"flex", "flex_fa4"} & set(impls):
             from torch.nn.attention.flex_attention import create_block_mask
 
@@ -200,7 +215,7 @@ def print_table(records: list[dict]) -> None:
                   f"| {torch_['ms'] / r['ms']:.2f}x | same bytes: {r['correct']} |")
     for (mask, S, D, impl), r in by.items():   # tile variants and token orders against the default
         base = by.get((mask, S, D, "maskc"))
-        if (impl.startswith("maskc[") or impl in ("maskc_raster", "maskc_preordered")) and base:
+        if impl.startswith(("maskc[", "maskc_raster", "maskc_preordered")) and base:
             print(f"| {mask} {impl} | {S} | {D} | {r['tflops']:.0f} | {r['tflops'] / base['tflops']:.2f}x the default "
                   f"| correct: {r['correct']} |")
 
@@ -212,6 +227,9 @@ def main():
     ap.add_argument("--head-dims", default="128", help="head dims to run every mask at, e.g. 64,128,256")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--variants", default="", help="maskc tiles to time beside the schedule's: BMxBNxWARPS[:engine],...")
+    ap.add_argument("--partial-tiles", default="", help="maskc beside the default, PARTIAL tiles masked each way "
+                    "asked for (Options.partial_tiles): bits,elements (in the default order, in raster and, where the "
+                    "order is another, preordered)")
     ap.add_argument("--out", default=str(W.ROOT / "bench" / "results" / "fwd.json"))
     args = ap.parse_args()
     records = run(args)

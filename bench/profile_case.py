@@ -3,7 +3,7 @@ told otherwise; a few launches, so that ``ncu --launch-skip`` can pass the warm-
 backward from a stored forward (maskc: ``attention_backward``; FA4: ``torch.autograd.grad`` of its output).
 
     ncu ... python bench/profile_case.py maskc|fa4 [--seq-len 32768] [--head-dim 128] [--mask causal] [--backward]
-        [--token-order raster|auto|8x16]
+        [--token-order raster|auto|8x16] [--partial-tiles auto|bits|elements]
 
 ``--token-order``: maskc's kernels in that order on inputs already in it (the order's kernel alone, no gathers).
 """
@@ -24,11 +24,16 @@ ap.add_argument("--mask", default="causal")
 ap.add_argument("--launches", type=int, default=5)
 ap.add_argument("--backward", action="store_true", help="profile the backward (the forward runs once before)")
 ap.add_argument("--token-order", default="raster", help="maskc: run in this order, inputs already in it")
+ap.add_argument("--partial-tiles", default="auto", choices=("auto", "bits", "elements"),
+                help="maskc: how PARTIAL tiles of exact chunked masks are masked (Options.partial_tiles)")
 args = ap.parse_args()
 w = W.workload(args.mask, args.seq_len)
 q, k, v = (torch.randn(1, 16, args.seq_len, args.head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 if args.who == "maskc":
+    from maskc import Options
     from maskc.runtime import attention
+
+    options = Options.from_environment().replace(partial_tiles=args.partial_tiles)
 
     bound = w.bound()
     if args.token_order != "raster":
@@ -37,13 +42,13 @@ if args.who == "maskc":
         ordered = token_order(bound, args.token_order)
         if ordered is not None:
             bound = ordered.inner      # q, k, v are random: their order does not matter to a profile
-    run = lambda: attention(q, k, v, bound)   # noqa: E731
+    run = lambda: attention(q, k, v, bound, options=options)   # noqa: E731
     if args.backward:
         from maskc.runtime import attention_backward
 
-        out, lse = attention(q, k, v, bound, return_lse=True)
+        out, lse = attention(q, k, v, bound, return_lse=True, options=options)
         dout = torch.randn_like(out)
-        run = lambda: attention_backward(dout, q, k, v, out, lse, bound)   # noqa: E731
+        run = lambda: attention_backward(dout, q, k, v, out, lse, bound, options=options)   # noqa: E731
 else:
     fa4 = W.fa4_module()
     qs, ks, vs = (x.transpose(1, 2).contiguous().requires_grad_(args.backward) for x in (q, k, v))

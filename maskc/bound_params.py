@@ -72,7 +72,9 @@ class BoundParams:
     kv_len: int
     num_heads: int | None       # only for masks that use h
     batch: tuple[BatchParams, ...]
-    narrow: bool = False        # every form of the kernel's predicate fits in 32 bits (maskc.analysis.widths.fits_32_bits)
+    # every form of the kernel's predicate fits in 32 bits (maskc.analysis.widths.fits_32_bits); for a mask in a
+    # token order, also those of the raster mask its element path computes (maskc.codegen.elements)
+    narrow: bool = False
 
     def constants(self, names) -> tuple[tuple[str, int], ...]:
         """The values of the named (const) int parameters, the same in every batch element."""

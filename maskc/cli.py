@@ -24,7 +24,7 @@ from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment
                               parse_params, seq_len_option, write_output)
 from maskc.codegen.schedule import ARCHES
 from maskc.errors import MaskError
-from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
+from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES, PARTIAL_TILES
 from maskc.progress import status
 
 TILE = click.IntRange(1, 2 ** 31 - 1)     # a tile side: positive, and like every length an int32
@@ -102,12 +102,17 @@ cli.add_command(run_cmd)
 @click.option("--token-order", "token_order", metavar="ROWSxCOLS",
               help="the kernels of the mask rewritten in patches of ROWS x COLS image tokens (a mask over an image: "
                    "what maskc.attention runs where Options(token_order=...) picks that order); default: raster")
+@click.option("--partial-tiles", "partial_tiles", type=click.Choice(PARTIAL_TILES),
+              help="how the wgmma_tma forward (and --backward) masks PARTIAL tiles of exact masks with chunked "
+                   "regions: bits (interval bit words per row), elements (the mask's test per pair, hoisted by row and column), auto "
+                   "[default: $MASKC_PARTIAL_TILES, else auto]")
 @import_path_option
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel; default: the file's); repeatable")
 def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: str, block_m: int | None,
                 block_n: int | None, engine: str | None, arch: str | None, check: bool, backward: bool,
-                token_order: str | None, raw_params: tuple[str, ...], import_paths: tuple[str, ...]) -> None:
+                token_order: str | None, partial_tiles: str | None, raw_params: tuple[str, ...],
+                import_paths: tuple[str, ...]) -> None:
     """Write the specialized CUDA forward kernel of a mask (or, with --backward, its backward kernels).
 
     A const parameter is compiled into the kernel: its value comes from --param, else from the default
@@ -122,6 +127,8 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
       maskc compile examples/clear.mask --token-order 8x16 -o clear_8x16.cu --check
     """
     options = environment_options()
+    if partial_tiles is not None:
+        options = options.replace(partial_tiles=partial_tiles)
     mask = _load(file, name, import_paths)
     given = parse_params(mask, raw_params)
     stray = sorted(set(given) - set(mask.const_params))

@@ -3,6 +3,7 @@ kernels' specs and sources for a target, and its const parameters' values; ``bin
 :class:`~maskc.bound.BoundMask`. The passes are sequenced in :mod:`maskc.pipeline`."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -13,9 +14,12 @@ from maskc.analysis.normalize import specialize
 from maskc.analysis.order import TokenOrder
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.score import reads_head as score_reads_head
+from maskc.analysis.widths import fits_32_bits
 from maskc.bound import BoundMask
+from maskc.codegen.elements import element_code
 from maskc.codegen.predicate import predicate
 from maskc.codegen.score import score_code
+from maskc.codegen.tile_bits import has_tile_bits
 from maskc.errors import BindError, MaskError
 from maskc.ir.text import expr_text
 from maskc.kernel_ir import BackwardSpec, KernelSource, KernelSpec
@@ -93,7 +97,16 @@ class CompiledMask:
 
     def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
              **params) -> "BoundMask":
-        return BoundMask(self, bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params))
+        bound = bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params)
+        forms = self._element_ranges(bound.constants(self.const_params)) if bound.narrow else None
+        if forms is not None and forms is not self.ranges:
+            # a kernel's element path computes these forms (the raster mask's, with its const parameters folded in;
+            # in a token order at raster positions, in the same range): 32 bits only where they fit too
+            heads = bound.num_heads if forms.uses_head and bound.num_heads else 1
+            narrow = all(fits_32_bits(forms, e, bound.seq_len, bound.kv_len, heads, b)
+                         for b, e in enumerate(bound.batch))
+            bound = dataclasses.replace(bound, narrow=narrow)
+        return BoundMask(self, bound)
 
     def bind_on_device(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None, *,
                        max_segments: int | dict[str, int] | None = None, device=None, max_bytes: int | None = None,
@@ -130,24 +143,41 @@ class CompiledMask:
             block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
             num_warps, engine = num_warps or chosen.num_warps, engine or chosen.engine
         constants = self.const_values(constants)
-        return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps,
-                          predicate(self.ranges, tuple(constants), self.offsets, narrow), self._summary(constants),
+        pred = predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants))
+        return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps, pred, self._summary(constants),
                           engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
+
+    def _element_ranges(self, constants: tuple[tuple[str, int], ...]) -> ir.RangeMask | None:
+        """The forms the element path of PARTIAL tiles (maskc.codegen.elements) tests per pair, or None where the
+        kernels have no tile path: the raster mask's (the mask this one was rewritten from, when it is in a token
+        order), with the const parameters folded in (a floor by a product of them is one by a literal: a shift)."""
+        if self.offsets or not has_tile_bits(self.ranges, self.offsets):
+            return None
+        raster = self.source if self.order is not None and self.source is not None else self
+        return raster.specialized(tuple(constants))
+
+    def _element_code(self, constants: tuple[tuple[str, int], ...]) -> str:
+        """The element path's code (maskc.codegen.elements), taking places in this mask's token order."""
+        forms = self._element_ranges(constants)
+        return "" if forms is None else element_code(forms, tuple(constants), self.order)
 
     def backward_spec(self, head_dim: int = 128, dtype: str = "bf16",
                       constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
-                      arch: str = "sm_90a", dq_reduction: str | None = None, narrow: bool = False) -> BackwardSpec:
+                      arch: str = "sm_90a", dq_reduction: str | None = None, narrow: bool = False,
+                      partial_tiles: str = "auto") -> BackwardSpec:
         """The backward kernels' spec for a target ``arch`` (tiles and dK/dV engine from the schedule;
-        ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default); const parameters and
-        ``narrow`` as for kernel_spec."""
+        ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default; ``partial_tiles`` how PARTIAL
+        tiles of a mask with a tile path are masked, Options.partial_tiles); const parameters and ``narrow`` as
+        for kernel_spec."""
         from maskc.codegen.schedule import capability_of, choose_backward_tiles, choose_dq_reduction
 
         constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
-        return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n,
-                            tiles.dq_block_n, predicate(self.ranges, tuple(constants), self.offsets, narrow),
+        pred = predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants))
+        return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n, tiles.dq_block_n, pred,
                             self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine, dq_reduction),
-                            arch, score_code(self.resolved, tuple(constants), self.offsets))
+                            arch, score_code(self.resolved, tuple(constants), self.offsets),
+                            pred.partial_path(partial_tiles))
 
     def _c_name(self) -> str:
         from maskc.codegen.sanitize import c_identifier
@@ -197,12 +227,13 @@ class CompiledMask:
         return emit_kernel(self.kernel_spec(**kwargs), options)
 
     def backward_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
-        """The backward kernels' CUDA: :meth:`backward_spec` of ``kwargs`` (engine, target and dQ reduction,
-        where they give none, those of ``options``)."""
+        """The backward kernels' CUDA: :meth:`backward_spec` of ``kwargs`` (engine, target, dQ reduction and the
+        masking of PARTIAL tiles, where they give none, those of ``options``)."""
         from maskc.codegen.emit import emit_backward_kernel
         kwargs["engine"] = kwargs.get("engine") or options.backward_engine
         kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"
         kwargs["dq_reduction"] = kwargs.get("dq_reduction") or options.dq_reduction
+        kwargs["partial_tiles"] = kwargs.get("partial_tiles") or options.partial_tiles
         return emit_backward_kernel(self.backward_spec(**kwargs))
 
 

@@ -35,6 +35,10 @@ BACKWARD_ENGINES = ("mma", "wgmma", "wgmma_tma")   # the dK/dV kernel's
 # floats per thread from the fragments: what the mma kernel always does). bench/NOTES.md, runs 25-26, has
 # these and the variants tried and dropped (among them `none`, a timing experiment that left dQ out).
 DQ_REDUCTIONS = ("bulk_tile", "red2")
+# How the wgmma_tma forward and the backward mask PARTIAL tiles of exact masks with chunked regions
+# (Options.partial_tiles, ForwardPlan.partial_tiles, BackwardSpec.partial_tiles): "bits" (maskc.codegen.tile_bits),
+# "elements" (maskc.codegen.elements), "auto" ("bits" until a GPU run decides).
+PARTIAL_TILES = ("auto", "bits", "elements")
 # Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so
 # that a 64-query step's rows are whole and 256-byte aligned (the copy engine reads them in one piece).
 BACKWARD_ROW_PAD = 64
@@ -237,7 +241,10 @@ class Predicate:
         __device__ void mask_bits(const MaskRow& row, const int* mask, int b, int h, int q, int k0,
                                   Word (&bits)[WORDS]);    // the row's visible keys from k0 as bit words
 
-    which a kernel calls once per row and tile instead of ``mask_visible`` per key.
+    which a kernel calls once per row and tile instead of ``mask_visible`` per key. Such a predicate also carries
+    ``elements``: the element path's code (:mod:`maskc.codegen.elements`: the raster mask's test per pair, from
+    row and key-column values), which a kernel places after ``source`` when it masks PARTIAL tiles per element
+    (``ForwardPlan.partial_tiles``, ``BackwardSpec.partial_tiles``); empty for other masks.
     """
 
     code: str = field(repr=False)       # CUDA: MaskRow, mask_row and mask_visible of this mask
@@ -247,6 +254,7 @@ class Predicate:
     helpers: str = field(default="", repr=False)   # CUDA: the functions every predicate's code calls
     tile_bits: bool = False             # code defines mask_bits (see above)
     root_tables: int = 0                # tables mask_bits may read as `roots` (maskc.codegen.tile_bits)
+    elements: str = field(default="", repr=False)   # CUDA: the element path (see above), with tile_bits
 
     @property
     def source(self) -> str:
@@ -257,6 +265,14 @@ class Predicate:
     def interval_regions(self) -> dict | None:
         """{'allow': A, 'deny': D} when a kernel may use the interval table, else None."""
         return {"allow": self.allow, "deny": self.deny} if self.intervals_only and self.allow else None
+
+    def partial_path(self, choice: str = "auto") -> str:
+        """How a kernel with a tile path masks PARTIAL tiles for ``choice`` (PARTIAL_TILES; "auto" is "bits"
+        until a GPU run decides): "bits" (mask_bits) or "elements" (the element path); "" for a predicate
+        without a tile path (the interval table, or mask_visible per pair)."""
+        if not self.tile_bits or self.interval_regions is not None:
+            return ""
+        return "elements" if choice == "elements" and self.elements else "bits"
 
 
 @dataclass(frozen=True)
@@ -312,6 +328,10 @@ class BackwardSpec:
     dq_reduction: str = "red2"   # how the wgmma dK/dV kernel adds dQ to the fp32 buffer (DQ_REDUCTIONS)
     arch: str = "sm_90a"         # NVRTC's target, as KernelSpec.arch
     score: ScoreCode | None = None   # the score modifier (as KernelSpec.score); dS goes through its derivative
+    # how PARTIAL tiles' visibility bits are built where the predicate has a tile path (Predicate.partial_path):
+    # "bits" (mask_bits per row and word), "elements" (the element path, a warp's ballot per row and word); ""
+    # for other masks
+    partial_tiles: str = ""
 
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
     entry_dkdv = property(lambda self: f"maskc_bwd_dkdv_{self.mask_name}")

@@ -1,7 +1,7 @@
 """How maskc builds and runs kernels, as one value: :class:`Options`.
 
 Everything that is not the mask, the shapes or the dtype: the forward engine and tiles, autotuning, the
-backward's engine and dQ reduction, the wgmma_tma kernel's experiment switches, waiting after each launch,
+backward's engine and dQ reduction, the wgmma_tma kernel's experiment switches and its masking of PARTIAL tiles, waiting after each launch,
 the disk cache's directory, the target architecture and the memory cap on descriptors. ``Options()`` is
 the product's defaults. The API (``maskc.attention(..., options=...)``, :mod:`maskc.runtime`,
 :mod:`maskc.runtime.torch_ops`) and the CLI take an Options; the passes below them take the values decided from it
@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from maskc.analysis.order import parse_order
 from maskc.codegen.schedule import Tiles, capability_of
-from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, MAX_DESCRIPTOR_BYTES
+from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, MAX_DESCRIPTOR_BYTES, PARTIAL_TILES
 
 # variable -> the Options field it sets
 ENVIRONMENT = {
@@ -44,6 +44,7 @@ ENVIRONMENT = {
     "MASKC_ARCH": "arch",
     "MASKC_MAX_DESCRIPTOR_BYTES": "max_descriptor_bytes",
     "MASKC_TOKEN_ORDER": "token_order",
+    "MASKC_PARTIAL_TILES": "partial_tiles",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -72,6 +73,11 @@ class Options:
     # the token order masks over an image run in (maskc.ordered): "auto" (per binding, where it saves work),
     # "raster" (never reordered) or a patch shape "ROWSxCOLS" (asked for: an error where it cannot apply)
     token_order: str = "auto"
+    # how the wgmma_tma forward and the backward mask the PARTIAL tiles of an exact mask with chunked regions:
+    # "bits" (the tile path: each row's visible keys as interval bit words, maskc.codegen.tile_bits), "elements"
+    # (the element path: the raster mask's test per pair from row and key-column values, maskc.codegen.elements)
+    # or "auto" (bits, until a GPU run decides); other masks and engines keep their one path
+    partial_tiles: str = "auto"
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.
@@ -81,6 +87,7 @@ class Options:
         _check_choice("engine", self.engine, ENGINES)
         _check_choice("backward engine", self.backward_engine, BACKWARD_ENGINES)
         _check_choice("dQ reduction", self.dq_reduction, DQ_REDUCTIONS)
+        _check_choice("partial tiles", self.partial_tiles, PARTIAL_TILES)
         if self.tiles is not None:
             try:
                 tiles = Tiles(*self.tiles)
@@ -132,9 +139,10 @@ class Options:
         return location({**os.environ, "MASKC_CACHE_DIR": self.cache_dir or ""})
 
     @property
-    def forward_switches(self) -> tuple[bool, bool, bool]:
-        """(overlap, pingpong, debug_waits): what the forward plan takes of these options besides tiles."""
-        return self.overlap, self.pingpong, self.debug_waits
+    def forward_switches(self) -> tuple[bool, bool, bool, str]:
+        """(overlap, pingpong, debug_waits, partial_tiles): what the forward plan takes of these options besides
+        tiles."""
+        return self.overlap, self.pingpong, self.debug_waits, self.partial_tiles
 
 
 

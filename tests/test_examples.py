@@ -292,13 +292,17 @@ def test_hstu_targets_see_history_and_themselves_only():
     assert not dense[:7, 7:].any()            # history never sees a target
 
 
+@pytest.mark.parametrize("partial", ["auto", "elements"])
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_kernel_compiles_through_nvrtc(name):
+def test_kernel_compiles_through_nvrtc(name, partial):
+    """Every example's forward, with PARTIAL tiles masked each way (Options.partial_tiles) where it has a choice."""
     pytest.importorskip("cupy")
     from maskc.codegen.emit import emit_kernel
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=300, **example_params(
         name, 300, np.random.default_rng(0)))
-    source = emit_kernel(bound.kernel_spec(head_dim=128, dtype="bf16"))
+    source = emit_kernel(bound.kernel_spec(head_dim=128, dtype="bf16"), maskc.Options(partial_tiles=partial))
+    if partial != "auto" and source.plan.partial_tiles != partial:
+        pytest.skip("no tile path: PARTIAL tiles have one way")
     assert len(compile_to_cubin(source)) > 10_000
     for name_, value in bound.constants:          # const parameters are literals, not table reads
         assert f"const {name_} = {value}" in source.source

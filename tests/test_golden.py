@@ -8,8 +8,9 @@ After an intended change, rewrite them and read the diff before committing it::
 
 Forward kernels: mma at head dim 128, wgmma_tma at each of its head dims (64, 128, 256); backward kernels:
 the mma, wgmma and wgmma_tma dK/dV engines at head dim 128; all bf16, for sm_90a, with the product's default options,
-const parameters at the file's defaults. The masks are loaded by absolute path: a kernel must not depend on
-where its .mask file lies.
+const parameters at the file's defaults; and the element path's forward and backward
+(``Options(partial_tiles="elements")``, wgmma_tma at 128) of the examples with a tile path. The masks are loaded
+by absolute path: a kernel must not depend on where its .mask file lies.
 """
 from __future__ import annotations
 
@@ -24,25 +25,32 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 # (direction, engine, head dim)
 KERNELS = (("fwd", "mma", 128), ("fwd", "wgmma_tma", 64), ("fwd", "wgmma_tma", 128), ("fwd", "wgmma_tma", 256),
            ("bwd", "mma", 128), ("bwd", "wgmma", 128), ("bwd", "wgmma_tma", 128))
-CASES = [(name, *kernel) for name in EXAMPLE_NAMES for kernel in KERNELS]
+# The element path of PARTIAL tiles (Options.partial_tiles="elements") for the examples that have a tile path
+ELEMENTS = ("clear", "neighborhood", "video", "sliding_tile")
+CASES = ([(name, *kernel, "auto") for name in EXAMPLE_NAMES for kernel in KERNELS]
+         + [(name, direction, "wgmma_tma", 128, "elements") for name in ELEMENTS for direction in ("fwd", "bwd")])
 
 
-def golden_path(name: str, direction: str, engine: str, head_dim: int) -> Path:
-    return GOLDEN / name / f"{direction}_{engine}_d{head_dim}.cu"
+def golden_path(name: str, direction: str, engine: str, head_dim: int, partial: str = "auto") -> Path:
+    return GOLDEN / name / f"{direction}_{engine}_d{head_dim}{'' if partial == 'auto' else '_' + partial}.cu"
 
 
-def render(name: str, direction: str, engine: str, head_dim: int) -> str:
+def render(name: str, direction: str, engine: str, head_dim: int, partial: str = "auto") -> str:
     mask = maskc.load(EXAMPLES / f"{name}.mask")
     if direction == "fwd":
-        return mask.kernel_source(head_dim=head_dim, dtype="bf16", engine=engine).source
-    return mask.backward_source(head_dim=head_dim, dtype="bf16", engine=engine).source
+        src = mask.kernel_source(maskc.Options(partial_tiles=partial), head_dim=head_dim, dtype="bf16", engine=engine)
+        assert partial == "auto" or src.plan.partial_tiles == partial
+        return src.source
+    src = mask.backward_source(maskc.Options(partial_tiles=partial), head_dim=head_dim, dtype="bf16", engine=engine)
+    assert partial == "auto" or src.spec.partial_tiles == partial
+    return src.source
 
 
-@pytest.mark.parametrize("name,direction,engine,head_dim", CASES,
-                         ids=[f"{n}-{d}-{e}-d{h}" for n, d, e, h in CASES])
-def test_kernel_matches_golden(name, direction, engine, head_dim, request):
-    source = render(name, direction, engine, head_dim)
-    path = golden_path(name, direction, engine, head_dim)
+@pytest.mark.parametrize("name,direction,engine,head_dim,partial", CASES,
+                         ids=[f"{n}-{d}-{e}-d{h}" + ("" if p == "auto" else f"-{p}") for n, d, e, h, p in CASES])
+def test_kernel_matches_golden(name, direction, engine, head_dim, partial, request):
+    source = render(name, direction, engine, head_dim, partial)
+    path = golden_path(name, direction, engine, head_dim, partial)
     if request.config.getoption("--update-golden"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source, encoding="utf-8")

@@ -30,6 +30,7 @@ SETTINGS = [
     ("MASKC_ARCH", "compute_80", "arch", "compute_80"),
     ("MASKC_MAX_DESCRIPTOR_BYTES", "4096", "max_descriptor_bytes", 4096),
     ("MASKC_TOKEN_ORDER", "8x16", "token_order", "8x16"),
+    ("MASKC_PARTIAL_TILES", "elements", "partial_tiles", "elements"),
 ]
 
 

@@ -3,7 +3,8 @@
 :class:`TableLayout` places a mask's parameters in the int32 table ``mask`` points at (the layout
 :func:`maskc.codegen.predicate.pack_mask_data` fills); :class:`CWriter` writes a form as a C expression over that
 table, in one integer type (the predicate's ``maskc_int``, 64 or 32 bits as bind proved), hoisting the k-free
-parts of per-key code into the row.
+parts of per-key code into the row and, for the element path (``columns``: :mod:`maskc.codegen.elements`), the
+q-free parts into the key's column values.
 """
 from __future__ import annotations
 
@@ -58,15 +59,22 @@ class TableLayout:
 
 class CWriter:
     """C expressions for linear forms, computed in ``int_type``; k-free sub-forms of per-element code are
-    hoisted per row."""
+    hoisted per row. With ``columns``, per-element code reads the key as ``col.k`` and its q-free sub-forms
+    that read k (a key's image row and column) are hoisted into ``col_values``, computed once per key column
+    and tile (:mod:`maskc.codegen.elements`); per-element code then combines row and column values only."""
 
-    def __init__(self, layout: TableLayout, constants: dict[str, int], int_type: str = "maskc_int"):
+    def __init__(self, layout: TableLayout, constants: dict[str, int], int_type: str = "maskc_int",
+                 columns: bool = False):
         self.layout = layout
         self.constants = constants
         self.int_type = int_type
+        self.columns = columns
         self.row_values: list[tuple[str, str, str]] = []     # (field, C type, C expression)
+        self.col_values: list[tuple[str, str, str]] = []     # (field, C type, C expression of k), with columns
         self._hoisted: dict = {}
+        self._col_hoisted: dict = {}
         self.row_segments: dict[str, str] = {}               # seg name -> local variable at q
+        self.col_segments: dict[str, str] = {}               # seg name -> local variable at k (column values)
         # the chunk nests' roots of u - w * d**2 (u fixed per work item) read from a table when given one
         # (maskc.codegen.tile_bits.RootTables); elsewhere every root is computed
         self.roots: RootTables | None = None
@@ -76,7 +84,7 @@ class CWriter:
         i = self.layout.segments.index(seg)
         if pos == "q":
             return self.row_segments.setdefault(seg, f"seg{i}_q")
-        return f"seg{i}_k"
+        return self.col_segments.setdefault(seg, f"seg{i}_k")
 
     def leaf(self, t, pos_ctx: str) -> str:
         row_scoped = (isinstance(t, ir.Pos) and t.which == "q") or (isinstance(t, ir.Builtin) and t.name in "hb")
@@ -85,6 +93,8 @@ class CWriter:
             if (name, "int", name) not in self.row_values:
                 self.row_values.append((name, "int", name))
             return f"row.{name}"
+        if pos_ctx == "k" and self.columns and isinstance(t, ir.Pos):     # the element test: row and column
+            return "col.k"
         if isinstance(t, ir.Pos):
             return t.which
         if isinstance(t, ir.ChunkVar):
@@ -110,10 +120,16 @@ class CWriter:
     def lin(self, lin: ir.Lin, per_element: bool = False) -> str:
         if per_element and not F.depends_on_k(lin) and not self._is_leafish(lin):
             return self.hoist(lin)
+        if per_element and self.columns and not F.depends_on_q(lin) and not self._is_leafish(lin):
+            return self.hoist_column(lin)
         parts = []
         for t, c in lin.terms:
-            hoist = per_element and not F.term_depends_on_k(t) and not isinstance(t, (ir.Pos, ir.Builtin, ir.ParamRef))
-            parts.append((c, self.hoist(L.of_term(t)) if hoist else self.term(t, per_element)))
+            leaf = isinstance(t, (ir.Pos, ir.Builtin, ir.ParamRef))
+            hoist = per_element and not F.term_depends_on_k(t) and not leaf
+            column = per_element and self.columns and not hoist and not leaf and not F.term_depends_on_q(t)
+            text = (self.hoist(L.of_term(t)) if hoist else self.hoist_column(L.of_term(t)) if column
+                    else self.term(t, per_element))
+            parts.append((c, text))
         out = ""
         for c, text in parts:
             mag = abs(c)
@@ -137,6 +153,30 @@ class CWriter:
             name = self._hoisted[lin] = f"v{len(self._hoisted)}"
             self.row_values.append((name, self.int_type, self.lin(lin)))
         return f"row.{name}"
+
+    def element_test(self, lin: ir.Lin) -> str:
+        """``lin <= 0`` for the element path (a writer with ``columns``), its terms that read no k and its constant
+        moved to the right as one row value, and its terms that read no q summed into one column value: a pair
+        pays only for the terms that read both, ``mixed + col <= row`` (CLEAR's disc: two squares, an add and a
+        compare). Each side fits where the form does: bind's width proof bounds the sum of every term's magnitude
+        (:meth:`maskc.analysis.bounds.Bounds.of_lin`: every partial sum, in any order)."""
+        by_k = [(t, c) for t, c in lin.terms if F.term_depends_on_k(t)]
+        if not by_k:
+            return f"{self.lin(lin, per_element=True)} <= 0"
+        right = ir.Lin(tuple((t, -c) for t, c in lin.terms if not F.term_depends_on_k(t)), -lin.const)
+        mixed = ir.Lin(tuple((t, c) for t, c in by_k if F.term_depends_on_q(t)), 0)
+        column = ir.Lin(tuple((t, c) for t, c in by_k if not F.term_depends_on_q(t)), 0)
+        left = " + ".join(self.lin(part, per_element=True) for part in (mixed, column) if part.terms)
+        return f"{left} <= {self.lin(right, per_element=True)}"
+
+    def hoist_column(self, lin: ir.Lin) -> str:
+        """A per-key value (q-free, reads k): computed once per key column and tile in mask_element_col, read by
+        the element test as ``col.c{n}``."""
+        name = self._col_hoisted.get(lin)
+        if name is None:
+            name = self._col_hoisted[lin] = f"c{len(self._col_hoisted)}"
+            self.col_values.append((name, self.int_type, self.lin(lin)))
+        return f"col.{name}"
 
     def term(self, t, per_element: bool) -> str:
         if isinstance(t, ir.Square):

@@ -135,12 +135,14 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
 
 def emit_kernel(spec: KernelSpec, options: Options = DEFAULT) -> KernelSource:
     """Render the forward kernel for ``spec`` from its plan (:func:`maskc.codegen.plan.plan_forward`, with the
-    experiments' switches of ``options``: overlap, pingpong, debug_waits); the predicate's source is placed
-    verbatim."""
+    experiments' switches of ``options``: overlap, pingpong, debug_waits, and its masking of PARTIAL tiles:
+    partial_tiles); the predicate's source is placed verbatim."""
     check_spec(spec)
-    plan = plan_forward(spec, overlap=options.overlap, pingpong=options.pingpong, debug_waits=options.debug_waits)
+    plan = plan_forward(spec, overlap=options.overlap, pingpong=options.pingpong, debug_waits=options.debug_waits,
+                        partial=options.partial_tiles)
     source = _environment(str(template_dir())).get_template(plan.template).render(
-        spec=spec, plan=plan, iv=plan.iv, tile_bits=plan.tile_bits, wgmma_widths=plan.wgmma_widths,
+        spec=spec, plan=plan, iv=plan.iv, tile_bits=plan.tile_bits, elements=plan.elements,
+        wgmma_widths=plan.wgmma_widths,
         wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch), plan=plan)
 
@@ -198,8 +200,8 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
 
 def backward_root_tables(spec: BackwardSpec) -> int:
     """The root tables the backward's tile path keeps per CTA (none where PARTIAL tiles take the interval
-    table or the per-pair predicate)."""
-    return spec.predicate.root_tables if interval_regions(spec) is None and spec.predicate.tile_bits else 0
+    table, the per-pair predicate or the element path)."""
+    return spec.predicate.root_tables if spec.partial_tiles == "bits" else 0
 
 
 def dkdv_threads(spec: BackwardSpec) -> int:
@@ -229,7 +231,8 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     """Render the backward kernels for ``spec`` (prep, dK/dV with and without atomic dQ, deterministic dQ,
     dQ conversion) into one source, the dK/dV kernels on the spec's engine (mma.sync, or wgmma with its dQ
     reduction). PARTIAL tiles build visibility bits from interval bounds where the predicate is made of
-    intervals (exact masks), else by calling ``mask_visible`` per pair."""
+    intervals (exact masks), from ``mask_bits`` or the element path where it has a tile path
+    (``spec.partial_tiles``), else by calling ``mask_visible`` per pair."""
     check_backward_spec(spec)
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
     engine: dict[str, object]
@@ -244,7 +247,7 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
                              row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
-                             tile_bits=interval_regions(spec) is None and spec.predicate.tile_bits,
+                             tile_bits=spec.partial_tiles == "bits", elements=spec.partial_tiles == "elements",
                              root_tables=backward_root_tables(spec), **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)

@@ -78,6 +78,10 @@ class ForwardPlan:
     pingpong: bool = False                     # wgmma_tma: consumer warpgroups take turns issuing products
     debug_waits: bool = False                  # wgmma_tma: reporting barrier waits (finding hangs)
     root_tables: int = 0                       # wgmma_tma tile path: root tables per consumer warp (root_tables)
+    # how PARTIAL tiles of an exact chunked mask are masked (wgmma_tma): "bits" (mask_bits per row and tile,
+    # maskc.codegen.tile_bits) or "elements" (the raster mask's test per pair, maskc.codegen.elements); "" for
+    # every other kernel (the interval table, or mask_visible per pair)
+    partial_tiles: str = ""
 
     @property
     def threads(self) -> int:
@@ -100,7 +104,13 @@ class ForwardPlan:
     def tile_bits(self) -> bool:
         """PARTIAL tiles masked through the predicate's mask_bits, per row and tile (exact masks with chunked
         regions; the wgmma_tma kernel, whose shared tile code has the path), not per key."""
-        return self.interval_regions is None and self.spec.engine == "wgmma_tma" and self.spec.predicate.tile_bits
+        return self.partial_tiles == "bits"
+
+    @property
+    def elements(self) -> bool:
+        """PARTIAL tiles masked through the element path (the predicate's ``elements``: row values once per row,
+        key-column values once per column, the raster mask's test per pair)."""
+        return self.partial_tiles == "elements"
 
     @property
     def root_table_ints(self) -> int:
@@ -133,12 +143,20 @@ def interval_regions(spec: KernelSpec) -> tuple[int, int] | None:
     return regions["allow"], regions["deny"]
 
 
-def root_tables(spec: KernelSpec, regions: tuple[int, int] | None) -> int:
+def partial_tiles(spec: KernelSpec, regions: tuple[int, int] | None, choice: str = "auto") -> str:
+    """How the kernel masks PARTIAL tiles of an exact mask with chunked regions, per ``choice``
+    (maskc.options.Options.partial_tiles: "auto" is "bits" until a GPU run decides): "bits" (the tile path),
+    "elements" (the element path); "" where neither applies (an interval table, per-key atoms, the mma kernel)."""
+    if not (regions is None and spec.engine == "wgmma_tma"):
+        return ""
+    return spec.predicate.partial_path(choice)
+
+
+def root_tables(spec: KernelSpec, partial: str) -> int:
     """The root tables (maskc.codegen.tile_bits) each consumer warp of the tile path keeps in shared memory,
-    filled once per work item, so that PARTIAL tiles read the chunk nests' roots: 0 without the tile path or
-    roots to table."""
-    tile_bits = regions is None and spec.engine == "wgmma_tma" and spec.predicate.tile_bits
-    return spec.predicate.root_tables if tile_bits else 0
+    filled once per work item, so that PARTIAL tiles read the chunk nests' roots: 0 without the tile path
+    (``partial``, :func:`partial_tiles`) or roots to table."""
+    return spec.predicate.root_tables if partial == "bits" else 0
 
 
 def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None, roots: int = 0) -> int:
@@ -155,11 +173,13 @@ def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None, roots: int =
 
 
 def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
-                 debug_waits: bool = False) -> ForwardPlan:
+                 debug_waits: bool = False, partial: str = "auto") -> ForwardPlan:
     """The plan of ``spec``'s forward kernel; the switches are experiments' (maskc.options.Options: overlap,
-    pingpong, debug_waits; the defaults are the product)."""
+    pingpong, debug_waits; the defaults are the product), ``partial`` the masking of PARTIAL tiles asked for
+    (Options.partial_tiles, :func:`partial_tiles`)."""
     regions = interval_regions(spec)
-    roots = root_tables(spec, regions)
+    partial = partial_tiles(spec, regions, partial)
+    roots = root_tables(spec, partial)
     if shared_bytes(spec, regions, roots) > SMEM_LIMIT:
         roots = 0           # the chunk nests compute their roots (mask_bits without tables): same bits, slower
     smem = shared_bytes(spec, regions, roots)
@@ -174,4 +194,4 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
     overlap = overlap and (regions is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
     return ForwardPlan(spec, "attention_fwd_tma.cu.j2", regions, COMMON_PARAMS + TMA_PARAMS, smem,
                        o_in_q_buffer=spec.head_dim == 256, registers=tma_registers(spec), overlap=overlap,
-                       pingpong=pingpong, debug_waits=debug_waits, root_tables=roots)
+                       pingpong=pingpong, debug_waits=debug_waits, root_tables=roots, partial_tiles=partial)

@@ -179,6 +179,58 @@ def _region_comment(region: ir.RegionBounds, kind: str) -> list[str]:
     return lines
 
 
+def region_tests(mask: ir.RangeMask, w: CWriter, key: str, keys_in_range: bool = False
+                 ) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """Every region's row interval and per-element test, written by ``w``: (the row's fields ``lo{i}``/``hi{i}``,
+    the statements of a row function that set them, the tests of ``key`` per kind: "allow" and "deny"). The
+    per-element atoms' row (and, for a writer with columns, column) values are left in ``w``.
+
+    With ``keys_in_range`` (the element path: the caller tests only keys in [0, kv_len), and a writer with
+    columns) the tests are branch-free (``|`` and ``&``: every operand is cheap and safe to evaluate) and a
+    region's interval test is as cheap as what it reads: none for a region without bounds or guards (every key),
+    a row's ``lo <= hi`` for one with guards alone, a column value ``in{i}`` for bounds that read no query
+    position (CLEAR's ``k < text``), with a row value ``g{i}`` for its guards."""
+    row_fields: list[str] = []
+    row_body: list[str] = []
+    tests: dict[str, list[str]] = {"allow": [], "deny": []}
+    for kind, regions in (("allow", mask.allow), ("deny", mask.deny)):
+        for region in regions:
+            i = len(row_fields) // 2
+            lo = w.extreme("max", "0", region.lower, lower=True)
+            hi = w.extreme("min", "mask[1] - 1", region.upper, lower=False)
+            row_body += ["    " + c for c in _region_comment(region, kind)]
+            # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
+            row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((maskc_int)mask[1], {lo})'};")
+            row_body.append(f"    row.hi{i} = {f'(int)max((maskc_int)-1, {hi})' if region.upper else hi};")
+            if region.guards or region.static_guards:
+                guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
+                row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
+            row_fields += [f"lo{i}", f"hi{i}"]
+            parts = _interval_test(region, i, key, w, lo, hi) if keys_in_range else [f"{key} >= row.lo{i}",
+                                                                                      f"{key} <= row.hi{i}"]
+            parts += [f"({w.element_test(atom.lin)})" if keys_in_range else f"{w.lin(atom.lin, per_element=True)} <= 0"
+                      for atom in region.opaque]
+            tests[kind].append(f"({(' & ' if keys_in_range else ' && ').join(parts) or 'true'})")
+    return row_fields, row_body, tests
+
+
+def _interval_test(region: ir.RegionBounds, i: int, key: str, w: CWriter, lo: str, hi: str) -> list[str]:
+    """The element path's test of region i's key interval (:func:`region_tests`, ``keys_in_range``); ``lo`` and
+    ``hi`` its bounds as C, unclamped."""
+    bounds = region.lower + region.upper
+    guards = region.static_guards + region.guards
+    if not bounds:
+        return [f"(row.lo{i} <= row.hi{i})"] if guards else []
+    if any(F.depends_on_q(b.lin) for b in bounds):
+        return [f"({key} >= row.lo{i})", f"({key} <= row.hi{i})"]
+    tests = ([] if lo == "0" else [f"(k >= {lo})"]) + ([f"(k <= {hi})"] if region.upper else [])   # keys >= 0
+    w.col_values.append((f"in{i}", "bool", " & ".join(tests)))     # per key column: reads no q
+    if not guards:
+        return [f"col.in{i}"]
+    w.row_values.append((f"g{i}", "bool", " & ".join(f"({w.lin(g.lin)} <= 0)" for g in guards)))   # per row
+    return [f"row.g{i}", f"col.in{i}"]
+
+
 def emit_predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
                    narrow: bool = False) -> str:
     """CUDA source defining MaskRow, mask_row and mask_visible (see the module docstring), after the helper
@@ -195,26 +247,7 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
     per_key = any(r.opaque for r in mask.allow + mask.deny)
     key = "k_local" if offsets and per_key else "k"      # what the interval tests compare
     w = CWriter(layout, dict(constants))
-    row_fields: list[str] = []
-    row_body: list[str] = []
-    visible_terms: dict[str, list[str]] = {"allow": [], "deny": []}
-    for kind, regions in (("allow", mask.allow), ("deny", mask.deny)):
-        for region in regions:
-            i = len(row_fields) // 2
-            lo = w.extreme("max", "0", region.lower, lower=True)
-            hi = w.extreme("min", "mask[1] - 1", region.upper, lower=False)
-            row_body += ["    " + c for c in _region_comment(region, kind)]
-            # clamped into [0, kv_len] and [-1, kv_len - 1] in 64 bits, then narrowed
-            row_body.append(f"    row.lo{i} = {lo if lo == '0' else f'(int)min((maskc_int)mask[1], {lo})'};")
-            row_body.append(f"    row.hi{i} = {f'(int)max((maskc_int)-1, {hi})' if region.upper else hi};")
-            if region.guards or region.static_guards:
-                guard = " && ".join(f"{w.lin(g.lin)} <= 0" for g in region.static_guards + region.guards)
-                row_body.append(f"    if (!({guard})) {{ row.lo{i} = 1; row.hi{i} = 0; }}   // row guard fails")
-            row_fields += [f"lo{i}", f"hi{i}"]
-            test = f"({key} >= row.lo{i} && {key} <= row.hi{i}"
-            for atom in region.opaque:
-                test += f" && {w.lin(atom.lin, per_element=True)} <= 0"
-            visible_terms[kind].append(test + ")")
+    row_fields, row_body, visible_terms = region_tests(mask, w, key)
     k_segments = sorted({t.seg for r in mask.allow + mask.deny for a in r.opaque
                          for t in F.terms_of(a.lin) if isinstance(t, (ir.SegAttr, ir.SegValue)) and t.pos == "k"})
     out = ["// What mask_visible needs of one query row, computed once per row and tile.", "struct MaskRow {"]
@@ -275,13 +308,15 @@ def _mask_code(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...], offse
 
 
 def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), offsets: bool = False,
-              narrow: bool = False) -> Predicate:
+              narrow: bool = False, elements: str = "") -> Predicate:
     """The mask's :class:`~maskc.kernel_ir.Predicate`: its device code (the shared helpers apart), and its
     regions as data. With ``offsets`` the key intervals of a row are local to the sub-block, as the interval
     paths need. ``narrow``: the forms in 32 bits, for bindings that :func:`maskc.analysis.widths.fits_32_bits`
-    accepts (else 64)."""
+    accepts (else 64). ``elements``: the element path's code (:func:`maskc.codegen.elements.element_code`), kept
+    for a mask with the tile path."""
     regions = mask.allow + mask.deny
     code, root_tables = _mask_code(mask, constants, offsets)
+    tile_bits = has_tile_bits(mask, offsets)
     return Predicate(code, len(mask.allow), len(mask.deny),
                      intervals_only=not any(r.opaque for r in regions), helpers=_WIDTHS[narrow] + _HELPERS + "\n\n",
-                     tile_bits=has_tile_bits(mask, offsets), root_tables=root_tables)
+                     tile_bits=tile_bits, root_tables=root_tables, elements=elements if tile_bits else "")

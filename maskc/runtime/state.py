@@ -167,10 +167,10 @@ def backward_kernel(bound, tiles: BackwardTiles, head_dim: int, dtype: str, devi
     mask_state = state_for(bound.mask)
     arch = target_arch(device, options)
     kkey = ("backward", head_dim, dtype, device, arch, bound.constants, bound.narrow, tiles.engine,
-            options.dq_reduction)
+            options.dq_reduction, options.partial_tiles)
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.backward_spec(head_dim=head_dim, dtype=dtype, engine=tiles.engine, arch=arch,
-                                   dq_reduction=options.dq_reduction)
+                                   dq_reduction=options.dq_reduction, partial_tiles=options.partial_tiles)
         kernel = mask_state[kkey] = load_kernel(emit_backward_kernel(spec), options)
     return kernel

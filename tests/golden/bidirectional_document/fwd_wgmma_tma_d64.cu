@@ -346,7 +346,7 @@ __device__ __forceinline__ void hide_unset(float (&s)[N_TILES][4], int half, uns
 // ragged last tile) hides a key. MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs
 // for this tile (one instantiation can serve every tile kind: a uniform branch per tile). row16 is the tile's
 // first row within the q_block; rows past seq_len are computed but never stored. iv_smem: the interval table
-// (interval path); roots: the warp's root tables for mask_bits, or null (tile path).
+// (interval path); roots: the warp's root tables for mask_bits, or null (tile path; the element path reads none).
 template <bool MASKED, bool BOUNDS, int N_TILES>
 __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t, int row16, int q0, int k0,
                                             int seq_len, int kv_len, const int* __restrict__ mask, int mb, int h,

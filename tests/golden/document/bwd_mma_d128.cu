@@ -339,8 +339,8 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
     atomicAdd(dst + 1, b);
 #endif
 }// Visibility of the ROWS x COLS tile at (q0, k0): bits[row * (COLS / 32) + word], bit j = key k0 + 32 word + j.
-// Rows past seq_len and keys past kv_len are hidden. THREADS threads share the words. roots: the root tables
-// mask_bits reads (tile path), or null.
+// Rows past seq_len and keys past kv_len are hidden. THREADS threads share the words (whole warps, all of them
+// calling). roots: the root tables mask_bits reads (tile path), or null.
 template <int ROWS, int COLS, int THREADS>
 __device__ __forceinline__ void tile_visibility(u32* bits, const int* __restrict__ mask, int mb, int h, int q0,
                                                 int k0, int seq_len, int kv_len, int tid, const int* roots) {
