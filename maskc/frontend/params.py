@@ -8,6 +8,7 @@ declared before it (or h)."""
 from __future__ import annotations
 
 from maskc import ir
+from maskc.analysis import linear
 from maskc.errors import MaskNameError, MaskTypeError, did_you_mean
 from maskc.frontend.scope import Scope
 from maskc.frontend.score import float_param
@@ -84,7 +85,6 @@ def _size(resolver, node, scope: Scope) -> ir.IntExpr:
 
 def _constant(resolver, node, scope: Scope) -> int:
     """A default value: any integer expression of literals (``-2``, ``4 * 1024``)."""
-    from maskc.analysis import linear
     value = linear.from_expr(resolver.integer(node, scope, None))
     if not linear.is_const(value):
         raise MaskTypeError("a default must be a number", node.span)

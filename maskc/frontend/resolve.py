@@ -12,6 +12,7 @@ are expanded (the later passes recurse on it). A mask that cannot satisfy this r
 from __future__ import annotations
 
 from maskc import ir
+from maskc.analysis import linear
 from maskc.errors import ComplexityError, MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
 from maskc.frontend.calls import FUNCTIONS, MAX_CALL_DEPTH, call_builtin, call_let, call_mask, check_divisor
 from maskc.frontend.params import resolve_params, table_at
@@ -231,7 +232,6 @@ class _Resolver:
         if node.op in ("//", "%"):
             check_divisor(right, f"the right side of '{node.op}'", node.right.span)
         if node.op in ("<<", ">>"):
-            from maskc.analysis import linear
             amount = linear.from_expr(right)
             if linear.is_const(amount) and not 0 <= amount.const <= ir.MAX_SHIFT:
                 raise MaskTypeError(f"a shift amount must be from 0 to {ir.MAX_SHIFT}; this one is {amount.const}",
