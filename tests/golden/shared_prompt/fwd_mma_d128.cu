@@ -320,7 +320,7 @@ __device__ __forceinline__ unsigned long long range_bits(int a, int b) {
 
 // Set to -inf the scores of one fragment row (half 0: row g, 1: row g + 8) whose key is hidden: past kv_len
 // (when BOUNDS) or not `visible(key)`. key0 = the tile's first key + 2t, this thread's first column.
-template <bool BOUNDS, class Visible>
+template <bool BOUNDS, int N_TILES, class Visible>
 __device__ __forceinline__ void hide_keys(float (&s)[N_TILES][4], int half, int key0, int kv_len, Visible visible) {
     #pragma unroll
     for (int nt = 0; nt < N_TILES; ++nt) {
