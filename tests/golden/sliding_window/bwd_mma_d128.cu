@@ -293,11 +293,12 @@ __device__ __forceinline__ u32 tile_offset(const u32 (&off)[4], int R, int c) {
     return off[c & 3] + (u32)(R * ROW_CHUNKS * 16 + (c >> 2) * 128);
 }
 
-// Copy `ROWS` rows of D elements, starting at global row `row0` (of `rows_valid`), into a swizzled tile;
-// THREADS threads (tid = 0 .. THREADS-1) share the work.
-template <int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base, long long row_stride,
-                                          int row0, int rows_valid, int tid) {
+// Copy `ROWS` rows of D elements, starting at global row `row0` (of `rows_valid`: the rest are zero-filled), into
+// a tile of shared memory whose 16-byte chunk `chunk` of row `row` lies at byte offset(row, chunk) from dst;
+// THREADS threads (tid = 0 .. THREADS-1) share the work, 16 bytes per cp.async.
+template <int ROWS, int THREADS, class Offset>
+__device__ __forceinline__ void load_rows(u32 dst, const u16* __restrict__ base, long long row_stride,
+                                          int row0, int rows_valid, int tid, Offset offset) {
     static_assert((ROWS * CHUNKS) % THREADS == 0, "tile loads split evenly over the threads");
     #pragma unroll
     for (int i = 0; i < ROWS * CHUNKS / THREADS; ++i) {
@@ -306,8 +307,16 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
         const bool valid = row0 + row < rows_valid;
         // An out-of-range row reads nothing (src_bytes = 0) from a harmless in-range address.
         const u16* src = base + (valid ? (long long)(row0 + row) * row_stride + chunk * 8 : 0);
-        cp_async_16(dst + swizzle(row, chunk), src, valid ? 16 : 0);
+        cp_async_16(dst + offset(row, chunk), src, valid ? 16 : 0);
     }
+}
+
+// load_rows into a tile in the ldmatrix layout (swizzle).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base, long long row_stride,
+                                          int row0, int rows_valid, int tid) {
+    load_rows<ROWS, THREADS>(dst, base, row_stride, row0, rows_valid, tid,
+                             [](int row, int chunk) { return swizzle(row, chunk); });
 }
 
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000u); }

@@ -290,11 +290,12 @@ __device__ __forceinline__ u32 tile_offset(const u32 (&off)[4], int R, int c) {
     return off[c & 3] + (u32)(R * ROW_CHUNKS * 16 + (c >> 2) * 128);
 }
 
-// Copy `ROWS` rows of D elements, starting at global row `row0` (of `rows_valid`), into a swizzled tile;
-// THREADS threads (tid = 0 .. THREADS-1) share the work.
-template <int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base, long long row_stride,
-                                          int row0, int rows_valid, int tid) {
+// Copy `ROWS` rows of D elements, starting at global row `row0` (of `rows_valid`: the rest are zero-filled), into
+// a tile of shared memory whose 16-byte chunk `chunk` of row `row` lies at byte offset(row, chunk) from dst;
+// THREADS threads (tid = 0 .. THREADS-1) share the work, 16 bytes per cp.async.
+template <int ROWS, int THREADS, class Offset>
+__device__ __forceinline__ void load_rows(u32 dst, const u16* __restrict__ base, long long row_stride,
+                                          int row0, int rows_valid, int tid, Offset offset) {
     static_assert((ROWS * CHUNKS) % THREADS == 0, "tile loads split evenly over the threads");
     #pragma unroll
     for (int i = 0; i < ROWS * CHUNKS / THREADS; ++i) {
@@ -303,8 +304,16 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
         const bool valid = row0 + row < rows_valid;
         // An out-of-range row reads nothing (src_bytes = 0) from a harmless in-range address.
         const u16* src = base + (valid ? (long long)(row0 + row) * row_stride + chunk * 8 : 0);
-        cp_async_16(dst + swizzle(row, chunk), src, valid ? 16 : 0);
+        cp_async_16(dst + offset(row, chunk), src, valid ? 16 : 0);
     }
+}
+
+// load_rows into a tile in the ldmatrix layout (swizzle).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base, long long row_stride,
+                                          int row0, int rows_valid, int tid) {
+    load_rows<ROWS, THREADS>(dst, base, row_stride, row0, rows_valid, tid,
+                             [](int row, int chunk) { return swizzle(row, chunk); });
 }
 
 // Set to -inf the scores of one fragment row (half 0: row g, 1: row g + 8) whose key is hidden: past kv_len
@@ -455,20 +464,12 @@ __device__ __forceinline__ u32 sw128_offset(int row, int chunk) {   // chunk: 16
     return (u32)((chunk >> 3) * ROWS * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
-// Copy ROWS rows of D elements from global row `row0` (of `rows_valid`: the rest are zero-filled) into a
-// 128B-swizzled tile; THREADS threads share the work, 16 bytes per cp.async.
+// load_rows into a 128B-swizzled tile.
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile_sw128(u32 dst, const u16* __restrict__ base, long long row_stride,
                                                 int row0, int rows_valid, int tid) {
-    static_assert((ROWS * CHUNKS) % THREADS == 0, "tile loads split evenly over the threads");
-    #pragma unroll
-    for (int i = 0; i < ROWS * CHUNKS / THREADS; ++i) {
-        const int c = tid + i * THREADS;
-        const int row = c / CHUNKS, chunk = c % CHUNKS;
-        const bool valid = row0 + row < rows_valid;
-        const u16* src = base + (valid ? (long long)(row0 + row) * row_stride + chunk * 8 : 0);
-        cp_async_16(dst + sw128_offset<ROWS>(row, chunk), src, valid ? 16 : 0);
-    }
+    load_rows<ROWS, THREADS>(dst, base, row_stride, row0, rows_valid, tid,
+                             [](int row, int chunk) { return sw128_offset<ROWS>(row, chunk); });
 }
 
 // ---- wgmma --------------------------------------------------------------------------------------------
