@@ -772,6 +772,19 @@ __device__ __forceinline__ long long dq_tile_index(long long bh, int seq_len, in
     return tile * 16 * HALF + (((cc / 8) * 2 + half) * 32 + g * 4 + t) * 2 + (cc % 2);
 }
 
+// The parameters every dK/dV kernel takes, named once: each engine's dkdv_kernel (wgmma_tma's adds its own after
+// them) and the entries below.
+#define MASKC_DKDV_PARAMS                                                                                        \
+    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
+    const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
+    const float* __restrict__ lse_log2, const float* __restrict__ delta,                                         \
+    unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, float* __restrict__ dq_accum,              \
+    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
+    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
+    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
+    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
+    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2
+
 // ---- dK/dV with wgmma, loads by all threads (cp.async) ---------------------------------------------
 // The same walk, masking and arithmetic as the mma.sync kernel, on the products of bwd_wgmma_products.cu.j2;
 // every thread takes part in each step's loads (cp.async, double-buffered) and the CTA synchronizes once per
@@ -883,15 +896,7 @@ __device__ __forceinline__ void add_dq(const float (&dq)[DQ_COLS / 8][4], float*
 }
 
 template <bool WITH_DQ>
-__device__ __forceinline__ void dkdv_kernel(
-    const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v, const u16* __restrict__ dout,
-    const float* __restrict__ lse_log2, const float* __restrict__ delta,
-    u16* __restrict__ dk, u16* __restrict__ dv, float* __restrict__ dq_accum,
-    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,
-    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,
-    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,
-    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2) {
+__device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // the warp index through a shuffle: the compiler then knows it warp-uniform, and keeps the descriptors
     // and addresses derived from it in uniform registers (no conversion before each wgmma)
@@ -923,11 +928,7 @@ __device__ __forceinline__ void dkdv_kernel(
         cp_async_commit();
     }
 
-    float dk_acc[D_TILES][4], dv_acc[D_TILES][4];
-    #pragma unroll
-    for (int dt = 0; dt < D_TILES; ++dt)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) { dk_acc[dt][e] = 0.f; dv_acc[dt][e] = 0.f; }
+    float dk_acc[D_TILES][4] = {}, dv_acc[D_TILES][4] = {};   // this warp's 16 rows of dK and dV
 
     int stage = 0;
     while (step.gi < group) {
@@ -1070,25 +1071,16 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_cle
 // DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
 // padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the caller. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
-#define MASKC_DKDV_PARAMS                                                                                        \
-    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
-    const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
-    const float* __restrict__ lse_log2, const float* __restrict__ delta,                                         \
-    unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, float* __restrict__ dq_accum,              \
-    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
-    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
-    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
-    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2
+#define MASKC_DKDV_ENTRY_PARAMS MASKC_DKDV_PARAMS
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
     col_runs, col_order, mask_data, mask_offsets, scale, scale_log2
 
-extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_clear(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_clear(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_clear(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_clear(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<false>(MASKC_DKDV_ARGS);
 }
 

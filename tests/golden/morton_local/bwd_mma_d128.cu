@@ -594,21 +594,26 @@ __device__ __forceinline__ void load_query_step(u32 smem0, int stage, const u16*
         const u32 dst = smem0 + (i < Q_BLOCK ? KV_SMEM_LSE : KV_SMEM_DELTA) + (stage * Q_BLOCK + r) * 4;
         cp_async_4(dst, src, valid ? 4 : 0);
     }
-}constexpr int DQ_M_TILES = Q_BLOCK / 16;          // the dQ product: 16-row slabs of dQ ...
+}// The parameters every dK/dV kernel takes, named once: each engine's dkdv_kernel (wgmma_tma's adds its own after
+// them) and the entries below.
+#define MASKC_DKDV_PARAMS                                                                                        \
+    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
+    const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
+    const float* __restrict__ lse_log2, const float* __restrict__ delta,                                         \
+    unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, float* __restrict__ dq_accum,              \
+    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
+    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
+    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
+    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
+    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2
+
+constexpr int DQ_M_TILES = Q_BLOCK / 16;          // the dQ product: 16-row slabs of dQ ...
 constexpr int DQ_SPLIT   = KV_WARPS / DQ_M_TILES; // ... each shared by DQ_SPLIT warps, by columns
 constexpr int DQ_D_TILES = D_TILES / DQ_SPLIT;
 static_assert(KV_WARPS % DQ_M_TILES == 0 && D_TILES % (2 * DQ_SPLIT) == 0, "dQ product split over warps");
 
 template <bool WITH_DQ>
-__device__ __forceinline__ void dkdv_kernel(
-    const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v, const u16* __restrict__ dout,
-    const float* __restrict__ lse_log2, const float* __restrict__ delta,
-    u16* __restrict__ dk, u16* __restrict__ dv, float* __restrict__ dq_accum,
-    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,
-    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,
-    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,
-    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2) {
+__device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -643,11 +648,7 @@ __device__ __forceinline__ void dkdv_kernel(
     lane_offsets(b_off, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
     lane_offsets<Q_CHUNKS>(ds_off, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
 
-    float dk_acc[D_TILES][4], dv_acc[D_TILES][4];
-    #pragma unroll
-    for (int dt = 0; dt < D_TILES; ++dt)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) { dk_acc[dt][e] = 0.f; dv_acc[dt][e] = 0.f; }
+    float dk_acc[D_TILES][4] = {}, dv_acc[D_TILES][4] = {};   // this warp's 16 rows of dK and dV
 
     int stage = 0;
     while (step.gi < group) {
@@ -787,25 +788,16 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_mor
 // DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
 // padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the caller. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
-#define MASKC_DKDV_PARAMS                                                                                        \
-    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
-    const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
-    const float* __restrict__ lse_log2, const float* __restrict__ delta,                                         \
-    unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, float* __restrict__ dq_accum,              \
-    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
-    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
-    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
-    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2
+#define MASKC_DKDV_ENTRY_PARAMS MASKC_DKDV_PARAMS
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
     col_runs, col_order, mask_data, mask_offsets, scale, scale_log2
 
-extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_morton_local(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_morton_local(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_morton_local(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_morton_local(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<false>(MASKC_DKDV_ARGS);
 }
 

@@ -791,6 +791,19 @@ __device__ __forceinline__ long long dq_tile_index(long long bh, int seq_len, in
     return tile * 16 * HALF + (((cc / 8) * 2 + half) * 32 + g * 4 + t) * 2 + (cc % 2);
 }
 
+// The parameters every dK/dV kernel takes, named once: each engine's dkdv_kernel (wgmma_tma's adds its own after
+// them) and the entries below.
+#define MASKC_DKDV_PARAMS                                                                                        \
+    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
+    const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
+    const float* __restrict__ lse_log2, const float* __restrict__ delta,                                         \
+    unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, float* __restrict__ dq_accum,              \
+    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
+    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
+    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
+    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
+    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2
+
 // ---- dK/dV, warp-specialized: wgmma fed by the copy engine ----------------------------------------------
 // The walk, masking and arithmetic of the other engines, on the products of bwd_wgmma_products.cu.j2; what
 // differs is who does what (FlashAttention-3's layout of the work):
@@ -911,15 +924,7 @@ __device__ __forceinline__ u32 q_full_bar(u32 smem0, int stage) { return smem0 +
 __device__ __forceinline__ u32 q_empty_bar(u32 smem0, int stage) { return smem0 + KV_SMEM_BARS + 24 + 8 * stage; }
 
 template <bool WITH_DQ, bool ORDERED = false>
-__device__ __forceinline__ void dkdv_kernel(
-    const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v, const u16* __restrict__ dout,
-    const float* __restrict__ lse_log2, const float* __restrict__ delta,
-    u16* __restrict__ dk, u16* __restrict__ dv, float* __restrict__ dq_accum,
-    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,
-    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,
-    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,
-    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2,
+__device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
     const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int* __restrict__ dq_turns,
     const TensorMap& q_map, const TensorMap& k_map, const TensorMap& v_map, const TensorMap& do_map) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -1030,11 +1035,7 @@ __device__ __forceinline__ void dkdv_kernel(
     const int* mask = mask_data + mask_offsets[mb];
     u32* bits_smem = reinterpret_cast<u32*>(smem + KV_SMEM_BITS);   // [stage][BITS_WORDS]
 
-    float dk_acc[D_TILES][4], dv_acc[D_TILES][4];
-    #pragma unroll
-    for (int dt = 0; dt < D_TILES; ++dt)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) { dk_acc[dt][e] = 0.f; dv_acc[dt][e] = 0.f; }
+    float dk_acc[D_TILES][4] = {}, dv_acc[D_TILES][4] = {};   // this warp's 16 rows of dK and dV
 
     mbar_wait(kv_full_bar(smem0), 0);      // K and V (also before the epilogue stages dK and dV through them)
     int i = 0;
@@ -1164,34 +1165,26 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_nei
 // DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
 // padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the caller. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
-#define MASKC_DKDV_PARAMS                                                                                        \
-    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,                                  \
-    const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,                               \
-    const float* __restrict__ lse_log2, const float* __restrict__ delta,                                         \
-    unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, float* __restrict__ dq_accum,              \
-    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
-    long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
-    int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
-    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
-    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2,  \
-    const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int* __restrict__ dq_turns,          \
-    const __grid_constant__ maskc::TensorMap q_map, const __grid_constant__ maskc::TensorMap k_map,              \
-    const __grid_constant__ maskc::TensorMap v_map, const __grid_constant__ maskc::TensorMap do_map
+#define MASKC_DKDV_ENTRY_PARAMS                                                                                  \
+    MASKC_DKDV_PARAMS, const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks,                   \
+    int* __restrict__ dq_turns, const __grid_constant__ maskc::TensorMap q_map,                                  \
+    const __grid_constant__ maskc::TensorMap k_map, const __grid_constant__ maskc::TensorMap v_map,              \
+    const __grid_constant__ maskc::TensorMap do_map
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
     col_runs, col_order, mask_data, mask_offsets, scale, scale_log2, dq_rank_base, dq_ranks,   \
     dq_turns, q_map, k_map, v_map, do_map
 
-extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_neighborhood(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_neighborhood(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_neighborhood(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_det_neighborhood(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<false>(MASKC_DKDV_ARGS);
 }
 // The deterministic mode's dK/dV kernel: dQ added as in the default one, but to each (b, h, query block) by the
 // columns in a fixed order, their turns (dq_ranks; dq_turns counts the additions done, zeroed per call).
-extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_ordered_neighborhood(MASKC_DKDV_PARAMS) {
+extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_ordered_neighborhood(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<true, true>(MASKC_DKDV_ARGS);
 }
 
