@@ -707,8 +707,8 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS) {
                             hk * group + next.gi, num_heads, next.qb * Q_BLOCK, seq_len, tid);
             cp_async_commit();
         }
-        // A score modifier can lift the scores of queries past seq_len (zero-filled Q, LSE 0) without bound: a
-        // ragged step is masked too, so that P is 0 there, not inf (whose product with a zero dO row is NaN).
+        // A score modifier can lift the scores of queries past seq_len (zero-filled Q) without bound: a ragged
+        // step is masked too, so that P is 0 there, not inf (whose product with a zero dO row is NaN).
         const bool masked = step.kind == KIND_PARTIAL || q0 + Q_BLOCK > seq_len;
         if (masked) {
             tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
