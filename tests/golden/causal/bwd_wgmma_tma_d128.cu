@@ -1038,7 +1038,8 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
         accumulate_keys(dv_acc, pt, do_smem);
         wgmma_commit();
 
-        // ---- dS^T = P^T (dP^T - delta); dQ = dS K, then dK += dS^T Q (scaled at the end) ----
+        // ---- dS^T = P^T (dP^T - delta); dQ += dS K, then dK += dS^T Q (scaled at the end) ----
+        // dQ is issued first, so that adding it to the buffer overlaps the dK product (as FA3/FA4 order them).
         wgmma_wait<1>();
         fence_accumulators(ds);
         transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane);
