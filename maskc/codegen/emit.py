@@ -240,11 +240,11 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
         warp_specialized = spec.engine == "wgmma_tma"
         engine = dict(dkdv_template="bwd_dkdv_tma.cu.j2" if warp_specialized else "bwd_dkdv_wgmma.cu.j2",
                       engine_includes=("wgmma.cu.j2", "tma.cu.j2") if warp_specialized else ("wgmma.cu.j2",),
-                      query_tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction, debug_waits=False,
+                      tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction, debug_waits=False,
                       wgmma_widths=sorted({spec.block_m, spec.head_dim, spec.head_dim // 2}),
                       wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
     else:
-        engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), query_tile_loader="load_tile")
+        engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
                              row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
                              tile_bits=spec.partial_tiles == "bits", elements=spec.partial_tiles == "elements",
