@@ -6,6 +6,9 @@ After an intended change, rewrite them and read the diff before committing it::
     python -m pytest tests/test_golden.py --update-golden
     git diff tests/golden
 
+Whether a change that moves them changed the compiled code (a refactor of the templates, checked without a GPU):
+``bench/golden_ptx.py --save`` before it and ``--compare`` after it.
+
 Forward kernels: mma at head dim 128, wgmma_tma at each of its head dims (64, 128, 256); backward kernels:
 the mma, wgmma and wgmma_tma dK/dV engines at head dim 128; all bf16, for sm_90a, with the product's default options,
 const parameters at the file's defaults; and the element path's forward and backward
