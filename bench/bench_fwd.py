@@ -21,10 +21,12 @@ image tokens in patch order between layers; the output checked after it is put b
 
 ``--partial-tiles bits,elements`` times maskc again with PARTIAL tiles masked each way (``Options.partial_tiles``:
 ``maskc[partial=...]``, and where the order is another, ``maskc_raster[partial=...]`` and
-``maskc_preordered[partial=...]``), in the same process.
+``maskc_preordered[partial=...]``), in the same process. ``--exp2-emulation 2,4`` likewise times maskc with 1
+column tile in N of the wgmma_tma forward's softmax exponentials on the FMA pipe (``Options.exp2_emulation``:
+``maskc[exp2_emulation=N]``).
 
     python bench/bench_fwd.py [--lengths 4096,32768] [--masks causal,...] [--impls maskc,flex,flex_fa4,fa4,moves,...]
-        [--partial-tiles bits,elements]
+        [--partial-tiles bits,elements] [--exp2-emulation 2,4]
 """
 from __future__ import annotations
 
@@ -100,6 +102,9 @@ def run(args) -> list[dict]:
                 runners[f"maskc_preordered[partial={partial}]"] = lambda o=env: attention(qp, kp, vp, ordered.inner,
                                                                                           options=o)
                 after[f"maskc_preordered[partial={partial}]"] = torch.from_numpy(ordered.inverse).cuda()
+        for n in filter(None, args.exp2_emulation.split(",")):   # exponentials on the FMA pipe (Options.exp2_emulation)
+            env = Options.from_environment().replace(exp2_emulation=int(n))
+            runners[f"maskc[exp2_emulation={n}]"] = lambda o=env: attention(q, k, v, bound, options=o)
         if {"flex", "flex_fa4"} & set(impls):
             from torch.nn.attention.flex_attention import create_block_mask
 
@@ -230,6 +235,8 @@ def main():
     ap.add_argument("--partial-tiles", default="", help="maskc beside the default, PARTIAL tiles masked each way "
                     "asked for (Options.partial_tiles): bits,elements (in the default order, in raster and, where the "
                     "order is another, preordered)")
+    ap.add_argument("--exp2-emulation", default="", help="maskc beside the default with 1 column tile in N of the "
+                    "softmax's exponentials on the FMA pipe (Options.exp2_emulation): 2,4")
     ap.add_argument("--out", default=str(W.ROOT / "bench" / "results" / "fwd.json"))
     args = ap.parse_args()
     records = run(args)

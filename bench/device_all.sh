@@ -26,7 +26,7 @@ summary=()
 timeout ${PRECOMPILE_TIMEOUT:-180} python3 bench/precompile.py --backward --all-engines > "$OUT/precompile.log" 2>&1 &
 if [ -z "${SKIP_TESTS:-}" ]; then
   eval timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -m gpu -v -p no:cacheprovider -rf \
-    ${PYTEST_FWD:-tests/test_runtime_gpu.py} > "$OUT/pytest_fwd.log" 2>&1 &
+    ${PYTEST_FWD:-tests/test_runtime_gpu.py tests/test_exp2_fma_gpu.py} > "$OUT/pytest_fwd.log" 2>&1 &
   eval timeout ${PYTEST_TIMEOUT:-540} python3 -m pytest -m gpu -v -p no:cacheprovider -rf \
     ${PYTEST_REST:-tests/test_backward_gpu.py tests/test_widths_gpu.py tests/test_tma.py tests/test_distributed.py} \
     > "$OUT/pytest_rest.log" 2>&1 &

@@ -39,6 +39,8 @@ DQ_REDUCTIONS = ("bulk_tile", "red2")
 # (Options.partial_tiles, ForwardPlan.partial_tiles, BackwardSpec.partial_tiles): "bits" (maskc.codegen.tile_bits),
 # "elements" (maskc.codegen.elements), "auto" ("bits" until a GPU run decides).
 PARTIAL_TILES = ("auto", "bits", "elements")
+# Options.exp2_emulation, ForwardPlan.exp2_emulation: 1 column tile of the softmax in N takes exp2 on the FMA pipe
+EXP2_EMULATION = (0, 1, 2, 4, 8)
 # Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so
 # that a 64-query step's rows are whole and 256-byte aligned (the copy engine reads them in one piece).
 BACKWARD_ROW_PAD = 64

@@ -28,7 +28,8 @@ from typing import Any, Mapping
 
 from maskc.analysis.order import parse_order
 from maskc.codegen.schedule import Tiles, capability_of
-from maskc.kernel_ir import BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, MAX_DESCRIPTOR_BYTES, PARTIAL_TILES
+from maskc.kernel_ir import (BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, EXP2_EMULATION, MAX_DESCRIPTOR_BYTES,
+                             PARTIAL_TILES)
 
 # variable -> the Options field it sets
 ENVIRONMENT = {
@@ -45,6 +46,7 @@ ENVIRONMENT = {
     "MASKC_MAX_DESCRIPTOR_BYTES": "max_descriptor_bytes",
     "MASKC_TOKEN_ORDER": "token_order",
     "MASKC_PARTIAL_TILES": "partial_tiles",
+    "MASKC_EXP2_EMULATION": "exp2_emulation",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -78,6 +80,10 @@ class Options:
     # (the element path: the raster mask's test per pair from row and key-column values, maskc.codegen.elements)
     # or "auto" (bits, until a GPU run decides); other masks and engines keep their one path
     partial_tiles: str = "auto"
+    # the wgmma_tma forward's softmax computes 2^x on the FMA pipe (a polynomial) for 1 column tile (8 keys) in
+    # this many, on the SFU for the others: 0 (never: the default, until a GPU run measures it), 1, 2, 4 or 8.
+    # For masks whose score modifier also takes the SFU (softcap's tanh), which then bounds the forward.
+    exp2_emulation: int = 0
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.
@@ -88,6 +94,9 @@ class Options:
         _check_choice("backward engine", self.backward_engine, BACKWARD_ENGINES)
         _check_choice("dQ reduction", self.dq_reduction, DQ_REDUCTIONS)
         _check_choice("partial tiles", self.partial_tiles, PARTIAL_TILES)
+        if self.exp2_emulation not in EXP2_EMULATION or isinstance(self.exp2_emulation, bool):
+            raise ValueError(f"exp2 emulation {self.exp2_emulation!r}: expected one of "
+                             f"{', '.join(map(str, EXP2_EMULATION))} (1 column tile in that many; 0: none)")
         if self.tiles is not None:
             try:
                 tiles = Tiles(*self.tiles)
@@ -139,10 +148,10 @@ class Options:
         return location({**os.environ, "MASKC_CACHE_DIR": self.cache_dir or ""})
 
     @property
-    def forward_switches(self) -> tuple[bool, bool, bool, str]:
-        """(overlap, pingpong, debug_waits, partial_tiles): what the forward plan takes of these options besides
-        tiles."""
-        return self.overlap, self.pingpong, self.debug_waits, self.partial_tiles
+    def forward_switches(self) -> tuple[bool, bool, bool, str, int]:
+        """(overlap, pingpong, debug_waits, partial_tiles, exp2_emulation): what the forward plan takes of these
+        options besides tiles."""
+        return self.overlap, self.pingpong, self.debug_waits, self.partial_tiles, self.exp2_emulation
 
 
 

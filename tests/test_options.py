@@ -31,6 +31,7 @@ SETTINGS = [
     ("MASKC_MAX_DESCRIPTOR_BYTES", "4096", "max_descriptor_bytes", 4096),
     ("MASKC_TOKEN_ORDER", "8x16", "token_order", "8x16"),
     ("MASKC_PARTIAL_TILES", "elements", "partial_tiles", "elements"),
+    ("MASKC_EXP2_EMULATION", "4", "exp2_emulation", 4),
 ]
 
 
@@ -62,7 +63,8 @@ def test_switches_read_the_usual_words(word, value):
                                             ("MASKC_BWD_DQ_REDUCTION", "none"), ("MASKC_SYNC", "maybe"),
                                             ("MASKC_ARCH", "sm90"), ("MASKC_BWD_ENGINE", "tma"),
                                             ("MASKC_MAX_DESCRIPTOR_BYTES", "1GiB"), ("MASKC_MAX_DESCRIPTOR_BYTES", "0"),
-                                            ("MASKC_TOKEN_ORDER", "patches")])
+                                            ("MASKC_TOKEN_ORDER", "patches"), ("MASKC_EXP2_EMULATION", "3"),
+                                            ("MASKC_EXP2_EMULATION", "half")])
 def test_a_bad_value_is_an_error_that_names_the_variable(variable, value):
     others = {"MASKC_SYNC": "1"} if variable != "MASKC_SYNC" else {}    # a good one beside it is not blamed
     with pytest.raises(ValueError, match=f"^{variable}={value!r}: "):
@@ -74,7 +76,8 @@ def test_values_are_checked_when_made():
     assert Options(cache_dir=Path("/x")).cache_dir == "/x"
     for bad in (dict(tiles=(128, 64)), dict(tiles=(128, 0, 4)), dict(tiles=(128, 64, 4, "tensor")),
                 dict(tiles=(128, 64, 4), autotune=True), dict(engine="wgmma"), dict(arch="hopper"),
-                dict(max_descriptor_bytes=0), dict(max_descriptor_bytes="1024"), dict(max_descriptor_bytes=True)):
+                dict(max_descriptor_bytes=0), dict(max_descriptor_bytes="1024"), dict(max_descriptor_bytes=True),
+                dict(exp2_emulation=3), dict(exp2_emulation=True), dict(exp2_emulation="2")):
         with pytest.raises(ValueError):
             Options(**bad)
 

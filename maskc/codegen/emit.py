@@ -135,13 +135,14 @@ def interval_regions(spec: KernelSpec | BackwardSpec) -> dict | None:
 
 def emit_kernel(spec: KernelSpec, options: Options = DEFAULT) -> KernelSource:
     """Render the forward kernel for ``spec`` from its plan (:func:`maskc.codegen.plan.plan_forward`, with the
-    experiments' switches of ``options``: overlap, pingpong, debug_waits, and its masking of PARTIAL tiles:
-    partial_tiles); the predicate's source is placed verbatim."""
+    experiments' switches of ``options``: overlap, pingpong, debug_waits, exp2_emulation, and its masking of
+    PARTIAL tiles: partial_tiles); the predicate's source is placed verbatim."""
     check_spec(spec)
     plan = plan_forward(spec, overlap=options.overlap, pingpong=options.pingpong, debug_waits=options.debug_waits,
-                        partial=options.partial_tiles)
+                        partial=options.partial_tiles, exp2_emulation=options.exp2_emulation)
     source = _environment(str(template_dir())).get_template(plan.template).render(
         spec=spec, plan=plan, iv=plan.iv, tile_bits=plan.tile_bits, elements=plan.elements,
+        exp2_emulation=plan.exp2_emulation,
         wgmma_widths=plan.wgmma_widths,
         wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch), plan=plan)

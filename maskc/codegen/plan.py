@@ -82,6 +82,8 @@ class ForwardPlan:
     # maskc.codegen.tile_bits) or "elements" (the raster mask's test per pair, maskc.codegen.elements); "" for
     # every other kernel (the interval table, or mask_visible per pair)
     partial_tiles: str = ""
+    # wgmma_tma: 1 column tile of the softmax in this many takes exp2 on the FMA pipe (Options.exp2_emulation)
+    exp2_emulation: int = 0
 
     @property
     def threads(self) -> int:
@@ -173,10 +175,10 @@ def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None, roots: int =
 
 
 def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
-                 debug_waits: bool = False, partial: str = "auto") -> ForwardPlan:
+                 debug_waits: bool = False, partial: str = "auto", exp2_emulation: int = 0) -> ForwardPlan:
     """The plan of ``spec``'s forward kernel; the switches are experiments' (maskc.options.Options: overlap,
-    pingpong, debug_waits; the defaults are the product), ``partial`` the masking of PARTIAL tiles asked for
-    (Options.partial_tiles, :func:`partial_tiles`)."""
+    pingpong, debug_waits, exp2_emulation, which the mma kernel ignores; the defaults are the product),
+    ``partial`` the masking of PARTIAL tiles asked for (Options.partial_tiles, :func:`partial_tiles`)."""
     regions = interval_regions(spec)
     partial = partial_tiles(spec, regions, partial)
     roots = root_tables(spec, partial)
@@ -194,4 +196,5 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
     overlap = overlap and (regions is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
     return ForwardPlan(spec, "attention_fwd_tma.cu.j2", regions, COMMON_PARAMS + TMA_PARAMS, smem,
                        o_in_q_buffer=spec.head_dim == 256, registers=tma_registers(spec), overlap=overlap,
-                       pingpong=pingpong, debug_waits=debug_waits, root_tables=roots, partial_tiles=partial)
+                       pingpong=pingpong, debug_waits=debug_waits, root_tables=roots, partial_tiles=partial,
+                       exp2_emulation=exp2_emulation)
