@@ -23,7 +23,7 @@ from maskc.codegen.tile_bits import has_tile_bits
 from maskc.errors import BindError, MaskError
 from maskc.ir.text import expr_text
 from maskc.kernel_ir import BackwardSpec, KernelSource, KernelSpec
-from maskc.options import DEFAULT, Options
+from maskc.options import DEFAULT, Options, options_of
 
 if TYPE_CHECKING:
     from maskc.device_mask import DeviceMask
@@ -221,6 +221,7 @@ class CompiledMask:
     def kernel_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
         """The forward kernel's CUDA: :meth:`kernel_spec` of ``kwargs`` (engine and target, where they give
         none, those of ``options``), rendered with the switches of ``options``."""
+        options = options_of(options, "kernel_source()")
         from maskc.codegen.emit import emit_kernel
         kwargs["engine"] = kwargs.get("engine") or options.engine
         kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"
@@ -229,6 +230,7 @@ class CompiledMask:
     def backward_source(self, options: Options = DEFAULT, **kwargs) -> KernelSource:
         """The backward kernels' CUDA: :meth:`backward_spec` of ``kwargs`` (engine, target, dQ reduction and the
         masking of PARTIAL tiles, where they give none, those of ``options``)."""
+        options = options_of(options, "backward_source()")
         from maskc.codegen.emit import emit_backward_kernel
         kwargs["engine"] = kwargs.get("engine") or options.backward_engine
         kwargs["arch"] = kwargs.get("arch") or options.arch or "sm_90a"

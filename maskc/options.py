@@ -155,6 +155,18 @@ class Options:
 
 
 
+def options_of(value: Any, where: str) -> Options:
+    """The options a call to ``where`` was given: ``value`` itself, or for None those of the environment. A
+    TypeError naming what ``where`` takes for anything else (a token order's string, a dict), rather than an
+    AttributeError from deep inside the call."""
+    if value is None:
+        return Options.from_environment()
+    if not isinstance(value, Options):
+        raise TypeError(f"{where} takes options as a maskc.Options (such as Options(engine='mma') or "
+                        f"Options(token_order='8x16')), not {type(value).__name__} {value!r}")
+    return value
+
+
 def from_token(token: str) -> Options:
     """The options :attr:`Options.token` wrote; ``""`` means those of the environment (read now, on every
     call: the environment may have changed since the last)."""

@@ -3,6 +3,7 @@ rewritten in it and bound to the same values, and the permutation that takes q, 
 back.
 
     ordered = token_order(bound, "auto")   # an OrderedMask, or None: the raster order
+    ordered = token_order(bound, options)  # the same for the order an Options value runs in (its token_order)
     ordered.inner                          # the rewritten mask, bound: its tiles and kernels are the order's
     ordered.permutation                    # int64[seq_len]: the raster position of each token of the order
     # attention(q, k, v, bound) == attention(q[:, :, p], k[:, :, p], v[:, :, p], ordered.inner)[:, :, inverse]
@@ -34,6 +35,7 @@ from maskc.analysis.order_tiles import block_costs
 from maskc.bound import BoundMask
 from maskc.compiled import CompiledMask
 from maskc.errors import MaskError
+from maskc.options import Options
 from maskc.pipeline import compile_ordered
 
 CHUNKED_PARTIAL_COST = 2.6
@@ -83,10 +85,17 @@ class OrderedMask:
         return f"OrderedMask({self.parent!r} in {self.order.name} patches)"
 
 
-def token_order(bound, choice: str = "auto") -> OrderedMask | None:
+def token_order(bound, choice: str | Options = "auto") -> OrderedMask | None:
     """``bound`` in the token order ``choice`` asks for (module docstring), or None for the raster order; kept on
     the bound mask per choice, and on its compiled mask per values: a mask bound again to the same lengths and
-    values (a training loop that binds every step) reuses the choice and the rewritten mask's tiles."""
+    values (a training loop that binds every step) reuses the choice and the rewritten mask's tiles. ``choice``:
+    ``"auto"``, ``"raster"`` or a patch shape, or an :class:`~maskc.options.Options` (its ``token_order``: the
+    order the runtime runs ``bound`` in with those options)."""
+    if isinstance(choice, Options):
+        choice = choice.token_order
+    elif not isinstance(choice, str):
+        raise TypeError(f"token_order() takes 'auto', 'raster', a patch shape such as '8x16', or a maskc.Options; "
+                        f"not {type(choice).__name__} {choice!r}")
     cache = bound.__dict__.setdefault("_token_orders", {})
     if choice not in cache:
         key = _values_key(bound, choice)

@@ -164,3 +164,25 @@ def test_cache_key_is_the_kernel_not_where_things_lie(tmp_path):
     assert len(keys) == len(sources) == 1
     other = maskc.load(EXAMPLES / "document.mask").kernel_source(Options(overlap=False))
     assert kernel_key(other) not in keys
+
+
+def test_public_functions_refuse_what_is_not_options():
+    """Every public function that takes ``options`` says what it takes (a TypeError naming Options) when given
+    something else (a token order's string, a dict), instead of an AttributeError from deep inside."""
+    torch = pytest.importorskip("torch")
+    mask = maskc.load(EXAMPLES / "causal.mask")
+    bound = mask.bind(seq_len=64)
+    q = torch.zeros(1, 1, 64, 16)
+    calls = {
+        "maskc.attention": lambda o: maskc.attention(q, q, q, bound, options=o),
+        "maskc.attention_backward": lambda o: maskc.attention_backward(q, q, q, q, q, q[..., 0], bound, options=o),
+        "torch_ops.attention": lambda o: __import__("maskc.runtime.torch_ops", fromlist=["attention"]).attention(
+            q, q, q, bound, options=o),
+        "CompiledMask.kernel_source": lambda o: mask.kernel_source(o),
+        "CompiledMask.backward_source": lambda o: mask.backward_source(o),
+    }
+    for name, call in calls.items():
+        for bad in ("raster", {"engine": "mma"}):
+            with pytest.raises(TypeError, match=r"maskc\.Options") as err:
+                call(bad)
+            assert type(bad).__name__ in str(err.value), name

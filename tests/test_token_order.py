@@ -305,3 +305,16 @@ def test_runtime_moves_tokens_as_the_permutation_says(name, params, shape, seq_l
         assert torch.equal(moved, data[:, :, perm])
         assert torch.equal(from_order(moved, ordered), data)
         assert torch.equal(from_order(data, ordered), data[:, :, inverse])
+
+
+def test_token_order_takes_options_or_a_string():
+    """``token_order(bound, Options(...))`` is the order those options run in, as the runtime picks it; the
+    documented string form stays; anything else is a TypeError naming what it takes."""
+    bound = load("clear").bind(32768)
+    assert token_order(bound, Options()).order.name == token_order(bound, "auto").order.name == "8x16"
+    assert token_order(bound, Options(token_order="16x8")).order.name == "16x8"
+    assert token_order(bound, Options(token_order="raster")) is None
+    with pytest.raises(TypeError, match=r"token_order\(\) takes .*Options.*not int"):
+        token_order(bound, 8)
+    with pytest.raises(ValueError, match="expected 'auto', 'raster' or a patch shape"):
+        token_order(bound, "patches")

@@ -102,7 +102,7 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
     num_warps[, engine]) (benchmarks; engine "mma" when not given), ``engine`` its engine; ``autotune``
     times the candidates on these inputs the first time and reuses the fastest (maskc.runtime.autotune).
     """
-    options = resolved_options(options)
+    options = resolved_options(options, "attention()")
     ordered = ordered_for(bound, options, q, k)
     if ordered is not None:         # a token order (maskc.ordered): the call in it, the results back in raster
         qp, kp, vp = to_order_all((q, k, v), ordered, options)
@@ -244,7 +244,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     and 128. ``options`` (default: the environment's): the dK/dV engine, its dQ reduction, the target.
     Returns arrays of the inputs' type and dtype, contiguous.
     """
-    options = resolved_options(options)
+    options = resolved_options(options, "attention_backward()")
     ordered = ordered_for(bound, options, q, k)
     if ordered is not None:         # the forward's token order: every input in it, the gradients back in raster
         dp, qp, kp, vp, op, lp, dlp = to_order_all((dout, q, k, v, out, lse, dlse), ordered, options)

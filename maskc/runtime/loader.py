@@ -14,7 +14,7 @@ from maskc.codegen.emit import backward_layout, compile_to_cubin, is_ptx, nvrtc_
 from maskc.builder_ir import BuilderSpec
 from maskc.codegen.moves import MoveSpec
 from maskc.kernel_ir import BackwardSpec, KernelSource
-from maskc.options import Options
+from maskc.options import Options, options_of
 from maskc.runtime import cache
 
 
@@ -35,9 +35,10 @@ def _maskc_version() -> str:
         return "0+unknown"
 
 
-def resolved_options(options: Options | None) -> Options:
-    """The options of a call: those given, else those of the environment."""
-    return Options.from_environment() if options is None else options
+def resolved_options(options: Options | None, where: str = "maskc's runtime") -> Options:
+    """The options of a call to ``where``: those given, else those of the environment (a TypeError for what is
+    not an Options: :func:`maskc.options.options_of`)."""
+    return options_of(options, where)
 
 
 def disk_cache(options: Options | None = None) -> cache.DiskCache:

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from maskc.options import Options, from_token
+from maskc.options import Options, from_token, options_of
 from maskc.runtime import handles
 from maskc.runtime.permute import from_order, ordered_for, to_order
 
@@ -259,6 +259,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: f
     Shapes (B, Hq, S, D) and (B, Hkv, Skv, D); returns O, and LSE with ``return_lse`` (its gradient, if
     any, flows back too). ``deterministic``: a backward without atomics, bitwise repeatable. ``options``:
     how the kernels are built and run (default: the environment's, read when they run)."""
+    if options is not None:
+        options_of(options, "attention()")             # a TypeError naming what it takes, not one from below
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if torch.compiler.is_compiling():
