@@ -46,6 +46,14 @@ def compile_text(text: str, name=None):
     ("mask a(c: float = q)\n  allow k <= q\n", "t.mask:1:19", "a float default must be a number"),
     ("mask a(t: float table)\n  allow k <= q\n  score = score + t[q, k]\n", "t.mask:3:19", "takes one index"),
     ("mask a()\n  allow k <= q\n  score = score + (k < 2)\n", "t.mask:3:20", "found a condition"),
+    # softcap's cap divides the score: a number <= 0 is refused where it is written (parameters: at bind)
+    ("mask a()\n  allow k <= q\n  score = softcap(score, 0)\n", "t.mask:3:26", "softcap's cap is 0"),
+    ("mask a()\n  allow k <= q\n  score = softcap(score, 0.0)\n", "t.mask:3:26", "must be positive"),
+    ("mask a()\n  allow k <= q\n  score = softcap(score, -30.0)\n", "t.mask:3:26", "softcap's cap is -30"),
+    ("mask a()\n  allow k <= q\n  score = softcap(score, 2 * 3 - 6)\n", "t.mask:3:26", "softcap's cap is 0"),
+    ("mask a()\n  allow k <= q\n  score = softcap(score, 1.5 - 2.5)\n", "t.mask:3:26", "softcap's cap is -1"),
+    ("mask a()\n  allow k <= q\n  score = softcap(score, q - k + 1)\n", "t.mask:3:26",
+     "softcap's cap cannot depend on q or k"),
 ])
 def test_errors_point_at_the_text(text, where, words):
     with pytest.raises(maskc.MaskError) as err:
@@ -75,6 +83,38 @@ def test_a_call_of_a_mask_with_a_modifier_takes_its_rules_alone():
 def test_bind_checks_float_values(params, words):
     with pytest.raises(maskc.BindError, match=words):
         maskc.load(EXAMPLES / "alibi.mask").bind(seq_len=8, **params)
+
+
+@pytest.mark.parametrize("header,cap,values,words", [
+    ("c: float = 50.0", "c", {"c": 0.0}, "'c' = 0.0"),
+    ("c: float = 50.0", "c", {"c": -2.5}, "'c' = -2.5"),
+    ("c: int", "c", {"c": 0}, "'c' = 0"),
+    ("c: float per h = 1.0", "c", {"num_heads": 3, "c": [1.0, 2.0, -1.0]}, "'c' = -1.0 at head 2"),
+    ("c: float, d: float", "c - d", {"c": 1.0, "d": 1.0}, "'c' = 1.0, 'd' = 1.0"),
+])
+def test_bind_refuses_a_cap_that_is_not_positive(header, cap, values, words):
+    """A cap read from parameters is checked when they are known: a BindError naming them and their values,
+    pointing at the cap in the source."""
+    m = compile_text(f"mask a({header})\n  allow k <= q\n  score = softcap(score, {cap})\n")
+    with pytest.raises(maskc.BindError) as err:
+        m.bind(seq_len=8, **values)
+    message = str(err.value)
+    assert words in message and "softcap's cap" in message and "must be positive" in message, message
+    assert message.startswith("t.mask:3:26"), message
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.floats(-100, 100, allow_nan=False), st.sampled_from([0.0, -0.0, 1e-30, -1e-30])))
+def test_a_cap_binds_exactly_when_positive_and_the_reference_is_then_finite(cap):
+    m = maskc.load(EXAMPLES / "softcap.mask")
+    if cap <= 0:
+        with pytest.raises(maskc.BindError, match="must be positive"):
+            m.bind(seq_len=16, cap=cap)
+        return
+    bound = m.bind(seq_len=16, cap=cap)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(1, 1, 16, 8)) for _ in range(3))
+    assert np.isfinite(reference_attention(q, k, v, bound)).all()
 
 
 def test_bind_refuses_integer_parts_past_32_bits():

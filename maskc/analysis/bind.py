@@ -176,7 +176,7 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
     if uses_head and num_heads is None:
         raise BindError(f"mask '{mask.name}' depends on the head h: bind it with num_heads=", mask.span)
     check_bound(mask, ranges, params, seq_len, kv_len, num_heads if uses_head else 1, b, at)
-    check_score(mask, params, seq_len, kv_len, num_heads, batch, at)
+    check_score(mask, params, seq_len, kv_len, num_heads, batch, at, b)
     for h in range(num_heads) if uses_head else (0,):
         _check(mask, ranges.divisors, params, seq_len, kv_len, h, b, at)
     return params

@@ -15,7 +15,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis.evaluate import Evaluator
 from maskc.errors import BindError
-from maskc.ir.walk import mentions
+from maskc.ir.walk import mentions, nodes as walk_nodes
 from maskc.bound_params import BatchParams
 
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
@@ -90,19 +90,25 @@ def modified_scores(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv
     return ScoreEvaluator(mask, params, seq_len, kv_len, head, batch_index)(scores, q, k)
 
 
-def integer_parts(expr: ir.ScoreExpr):
-    """Every integer expression the modifier computes: ToFloat values and float-table indices."""
+def float_nodes(expr: ir.ScoreExpr):
+    """Every float node of a modifier's expression (not the integer expressions inside ToFloat and FloatAt)."""
     stack = [expr]
     while stack:
         e = stack.pop()
+        yield e
+        if isinstance(e, ir.FArith):
+            stack += [e.left, e.right]
+        elif isinstance(e, ir.FCall):
+            stack += list(e.args)
+
+
+def integer_parts(expr: ir.ScoreExpr):
+    """Every integer expression the modifier computes: ToFloat values and float-table indices."""
+    for e in float_nodes(expr):
         if isinstance(e, ir.ToFloat):
             yield e.value
         elif isinstance(e, ir.FloatAt):
             yield e.index
-        elif isinstance(e, ir.FArith):
-            stack += [e.left, e.right]
-        elif isinstance(e, ir.FCall):
-            stack += list(e.args)
 
 
 def reads_head(mask: ir.ResolvedMask) -> bool:
@@ -113,10 +119,11 @@ def reads_head(mask: ir.ResolvedMask) -> bool:
 
 
 def check_score(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, num_heads: int | None,
-                batch: int, at: str = "") -> None:
-    """Bind's check of a score modifier: every intermediate of its integer parts fits in 32 bits (the kernels
-    compute them in int) and every divisor is positive, for every position up to POSITION_SLACK past the
-    ends, head and batch element; by interval arithmetic, so sound (it may refuse what never overflows)."""
+                batch: int, at: str = "", b: int = 0) -> None:
+    """Bind's check of a score modifier (``params``: batch element ``b``'s): every intermediate of its integer
+    parts fits in 32 bits (the kernels compute them in int) and every divisor is positive, for every position
+    up to POSITION_SLACK past the ends, head and batch element, by interval arithmetic, so sound (it may refuse
+    what never overflows); and every softcap's cap is positive at every head (a cap reads no position)."""
     if mask.score is None:
         return
     box = {"q": (0, seq_len + POSITION_SLACK), "k": (0, kv_len + POSITION_SLACK),
@@ -124,6 +131,41 @@ def check_score(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len
            "b": (0, batch - 1)}
     for part in integer_parts(mask.score.expr):
         _interval(part, box, params, mask.name, at)
+    _check_caps(mask, params, seq_len, kv_len, num_heads if reads_head(mask) else None, b, at)
+
+
+def _check_caps(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, num_heads: int | None,
+                b: int, at: str) -> None:
+    """Each softcap's cap (free of q and k: resolve) positive at every head, else a BindError at the cap naming
+    the parameters it reads and their values."""
+    assert mask.score is not None, "a mask without a score modifier"
+    caps = [e.args[1] for e in float_nodes(mask.score.expr) if isinstance(e, ir.FCall) and e.fn == "softcap"]
+    zero = np.zeros(1, np.int64)
+    for h in range(num_heads) if num_heads else (0,):
+        ev = ScoreEvaluator(mask, params, seq_len, kv_len, h, b)
+        for cap in caps:
+            value = float(np.ravel(ev.score(cap, np.zeros(1), zero, zero)[0])[0])
+            if not value > 0:
+                head = f" at head {h}" if num_heads else ""
+                reads = ", ".join(sorted(set(_named(ev, cap, head)))) or "numbers alone"
+                raise BindError(f"softcap's cap is {value} with {reads}{at}; a cap must be positive", cap.span,
+                                "softcap(x, cap) is cap * tanh(x / cap): it bounds x to (-cap, cap)")
+
+
+def _named(ev: "ScoreEvaluator", cap: ir.ScoreExpr, head: str):
+    """``'c' = 1.5`` for each parameter a cap reads (``at head 2`` for one value per head)."""
+    zero = np.zeros(1, np.int64)
+    for e in float_nodes(cap):
+        if isinstance(e, ir.FloatParam):
+            yield f"'{e.name}' = {ev.params.float(e.name)}"
+        elif isinstance(e, ir.FloatAt):
+            yield f"'{e.table}' = {float(np.ravel(ev.score(e, np.zeros(1), zero, zero)[0])[0])}{head}"
+    for part in integer_parts(cap):
+        for n in walk_nodes(part):
+            if isinstance(n, ir.ParamRef):
+                yield f"'{n.name}' = {ev.params.int(n.name)}"
+            elif isinstance(n, ir.TableAt):
+                yield f"'{n.table}' = {int(np.ravel(ev.int(n, zero, zero))[0])}{head}"
 
 
 def _interval(e: ir.IntExpr, box, params: BatchParams, name: str, at: str) -> tuple[int, int]:

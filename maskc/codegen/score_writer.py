@@ -204,18 +204,13 @@ class ScoreWriter:
             return self.local(f"{a} * {factor}"), ua, self.grad_scale(da, factor)
         if isinstance(e, ir.FCall):
             a, ua, da = self.score(e.args[0])
-            if e.fn == "softcap" and not _is_pair(e.args[1]):
+            if e.fn == "softcap":      # resolve: the cap reads neither q nor k, and bind: it is positive
                 # cap * tanh(x / cap) with x = scale * s, in raw units: (cap / scale) * tanh(s * (scale / cap))
                 cap = self.natural(e.args[1], hoist=False)
                 t = self.local(f"maskc_tanh({self.to(a, ua, 'raw')} * {self.head(f'scale / ({cap})')})")
                 value = self.local(f"{self.head(f'({cap}) * inv_scale')} * {t}")
                 return value, "raw", self.grad_scale(da, self.local(f"fmaf(-{t}, {t}, 1.f)", grad=True))
-            if e.fn == "softcap":
-                cap = self.natural(e.args[1])
-                t = self.local(f"maskc_tanh({self.to(a, ua, 'nat')} / {cap})")
-                value = self.local(f"{cap} * {t}")
-            else:
-                t = value = self.local(f"maskc_tanh({self.to(a, ua, 'nat')})")
+            t = value = self.local(f"maskc_tanh({self.to(a, ua, 'nat')})")
             return value, "nat", self.grad_scale(da, self.local(f"fmaf(-{t}, {t}, 1.f)", grad=True))
         raise TypeError(e)
 

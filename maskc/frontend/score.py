@@ -5,16 +5,21 @@ literals, float parameters (``FloatParam``; ``FloatAt`` for float tables, a ``fl
 expressions (``ToFloat``, computed exactly as integers, then rounded), composed with ``+ - * /``,
 ``softcap(x, cap)`` and ``tanh(x)``. Statements are composed in source order: in the second, ``score`` is the
 value of the first. Nothing on the right of ``/`` and no ``cap`` reads the score (the gradient stays a product
-of per-node factors); integer parts read positions, lengths, h, b, int parameters and per-head int
+of per-node factors); a ``cap`` reads neither q nor k and, where it is a number, is positive (one that reads
+parameters is checked at bind: :func:`maskc.analysis.score.check_score`); integer parts read positions, lengths, h, b, int parameters and per-head int
 parameters, not segments nor other tables. A sub-expression is integer when it has no float literal, no float
 parameter, no ``score``, no ``/`` and no float function: ``(q - k) // 2`` floors as in the mask rules.
 """
 from __future__ import annotations
 
+import math
+
 from maskc import ir
+from maskc.analysis import linear
+from maskc.analysis.score import integer_parts
 from maskc.errors import MaskNameError, MaskTypeError, did_you_mean
 from maskc.frontend.scope import Let
-from maskc.ir.walk import nodes
+from maskc.ir.walk import depends_on_position, nodes
 
 SCORE_NAME = "score"
 FUNCTIONS = {"softcap": 2, "tanh": 1}
@@ -102,8 +107,8 @@ class _ScoreResolver:
                 raise MaskTypeError(f"{node.func}() takes {FUNCTIONS[node.func]} argument(s), got {len(node.args)}",
                                     node.span, "softcap(score, cap) is cap * tanh(score / cap)")
             args = tuple(self.value(a.value, scope) for a in node.args)
-            if node.func == "softcap" and _reads_score(args[1]):
-                raise MaskTypeError("softcap's cap cannot read the score", node.args[1].span)
+            if node.func == "softcap":
+                _check_cap(args[1], node.args[1].span)
             return ir.FCall(node.func, args, node.span)
         raise MaskTypeError("a score modifier computes a number here, not a condition or a call", node.span,
                             "e.g. 'score = softcap(score, 30.0)' or 'score = score - slope * (q - k)'")
@@ -119,6 +124,43 @@ class _ScoreResolver:
                                     "they read q, k, h, b, seq_len, kv_len, int and float parameters and "
                                     "float tables")
         return out
+
+
+CAP_HINT = "softcap(x, cap) is cap * tanh(x / cap): it bounds x to (-cap, cap), so cap is positive"
+
+
+def _check_cap(cap: ir.ScoreExpr, span) -> None:
+    """softcap's cap: free of the score, q and k (one value per head at most: the kernels divide by it once), and
+    positive where it is a number. One that reads parameters is checked when they are known (at bind)."""
+    if _reads_score(cap):
+        raise MaskTypeError("softcap's cap cannot read the score", span)
+    if any(depends_on_position(part) for part in integer_parts(cap)):
+        raise MaskTypeError("softcap's cap cannot depend on q or k", span,
+                            "cap with a number or a parameter (a 'float per h' for one cap per head)")
+    value = _number(cap)
+    if value is not None and not value > 0:
+        raise MaskTypeError(f"softcap's cap is {value}; a cap must be positive", span, CAP_HINT)
+
+
+def _number(e: ir.ScoreExpr) -> float | None:
+    """The value of a float expression of numbers alone (None where it reads anything else, or divides by 0)."""
+    if isinstance(e, ir.FloatConst):
+        return e.value
+    if isinstance(e, ir.ToFloat):
+        lin = linear.from_expr(e.value)
+        return float(lin.const) if linear.is_const(lin) else None
+    if isinstance(e, ir.FArith):
+        a, b = _number(e.left), _number(e.right)
+        if a is None or b is None or (e.op == "/" and b == 0):
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b}[e.op] if e.op != "/" else a / b
+    if isinstance(e, ir.FCall):
+        values = [_number(a) for a in e.args]
+        args = [v for v in values if v is not None]
+        if len(args) < len(values) or (e.fn == "softcap" and not args[1] > 0):
+            return None
+        return math.tanh(args[0]) if e.fn == "tanh" else args[1] * math.tanh(args[0] / args[1])
+    return None
 
 
 def _per_head(read: ir.TableAt) -> bool:
