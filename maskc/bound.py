@@ -15,6 +15,7 @@ from maskc.analysis.evaluate import dense_mask
 from maskc.analysis.order_tiles import classify_ordered
 from maskc.analysis.score import modified_scores
 from maskc.codegen.predicate import pack_mask_data
+from maskc.errors import BindError
 from maskc.flex_mods import Device, FlexMaskMod, FlexScoreMod
 from maskc.bound_params import BoundParams
 from maskc.kernel_ir import MAX_DESCRIPTOR_BYTES, BackwardSpec, Descriptor, KernelSpec, TileMap
@@ -101,17 +102,27 @@ class BoundMask:
         from maskc.restrict import RestrictedMask
         return RestrictedMask.of(self, q_range, kv_range)
 
-    def to_flex_block_mask(self, block_size: int | tuple[int, int] = 128, device: Device = None) -> "BlockMask":
+    def to_flex_block_mask(self, block_size: int | tuple[int, int] = 128, device: Device = None,
+                           B: int | None = None, H: int | None = None) -> "BlockMask":
         """maskc's tile classes as a ``torch.nn.attention.flex_attention.BlockMask`` on ``device`` (default:
         the CPU; ``.to("cuda")`` moves it), with :meth:`flex_mask_mod` for its PARTIAL blocks: feed it
-        straight to ``flex_attention``, or to ``maskc.attention``. ``block_size``: one side, or (query, key)."""
+        straight to ``flex_attention``, or to ``maskc.attention``. ``block_size``: one side, or (query, key).
+        ``B``, ``H``: the BlockMask's batch and heads, as Flex's ``create_block_mask`` takes them (default: the
+        batch the parameters give, else 1; one head); the blocks of a mask the same for every batch element are
+        repeated over B, and those of every mask over H (for a mask that reads h, the blocks any head needs:
+        the mask_mod hides what a head does not see)."""
         import torch
         from torch.nn.attention.flex_attention import BlockMask
 
         block_m, block_n = (block_size, block_size) if isinstance(block_size, int) else block_size
         device = device or "cpu"
+        batch = check_flex_batch(self, B)
+        heads = check_index(H, "H (the BlockMask's heads)", None) if H is not None else 1
+        if heads < 1:
+            raise BindError(f"H (the BlockMask's heads) must be a positive integer, got {H!r}")
         arrays = to_flex_block_mask_arrays(self.tile_map(block_m, block_n))
-        t = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
+        t = {k: torch.from_numpy(v).to(device).expand(batch, heads, *v.shape[2:]).contiguous()
+             for k, v in arrays.items()}
         return BlockMask.from_kv_blocks(t["kv_num_blocks"], t["kv_indices"], t["full_kv_num_blocks"],
                                         t["full_kv_indices"], BLOCK_SIZE=(block_m, block_n),
                                         mask_mod=self.flex_mask_mod(device),
@@ -173,6 +184,18 @@ def _values_repr(element) -> str:
     out += [f"{n}={v:g}" if isinstance(v, float) else f"{n}=[{', '.join(f'{x:g}' for x in v[:5])}"
             f"{', ...' if len(v) > 5 else ''}]" for n, v in element.floats]
     return ", ".join(out)
+
+
+def check_flex_batch(bound: "BoundMask", B: int | None) -> int:
+    """The B of Flex's arrays for ``bound``: ``B`` (a positive integer, equal to the batch the parameters give
+    if they give one), else that batch (1 for a mask the same for every element)."""
+    if B is None:
+        return bound.batch
+    if check_index(B, "B (the batch size)", None) < 1:
+        raise BindError(f"B (the batch size) must be a positive integer, got {B!r}")
+    if bound.batch > 1 and B != bound.batch:
+        raise BindError(f"B={B}, but the parameters describe {bound.batch} batch elements", bound.mask.resolved.span)
+    return B
 
 
 def _tile_map(bound: "BoundMask", block_m: int, block_n: int, max_bytes: int) -> TileMap:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from maskc.errors import BindError
+from maskc.bound import check_flex_batch
 from maskc.flex_mods import Device, FlexMaskMod, FlexScoreMod
 from maskc.pipeline import BoundMask, CompiledMask, load
 
@@ -34,8 +34,7 @@ def _bind(mask: "CompiledMask | str | os.PathLike[str]", B: int | None, H: int |
         raise TypeError("Q_LEN is required: the number of query positions")
     bound = compiled.bind(seq_len=Q_LEN, kv_len=KV_LEN, num_heads=H if compiled.reads_head else None,
                           **params)
-    if B is not None and bound.batch > 1 and B != bound.batch:
-        raise BindError(f"B={B}, but the parameters describe {bound.batch} batch elements", compiled.resolved.span)
+    check_flex_batch(bound, B)
     return bound
 
 
@@ -45,10 +44,11 @@ def create_block_mask(mask: "CompiledMask | str | os.PathLike[str]", B: int | No
     """Flex's ``create_block_mask`` for a .mask: a compiled mask or a path where Flex takes a mask_mod, and
     the mask's parameters as keyword arguments. Returns a Flex ``BlockMask`` on ``device`` (default: the
     CPU), built from maskc's tile classes in O(tiles) instead of evaluating the mask_mod on every pair,
-    with :class:`FlexMaskMod` as its mask_mod. ``B``: checked against a batch that the parameters give
-    (lists per element), else the mask is the same for every batch element (Flex broadcasts it); ``H``:
-    the number of heads, needed by masks that read ``h``. ``maskc.attention`` accepts the result too."""
-    return _bind(mask, B, H, Q_LEN, KV_LEN, params).to_flex_block_mask(BLOCK_SIZE, device)
+    with :class:`FlexMaskMod` as its mask_mod. Its arrays are (B, H, ...) as Flex's are for the same arguments
+    (None: 1), the blocks repeated where the mask is the same for every batch element or head; ``B`` must equal
+    a batch that the parameters give (lists per element), whose size stands for None; ``H``: the number of
+    heads, needed by masks that read ``h``. ``maskc.attention`` accepts the result too."""
+    return _bind(mask, B, H, Q_LEN, KV_LEN, params).to_flex_block_mask(BLOCK_SIZE, device, B, H)
 
 
 def create_mask(mask: "CompiledMask | str | os.PathLike[str]", B: int | None = None, H: int | None = None,

@@ -55,3 +55,35 @@ def test_mask_mod_on_its_own_device_is_itself_and_compiles_without_side_effects(
     out = torch.compile(flex_attention)(q, q, q, block_mask=block_mask)
     ref = flex_attention(q, q, q, block_mask=block_mask)
     assert torch.allclose(out, ref, atol=1e-5) and len(mod._copies) == 1
+
+
+@pytest.mark.parametrize("name,B,H,params", [
+    ("causal", 2, 3, {}), ("causal", None, None, {}), ("causal", None, 5, {}), ("causal", 4, None, {}),
+    ("document", 2, 3, {"docs": [[100, 412], [500, 12]]}), ("document", None, 2, {"docs": [[100, 412], [500, 12]]}),
+    ("per_head_window", 2, 4, {"window": [16, 32, 200, 128]}),
+])
+def test_create_block_mask_has_the_shape_flex_gives(name, B, H, params):
+    """maskc.create_block_mask(B=, H=) gives the BlockMask torch's create_block_mask gives for the same
+    arguments and the mask's own mask_mod: the same (B, H) in every array (a mask the same for every batch
+    element or head broadcast), the same blocks where maskc's tiles are exact (per head, maskc lists the blocks
+    any head needs: sound, the mask_mod hides the rest), and the same flex_attention output."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    mine = maskc.create_block_mask(EXAMPLES / f"{name}.mask", B=B, H=H, Q_LEN=512, **params)
+    batch = mine.mask_mod.bound.batch            # a batch the parameters give stands for B=None
+    theirs = create_block_mask(mine.mask_mod, B if B is not None or batch == 1 else batch, H, 512, 512, device="cpu")
+    assert mine.shape == theirs.shape
+    for field in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks",
+                  "q_indices", "full_q_num_blocks", "full_q_indices"):
+        assert getattr(mine, field).shape == getattr(theirs, field).shape, field
+    listed, needed = mine.to_dense().bool(), theirs.to_dense().bool()
+    assert bool((needed <= listed).all())
+    if name != "per_head_window":
+        assert torch.equal(listed, needed)
+        assert torch.equal(mine.full_kv_num_blocks, theirs.full_kv_num_blocks)
+    q = torch.randn(mine.shape[0], H or 1, 512, 16, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(flex_attention(q, q, q, block_mask=mine), flex_attention(q, q, q, block_mask=theirs))
+
+
+def test_create_block_mask_refuses_a_batch_the_parameters_contradict():
+    with pytest.raises(maskc.BindError, match="B=3, but the parameters describe 2 batch elements"):
+        maskc.create_block_mask(EXAMPLES / "document.mask", B=3, Q_LEN=512, docs=[[100, 412], [500, 12]])
