@@ -3,6 +3,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, strategies as st
 
 import maskc
 from maskc import ir
@@ -122,6 +123,17 @@ MALFORMED = [
     ("let_keyword_name", "mask m()\n  let not = 3\n  allow k <= q\n", 2, 7, "'not'"),
     ("range_missing_comma", "mask m()\n  allow k in [0 q)\n", 2, 17, "'q'"),
     ("stray_at_second_mask", "mask a()\n  allow k <= q\nmask b()\n  allow k @ q\n", 4, 11, "'@'"),
+    # a misspelt keyword is named, with the keyword it is closest to, at the misspelt word
+    ("typo_allow", "mask m()\n  alow k <= q\n", 2, 3, "unknown keyword `alow`; did you mean `allow`?"),
+    ("typo_require", "mask m(n: int)\n  requre n > 0\n  allow k <= q\n", 2, 3,
+     "unknown keyword `requre`; did you mean `require`?"),
+    ("typo_deny_call", "mask m()\n  allow k <= q\n  dney(k == 0)\n", 3, 3, "did you mean `deny`?"),
+    ("typo_let", "mask m()\n  lte x = 3\n  allow k <= x\n", 2, 3, "did you mean `let`?"),
+    ("typo_mask", "msk m()\n  allow k <= q\n", 1, 1, "unknown keyword `msk`; did you mean `mask`?"),
+    ("typo_import", 'imprt "x.mask"\nmask m()\n  allow k <= q\n', 1, 1, "did you mean `import`?"),
+    ("typo_type", "mask m(n: itn)\n  allow k <= q\n", 1, 11, "unknown keyword `itn`; did you mean `int`?"),
+    ("typo_over", "mask m(d: segments ovr k)\n  allow k <= q\n", 1, 20, "did you mean `over`?"),
+    ("typo_and", "mask m()\n  allow k <= q adn k > 0\n", 2, 16, "unknown keyword `adn`; did you mean `and`?"),
 ]
 
 
@@ -139,6 +151,25 @@ def test_syntax_errors_name_file_line_col_with_caret(name, text, line, col, word
     assert src == "  " + text.splitlines()[line - 1]
     assert caret.index("^") == col + 1
     assert caret.strip().startswith("^")
+
+
+@given(st.sampled_from(["allow", "deny", "require", "let"]), st.data())
+def test_a_misspelt_statement_keyword_is_named_where_it_is(keyword, data):
+    """Any one-letter slip (dropped, doubled, swapped with the next) in the word that starts a body line is an
+    error naming the word and the keyword, at the word; never Lark's generic message."""
+    i = data.draw(st.integers(0, len(keyword) - 1))
+    slip = data.draw(st.sampled_from(["drop", "double", "swap"]))
+    word = {"drop": keyword[:i] + keyword[i + 1:], "double": keyword[:i] + keyword[i] + keyword[i:],
+            "swap": keyword[:i] + keyword[i + 1:i + 2] + keyword[i] + keyword[i + 2:]}[slip]
+    assume(word != keyword and len(word) > 1)
+    rest = "x = 3" if keyword == "let" else "k <= q"
+    text = f"mask m()\n  allow k <= q\n  {word} {rest}\n"
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(text, path="bad.mask")
+    s = str(info.value)
+    assert s.startswith("bad.mask:3:3: error: "), s
+    assert f"unknown keyword `{word}`" in s and f"`{keyword}`" in s, s
+    assert s.splitlines()[2].strip() == "^" + "~" * (len(word) - 1), s
 
 
 def test_eq_instead_of_eqeq_hints_double_equals():

@@ -7,6 +7,7 @@ node carries the span of the text it came from. Any text that does not parse rai
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import re
 import threading
@@ -60,6 +61,36 @@ def _describe(token_type: str) -> str:
     return _TOKEN_WORDS.get(token_type, f"'{token_type.lower()}'")
 
 
+STATEMENT_KEYWORDS = ("allow", "deny", "require", "let")
+"""The words a mask's body lines start with (besides ``score =``)."""
+
+
+def _keywords(terminals) -> list[str]:
+    """The keywords among the grammar's terminals ``terminals`` (names, as Lark's ``expected`` gives them)."""
+    patterns = {t.name: t.pattern.value for t in _parser().terminals if t.pattern.type == "str"}
+    words = {patterns.get(t, "") for t in terminals} | (set(STATEMENT_KEYWORDS[:2]) if "RULE_KIND" in terminals
+                                                        else set())
+    return sorted(w for w in words if w.isalpha())
+
+
+def _misspelt_keyword(err: UnexpectedToken, lines: list[str]) -> tuple[str, int, int, str] | None:
+    """(word, line, col, keyword) where the error comes from a misspelt keyword: the unexpected word itself
+    close to a keyword the parser expected there (``msk``, ``itn``, ``adn``), or the word that starts a body
+    line, which the parser took for ``NAME = ...``, close to a statement keyword (``alow k <= q``)."""
+    tok = err.token
+    if tok.type == "NAME":
+        found = difflib.get_close_matches(str(tok), _keywords(err.expected), n=1)
+        if found:
+            return str(tok), tok.line, tok.column, found[0]
+    if "EQUAL" in err.expected and tok.line and 0 < tok.line <= len(lines):
+        first = re.match(r"([ \t]+)([A-Za-z_]\w*)[ \t]*", lines[tok.line - 1])
+        if first and first.end() == tok.column - 1:
+            found = difflib.get_close_matches(first.group(2), STATEMENT_KEYWORDS, n=1)
+            if found:
+                return first.group(2), tok.line, len(first.group(1)) + 1, found[0]
+    return None
+
+
 def _span_at(path: str, lines: list[str], line: int, col: int, length: int = 1) -> Span:
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     return Span(path, line, col, length, text)
@@ -76,6 +107,11 @@ def _syntax_error(err: UnexpectedInput, path: str, lines: list[str]) -> MaskSynt
         ch = lines[line - 1][col - 1] if line <= len(lines) and col <= len(lines[line - 1]) else "?"
         return MaskSyntaxError(f"unexpected character {ch!r}", span)
     if isinstance(err, UnexpectedToken):
+        typo = _misspelt_keyword(err, lines)
+        if typo is not None:
+            word, line, col, keyword = typo
+            return MaskSyntaxError(f"unknown keyword `{word}`; did you mean `{keyword}`?",
+                                   _span_at(path, lines, line, col, len(word)))
         tok = err.token
         got = "the end of the file" if tok.type == "$END" else (
             "an indented line" if tok.type == "_INDENT" else
