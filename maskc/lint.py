@@ -4,6 +4,8 @@
 
 * parse errors: when the file does not parse, each top-level block (a ``mask`` with its body, an
   ``import``) is parsed on its own, so every broken block is reported and the others are still linted;
+  the files it imports are recovered the same way, and an import that cannot be found or read is reported
+  at its line and left out (``program_from_text``'s ``parse_source`` and ``skipped``);
 * resolve and normalize errors: a mask that fails is checked again one rule at a time, so each wrong
   rule is reported (a mask-wide error such as "no 'allow' rule" too);
 * a mask name defined twice in one file (each repeat is an error; linting goes on with the first).
@@ -46,7 +48,7 @@ from maskc.frontend.resolve import Program, resolve
 from maskc.frontend.sources import read_source
 from maskc.ir.walk import mentions
 from maskc.lint_bind import segment_sides, table_ranges
-from maskc.pipeline import load_program, program_from_text
+from maskc.pipeline import program_from_text
 
 FORMATS = ("text", "json", "github")
 _COVER_BUDGET = 512          # regions visited when proving that deny rules cancel an allow rule
@@ -116,33 +118,41 @@ def lint_file(path: str | Path, import_paths: Iterable[str | Path] = ()) -> list
 # -- errors: every broken block and every wrong rule ----------------------------------------------
 
 def _load_recovering(path: str, import_paths: tuple = ()) -> tuple[Program | None, list[Diagnostic], set[str]]:
-    """The program, with the top-level blocks of the main file that do not parse left out; their errors;
-    and the names of the masks left out (errors that only echo those are not reported again)."""
-    try:
-        return load_program(path, import_paths), [], set()
-    except MaskError as err:
-        first = err
-    if first.span is None or first.span.file != path or not isinstance(first, MaskSyntaxError):
-        return None, [_from_error(first, path)], set()       # unreadable, or an error in an import
-    lines = source_lines(read_source(Path(path)))
-    kept = ["\n"] * len(lines)
+    """The program, with the top-level blocks that do not parse left out (of the main file and of each file it
+    imports), and the imports that cannot be found, read or parsed at all; their errors; and the names of the
+    masks left out (errors that only echo those are not reported again). None for the program when the main
+    file itself cannot be read or recovered."""
     errors: list[Diagnostic] = []
     broken: set[str] = set()
-    for start, end in _blocks(lines):
-        block, block_errors = _parse_dropping_lines(lines, start, end, path)
-        errors += block_errors
-        if block is not None:
-            kept[start:end] = block
-        if block_errors:
-            match = re.match(r"mask\s+([A-Za-z_]\w*)", lines[start])
-            if match:
-                broken.add(match.group(1))
-    if not errors:                       # no block fails on its own: the error lies between blocks
-        return None, [_from_error(first, path)], set()
+
+    def parse_recovering(text: str, file: str) -> ir.SourceFile:
+        try:
+            return parse(text, file)
+        except MaskSyntaxError as first:
+            lines = source_lines(text)
+            kept = ["\n"] * len(lines)
+            found: list[Diagnostic] = []
+            for start, end in _blocks(lines):
+                block, block_errors = _parse_dropping_lines(lines, start, end, file)
+                found += block_errors
+                if block is not None:
+                    kept[start:end] = block
+                if block_errors:
+                    match = re.match(r"mask\s+([A-Za-z_]\w*)", lines[start])
+                    if match:
+                        broken.add(match.group(1))
+            if not found:                # no block fails on its own: the error lies between blocks
+                raise first from None
+            errors.extend(found)
+            return parse("".join(kept), file)
+
+    skipped: list[MaskError] = []
     try:
-        return program_from_text("".join(kept), path, Path(path).parent, import_paths), errors, broken
+        program = program_from_text(read_source(Path(path)), path, Path(path).parent, import_paths,
+                                     parse_recovering, skipped)
     except MaskError as err:
         return None, errors + [_from_error(err, path)], broken
+    return program, errors + [_from_error(err, path) for err in skipped], broken
 
 
 def _parse_dropping_lines(lines: list[str], start: int, end: int,

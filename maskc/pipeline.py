@@ -9,7 +9,7 @@ users hold are :class:`~maskc.compiled.CompiledMask` and :class:`~maskc.bound.Bo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from maskc import ir
 from maskc.analysis.normalize import normalize, specialize
@@ -99,21 +99,30 @@ def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> P
 
 
 def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = ".",
-                      import_paths: Iterable[str | Path] = ()) -> Program:
+                      import_paths: Iterable[str | Path] = (), parse_source: Callable[[str, str], ir.SourceFile] = parse,
+                      skipped: list[MaskError] | None = None) -> Program:
     """Parse a main file's text and every file it imports, main file first; the main file's imports are
-    looked for under ``base_dir``, then ``import_paths``."""
+    looked for under ``base_dir``, then ``import_paths``. ``parse_source(text, path)`` parses each file (lint
+    passes one that recovers from syntax errors); with a ``skipped`` list, an import that cannot be found, read
+    or parsed is left out and its error appended there instead of raised (lint goes on with the rest)."""
     search = search_path(import_paths)
-    main = parse(text, path)
+    main = parse_source(text, path)
     files = [main]
     seen = {Path(path).resolve()} if path != "<string>" else set()
 
     def visit(f: ir.SourceFile, here: Path):
         for imp in f.imports:
-            p = find_import(imp, here, search)
-            if p in seen:
+            try:
+                p = find_import(imp, here, search)
+                if p in seen:
+                    continue
+                seen.add(p)
+                imported = parse_source(read_source(p, imp.span, regular_only=True), str(p))
+            except MaskError as err:
+                if skipped is None:
+                    raise
+                skipped.append(err)
                 continue
-            seen.add(p)
-            imported = parse(read_source(p, imp.span, regular_only=True), str(p))
             files.append(imported)
             visit(imported, p.parent)
 

@@ -204,3 +204,26 @@ def test_what_compile_refuses_lint_refuses(tmp_path, text, line, col, words):
 
 def test_const_parameters_without_defaults_are_not_guessed(tmp_path):
     assert _lint(tmp_path, "mask m(w: const int)\n  require w >= 1\n  allow k // w <= q // w\n") == []
+
+
+def test_import_errors_are_reported_and_linting_goes_on(tmp_path):
+    """A missing import, and an imported file with syntax errors, are each reported where they are (every
+    broken line of the imported file), and the rest is linted in the same run: the importing file's own
+    errors and warnings, and the masks of the broken file that parse (no echo of those that do not)."""
+    (tmp_path / "lib.mask").write_text("mask local(w: int)\n  allow k <= q, q - k < w\n"
+                                       "mask bad()\n  allow k <= q +\n"
+                                       "mask worse()\n  deny k >\n  allow k <= q\n")
+    main = tmp_path / "m.mask"
+    main.write_text('import "lib.mask"\n'
+                    'import "missing.mask"\n'
+                    "mask a()\n  allow local(4)\n  allow k <= qq\n"
+                    "mask b()\n  allow bad()\n"
+                    "mask c(unused: int)\n  allow k <= q\n")
+    diags = lint_file(main)
+    lib, here = str(tmp_path / "lib.mask"), str(main)
+    got = [(Path(d.file).name, d.line, d.severity) for d in diags]
+    assert got == [("lib.mask", 4, "error"), ("lib.mask", 6, "error"),
+                   ("m.mask", 2, "error"), ("m.mask", 5, "error"), ("m.mask", 8, "warning")], diags
+    assert "missing.mask" in diags[2].message and diags[2].col == 1
+    assert diags[3].hint == "did you mean 'q'?"
+    assert {d.file for d in diags} == {lib, here}
