@@ -7,7 +7,6 @@ node carries the span of the text it came from. Any text that does not parse rai
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import re
 import threading
@@ -15,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from lark import Lark, Token, Transformer_NonRecursive, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import UnexpectedInput, VisitError
 from lark.indenter import Indenter
 
 from maskc import ir
 from maskc.errors import MaskSyntaxError, Span
 from maskc.frontend.sources import MAX_SOURCE_BYTES, read_source
+from maskc.frontend.syntax_errors import span_at, syntax_error
 from maskc.resources import grammar_text
 
 
@@ -45,93 +45,10 @@ def _parser() -> Lark:
 _PARSE_LOCK = threading.Lock()
 
 
-# What a user should read instead of Lark's terminal names.
-_TOKEN_WORDS = {
-    "NAME": "a name", "INT": "a number", "FLOAT": "a number", "STRING": "a quoted path", "_NL": "the end of the line",
-    "_INDENT": "an indented line", "_DEDENT": "the end of the block", "$END": "the end of the file",
-    "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '//' or '%'", "OR_OP": "'|'",
-    "XOR_OP": "'^'", "AND_OP": "'&'", "SHIFT_OP": "'<<' or '>>'", "TILDE": "'~'",
-    "RULE_KIND": "'allow' or 'deny'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
-    "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "DOT": "'.'", "MINUS": "'-'", "PLUS": "'+'",
-    "MASK": "'mask'", "LET": "'let'", "IMPORT": "'import'",
-}
-
-
-def _describe(token_type: str) -> str:
-    return _TOKEN_WORDS.get(token_type, f"'{token_type.lower()}'")
-
-
-STATEMENT_KEYWORDS = ("allow", "deny", "require", "let")
-"""The words a mask's body lines start with (besides ``score =``)."""
-
-
-def _keywords(terminals) -> list[str]:
-    """The keywords among the grammar's terminals ``terminals`` (names, as Lark's ``expected`` gives them)."""
-    patterns = {t.name: t.pattern.value for t in _parser().terminals if t.pattern.type == "str"}
-    words = {patterns.get(t, "") for t in terminals} | (set(STATEMENT_KEYWORDS[:2]) if "RULE_KIND" in terminals
-                                                        else set())
-    return sorted(w for w in words if w.isalpha())
-
-
-def _misspelt_keyword(err: UnexpectedToken, lines: list[str]) -> tuple[str, int, int, str] | None:
-    """(word, line, col, keyword) where the error comes from a misspelt keyword: the unexpected word itself
-    close to a keyword the parser expected there (``msk``, ``itn``, ``adn``), or the word that starts a body
-    line, which the parser took for ``NAME = ...``, close to a statement keyword (``alow k <= q``)."""
-    tok = err.token
-    if tok.type == "NAME":
-        found = difflib.get_close_matches(str(tok), _keywords(err.expected), n=1)
-        if found:
-            return str(tok), tok.line, tok.column, found[0]
-    if "EQUAL" in err.expected and tok.line and 0 < tok.line <= len(lines):
-        first = re.match(r"([ \t]+)([A-Za-z_]\w*)[ \t]*", lines[tok.line - 1])
-        if first and first.end() == tok.column - 1:
-            found = difflib.get_close_matches(first.group(2), STATEMENT_KEYWORDS, n=1)
-            if found:
-                return first.group(2), tok.line, len(first.group(1)) + 1, found[0]
-    return None
-
-
-def _span_at(path: str, lines: list[str], line: int, col: int, length: int = 1) -> Span:
-    text = lines[line - 1] if 0 < line <= len(lines) else ""
-    return Span(path, line, col, length, text)
-
-
-def _syntax_error(err: UnexpectedInput, path: str, lines: list[str]) -> MaskSyntaxError:
-    line = getattr(err, "line", None) or len(lines) or 1
-    col = getattr(err, "column", None) or 1
-    if line == -1 or col == -1:          # at end of input: point just past the last character
-        line = max(1, len(lines))
-        col = len(lines[line - 1].rstrip("\n")) + 1 if lines else 1
-    span = _span_at(path, lines, line, col)
-    if isinstance(err, UnexpectedCharacters):
-        ch = lines[line - 1][col - 1] if line <= len(lines) and col <= len(lines[line - 1]) else "?"
-        return MaskSyntaxError(f"unexpected character {ch!r}", span)
-    if isinstance(err, UnexpectedToken):
-        typo = _misspelt_keyword(err, lines)
-        if typo is not None:
-            word, line, col, keyword = typo
-            return MaskSyntaxError(f"unknown keyword `{word}`; did you mean `{keyword}`?",
-                                   _span_at(path, lines, line, col, len(word)))
-        tok = err.token
-        got = "the end of the file" if tok.type == "$END" else (
-            "an indented line" if tok.type == "_INDENT" else
-            "the end of the line" if tok.type == "_NL" else
-            "the end of the block" if tok.type == "_DEDENT" else repr(str(tok)))
-        expected = sorted({_describe(t) for t in err.expected if not t.startswith("__")})
-        hint = None
-        if tok.type == "_INDENT":        # Lark places it at the end of the line before: point at the line
-            hint = "a mask's rules are indented once, under its 'mask' line"
-            line = min(line + 1, len(lines))
-            col = len(lines[line - 1]) - len(lines[line - 1].lstrip(" \t")) + 1
-        elif str(tok) in ("=",) and "COMP_OP" in err.expected:
-            hint = "compare with '=='"
-        msg = f"unexpected {got}" if got.startswith("'") else f"found {got}"
-        if expected and len(expected) <= 6:
-            msg += "; expected " + " or ".join(expected)
-        return MaskSyntaxError(msg, _span_at(path, lines, line, col, max(1, len(str(tok)))), hint)
-    if isinstance(err, UnexpectedEOF):
-        return MaskSyntaxError("unexpected end of the file", span)
-    return MaskSyntaxError("cannot parse this", span)
+@functools.lru_cache(maxsize=1)
+def _literal_terminals() -> dict[str, str]:
+    """The text of each of the grammar's literal terminals (its keywords and punctuation), by name."""
+    return {t.name: t.pattern.value for t in _parser().terminals if t.pattern.type == "str"}
 
 
 def _inconsistent_dedent(lines: list[str]) -> int:
@@ -163,13 +80,13 @@ class _ToSyntax(Transformer_NonRecursive):
 
     def _span(self, meta) -> Span:
         if getattr(meta, "empty", True):
-            return _span_at(self.path, self.lines, 1, 1)
+            return span_at(self.path, self.lines, 1, 1)
         length = meta.end_pos - meta.start_pos if meta.line == meta.end_line else (
             len(self.lines[meta.line - 1]) - meta.column + 1)
-        return _span_at(self.path, self.lines, meta.line, meta.column, max(1, length))
+        return span_at(self.path, self.lines, meta.line, meta.column, max(1, length))
 
     def _tok_span(self, tok: Token) -> Span:
-        return _span_at(self.path, self.lines, tok.line or 1, tok.column or 1, len(str(tok)))
+        return span_at(self.path, self.lines, tok.line or 1, tok.column or 1, len(str(tok)))
 
     # -- file and declarations --------------------------------------------------------------
     def start(self, items):
@@ -265,7 +182,7 @@ class _ToSyntax(Transformer_NonRecursive):
 
     @v_args(meta=True)
     def require_stmt(self, meta, items):
-        start = _span_at(self.path, self.lines, meta.line, meta.column, len("require"))
+        start = span_at(self.path, self.lines, meta.line, meta.column, len("require"))
         return ir.RuleDecl("require", tuple(items), self._through(start, items[-1].span))
 
     # -- conditions -------------------------------------------------------------------------
@@ -416,11 +333,11 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
         with _PARSE_LOCK:
             tree = _parser().parse(text)
     except UnexpectedInput as err:
-        raise _syntax_error(err, path, lines) from None
+        raise syntax_error(err, path, lines, _literal_terminals()) from None
     except Exception:  # Lark's indenter raises a bare DedentError for inconsistent dedents.
         line = _inconsistent_dedent(lines)
         raise MaskSyntaxError("this line's indentation matches no enclosing block",
-                              _span_at(path, lines, line, 1), "indent rules one level under their 'mask' line"
+                              span_at(path, lines, line, 1), "indent rules one level under their 'mask' line"
                               ) from None
     try:
         syntax = _ToSyntax(path, lines).transform(tree)      # not recursive: any depth is read
