@@ -81,8 +81,8 @@ class Options:
     # or "auto" (bits, until a GPU run decides); other masks and engines keep their one path
     partial_tiles: str = "auto"
     # the wgmma_tma forward's softmax computes 2^x on the FMA pipe (a polynomial) for 1 column tile (8 keys) in
-    # this many, on the SFU for the others: 0 (never: the default, until a GPU run measures it), 1, 2, 4 or 8.
-    # For masks whose score modifier also takes the SFU (softcap's tanh), which then bounds the forward.
+    # this many, on the SFU for the others: 0 (never: the default), 1, 2, 4 or 8. An experiment: slower on the
+    # H200 even for softcap, whose tanh also takes the SFU (run 58: 0.97x at 4; bench/NOTES.md)
     exp2_emulation: int = 0
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
