@@ -54,6 +54,9 @@ def compile_text(text: str, name=None):
     ("mask a()\n  allow k <= q\n  score = softcap(score, 1.5 - 2.5)\n", "t.mask:3:26", "softcap's cap is -1"),
     ("mask a()\n  allow k <= q\n  score = softcap(score, q - k + 1)\n", "t.mask:3:26",
      "softcap's cap cannot depend on q or k"),
+    # a float division by a number that is 0 (inf or NaN on every pair)
+    ("mask a()\n  allow k <= q\n  score = score / 0.0\n", "t.mask:3:19", "division by zero"),
+    ("mask a()\n  allow k <= q\n  score = score * (1.0 / (2 - 2))\n", "t.mask:3:27", "division by zero"),
 ])
 def test_errors_point_at_the_text(text, where, words):
     with pytest.raises(maskc.MaskError) as err:

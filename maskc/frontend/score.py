@@ -98,6 +98,9 @@ class _ScoreResolver:
             if node.op == "/" and _reads_score(right):
                 raise MaskTypeError("the right side of '/' cannot read the score", node.right.span,
                                     "divide by a number or a parameter")
+            if node.op == "/" and _number(right) == 0:
+                # a float division by 0 gives inf or NaN on every pair: an error where it is written
+                raise MaskTypeError("division by zero: the right side of '/' is 0", node.right.span)
             return ir.FArith(node.op, left, right, node.span)
         if isinstance(node, ir.Call) and node.func in FUNCTIONS:
             named = next((a for a in node.args if a.name), None)
