@@ -98,7 +98,8 @@ def row_block(slots_of, q0, rows, heads, kv_len, block_n, kt, window):
 
 
 def scan(counts, hulls, cap):
-    """maskc_scan: (offsets, kept, costs of the rows past kept replaced by their hull's)."""
+    """maskc_finish_view, the count kernel's last CTA: (offsets, kept, costs of the rows past kept replaced by
+    their hull's)."""
     counts = np.asarray(counts, np.int64)
     live = np.array([a < b for a, b in hulls], np.int64)
     kept = len(counts)

@@ -1,6 +1,7 @@
 """One tile shape's descriptor on the GPU: the row view (forward, deterministic dQ) and, on first use, the
 column view (the backward's dK/dV), in buffers allocated once and rewritten by the generated builder's kernels
-(``templates/descriptor_kernels.cu.j2``) and two ``torch.sort`` calls, all on the caller's stream: nothing is
+(``templates/descriptor_kernels.cu.j2``: two launches per view of up to 1,024 rows, a count and a write; a rank
+kernel or, past 65,536 rows, a ``torch.sort`` for larger views' work order), all on the caller's stream: nothing is
 read back, so a build is part of whatever CUDA graph captures it.
 
 Each view is CSR offsets, runs ``(begin, end, kind)`` and a heaviest-first order, as the host's
@@ -21,7 +22,8 @@ from maskc.runtime.state import DeviceDescriptor
 
 RUN_BYTES = 12
 COL_WARPS = 8               # the template's columns per CTA
-RANK_ORDER_ROWS = 1 << 16   # views of up to this many rows ordered by the builder's rank kernel (O(n^2)), else torch.sort
+FUSED_ORDER_ROWS = 1 << 10  # views of up to this many rows ordered by their count kernel's last CTA (O(n^2) in one CTA)
+RANK_ORDER_ROWS = 1 << 16   # then up to this many by the builder's rank kernel (O(n^2) over the grid), else torch.sort
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,8 @@ class DescriptorBuilder:
         table = (self.mask_data, self.mask_offsets, self.status_cp, *sizes)
         n, threads = self.rows.rows, self.spec.threads
         return [
-            self._launch("rows_count", (*table, v["counts"], v["costs"], v["hulls"]), n, threads),
-            self._launch("scan", (v["counts"], v["hulls"], n, self.rows.capacity, v["offsets"], v["info"],
-                                  v["costs"]), 1, 1024),
+            self._launch("rows_count", (*table, v["counts"], v["costs"], v["hulls"], *self._finish(self.rows)),
+                         n, threads),
             self._launch("rows_write", (*table, v["hulls"], v["offsets"], v["info"], v["runs"]), n, threads),
         ] + self._order_plan(self.rows)
 
@@ -121,15 +122,21 @@ class DescriptorBuilder:
         grid, threads = -(-n // COL_WARPS), 32 * COL_WARPS
         sweep = (r["offsets"], r["runs"], n, self.qt, self.kt)
         return [
-            self._launch("cols_count", (*sweep, c["counts"], c["costs"], c["hulls"]), grid, threads),
-            self._launch("scan", (c["counts"], c["hulls"], n, cols.capacity, c["offsets"], c["info"],
-                                  c["costs"]), 1, 1024),
+            self._launch("cols_count", (*sweep, c["counts"], c["costs"], c["hulls"], *self._finish(cols)), grid,
+                         threads),
             self._launch("cols_write", (*sweep, c["hulls"], c["offsets"], c["info"], c["runs"]), grid, threads),
         ] + self._order_plan(cols)
 
+    @staticmethod
+    def _finish(view: View) -> tuple:
+        """The count kernel's arguments for its last CTA, which makes the view's offsets and info and, up to
+        FUSED_ORDER_ROWS rows, its work order (``maskc_finish_view``)."""
+        return (view.capacity, view.cp["offsets"], view.cp["info"], view.cp["order"], int(view.rows <= FUSED_ORDER_ROWS))
+
     def _order_plan(self, view: View) -> list[PackedLaunch]:
-        """The rank kernel's launch for the view's work order, or none where torch.sort does it (``build``)."""
-        if view.rows > RANK_ORDER_ROWS:
+        """The rank kernel's launch for the view's work order, or none where the count kernel or torch.sort does
+        it (``build``)."""
+        if view.rows <= FUSED_ORDER_ROWS or view.rows > RANK_ORDER_ROWS:
             return []
         return [self._launch("order", (view.cp["costs"], view.rows, view.cp["order"]), -(-view.rows // 256), 256)]
 
