@@ -206,8 +206,9 @@ class Descriptor:
 @dataclass(frozen=True)
 class ScoreCode:
     """A mask's score modifier as device code (:mod:`maskc.codegen.score`): ``code`` defines ``ScoreHead``,
-    ``score_head``, ``score_mod`` and ``score_mod_grad`` (with ``row_terms``, also ``score_mod_fwd`` and ``score_row``:
-    the forward's scores without the terms that read no key position, and those terms for its LSE); ``helpers``
+    ``score_head``, ``score_mod`` and ``score_mod_grad`` (with ``row_terms`` or ``unit``, also ``score_mod_fwd``,
+    ``score_row`` and ``score_unit``: the forward's scores without the terms that read no key position and divided
+    by a positive factor, those terms for its LSE, and the factor for its softmax scale); ``helpers``
     the device functions it calls (``tanh.approx``);
     ``source`` is both. ``unit_slope``: its derivative is 1 everywhere (an additive modifier), so the backward
     multiplies dS by nothing. ``summary``: the modifier in one line."""
@@ -217,6 +218,12 @@ class ScoreCode:
     summary: str
     helpers: str = field(default="", repr=False)
     row_terms: bool = False     # the forward calls score_mod_fwd and adds score_row to the LSE (per-row terms)
+    unit: bool = False          # the forward calls score_mod_fwd, its softmax scale times score_unit (softcap's factor)
+
+    @property
+    def forward_variant(self) -> bool:
+        """The forward calls score_mod_fwd (with the work item's origin), not score_mod."""
+        return self.row_terms or self.unit
 
     @property
     def source(self) -> str:

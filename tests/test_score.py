@@ -262,8 +262,11 @@ extern "C" void score_fill_forward(const int* mask, int b, int h, float scale, i
         row[q] = score_row(c, mask, q, (float)q, (float)origin);
         for (int k = 0; k < kv_len; ++k)
             forward[q * kv_len + k] = score_mod_fwd(c, mask, s[q * kv_len + k], q, k, (float)q, (float)k,
-                                                    (float)(k - origin));
+                                                    (float)(k - origin)) * score_unit(c);
     }
+}
+extern "C" float unit_of(const int* mask, int b, int h, float scale) {
+    return score_unit(score_head(mask, b, h, scale));
 }
 """
 _BUILD = Path(tempfile.mkdtemp(prefix="maskc_score_"))
@@ -284,12 +287,14 @@ def compile_score(source: str):
     if forward:
         lib.score_fill_forward.argtypes = [np.ctypeslib.ndpointer(np.int32), ctypes.c_int, ctypes.c_int, ctypes.c_float,
                                            ctypes.c_int, ctypes.c_int, ctypes.c_int, f32, f32, f32]
+        lib.unit_of.argtypes = [np.ctypeslib.ndpointer(np.int32), ctypes.c_int, ctypes.c_int, ctypes.c_float]
+        lib.unit_of.restype = ctypes.c_float
     return lib
 
 
 def forward_scores(lib, table, x_raw: np.ndarray, head: int, scale: float, origin: int) -> np.ndarray:
-    """What the forward's softmax sees, in natural units: score_mod_fwd's scores plus score_row per row (the
-    generated code through g++)."""
+    """What the forward's softmax sees, in natural units: score_mod_fwd's scores times score_unit (the factor the
+    softmax's scale takes) plus score_row per row (the generated code through g++)."""
     S, K = x_raw.shape
     forward, row = np.zeros((S, K), np.float32), np.zeros(S, np.float32)
     lib.score_fill_forward(table, 0, head, scale, S, K, origin, np.ascontiguousarray(x_raw, np.float32), forward, row)
@@ -339,6 +344,43 @@ def test_forward_scores_and_row_terms_add_up_to_the_modifier(first, shifts, scal
     bound = _random_mask(statements).bind(seq_len=11, **RANDOM_VALUES)
     spec = bound.kernel_spec(head_dim=64)
     assume(spec.score.row_terms)
+    _check_forward_scores(bound, spec, scale, origin)
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@settings(max_examples=25, deadline=None)
+@given(_expr(2), st.sampled_from(["+", "-", "*"]), st.sampled_from(["c", "2.0", "sl", "(sl + 1.0)"]),
+       st.sampled_from([0.125, 0.3, 1.0]), st.integers(0, 10))
+def test_forward_scores_of_a_softcap_leave_its_factor_to_the_softmax(inner, op, cap, scale, origin):
+    """Where the whole modifier is softcap(...) of the score, the forward's scores leave out its factor
+    cap / scale, which score_unit gives back; together they are the modified score as the reference computes it."""
+    bound = _random_mask([f"softcap(score {op} {inner}, {cap})"]).bind(seq_len=11, **RANDOM_VALUES)
+    spec = bound.kernel_spec(head_dim=64)
+    assert spec.score.unit and not spec.score.row_terms
+    _check_forward_scores(bound, spec, scale, origin)
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+def test_a_negative_cap_written_on_the_device_keeps_the_softcap():
+    """A device update can write any float into a cap (bind checks it, the device does not): cap * tanh(x / cap)
+    is the same for -cap, and so must be what the forward's softmax sees (its row maxima need a positive
+    score_unit: a negative one would turn them into minima)."""
+    from maskc.codegen.cwriter import TableLayout
+    bound = maskc.load(EXAMPLES / "softcap.mask").bind(seq_len=11, cap=2.5)
+    spec = bound.kernel_spec(head_dim=64)
+    lib = compile_score(spec.predicate.source + spec.score.code)
+    desc = bound.descriptor(64, 64)
+    table = np.ascontiguousarray(desc.mask_data[desc.mask_offsets[0]:], np.int32)
+    slot = TableLayout.of(bound.mask.resolved.params).float_slot("cap")
+    assert table[slot:slot + 1].view(np.float32)[0] == 2.5
+    table[slot:slot + 1] = np.array([-2.5], np.float32).view(np.int32)
+    x = np.random.default_rng(4).uniform(-8, 8, (11, 11))
+    want = 2.5 * np.tanh(x / 2.5)
+    np.testing.assert_allclose(forward_scores(lib, table, x / 0.3, 0, 0.3, 0), want, rtol=1e-4, atol=1e-4)
+    assert lib.unit_of(table, 0, 0, 0.3) == pytest.approx(2.5 / 0.3)
+
+
+def _check_forward_scores(bound, spec, scale, origin):
     lib = compile_score(spec.predicate.source + spec.score.code)
     desc = bound.descriptor(64, 64)
     table = np.ascontiguousarray(desc.mask_data[desc.mask_offsets[0]:], np.int32)

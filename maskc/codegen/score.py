@@ -25,7 +25,7 @@ from __future__ import annotations
 from maskc import ir
 from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.sanitize import comment_text
-from maskc.codegen.score_writer import ONE, ScoreWriter, is_score, top_chain
+from maskc.codegen.score_writer import ONE, ScoreWriter, is_score, top_chain, top_softcap
 from maskc.kernel_ir import ScoreCode
 
 _HELPERS = """\
@@ -81,10 +81,13 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
         w.local(w.natural(mask.score.expr)), "nat", None)
     result = w.to(value, unit, "raw")
     lines, grad_lines = w.lines, w.grad_lines
-    # the forward's variant, where the top chain adds terms that read no key position (ALiBi's slope * q)
+    # the forward's variant, where the top chain adds terms that read no key position (ALiBi's slope * q), or
+    # where the whole modifier is softcap(...), whose factor cap / scale moves into the softmax's scale
     w.lines, w.grad_lines, w._memo, w.forward, w.top = [], [], {}, True, top_chain(mask.score.expr)
-    forward_result = w.to(*w.score(mask.score.expr)[:2], "raw") if w.top else None
-    forward_lines, row_terms = w.lines, w.row_terms
+    w.top_softcap = top_softcap(mask.score.expr)
+    forward_result = (w.to(*w.score(mask.score.expr)[:2], "raw") if w.top or w.top_softcap is not None
+                      else None)
+    forward_lines, row_terms, unit = w.lines, w.row_terms, w.unit
     out = [f"// The score modifier: {comment_text(describe(mask.score))}",
            "// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,",
            "// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))",
@@ -117,10 +120,12 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
         if with_grad:
             out.append(f"    d = {'0.f' if grad is None else grad};")
         out += [f"    return {result};", "}", ""]
-    if row_terms:
+    if row_terms or unit:
         out += ["// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is",
-                "// unchanged by them). kfo: the key's position less the row's origin (any position of the row's work",
-                "// item, the same for all its keys), exact and small near the diagonal.",
+                "// unchanged by them: score_row gives them back to the LSE), divided by its positive factor",
+                "// score_unit (by which the forward multiplies the softmax's scale instead). kfo: the key's position",
+                "// less the row's origin (any position of the row's work item, the same for all its keys), exact and",
+                "// small near the diagonal.",
                 f"__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ {table}, "
                 f"float s, int {position}, float kfo) {{"]
         out += unpack + ["    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;"]
@@ -134,9 +139,12 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
             out += ["    const int* __restrict__ mask = table + 2;", "    const int q = q_local + table[0];",
                     "    const float qf = qf_local + c.q0, of = of_local + c.k0;"]
         out += ["    (void)mask; (void)q; (void)qf; (void)of;",
-                f"    return {' + '.join(row_terms)};".replace("+ -", "- "), "}", ""]
+                f"    return {' + '.join(row_terms) or '0.f'};".replace("+ -", "- "), "}", "",
+                "// The forward's scores are score_mod's divided by this, a positive factor (scale > 0 at launch).",
+                "__device__ __forceinline__ float score_unit(const ScoreHead& c) {",
+                "    (void)c;", f"    return {unit or '1.f'};", "}", ""]
     code = "\n".join(out) + "\n"
-    return ScoreCode(code, grad == ONE, describe(mask.score), _HELPERS, row_terms=bool(row_terms))
+    return ScoreCode(code, grad == ONE, describe(mask.score), _HELPERS, row_terms=bool(row_terms), unit=unit is not None)
 
 
 def _in_order(body: list[str]) -> list[str]:

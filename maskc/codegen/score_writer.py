@@ -56,6 +56,12 @@ def top_chain(e) -> frozenset[int]:
     return frozenset(ids)
 
 
+def top_softcap(e):
+    """``e`` where the whole modifier is ``softcap(...)`` of the score (the forward then leaves its factor to the
+    softmax's scale), else None."""
+    return e if isinstance(e, ir.FCall) and e.fn == "softcap" and is_score(e) else None
+
+
 def is_score(e) -> bool:
     return _reads(e, True)
 
@@ -77,6 +83,10 @@ class ScoreWriter:
         self.forward = False
         self.top: frozenset[int] = frozenset()
         self.row_terms: list[str] = []
+        # and where the whole modifier is softcap(...), its positive factor cap / scale is left out of the
+        # forward's scores: ``unit`` (a ScoreHead field) multiplies the softmax's scale instead
+        self.top_softcap = None
+        self.unit: str | None = None
 
     # -- hoisted, per work item --------------------------------------------------------------
     def head(self, code: str) -> str:
@@ -205,10 +215,16 @@ class ScoreWriter:
         if isinstance(e, ir.FCall):
             a, ua, da = self.score(e.args[0])
             if e.fn == "softcap":      # resolve: the cap reads neither q nor k, and bind: it is positive
-                # cap * tanh(x / cap) with x = scale * s, in raw units: (cap / scale) * tanh(s * (scale / cap))
-                cap = self.natural(e.args[1], hoist=False)
-                t = self.local(f"maskc_tanh({self.to(a, ua, 'raw')} * {self.head(f'scale / ({cap})')})")
-                value = self.local(f"{self.head(f'({cap}) * inv_scale')} * {t}")
+                # cap * tanh(x / cap) with x = scale * s, in raw units: (cap / scale) * tanh(s * (scale / cap)); the
+                # same with |cap| (tanh is odd), so the factor is positive even for a cap a device update made
+                # negative, which the forward's softmax scale relies on (score_unit)
+                cap = f"fabsf({self.natural(e.args[1], hoist=False)})"
+                t = self.local(f"maskc_tanh({self.to(a, ua, 'raw')} * {self.head(f'scale / {cap}')})")
+                factor = self.head(f"{cap} * inv_scale")
+                if self.forward and e is self.top_softcap:
+                    self.unit = factor       # the forward's softmax takes the factor into its scale
+                    return t, "raw", None
+                value = self.local(f"{factor} * {t}")
                 return value, "raw", self.grad_scale(da, self.local(f"fmaf(-{t}, {t}, 1.f)", grad=True))
             t = value = self.local(f"maskc_tanh({self.to(a, ua, 'nat')})")
             return value, "nat", self.grad_scale(da, self.local(f"fmaf(-{t}, {t}, 1.f)", grad=True))

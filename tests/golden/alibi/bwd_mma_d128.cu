@@ -239,8 +239,10 @@ __device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* _
 }
 
 // The forward's scores: score_mod less its terms that read no key position (the softmax of a row is
-// unchanged by them). kfo: the key's position less the row's origin (any position of the row's work
-// item, the same for all its keys), exact and small near the diagonal.
+// unchanged by them: score_row gives them back to the LSE), divided by its positive factor
+// score_unit (by which the forward multiplies the softmax's scale instead). kfo: the key's position
+// less the row's origin (any position of the row's work item, the same for all its keys), exact and
+// small near the diagonal.
 __device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float kfo) {
     (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;
     const float v0 = fmaf(c.f0, -kfo, s);
@@ -252,6 +254,12 @@ __device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __
 __device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ mask, int q, float qf, float of) {
     (void)mask; (void)q; (void)qf; (void)of;
     return -c.f1 * (qf - of);
+}
+
+// The forward's scores are score_mod's divided by this, a positive factor (scale > 0 at launch).
+__device__ __forceinline__ float score_unit(const ScoreHead& c) {
+    (void)c;
+    return 1.f;
 }
 
 

@@ -221,8 +221,8 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     c.inv_scale = 1.f / scale;
     const float inv_scale = c.inv_scale;
     (void)inv_scale;
-    c.f0 = scale / (__int_as_float(mask[2]));
-    c.f1 = (__int_as_float(mask[2])) * inv_scale;
+    c.f0 = scale / fabsf(__int_as_float(mask[2]));
+    c.f1 = fabsf(__int_as_float(mask[2])) * inv_scale;
     return c;
 }
 
@@ -240,6 +240,30 @@ __device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* _
     const float d2 = fmaf(-v0, v0, 1.f);
     d = d2;
     return v1;
+}
+
+// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is
+// unchanged by them: score_row gives them back to the LSE), divided by its positive factor
+// score_unit (by which the forward multiplies the softmax's scale instead). kfo: the key's position
+// less the row's origin (any position of the row's work item, the same for all its keys), exact and
+// small near the diagonal.
+__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float kfo) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;
+    const float v0 = maskc_tanh(s * c.f0);
+    return v0;
+}
+
+// What score_mod_fwd left out, for row q with origin `of`, in natural units: the forward adds it to
+// the row's LSE, which is then the LSE of the modified scores.
+__device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ mask, int q, float qf, float of) {
+    (void)mask; (void)q; (void)qf; (void)of;
+    return 0.f;
+}
+
+// The forward's scores are score_mod's divided by this, a positive factor (scale > 0 at launch).
+__device__ __forceinline__ float score_unit(const ScoreHead& c) {
+    (void)c;
+    return c.f1;
 }
 
 

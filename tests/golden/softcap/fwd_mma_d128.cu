@@ -209,8 +209,8 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     c.inv_scale = 1.f / scale;
     const float inv_scale = c.inv_scale;
     (void)inv_scale;
-    c.f0 = scale / (__int_as_float(mask[2]));
-    c.f1 = (__int_as_float(mask[2])) * inv_scale;
+    c.f0 = scale / fabsf(__int_as_float(mask[2]));
+    c.f1 = fabsf(__int_as_float(mask[2])) * inv_scale;
     return c;
 }
 
@@ -228,6 +228,30 @@ __device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* _
     const float d2 = fmaf(-v0, v0, 1.f);
     d = d2;
     return v1;
+}
+
+// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is
+// unchanged by them: score_row gives them back to the LSE), divided by its positive factor
+// score_unit (by which the forward multiplies the softmax's scale instead). kfo: the key's position
+// less the row's origin (any position of the row's work item, the same for all its keys), exact and
+// small near the diagonal.
+__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float kfo) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;
+    const float v0 = maskc_tanh(s * c.f0);
+    return v0;
+}
+
+// What score_mod_fwd left out, for row q with origin `of`, in natural units: the forward adds it to
+// the row's LSE, which is then the LSE of the modified scores.
+__device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ mask, int q, float qf, float of) {
+    (void)mask; (void)q; (void)qf; (void)of;
+    return 0.f;
+}
+
+// The forward's scores are score_mod's divided by this, a positive factor (scale > 0 at launch).
+__device__ __forceinline__ float score_unit(const ScoreHead& c) {
+    (void)c;
+    return c.f1;
 }
 
 
@@ -364,18 +388,22 @@ __device__ __forceinline__ void load_tile(u32 dst, const u16* __restrict__ base,
 // s <- mod(scale * s) / scale on every pair of the tile (q_row: the query of fragment row g; key0: the tile's
 // first key + 2t). One call per kv tile; ScoreHead holds everything that reads neither q, k nor s. Positions
 // as floats are the row's and the tile's first plus constants: two conversions per call, none per pair.
+// This modifier's scores are left here divided by a positive factor (score_mod_fwd), by which the caller
+// multiplies the softmax's scale instead (score_unit): one multiply less per pair.
 template <int N_TILES>
 __device__ __forceinline__ void modify_scores(float (&s)[N_TILES][4], const ScoreHead& sh, const int* __restrict__ mask,
-                                              int q_row, int key0) {
+                                              int q_row, int key0, int origin) {
     const float q_rowf = (float)q_row, key0f = (float)key0;
+    const float key0f_from_origin = (float)(key0 - origin);
     #pragma unroll
     for (int half = 0; half < 2; ++half)
         #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt)
             #pragma unroll
             for (int e = 0; e < 2; ++e)
-                s[nt][half * 2 + e] = score_mod(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
-                                                q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e));
+                s[nt][half * 2 + e] = score_mod_fwd(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
+                                                    q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e),
+                                                    key0f_from_origin + (float)(nt * 8 + e));
 }
 
 // This kernel keeps its own masking and softmax code, as measured in run 13 (353 TF/s at 32K causal): with
@@ -460,7 +488,7 @@ __device__ __forceinline__ void attend_tile(
 
     // ---- the score modifier, on every pair (masking below then hides what it must) ----
     #pragma unroll
-    for (int mt = 0; mt < M_TILES; ++mt) modify_scores(s[mt], sh, mask, q0 + warp_row0 + mt * 16 + g, k0 + 2 * t);
+    for (int mt = 0; mt < M_TILES; ++mt) modify_scores(s[mt], sh, mask, q0 + warp_row0 + mt * 16 + g, k0 + 2 * t, q0);
 
     // ---- masking: -inf where the predicate (or the kv_len bound) hides a key ----
     // MASKED/BOUNDS say whether the code exists; do_mask/do_bounds whether it runs for this tile (one
@@ -616,6 +644,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_CTAS_PER_SM) maskc
     const u16* v_base = v + b * v_sb + hk * v_sh;
     const int* mask = mask_data + mask_offsets[mb];
     const ScoreHead sh = score_head(mask, mb, h, scale_log2 * LN2);    // the score modifier's per-head constants
+    const float softmax_scale_log2 = scale_log2 * score_unit(sh);       // the scores are in units of score_unit
 
     const u32 smem0 = smem_address(smem);
     const u32 q_smem = smem0;
@@ -701,7 +730,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_CTAS_PER_SM) maskc
         const int k0 = kv_block * BLOCK_N;
         const bool ragged = k0 + BLOCK_N > kv_len;   // only the last kv_block can be
         attend_tile<true, true>(st, q_frag, q_smem, k_smem, v_smem, qv_off, k_off, lane, warp_row0, q0, k0,
-                                seq_len, kv_len, mask, mb, h, scale_log2, has_next, iv_smem, kind != KIND_FULL, ragged,
+                                seq_len, kv_len, mask, mb, h, softmax_scale_log2, has_next, iv_smem, kind != KIND_FULL, ragged,
                                 sh);
         run = next_run; kv_block = next_block; kv_end = next_end; kind = next_kind;
         stage ^= 1;
@@ -721,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_CTAS_PER_SM) maskc
             const float inv = l > 0.f ? 1.f / l : 0.f;
             const int row = warp_row0 + mt * 16 + g + half * 8;
             if (lse != nullptr && t == 0 && q0 + row < seq_len) {
-                const float m_scaled = st.m[mt][half] * scale_log2;
+                const float m_scaled = st.m[mt][half] * softmax_scale_log2;
                 lse[((long long)b * num_heads + h) * seq_len + q0 + row] =
                     l > 0.f ? (m_scaled + __log2f(l)) * LN2 : neg_inf();
             }

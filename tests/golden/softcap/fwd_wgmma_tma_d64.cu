@@ -217,8 +217,8 @@ __device__ __forceinline__ ScoreHead score_head(const int* __restrict__ mask, in
     c.inv_scale = 1.f / scale;
     const float inv_scale = c.inv_scale;
     (void)inv_scale;
-    c.f0 = scale / (__int_as_float(mask[2]));
-    c.f1 = (__int_as_float(mask[2])) * inv_scale;
+    c.f0 = scale / fabsf(__int_as_float(mask[2]));
+    c.f1 = fabsf(__int_as_float(mask[2])) * inv_scale;
     return c;
 }
 
@@ -236,6 +236,30 @@ __device__ __forceinline__ float score_mod_grad(const ScoreHead& c, const int* _
     const float d2 = fmaf(-v0, v0, 1.f);
     d = d2;
     return v1;
+}
+
+// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is
+// unchanged by them: score_row gives them back to the LSE), divided by its positive factor
+// score_unit (by which the forward multiplies the softmax's scale instead). kfo: the key's position
+// less the row's origin (any position of the row's work item, the same for all its keys), exact and
+// small near the diagonal.
+__device__ __forceinline__ float score_mod_fwd(const ScoreHead& c, const int* __restrict__ mask, float s, int q, int k, float qf, float kf, float kfo) {
+    (void)mask; (void)q; (void)k; (void)qf; (void)kf; (void)s; (void)kfo;
+    const float v0 = maskc_tanh(s * c.f0);
+    return v0;
+}
+
+// What score_mod_fwd left out, for row q with origin `of`, in natural units: the forward adds it to
+// the row's LSE, which is then the LSE of the modified scores.
+__device__ __forceinline__ float score_row(const ScoreHead& c, const int* __restrict__ mask, int q, float qf, float of) {
+    (void)mask; (void)q; (void)qf; (void)of;
+    return 0.f;
+}
+
+// The forward's scores are score_mod's divided by this, a positive factor (scale > 0 at launch).
+__device__ __forceinline__ float score_unit(const ScoreHead& c) {
+    (void)c;
+    return c.f1;
 }
 
 
@@ -511,18 +535,22 @@ __device__ __forceinline__ float row_lse(float m, float l, float scale_log2) {
 // s <- mod(scale * s) / scale on every pair of the tile (q_row: the query of fragment row g; key0: the tile's
 // first key + 2t). One call per kv tile; ScoreHead holds everything that reads neither q, k nor s. Positions
 // as floats are the row's and the tile's first plus constants: two conversions per call, none per pair.
+// This modifier's scores are left here divided by a positive factor (score_mod_fwd), by which the caller
+// multiplies the softmax's scale instead (score_unit): one multiply less per pair.
 template <int N_TILES>
 __device__ __forceinline__ void modify_scores(float (&s)[N_TILES][4], const ScoreHead& sh, const int* __restrict__ mask,
-                                              int q_row, int key0) {
+                                              int q_row, int key0, int origin) {
     const float q_rowf = (float)q_row, key0f = (float)key0;
+    const float key0f_from_origin = (float)(key0 - origin);
     #pragma unroll
     for (int half = 0; half < 2; ++half)
         #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt)
             #pragma unroll
             for (int e = 0; e < 2; ++e)
-                s[nt][half * 2 + e] = score_mod(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
-                                                q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e));
+                s[nt][half * 2 + e] = score_mod_fwd(sh, mask, s[nt][half * 2 + e], q_row + 8 * half, key0 + nt * 8 + e,
+                                                    q_rowf + (float)(8 * half), key0f + (float)(nt * 8 + e),
+                                                    key0f_from_origin + (float)(nt * 8 + e));
 }
 
 // ---- 128-byte-swizzled tiles, the layout wgmma reads ---------------------------------------------------
@@ -993,6 +1021,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_softcap(
             const Item it = decode(item);
             const int* mask = mask_data + mask_offsets[it.mb];
             const ScoreHead sh = score_head(mask, it.mb, it.h, scale_log2 * LN2);   // the score modifier's constants
+            const float softmax_scale_log2 = scale_log2 * score_unit(sh);   // the scores are in units of score_unit
             const int2* iv_smem = nullptr;
             // The key intervals of this warp's 16 rows, once per item (rows past seq_len are clamped: computed,
             // never stored). A warp reads only its own rows of the table (mask_scores), so warp barriers
@@ -1043,7 +1072,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_softcap(
             // mask (PARTIAL tiles and the ragged last tile only) the tile `walk` is at
             auto mask_tile = [&](float (&s)[N_TILES][4]) {
                 const int k0 = walk.kv_block * BLOCK_N;
-                modify_scores(s, sh, mask, it.q0 + warp_row0 + g, k0 + 2 * t);   // every pair, before masking
+                modify_scores(s, sh, mask, it.q0 + warp_row0 + g, k0 + 2 * t, it.q0);   // every pair, before masking
                 mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem, roots,
                                         walk.kind != KIND_FULL, k0 + BLOCK_N > kv_len);
             };
@@ -1063,7 +1092,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_softcap(
                 fence_accumulators(s);
                 release(k_empty(j % KV_STAGES));
                 mask_tile(s);
-                softmax_update(s, m, l, alpha, scale_log2);   // acc is 0: alpha needs no applying
+                softmax_update(s, m, l, alpha, softmax_scale_log2);   // acc is 0: alpha needs no applying
                 pack_a_fragments(p, s);
                 // Steady state, while there is a tile j + 1 (no branches inside: ptxas then keeps the two
                 // products in flight together instead of serializing them).
@@ -1074,7 +1103,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_softcap(
                     fence_accumulators(s);
                     release(k_empty((j + 1) % KV_STAGES));
                     mask_tile(s);
-                    softmax_update(s, m, l, alpha, scale_log2);
+                    softmax_update(s, m, l, alpha, softmax_scale_log2);
                     wgmma_wait<0>();
                     fence_accumulators(acc);
                     release(v_empty(j % KV_STAGES));
@@ -1097,7 +1126,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_softcap(
 
             // ---- epilogue: finish the row sums, normalize, write LSE and O (staged through shared memory) ----
             float* lse_row0 = lse != nullptr ? lse + ((long long)it.b * num_heads + it.h) * seq_len + it.q0 : nullptr;
-            store_warp_rows(acc, m, l, o_smem, warp_row0, lane, it.q0, seq_len, scale_log2, lse_row0,
+            store_warp_rows(acc, m, l, o_smem, warp_row0, lane, it.q0, seq_len, softmax_scale_log2, lse_row0,
                             o + it.b * o_sb + it.h * o_sh + (long long)it.q0 * o_ss, o_ss);
             if (O_IN_Q_BUFFER) {
                 fence_proxy_async();
