@@ -47,9 +47,10 @@ on inputs already in the order, 2032 FULL and 3422 PARTIAL tiles in 2.79 ms (43 
 FULL tile's 13.2 ns; 30-43 ns across clear and neighborhood at 4K and 32K). Fitted before the disc's root tables
 (run 55), which made PARTIAL tiles cheaper in both orders: clear at 32K is now near break-even (139 TF/s in
 8 x 16 with the gathers, 136 raster)."""
-GATHER_COST = 15
+GATHER_COST = 5
 """The gathers and the scatter of a call in an order, per q_block, in FULL tiles: run 53 timed 0.79-0.81 ms
-of them at 32K (B=1, H=16, D=128: 195 ns per q_block and head, 15 FULL tiles), 0.13-0.18 ms at 4K (about 20)."""
+of them at 32K as torch copies (B=1, H=16, D=128: 195 ns per q_block and head, 15 FULL tiles); run 58 the moves
+kernel that replaced them (one launch each way) at 0.265 ms: 5 FULL tiles."""
 MIN_SAVING = 0.1
 """The least share of the raster order's tile work an order must save to be taken (``"auto"``)."""
 SAMPLE_BLOCKS = 32
