@@ -7,7 +7,8 @@ it is. The generated code computes that in as few per-element instructions as th
 part that reads neither q, k nor the score is hoisted into ``ScoreHead`` (computed once per work item), and
 the factors ``scale`` and ``1 / scale`` are folded into those hoisted constants wherever the expression is
 linear in the score (``score - slope * (q - k)`` is one FMA on s: ``fmaf(-slope / scale, (float)(q - k), s)``;
-``softcap(score, cap)`` is two multiplies around one ``tanh.approx.f32``). The derivative the backward needs,
+``softcap(score, cap)`` is two multiplies around one ``tanh.approx.f32``, and one in the forward, whose softmax
+scale takes the other: score_unit). The derivative the backward needs,
 ``d mod(scale * s) / scale / ds = mod'(x)``, is propagated alongside (forward mode) and folds to nothing when
 it is 1 (additive modifiers: ALiBi, bias tables)::
 
