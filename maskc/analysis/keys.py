@@ -13,7 +13,9 @@ and which intervals, a whole piece of rows shares).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Callable
 
 import numpy as np
 
@@ -26,6 +28,16 @@ from maskc.runs import sorted_unique
 
 class TooMany(Exception):
     """More intervals than the budget allows: the caller classifies this mask soundly instead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EndBounds:
+    """Every level-0 bound of a two-point enumeration's intervals (:func:`enumerate_keys`), each rounded inward:
+    ``of(pick)`` is ``[lows at the first point, highs at the first, lows at the second, highs at the second]``,
+    lists of arrays over the intervals ``pick`` (the clip to [0, kv_len - 1] last in each list); ``peak`` is the
+    most chunks one level enumerated (what its budget was checked against)."""
+    of: Callable[[np.ndarray], list]
+    peak: int
 
 
 def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
@@ -117,12 +129,13 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
     returns the formprog Env at positions ``q`` with chunk indices ``chunks`` (:func:`values_at`); the
     region's forms are compiled once (:class:`_NestProgram`). Returns ``(owner, lo, hi, unsure,
-    blind, cut)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
+    blind, cut, ends)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
     intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
     bound at both points, and ``cut`` (-1 where none) for intervals empty at one point only, the row where
     they would change from empty to not or back if every bound were affine between the points (see
-    :func:`_blind_and_cuts`).
+    :func:`_blind_and_cuts`), and ``ends``, the intervals' bounds at both points (:class:`EndBounds`; None with
+    one point).
     """
     nest = nest_of(region)
     program = _nest_program(region, nest)
@@ -149,6 +162,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         return (*_extremes(sides, owner_values, family_values, index, clip), index)
 
     chunks: dict = {}
+    peak = 0
     for depth in range(len(nest.levels) - 1, 0, -1):
         level = nest.levels[depth]
         lo, hi, _ = extremes(depth, chunks)
@@ -161,6 +175,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         total = int(per.sum())
         if total > budget:
             raise TooMany(f"{total} chunks")
+        peak = max(peak, total)
         # each family repeated once per chunk of its range, the chunks numbered from its lower bound up
         chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
         chunks[level.var] = np.repeat(lo[0] - (per.cumsum() - per), per) + np.arange(total)
@@ -169,6 +184,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     lo, hi = list(lo), list(hi + 1)
     blind = np.zeros(len(owner), bool)
     cut = np.full(len(owner), -1, np.int64)
+    ends = None
     if count == 2:
         def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
             sub = index[:, pick]
@@ -181,7 +197,8 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
                                                                             (np.maximum, np.minimum), (0, kv_len - 1)))
             return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
         _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut)
-    return owner, lo, hi, unsure, blind, cut
+        ends = EndBounds(bounds_at, peak)
+    return owner, lo, hi, unsure, blind, cut, ends
 
 
 def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
@@ -278,7 +295,7 @@ def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.nda
 
 def region_keys(region: ir.RegionBounds, make, q: np.ndarray, kv_len: int, budget: int):
     """The flat intervals of one exact region at the rows ``q`` (unsorted; disjoint within a row)."""
-    owner, lo, hi, _, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
+    owner, lo, hi, _, _, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
     keep = lo[0] < hi[0]
     return owner[keep], lo[0][keep], hi[0][keep]
 
