@@ -33,7 +33,7 @@ from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, subtract, union
-from maskc.runs import sorted_unique
+from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
 from maskc.kernel_ir import FULL, PARTIAL
@@ -202,9 +202,9 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if bad.any():
         ok = ~bad[block[piece]]
         piece, h0, h1 = piece[ok], h0[ok], h1[ok]
-    by_piece = union(piece, h0 // block_n, -((-h1) // block_n), kt)
+    by_piece = union(piece, floor_blocks(h0, block_n), ceil_blocks(h1, block_n), kt)
     touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
-    k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
+    k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
     if bad.any():
         ok &= ~bad[block[c_piece]]
@@ -228,12 +228,15 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int):
         budget -= len(owner)
         bad_piece |= unsure
         live = (lo[0] < hi[0]) & (lo[1] < hi[1])
+        if live.all():                             # usual: nothing to drop, no cut proposed (cut < 0 throughout)
+            parts.append((owner, lo[0], hi[0], lo[1], hi[1]))
+            continue
         dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
         bad_piece[owner[~live & ~dead]] = True
         parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
         cuts.append(cut[cut >= 0])
-    families = tuple(np.concatenate(x) for x in zip(*parts))
-    return families, bad_piece, np.concatenate(cuts), budget, enumerated
+    families = parts[0] if len(parts) == 1 else tuple(np.concatenate(x) for x in zip(*parts))
+    return families, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
 
 
 def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, block_m: int, budget: int,
