@@ -21,7 +21,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, gathered_at
+from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, OwnerRuns, gathered_at
 from maskc.analysis.rows import split_on_chunks
 from maskc.runs import sorted_unique
 
@@ -94,8 +94,9 @@ def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram
     return hit
 
 
-def _group_values(group, lower: bool, owner_values: list, family_values: list, index: np.ndarray, fn):
-    """One group's bound (:class:`_NestProgram`) at the families of ``index``: the extreme ``fn`` of its
+def _group_values(group, lower: bool, owner_values: list, family_values: list, index, fn):
+    """One group's bound (:class:`_NestProgram`) at the families of ``index`` (as
+    :func:`~maskc.analysis.formprog.gathered_at` takes it): the extreme ``fn`` of its
     chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
     moving, den, fixed = group
     v = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
@@ -106,9 +107,9 @@ def _group_values(group, lower: bool, owner_values: list, family_values: list, i
     return v
 
 
-def _extremes(sides, owner_values: list, family_values: list, index: np.ndarray, clip: tuple | None):
+def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple | None):
     """A level's greatest lower bound and least upper bound, int64[points, families] each, at the families of
-    ``index`` ([points, families] rows of the owners).
+    ``index`` ([points, families] rows of the owners, or :class:`~maskc.analysis.formprog.OwnerRuns`).
 
     By groups (:class:`_NestProgram`): the greatest of a group's chunk-free parts is taken at the owners' rows,
     gathered once, and its chunk-reading part added once: ``max(ceil((a + m) / d), ceil((b + m) / d)) =
@@ -152,20 +153,21 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     if count == 2:
         unsure |= at_point[0] != at_point[1]
     owner = owner[at_point[0] & ~unsure]
+    counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
 
     def extremes(depth: int, chunks: dict, clip=None):
         """Level ``depth``'s bounds' extremes (lo, hi inclusive) [count, families], all points at once (forms
-        of the chunks alone evaluated once per owner, not per point), and the owners' rows."""
-        index = owner[None] + n * np.arange(count)[:, None]      # (count, families); chunks broadcast along
+        of the chunks alone evaluated once per owner, not per point)."""
+        runs = OwnerRuns(count, counts)
         family, sides = program.levels[depth]
-        family_values = family.values(make(None, chunks), owner_values, index) if family.steps else []
-        return (*_extremes(sides, owner_values, family_values, index, clip), index)
+        family_values = family.values(make(None, chunks), owner_values, runs) if family.steps else []
+        return _extremes(sides, owner_values, family_values, runs, clip)
 
     chunks: dict = {}
     peak = 0
     for depth in range(len(nest.levels) - 1, 0, -1):
         level = nest.levels[depth]
-        lo, hi, _ = extremes(depth, chunks)
+        lo, hi = extremes(depth, chunks)
         lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
@@ -177,17 +179,20 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
             raise TooMany(f"{total} chunks")
         peak = max(peak, total)
         # each family repeated once per chunk of its range, the chunks numbered from its lower bound up
+        below = np.concatenate([[0], per.cumsum()])             # the chunks of the families before each
         chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
-        chunks[level.var] = np.repeat(lo[0] - (per.cumsum() - per), per) + np.arange(total)
+        chunks[level.var] = np.repeat(lo[0] - below[:-1], per) + np.arange(total)
         owner = np.repeat(owner, per)
-    lo, hi, index = extremes(0, chunks, (np.int64(0), np.int64(kv_len - 1)))
+        edges = np.concatenate([[0], counts.cumsum()])          # each owner's first family, before this level
+        counts = below[edges[1:]] - below[edges[:-1]]
+    lo, hi = extremes(0, chunks, (np.int64(0), np.int64(kv_len - 1)))
     lo, hi = list(lo), list(hi + 1)
     blind = np.zeros(len(owner), bool)
     cut = np.full(len(owner), -1, np.int64)
     ends = None
     if count == 2:
         def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
-            sub = index[:, pick]
+            sub = owner[pick][None] + n * np.arange(count)[:, None]     # their owners' rows at each point
             family = program.levels[0][0]
             family_values = family.values(make(None, {v: c[pick] for v, c in chunks.items()}), owner_values,
                                           sub) if family.steps else []
