@@ -176,18 +176,14 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
                                                  block_m, budget, enumerated)
     block = starts // block_m
-    piece, la, ha, lb, hb = families
-    piece, la, ha, lb, hb = _drop_covered(piece, la, ha, lb, hb, kv_len)
+    ordered = _hull_order(families, kv_len, sort=False)       # one region's come sorted, usually all kept
+    if ordered is None or not _nothing_covered(*ordered):
+        ordered = _hull_order(_drop_covered(*families, kv_len), kv_len)
+    (piece, la, ha, lb, hb), h0, h1, same = ordered
     bad = np.zeros(qt, bool)
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
-    key = piece * (kv_len + 1) + np.minimum(la, lb)
-    if (key[1:] < key[:-1]).any():              # one region's families come sorted: no sort, no gathers
-        order = key.argsort(kind="stable")
-        piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
-    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
-    same = piece[1:] == piece[:-1]
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
     joined = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])            # abuts the previous at both ends
     if joined.any():
@@ -314,6 +310,33 @@ def _interval(values: np.ndarray, lows: int):
     ``[lo, hi)`` and, per (upper, lower) pair, whether the upper bound lies below the lower one."""
     low, high = values[:lows], values[lows:]
     return low.max(axis=0), high.min(axis=0) + 1, high[:, None] < low[None]
+
+
+def _hull_order(families, kv_len: int, sort: bool = True):
+    """``(families, h0, h1, same)``: the families sorted by piece and hull start (a stable sort; None where
+    they are out of that order and ``sort`` is off), their hulls ``[h0, h1)``, and whether each follows one
+    of its piece."""
+    piece, la, ha, lb, hb = families
+    key = piece * (kv_len + 1) + np.minimum(la, lb)
+    if (key[1:] < key[:-1]).any():
+        if not sort:
+            return None
+        order = key.argsort(kind="stable")
+        piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
+    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
+    return (piece, la, ha, lb, hb), h0, h1, piece[1:] == piece[:-1]
+
+
+def _nothing_covered(families, h0, h1, same) -> bool:
+    """Whether :func:`_drop_covered` keeps the families (in :func:`_hull_order`) as they are: where none is
+    constant over its piece, or where each piece's hulls are disjoint (each starts at or after the previous
+    one's end) and no two constant ones touch (they would merge; none can hold another)."""
+    _, la, ha, lb, hb = families
+    constant = (la == lb) & (ha == hb)
+    if not constant.any():
+        return True
+    gap = h0[1:] - h1[:-1]
+    return not (same & ((gap < 0) | ((gap == 0) & constant[1:] & constant[:-1]))).any()
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
