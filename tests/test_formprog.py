@@ -46,7 +46,7 @@ def test_owner_runs_gather_as_the_index_does(counts, points, same, data):
         data.draw(st.lists(st.integers(-50, 50), min_size=n * points, max_size=n * points)), np.int64)
     owner = np.repeat(np.arange(n), counts)
     index = owner[None] + n * np.arange(points)[:, None]
-    runs = OwnerRuns(points, np.array(counts, np.intp))
+    runs = OwnerRuns(points, np.array(counts, np.intp), sum(counts))
     assert runs.shape == index.shape
     np.testing.assert_array_equal(gathered_at(x, runs), gathered_at(x, index))
     assert gathered_at(np.int64(7), runs) == 7

@@ -186,15 +186,16 @@ class FormProgram(_Steps):
 
 @dataclasses.dataclass(frozen=True)
 class OwnerRuns:
-    """Families that come in their owners' order, ``counts[o]`` of them for owner o, at ``points`` points: the
-    index [points, families] into the owners' rows (point after point) that this stands for ascends within
-    each point, so np.repeat does a gather's work (at a third of its cost)."""
+    """Families that come in their owners' order, ``counts[o]`` of them for owner o (``families`` in all), at
+    ``points`` points: the index [points, families] into the owners' rows (point after point) that this
+    stands for ascends within each point, so np.repeat does a gather's work (at a third of its cost)."""
     points: int
     counts: np.ndarray
+    families: int
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.points, int(self.counts.sum())
+        return self.points, self.families
 
 
 def gathered_at(x, index: np.ndarray | OwnerRuns):

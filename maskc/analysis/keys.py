@@ -158,7 +158,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     def extremes(depth: int, chunks: dict, clip=None):
         """Level ``depth``'s bounds' extremes (lo, hi inclusive) [count, families], all points at once (forms
         of the chunks alone evaluated once per owner, not per point)."""
-        runs = OwnerRuns(count, counts)
+        runs = OwnerRuns(count, counts, len(owner))
         family, sides = program.levels[depth]
         family_values = family.values(make(None, chunks), owner_values, runs) if family.steps else []
         return _extremes(sides, owner_values, family_values, runs, clip)
