@@ -215,8 +215,8 @@ def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
     non-empty at the first point only, the first row where some difference turns negative, and for one
     non-empty at the second only, the first row from which all are >= 0: the row where a piece would be cut
     so that the interval is empty at both ends of each part or at neither. Only a proposal: the caller
-    enumerates the parts again and checks them as any piece (bounds that are not affine there just leave
-    the parts flagged).
+    finds the parts' intervals again (interpolated, or enumerated) and checks them as any piece (bounds
+    that are not affine there just leave the parts flagged).
     """
     live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
     pick = (~(live_a & live_b)).nonzero()[0]

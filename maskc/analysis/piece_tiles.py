@@ -21,7 +21,9 @@ others must have disjoint hulls, and consecutive ones that abut at both end rows
 *chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
 families' hulls reach, and covered where every piece has a chain covering. A piece where an interval is
 empty at one end only (an image's short last row) is cut once where the interval empties (interpolated
-from its bounds at the two ends) and its q_block's pieces enumerated again. Pieces that still break a
+from its bounds at the two ends) and its q_block's pieces found again: each part has its piece's chunk
+tuples, and their bounds at the part's ends lie on the line through the piece's ends (affine), where the
+piece's guards and chunk ranges agree (else the parts are enumerated again). Pieces that still break a
 condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
 which the caller classifies row by row.
 """
