@@ -180,7 +180,8 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     block = starts // block_m
     ordered = _hull_order(families, kv_len, sort=False)       # one region's come sorted, usually all kept
     if ordered is None or not _nothing_covered(*ordered):
-        ordered = _hull_order(_drop_covered(*families, kv_len), kv_len)
+        piece, la, ha, lb, hb = families
+        ordered = _hull_order(_drop_covered(piece, la, ha, lb, hb, kv_len), kv_len)
     (piece, la, ha, lb, hb), h0, h1, same = ordered
     bad = np.zeros(qt, bool)
     if not len(piece):                           # no row of any piece sees a key
