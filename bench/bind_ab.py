@@ -7,7 +7,10 @@ bench_bind.py minutes apart cannot tell a 10 % change. Here each tree's ``maskc`
 new name (its imports rewritten), every example is compiled once per tree, and the trees take turns, one fresh
 ``bind(...).descriptor(block, block)`` each (order reversed every other turn), timed with this process's CPU
 time: both see the same load and the same allocator. Prints, per mask and tree, the lowest and the median
-time in ms. Parameters are bench/workloads.py's (this checkout's). Not a test; nothing is written.
+time in ms. Parameters are bench/workloads.py's (this checkout's). ``--allocator warm`` first puts glibc's
+allocator in the state of a process that has freed a large array (bench_bind.py's ``warm_allocator``): without
+it the figures depend on which masks ran before (video 2.4 ms first in the list, 1.4 after neighborhood).
+Not a test; nothing is written.
 """
 from __future__ import annotations
 
@@ -45,7 +48,11 @@ def main():
     ap.add_argument("--lengths", default="32768")
     ap.add_argument("--repeat", type=int, default=40)
     ap.add_argument("--block", type=int, default=128)
+    ap.add_argument("--allocator", choices=["as-is", "warm"], default="as-is")
     args = ap.parse_args()
+    if args.allocator == "warm":
+        from bench_bind import warm_allocator
+        warm_allocator()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         packages = [package_of(tree, f"maskc_ab{i}", Path(tmp)) for i, tree in enumerate(trees)]

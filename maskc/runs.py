@@ -92,6 +92,18 @@ def dense_of(offsets: np.ndarray, runs: np.ndarray, cols: int) -> np.ndarray:
     return out.reshape(rows, cols + 1).cumsum(axis=1)[:, :cols].astype(np.int8)
 
 
+def floor_blocks(x, block: int):
+    """``x // block`` (the block that holds position x), by a shift where ``block`` is a power of two: an
+    arithmetic shift floors as // does, at about a quarter of int64 division's cost."""
+    block = int(block)
+    return x >> (block.bit_length() - 1) if block & (block - 1) == 0 else x // block
+
+
+def ceil_blocks(x, block: int):
+    """``-(-x // block)``: the blocks that ``[0, x)`` reaches (:func:`floor_blocks` of the negation)."""
+    return -floor_blocks(-x, block)
+
+
 def sorted_unique(values: np.ndarray, return_inverse: bool = False):
     """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
     short arrays classification makes), and with ``return_inverse`` where each value went."""

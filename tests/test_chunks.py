@@ -220,3 +220,65 @@ def test_pieces_cut_where_a_chunk_interval_empties(width, data, shape):
         np.testing.assert_array_equal(bound.tiles(*shape), rows_only.tiles(*shape))
     finally:
         classify_module._piece_breaks = saved
+
+
+@settings(max_examples=80)
+@given(st.booleans(), st.integers(2, 20), st.data(), st.tuples(st.integers(8, 64), st.integers(1, 24)))
+def test_cut_pieces_interpolated_as_enumerated(image, width, data, shape):
+    """The families of pieces cut again, from the pieces' bounds interpolated to the parts' ends
+    (piece_tiles._parts_by_interpolation), equal those of the parts enumerated again, bit for bit: the same
+    runs, the same q_blocks left to the rows (a window over an image with a short last row, cut often where
+    q_blocks are tall, or any chunk mask)."""
+    text = _NEIGHBORHOOD if image else data.draw(chunk_mask_text(consistent=True), label="text")
+    if image:                                     # a short last row: its chunk empties inside pieces
+        window = data.draw(st.integers(1, width), label="window")
+        rows, last = data.draw(st.integers(window, window + 6), label="rows"), data.draw(st.integers(1, width - 1))
+        seq_len = (rows - 1) * width + last
+        bind_args = (seq_len, seq_len, {"width": width, "window": window})
+    else:
+        bind_args = data.draw(chunk_binding(), label="bind")
+    answered = []
+    real = piece_tiles._parts_by_interpolation
+
+    def interpolated(*args):
+        found = real(*args)
+        answered.append(found is not None)
+        return found
+
+    def runs(how):
+        piece_tiles._parts_by_interpolation = how
+        try:
+            mask, bound = _compiled_and_bound(text, bind_args)
+            tile_map = bound.tile_map(*shape)
+            return tile_map.run_offsets, tile_map.runs
+        finally:
+            piece_tiles._parts_by_interpolation = real
+    got = runs(interpolated)
+    event(("image, " if image else "") + ("no piece cut" if not answered else f"interpolated: {all(answered)}"))
+    enumerated = runs(lambda *args: None)
+    for a, b in zip(got, enumerated):
+        np.testing.assert_array_equal(a, b)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(-2, 3), st.integers(1, 6), st.integers(0, 2), st.booleans(),
+                          st.booleans()), max_size=24))
+def test_families_drop_covered_keeps_are_kept(drawn):
+    """Where _nothing_covered says _drop_covered keeps the families as they are (none constant over its piece, or
+    each piece's hulls disjoint with no two constant ones touching), piece_runs skips it: it must return them
+    unchanged there. Families non-empty at both ends, in order, some constant, some touching or overlapping
+    the previous one (then it may not keep them)."""
+    rows, piece, start, end = [], 0, 0, 0
+    for next_piece, gap, width, inset, constant, moves_right in drawn:
+        piece, start, end = (piece + 1, 0, 0) if next_piece else (piece, start, end)
+        start = max(end + gap, start)                  # hulls in order of their start
+        end = max(end, start + width)
+        inner = min(inset, width - 1)                  # the other end's interval, inside the hull
+        h0, h1 = start, start + width
+        rows.append((piece, h0, h1, h0, h1) if constant else (piece, h0, h1 - inner, h0 + inner, h1) if moves_right
+                    else (piece, h0 + inner, h1, h0, h1 - inner))
+    families = tuple(np.array(x, np.int64) for x in zip(*rows)) if rows else (np.zeros(0, np.int64),) * 5
+    ordered = piece_tiles._hull_order(families, 200, sort=False)
+    assume(ordered is not None and piece_tiles._nothing_covered(*ordered))
+    event(f"constant families: {min(sum(r[4] for r in drawn), 3)}, overlapping: {any(r[1] < 0 for r in drawn)}")
+    for kept, given_ in zip(piece_tiles._drop_covered(*families, 200), families):
+        np.testing.assert_array_equal(kept, given_)

@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import event, given, settings, strategies as st
 
 import maskc
-from maskc.analysis.formprog import Env, program_of
+from maskc.analysis.formprog import Env, OwnerRuns, gathered_at, program_of
 from maskc.analysis.rows import RowValues, k_bound_rows
 
 from mask_strategies import binding, mask_text
@@ -34,3 +34,19 @@ def test_programs_give_the_values_of_row_values(text, bind_args, rows):
     for (item, lower), value in zip(items, got):
         want = reference.lin(item) if lower is None else k_bound_rows(item, reference, lower=lower)
         np.testing.assert_array_equal(np.broadcast_to(value, q.shape), np.broadcast_to(want, q.shape))
+
+
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(1, 2), st.booleans(), st.data())
+def test_owner_runs_gather_as_the_index_does(counts, points, same, data):
+    """gathered_at through OwnerRuns (np.repeat over families in owner order) equals the gather through the
+    index [points, families] it stands for, values equal at every point or not."""
+    n = len(counts)
+    first = np.array(data.draw(st.lists(st.integers(-50, 50), min_size=n, max_size=n)), np.int64)
+    x = np.concatenate([first] * points) if same else np.array(
+        data.draw(st.lists(st.integers(-50, 50), min_size=n * points, max_size=n * points)), np.int64)
+    owner = np.repeat(np.arange(n), counts)
+    index = owner[None] + n * np.arange(points)[:, None]
+    runs = OwnerRuns(points, np.array(counts, np.intp), sum(counts))
+    assert runs.shape == index.shape
+    np.testing.assert_array_equal(gathered_at(x, runs), gathered_at(x, index))
+    assert gathered_at(np.int64(7), runs) == 7

@@ -156,7 +156,7 @@ def test_remembered_width_proofs_agree_with_the_walk(text, binds, c, t):
     the bound values passes, for the 64-bit and the 32-bit limits, bind after bind (later binds hit what
     earlier ones remembered; per-segment values near the int32 edges widen past them)."""
     from maskc.analysis.bounds import LIMIT, NARROW_LIMIT, Bounds
-    from maskc.analysis.widths import TILE_PADDING, _program
+    from maskc.analysis.widths import _REFUSED, TILE_PADDING, _checked_forms, _program
 
     compiled = maskc.compile_mask(text)
     program = _program(compiled.resolved, compiled.ranges)
@@ -171,6 +171,18 @@ def test_remembered_width_proofs_agree_with_the_walk(text, binds, c, t):
             bounds = Bounds(element, seq_len, kv_len, 1, 0, limit, padding)
             end = (program.roots[program.forms - 1] if program.forms else 0) if forms_only else len(program.steps)
             assert program.first_failing(bounds, forms_only) == program._walk(bounds, end, None)
+        # the forms alone (fits_32_bits without the resolved mask): the same answer as walking every form
+        forms = _program(None, compiled.ranges)
+        for limit, padding in ((LIMIT, 0), (NARROW_LIMIT, TILE_PADDING)):
+            walk = Bounds(element, seq_len, kv_len, 1, 0, limit, padding)
+            try:
+                for lin, _ in _checked_forms(compiled.ranges):
+                    walk.lin(lin)
+                walked = True
+            except _REFUSED:
+                walked = False
+            bounds = Bounds(element, seq_len, kv_len, 1, 0, limit, padding)
+            assert (forms.first_failing(bounds, forms_only=True) is None) == walked
 
 
 @settings(max_examples=60, deadline=None)

@@ -13,19 +13,31 @@ and which intervals, a whole piece of rows shares).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Callable
 
 import numpy as np
 
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, gathered_at
+from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, OwnerRuns, gathered_at
 from maskc.analysis.rows import split_on_chunks
 from maskc.runs import sorted_unique
 
 
 class TooMany(Exception):
     """More intervals than the budget allows: the caller classifies this mask soundly instead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EndBounds:
+    """Every level-0 bound of a two-point enumeration's intervals (:func:`enumerate_keys`), each rounded inward:
+    ``of(pick)`` is ``[lows at the first point, highs at the first, lows at the second, highs at the second]``,
+    lists of arrays over the intervals ``pick`` (the clip to [0, kv_len - 1] last in each list); ``peak`` is the
+    most chunks one level enumerated (what its budget was checked against)."""
+    of: Callable[[np.ndarray], list]
+    peak: int
 
 
 def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
@@ -82,8 +94,9 @@ def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram
     return hit
 
 
-def _group_values(group, lower: bool, owner_values: list, family_values: list, index: np.ndarray, fn):
-    """One group's bound (:class:`_NestProgram`) at the families of ``index``: the extreme ``fn`` of its
+def _group_values(group, lower: bool, owner_values: list, family_values: list, index, fn):
+    """One group's bound (:class:`_NestProgram`) at the families of ``index`` (as
+    :func:`~maskc.analysis.formprog.gathered_at` takes it): the extreme ``fn`` of its
     chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
     moving, den, fixed = group
     v = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
@@ -94,9 +107,9 @@ def _group_values(group, lower: bool, owner_values: list, family_values: list, i
     return v
 
 
-def _extremes(sides, owner_values: list, family_values: list, index: np.ndarray, clip: tuple | None):
+def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple | None):
     """A level's greatest lower bound and least upper bound, int64[points, families] each, at the families of
-    ``index`` ([points, families] rows of the owners).
+    ``index`` ([points, families] rows of the owners, or :class:`~maskc.analysis.formprog.OwnerRuns`).
 
     By groups (:class:`_NestProgram`): the greatest of a group's chunk-free parts is taken at the owners' rows,
     gathered once, and its chunk-reading part added once: ``max(ceil((a + m) / d), ceil((b + m) / d)) =
@@ -117,12 +130,13 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
     returns the formprog Env at positions ``q`` with chunk indices ``chunks`` (:func:`values_at`); the
     region's forms are compiled once (:class:`_NestProgram`). Returns ``(owner, lo, hi, unsure,
-    blind, cut)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
+    blind, cut, ends)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
     intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
     bound at both points, and ``cut`` (-1 where none) for intervals empty at one point only, the row where
     they would change from empty to not or back if every bound were affine between the points (see
-    :func:`_blind_and_cuts`).
+    :func:`_blind_and_cuts`), and ``ends``, the intervals' bounds at both points (:class:`EndBounds`; None with
+    one point).
     """
     nest = nest_of(region)
     program = _nest_program(region, nest)
@@ -139,19 +153,21 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     if count == 2:
         unsure |= at_point[0] != at_point[1]
     owner = owner[at_point[0] & ~unsure]
+    counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
 
     def extremes(depth: int, chunks: dict, clip=None):
         """Level ``depth``'s bounds' extremes (lo, hi inclusive) [count, families], all points at once (forms
-        of the chunks alone evaluated once per owner, not per point), and the owners' rows."""
-        index = owner[None] + n * np.arange(count)[:, None]      # (count, families); chunks broadcast along
+        of the chunks alone evaluated once per owner, not per point)."""
+        runs = OwnerRuns(count, counts, len(owner))
         family, sides = program.levels[depth]
-        family_values = family.values(make(None, chunks), owner_values, index) if family.steps else []
-        return (*_extremes(sides, owner_values, family_values, index, clip), index)
+        family_values = family.values(make(None, chunks), owner_values, runs) if family.steps else []
+        return _extremes(sides, owner_values, family_values, runs, clip)
 
     chunks: dict = {}
+    peak = 0
     for depth in range(len(nest.levels) - 1, 0, -1):
         level = nest.levels[depth]
-        lo, hi, _ = extremes(depth, chunks)
+        lo, hi = extremes(depth, chunks)
         lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
@@ -161,17 +177,22 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         total = int(per.sum())
         if total > budget:
             raise TooMany(f"{total} chunks")
+        peak = max(peak, total)
         # each family repeated once per chunk of its range, the chunks numbered from its lower bound up
+        below = np.concatenate([[0], per.cumsum()])             # the chunks of the families before each
         chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
-        chunks[level.var] = np.repeat(lo[0] - (per.cumsum() - per), per) + np.arange(total)
+        chunks[level.var] = np.repeat(lo[0] - below[:-1], per) + np.arange(total)
         owner = np.repeat(owner, per)
-    lo, hi, index = extremes(0, chunks, (np.int64(0), np.int64(kv_len - 1)))
+        edges = np.concatenate([[0], counts.cumsum()])          # each owner's first family, before this level
+        counts = below[edges[1:]] - below[edges[:-1]]
+    lo, hi = extremes(0, chunks, (np.int64(0), np.int64(kv_len - 1)))
     lo, hi = list(lo), list(hi + 1)
     blind = np.zeros(len(owner), bool)
     cut = np.full(len(owner), -1, np.int64)
+    ends = None
     if count == 2:
         def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
-            sub = index[:, pick]
+            sub = owner[pick][None] + n * np.arange(count)[:, None]     # their owners' rows at each point
             family = program.levels[0][0]
             family_values = family.values(make(None, {v: c[pick] for v, c in chunks.items()}), owner_values,
                                           sub) if family.steps else []
@@ -181,7 +202,8 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
                                                                             (np.maximum, np.minimum), (0, kv_len - 1)))
             return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
         _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut)
-    return owner, lo, hi, unsure, blind, cut
+        ends = EndBounds(bounds_at, peak)
+    return owner, lo, hi, unsure, blind, cut, ends
 
 
 def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
@@ -193,8 +215,8 @@ def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
     non-empty at the first point only, the first row where some difference turns negative, and for one
     non-empty at the second only, the first row from which all are >= 0: the row where a piece would be cut
     so that the interval is empty at both ends of each part or at neither. Only a proposal: the caller
-    enumerates the parts again and checks them as any piece (bounds that are not affine there just leave
-    the parts flagged).
+    finds the parts' intervals again (interpolated, or enumerated) and checks them as any piece (bounds
+    that are not affine there just leave the parts flagged).
     """
     live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
     pick = (~(live_a & live_b)).nonzero()[0]
@@ -278,7 +300,7 @@ def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.nda
 
 def region_keys(region: ir.RegionBounds, make, q: np.ndarray, kv_len: int, budget: int):
     """The flat intervals of one exact region at the rows ``q`` (unsorted; disjoint within a row)."""
-    owner, lo, hi, _, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
+    owner, lo, hi, _, _, _, _ = enumerate_keys(region, make, [q], kv_len, budget)
     keep = lo[0] < hi[0]
     return owner[keep], lo[0][keep], hi[0][keep]
 

@@ -21,7 +21,9 @@ others must have disjoint hulls, and consecutive ones that abut at both end rows
 *chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
 families' hulls reach, and covered where every piece has a chain covering. A piece where an interval is
 empty at one end only (an image's short last row) is cut once where the interval empties (interpolated
-from its bounds at the two ends) and its q_block's pieces enumerated again. Pieces that still break a
+from its bounds at the two ends) and its q_block's pieces found again: each part has its piece's chunk
+tuples, and their bounds at the part's ends lie on the line through the piece's ends (affine), where the
+piece's guards and chunk ranges agree (else the parts are enumerated again). Pieces that still break a
 condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
 which the caller classifies row by row.
 """
@@ -33,7 +35,7 @@ from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, subtract, union
-from maskc.runs import sorted_unique
+from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
 from maskc.kernel_ir import FULL, PARTIAL
@@ -171,23 +173,20 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
     ends = last_rows(starts, seq_len)
-    families, bad_piece, cuts, budget = _families(regions, make, starts, ends, kv_len, budget)
+    families, bad_piece, cuts, budget, enumerated = _families(regions, make, starts, ends, kv_len, budget)
     if len(cuts):
         starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
-                                                 block_m, budget)
+                                                 block_m, budget, enumerated)
     block = starts // block_m
-    piece, la, ha, lb, hb = families
-    piece, la, ha, lb, hb = _drop_covered(piece, la, ha, lb, hb, kv_len)
+    ordered = _hull_order(families, kv_len, sort=False)       # one region's come sorted, usually all kept
+    if ordered is None or not _nothing_covered(*ordered):
+        piece, la, ha, lb, hb = families
+        ordered = _hull_order(_drop_covered(piece, la, ha, lb, hb, kv_len), kv_len)
+    (piece, la, ha, lb, hb), h0, h1, same = ordered
     bad = np.zeros(qt, bool)
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
-    key = piece * (kv_len + 1) + np.minimum(la, lb)
-    if (key[1:] < key[:-1]).any():              # one region's families come sorted: no sort, no gathers
-        order = key.argsort(kind="stable")
-        piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
-    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
-    same = piece[1:] == piece[:-1]
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
     joined = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])            # abuts the previous at both ends
     if joined.any():
@@ -202,9 +201,9 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if bad.any():
         ok = ~bad[block[piece]]
         piece, h0, h1 = piece[ok], h0[ok], h1[ok]
-    by_piece = union(piece, h0 // block_n, -((-h1) // block_n), kt)
+    by_piece = union(piece, floor_blocks(h0, block_n), ceil_blocks(h1, block_n), kt)
     touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
-    k0, k1 = -((-c_lo) // block_n), np.where(c_hi >= kv_len, kt, c_hi // block_n)
+    k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
     if bad.any():
         ok &= ~bad[block[c_piece]]
@@ -217,26 +216,34 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
 def _families(regions, make, starts, ends, kv_len: int, budget: int):
     """The families of the pieces ``[starts, ends]`` (``(piece, lo, hi)`` at the start row, ``(lo, hi)`` at the
     end row: those non-empty at both), which pieces break a condition, the rows where cutting such a piece
-    may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), and the budget left."""
+    may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), the budget left, and each region's
+    enumeration as it came."""
     bad_piece = np.zeros(len(starts), bool)
-    parts, cuts = [], []
+    parts, cuts, enumerated = [], [], []
     for region in regions:
-        owner, lo, hi, unsure, blind, cut = enumerate_keys(region, make, [starts, ends], kv_len, budget)
+        found = enumerate_keys(region, make, [starts, ends], kv_len, budget)
+        enumerated.append(found)
+        owner, lo, hi, unsure, blind, cut, _ = found
         budget -= len(owner)
         bad_piece |= unsure
         live = (lo[0] < hi[0]) & (lo[1] < hi[1])
+        if live.all():                             # usual: nothing to drop, no cut proposed (cut < 0 throughout)
+            parts.append((owner, lo[0], hi[0], lo[1], hi[1]))
+            continue
         dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
         bad_piece[owner[~live & ~dead]] = True
         parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
         cuts.append(cut[cut >= 0])
-    families = tuple(np.concatenate(x) for x in zip(*parts))
-    return families, bad_piece, np.concatenate(cuts), budget
+    families = parts[0] if len(parts) == 1 else tuple(np.concatenate(x) for x in zip(*parts))
+    return families, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
 
 
-def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, block_m: int, budget: int):
-    """The pieces of the q_blocks where :func:`_families` proposed cuts, cut there and enumerated again (once:
-    parts that still break a condition stay flagged); the other pieces and their families kept. Pieces
-    come back renumbered (the cut ones last), not in row order."""
+def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, block_m: int, budget: int,
+         enumerated):
+    """The pieces of the q_blocks where :func:`_families` proposed cuts, cut there and their families found
+    again (once: parts that still break a condition stay flagged), from the pieces' ``enumerated`` bounds
+    where :func:`_parts_by_interpolation` can, else enumerated again; the other pieces and their families
+    kept. Pieces come back renumbered (the cut ones last), not in row order."""
     block = starts // block_m
     flagged = np.zeros(int(block[-1]) + 1, bool)          # the q_blocks of the cuts (rows inside the pieces)
     flagged[cuts // block_m] = True
@@ -244,7 +251,11 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
     new_starts = sorted_unique(np.concatenate([starts[again], cuts]))
     whole = starts.searchsorted(new_starts, side="right") - 1        # the piece each part was cut from
     new_ends = np.minimum(ends[whole], last_rows(new_starts, ends[-1] + 1))
-    found, new_bad, _, _ = _families(regions, make, new_starts, new_ends, kv_len, budget)
+    found = _parts_by_interpolation(enumerated, starts, ends, new_starts, new_ends, whole, budget)
+    if found is None:
+        found, new_bad, _, _, _ = _families(regions, make, new_starts, new_ends, kv_len, budget)
+    else:
+        found, new_bad = found
     keep = ~again
     renumber = keep.cumsum() - 1
     old = keep[families[0]]
@@ -252,6 +263,83 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
     found = (found[0] + int(keep.sum()),) + found[1:]
     return (np.concatenate([starts[keep], new_starts]), np.concatenate([ends[keep], new_ends]),
             tuple(np.concatenate(x) for x in zip(kept, found)), np.concatenate([bad_piece[keep], new_bad]))
+
+
+def _parts_by_interpolation(enumerated, starts, ends, new_starts, new_ends, whole, budget: int):
+    """What :func:`_families` finds on the parts ``[new_starts, new_ends]`` of the pieces ``whole`` (families,
+    parts that break a condition), from the pieces' enumerations, or None where that is not certain.
+
+    A part of a piece whose guards and chunk ranges agree at its ends (not unsure) has the guards' truth and
+    the chunk tuples of the piece (affine guards, monotone chunk bounds: module docstring), so its families are
+    the piece's, in the same order; their level-0 bounds are affine on the piece, so their values at the
+    part's ends lie on the line through the piece's ends. None where a piece cut is unsure, where a bound's
+    change over a piece is not a multiple of its length (not affine: the parts are enumerated instead), or
+    where enumerating the parts could pass the ``budget`` (a part has at most its piece's chunks per level)."""
+    times = int(np.bincount(whole).max())                          # the most parts of one piece
+    cut = np.bincount(whole, minlength=len(starts)) > 1
+    if times * sum(e.peak + len(o) for o, *_, e in enumerated) > budget:
+        return None
+    parts, bad = [], np.zeros(len(new_starts), bool)
+    span = np.maximum(ends - starts, 1)
+    for owner, _, _, unsure, _, _, bounds in enumerated:
+        if (unsure & cut).any():
+            return None
+        bad |= unsure[whole]                                       # a piece not cut: as it was
+        first = owner.searchsorted(whole)                          # owners ascend: each part's piece's families
+        count = owner.searchsorted(whole, side="right") - first
+        part = np.repeat(np.arange(len(new_starts)), count)
+        family = np.repeat(first - (count.cumsum() - count), count) + np.arange(int(count.sum()))
+        if not len(family):
+            continue
+        lows_a, highs_a, lows_b, highs_b = bounds.of(family)
+        a, b = np.array(lows_a + highs_a), np.array(lows_b + highs_b)       # [bounds, families]
+        length = span[whole][part]
+        slope = (b - a) // length
+        if (slope * length != b - a).any():
+            return None
+        n = len(lows_a)
+        (lo0, hi0, below0), (lo1, hi1, below1) = (_interval(a + slope * (rows - starts[whole])[part], n)
+                                                  for rows in (new_starts, new_ends))
+        live = (lo0 < hi0) & (lo1 < hi1)
+        dead = (lo0 >= hi0) & (lo1 >= hi1) & (below0 & below1).reshape(-1, len(family)).any(axis=0)
+        bad[part[~live & ~dead]] = True
+        parts.append((part[live], lo0[live], hi0[live], lo1[live], hi1[live]))
+    empty = np.zeros(0, np.int64)
+    return tuple(np.concatenate(x) for x in zip(*parts)) if parts else (empty,) * 5, bad
+
+
+def _interval(values: np.ndarray, lows: int):
+    """From every bound's values [bounds, families], the lower ones first (``lows`` of them): the intervals
+    ``[lo, hi)`` and, per (upper, lower) pair, whether the upper bound lies below the lower one."""
+    low, high = values[:lows], values[lows:]
+    return low.max(axis=0), high.min(axis=0) + 1, high[:, None] < low[None]
+
+
+def _hull_order(families, kv_len: int, sort: bool = True):
+    """``(families, h0, h1, same)``: the families sorted by piece and hull start (a stable sort; None where
+    they are out of that order and ``sort`` is off), their hulls ``[h0, h1)``, and whether each follows one
+    of its piece."""
+    piece, la, ha, lb, hb = families
+    key = piece * (kv_len + 1) + np.minimum(la, lb)
+    if (key[1:] < key[:-1]).any():
+        if not sort:
+            return None
+        order = key.argsort(kind="stable")
+        piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
+    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
+    return (piece, la, ha, lb, hb), h0, h1, piece[1:] == piece[:-1]
+
+
+def _nothing_covered(families, h0, h1, same) -> bool:
+    """Whether :func:`_drop_covered` keeps the families (in :func:`_hull_order`) as they are: where none is
+    constant over its piece, or where each piece's hulls are disjoint (each starts at or after the previous
+    one's end) and no two constant ones touch (they would merge; none can hold another)."""
+    _, la, ha, lb, hb = families
+    constant = (la == lb) & (ha == hb)
+    if not constant.any():
+        return True
+    gap = h0[1:] - h1[:-1]
+    return not (same & ((gap < 0) | ((gap == 0) & constant[1:] & constant[:-1]))).any()
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from maskc.analysis.keys import covered_by_all, subtract, union
-from maskc.runs import EMPTY, FULL, PARTIAL, runs_of, sorted_unique
+from maskc.runs import EMPTY, FULL, PARTIAL, ceil_blocks, floor_blocks, runs_of, sorted_unique
 
 
 def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
@@ -59,11 +59,11 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     big = np.int64(1) << 40
     lo, hi, lo_b, hi_b = (np.array(x) for x in zip(*slots))          # [slots, owners]
     live = lo < hi
-    t0 = np.where(live, np.minimum(lo, lo_b) // block_n, big)         # touched key blocks [t0, t1)
-    t1 = np.where(live, -(-np.maximum(hi, hi_b) // block_n), -1)
+    t0 = np.where(live, floor_blocks(np.minimum(lo, lo_b), block_n), big)   # touched key blocks [t0, t1)
+    t1 = np.where(live, ceil_blocks(np.maximum(hi, hi_b), block_n), -1)
     inner_hi = np.minimum(hi, hi_b)
-    c0 = np.where(live, -(-np.maximum(lo, lo_b) // block_n), big)     # covered key blocks [c0, c1)
-    c1 = np.where(live, np.where(inner_hi >= kv_len, kt, inner_hi // block_n), -1)   # short last tile
+    c0 = np.where(live, ceil_blocks(np.maximum(lo, lo_b), block_n), big)    # covered key blocks [c0, c1)
+    c1 = np.where(live, np.where(inner_hi >= kv_len, kt, floor_blocks(inner_hi, block_n)), -1)   # short last tile
     flat = (live, t0, t1, c0, c1)
     n = len(block)
     first = starts_of(block)                                  # each q_block's first owner
@@ -169,9 +169,10 @@ def key_block_runs(row_block: np.ndarray, row: np.ndarray, lo: np.ndarray, hi: n
     kt = -(-kv_len // block_n)
     live = lo < hi
     block, lo, hi = row_block[row[live]], lo[live], hi[live]
-    c0, c1 = -(-lo // block_n), np.where(hi >= kv_len, kt, hi // block_n)      # the short last tile
+    c0, c1 = ceil_blocks(lo, block_n), np.where(hi >= kv_len, kt, floor_blocks(hi, block_n))   # short last tile
     ok = c0 < c1
-    found = block_runs((block, lo // block_n, -(-hi // block_n)), (block[ok], c0[ok], c1[ok]), need, kt)
+    found = block_runs((block, floor_blocks(lo, block_n), ceil_blocks(hi, block_n)), (block[ok], c0[ok], c1[ok]),
+                       need, kt)
     return merge_runs(*found, rows)
 
 

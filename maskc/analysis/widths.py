@@ -62,10 +62,10 @@ def _params_in_expr(e) -> set[str]:
 class _Program:
     """The interval arithmetic of check_bound and fits_32_bits for one mask, compiled once: every distinct
     form, term and resolved expression (by value) as a step, children before parents, so that a bind
-    evaluates each once. The checked items are the kernel's forms (``forms`` of them), then the rules;
-    ``roots[i]`` is the number of steps the first i + 1 items need."""
+    evaluates each once. The checked items are the kernel's forms (``forms`` of them), then the rules
+    (none without ``resolved``); ``roots[i]`` is the number of steps the first i + 1 items need."""
 
-    def __init__(self, resolved: ir.ResolvedMask, ranges: ir.RangeMask):
+    def __init__(self, resolved: ir.ResolvedMask | None, ranges: ir.RangeMask):
         self.steps: list[tuple[str, object, tuple[int, ...]]] = []
         self._index: dict = {}
         self.roots: list[int] = []
@@ -73,7 +73,7 @@ class _Program:
             self._add("lin", lin)
             self.roots.append(len(self.steps))
         self.forms = len(self.roots)
-        for rule in resolved.rules:
+        for rule in resolved.rules if resolved is not None else ():
             for e in cond_exprs(rule.cond):
                 self._add("expr", e)
             self.roots.append(len(self.steps))
@@ -173,12 +173,14 @@ def _checked_forms(ranges: ir.RangeMask):
             yield lin, region
 
 
-def _program(resolved: ir.ResolvedMask, ranges: ir.RangeMask) -> _Program:
-    """The mask's compiled check, kept on ``ranges`` (an immutable RangeMask) for the next binds."""
-    cached = ranges.__dict__.get("_width_program")
+def _program(resolved: ir.ResolvedMask | None, ranges: ir.RangeMask) -> _Program:
+    """The mask's compiled check, kept on ``ranges`` (an immutable RangeMask) for the next binds; without
+    ``resolved``, the forms' alone (kept apart: the forms of a kernel's element path, fits_32_bits)."""
+    attr = "_width_program" if resolved is not None else "_width_forms_program"
+    cached = ranges.__dict__.get(attr)
     if cached is None or cached[0] is not resolved:
         cached = (resolved, _Program(resolved, ranges))
-        object.__setattr__(ranges, "_width_program", cached)
+        object.__setattr__(ranges, attr, cached)
     return cached[1]
 
 
@@ -227,15 +229,12 @@ def fits_32_bits(ranges: ir.RangeMask, params: BatchParams, seq_len: int, kv_len
                  batch_index: int, resolved: ir.ResolvedMask | None = None) -> bool:
     """Whether every intermediate of the kernel's forms fits in 32 bits, for q and k up to TILE_PADDING
     past their ends (the last tiles' rows and keys): the predicate may then be computed in int. With the
-    ``resolved`` mask, from the steps :func:`check_bound` compiled."""
+    ``resolved`` mask, from the steps :func:`check_bound` compiled; without, from a program of the forms alone
+    (both remember their passes: :meth:`_Program.first_failing`)."""
     bounds = Bounds(params, seq_len, kv_len, heads, batch_index, NARROW_LIMIT, TILE_PADDING)
     try:
-        if resolved is not None:
-            if _program(resolved, ranges).first_failing(bounds, forms_only=True) is not None:
-                return False
-        else:
-            for lin, _ in _checked_forms(ranges):
-                bounds.lin(lin)
+        if _program(resolved, ranges).first_failing(bounds, forms_only=True) is not None:
+            return False
         _check_nests(ranges, bounds)
     except _REFUSED:
         return False
