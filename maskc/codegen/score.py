@@ -88,7 +88,7 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
     w.top_softcap = top_softcap(mask.score.expr)
     forward_result = (w.to(*w.score(mask.score.expr)[:2], "raw") if w.top or w.top_softcap is not None
                       else None)
-    forward_lines, row_terms, unit = w.lines, w.row_terms, w.unit
+    forward_lines, row_terms, unit_field = w.lines, w.row_terms, w.unit
     out = [f"// The score modifier: {comment_text(describe(mask.score))}",
            "// (applied to a visible pair's scaled score x = scale * s before the softmax; the kernels keep raw s,",
            "// so score_mod returns mod(scale * s) / scale, and score_mod_grad also d = mod'(x))",
@@ -121,7 +121,7 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
         if with_grad:
             out.append(f"    d = {'0.f' if grad is None else grad};")
         out += [f"    return {result};", "}", ""]
-    if row_terms or unit:
+    if row_terms or unit_field:
         out += ["// The forward's scores: score_mod less its terms that read no key position (the softmax of a row is",
                 "// unchanged by them: score_row gives them back to the LSE), divided by its positive factor",
                 "// score_unit (by which the forward multiplies the softmax's scale instead). kfo: the key's position",
@@ -143,9 +143,10 @@ def score_code(mask: ir.ResolvedMask, constants: tuple[tuple[str, int], ...] = (
                 f"    return {' + '.join(row_terms) or '0.f'};".replace("+ -", "- "), "}", "",
                 "// The forward's scores are score_mod's divided by this, a positive factor (scale > 0 at launch).",
                 "__device__ __forceinline__ float score_unit(const ScoreHead& c) {",
-                "    (void)c;", f"    return {unit or '1.f'};", "}", ""]
+                "    (void)c;", f"    return {unit_field or '1.f'};", "}", ""]
     code = "\n".join(out) + "\n"
-    return ScoreCode(code, grad == ONE, describe(mask.score), _HELPERS, row_terms=bool(row_terms), unit=unit is not None)
+    return ScoreCode(code, grad == ONE, describe(mask.score), _HELPERS, row_terms=bool(row_terms),
+                     unit=unit_field is not None)
 
 
 def _in_order(body: list[str]) -> list[str]:

@@ -135,7 +135,7 @@ class ScoreWriter:
                 return f"(float){self.integer(e.value)}"
             cq, ck, rest = split      # cq q + ck k + rest: the positions as floats, the rest hoisted
             terms = [_times(cq, "qf"), _times(ck, "kf")] + ([self.head(f"(float){self.integer(rest)}")] if rest else [])
-            return "(" + " + ".join(t for t in terms if t).replace("+ -", "- ") + ")"
+            return "(" + (" + ".join(t for t in terms if t).replace("+ -", "- ") or "0.f") + ")"   # q - q: 0
         if isinstance(e, ir.FArith):
             return f"({self.natural(e.left, hoist)} {e.op} {self.natural(e.right, hoist)})"
         args = [self.natural(a, hoist) for a in e.args]
