@@ -2,8 +2,9 @@
 backends, hand-written mask_mods), FA4 where it has the mask (causal, sliding window; varlen for documents)
 and SDPA cuDNN (causal).
 
-B=1, H=16, D=128, bf16, the masks of bench_fwd.py (bench/workloads.py), the environment's options (for
-instance MASKC_BWD_DQ_REDUCTION) but the dK/dV engine, which is the schedule's, then each of --engines.
+B=1, H=16, D=128 (--head-dim: 64 or 256 too), bf16, the masks of bench_fwd.py (bench/workloads.py), the
+environment's options (for instance MASKC_BWD_DQ_REDUCTION) but the dK/dV engine, which is the schedule's, then
+each of --engines.
 Median of triton.testing.do_bench of
 - `bwd`: the backward alone. maskc: ``runtime.attention_backward`` from a stored O and LSE (the fast mode,
   impl `maskc`, and the deterministic one, `maskc_det`); Flex and cuDNN: ``torch.autograd.grad`` of a stored
@@ -21,6 +22,7 @@ raster order, `maskc_preordered` on inputs already in the auto order (no gathers
 Writes its records (same keys as bench_fwd.py) to --out and prints a markdown table last.
 
     python bench/bench_bwd.py [--lengths 4096,16384,32768] [--masks causal,...] [--engines wgmma,...]
+                              [--head-dim 256]
 """
 from __future__ import annotations
 
@@ -49,6 +51,15 @@ def rel(a, b) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
+def _against(grads, reference):
+    """(relative error per gradient, whether all are within 3e-2 and free of NaN) against Flex's gradients; (None,
+    None) without them."""
+    if reference is None:
+        return None, None
+    errs = [rel(a, b) for a, b in zip(grads, reference)]
+    return errs, all(e <= 3e-2 for e in errs) and not any(torch.isnan(g).any().item() for g in grads)
+
+
 def extra_bytes(step, kept_bytes: int) -> int:
     """Peak device bytes one call of ``step`` (a forward + backward) allocates beyond ``kept_bytes`` (O and the
     gradients, which the caller keeps): the memory it needs besides Q, K, V, O, dO and the gradients."""
@@ -70,7 +81,7 @@ def _fa4_peers(w, flex_fa4, fa4, block_mask, qg, kg, vg, dout) -> dict:
         steps["flex_fa4"] = lambda: torch.autograd.grad(flex_fa4(qg, kg, vg, block_mask=block_mask), (qg, kg, vg), dout)
     if fa4 is None:
         return steps
-    S = qg.shape[2]
+    S, D = qg.shape[2], qg.shape[3]
     q4, k4, v4 = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (qg, kg, vg))   # (B, S, H, D)
     dout4 = dout.transpose(1, 2).contiguous()
     kw = w.fa4_native()
@@ -93,9 +104,11 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest_bwd.json"))
     ap.add_argument("--engines", default=",".join(BACKWARD_ENGINES),
                     help="the other dK/dV engines to time beside the schedule's")
+    ap.add_argument("--head-dim", type=int, default=D)
     args = ap.parse_args()
+    head_dim = args.head_dim
     default = maskc.Options.from_environment().replace(backward_engine=None)   # the schedule's engine first
-    engine = choose_backward_tiles(D, "bf16", state.capability(torch.cuda.current_device(), default)).engine
+    engine = choose_backward_tiles(head_dim, "bf16", state.capability(torch.cuda.current_device(), default)).engine
     others = [e for e in args.engines.split(",") if e and e != engine]
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -107,15 +120,15 @@ def main():
     records = []
 
     def record(mask, S, impl, pass_, ms, pairs, correct=None, **extra):
-        tf = WORK[pass_] * 4 * D * pairs * B * H / (ms * 1e-3) / 1e12
+        tf = WORK[pass_] * 4 * head_dim * pairs * B * H / (ms * 1e-3) / 1e12
         rec = {"mask": mask, "seq_len": S, "impl": impl, "pass": pass_, "ms": ms, "tflops": tf,
-               "correct": correct, "gpu": gpu, "date": date, **extra}
+               "correct": correct, "gpu": gpu, "date": date, "head_dim": head_dim, **extra}
         records.append(rec)
         print(json.dumps(rec), flush=True)
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     for S in (int(x) for x in args.lengths.split(",") if x):
-        q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+        q, k, v, dout = (torch.randn(B, H, S, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
                          for _ in range(4))
         qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
         reps = dict(warmup=10, rep=30) if S <= 4096 else dict(warmup=10, rep=100)
@@ -135,37 +148,38 @@ def main():
                                                          (qg, kg, vg), dout), **reps)
 
             bm = create_block_mask(w.mask_mod(), None, None, S, S, device="cuda")     # the hand-written mask_mod
-            o_flex = flex(qg, kg, vg, block_mask=bm)
-            flex_grads = torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True)
-            errs = [rel(a, b) for a, b in zip(grads, flex_grads)]
-            errs_det = [rel(a, b) for a, b in zip(grads_det, flex_grads)]
-            ok = all(e <= 3e-2 for e in errs) and not any(torch.isnan(g).any().item() for g in grads)
-            ok_det = all(e <= 3e-2 for e in errs_det)
-            ms_flex = bench_ms(lambda: torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True), **reps)
-            ms_flex_fb = bench_ms(lambda: torch.autograd.grad(flex(qg, kg, vg, block_mask=bm), (qg, kg, vg), dout),
-                                  **reps)
+            try:
+                o_flex = flex(qg, kg, vg, block_mask=bm)
+                flex_grads = torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True)
+            except Exception as exc:   # noqa: BLE001 - Flex-Triton without a config for this head dim: no oracle
+                print(f"# flex {name} S={S} D={head_dim}: {exc!r}"[:400], flush=True)
+                o_flex = flex_grads = None
+            errs, ok = _against(grads, flex_grads)
+            errs_det, ok_det = _against(grads_det, flex_grads)
             extra = {"params": w.short_params()}
             record(name, S, "maskc", "bwd", ms, pairs, ok, rel_err_vs_flex=errs, **extra)
             record(name, S, "maskc_det", "bwd", ms_det, pairs, ok_det, rel_err_vs_flex=errs_det)
-            record(name, S, "flex", "bwd", ms_flex, pairs)
+            if o_flex is not None:
+                ms_flex = bench_ms(lambda: torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True), **reps)
+                ms_flex_fb = bench_ms(lambda: torch.autograd.grad(flex(qg, kg, vg, block_mask=bm), (qg, kg, vg), dout),
+                                      **reps)
+                record(name, S, "flex", "bwd", ms_flex, pairs)
+                record(name, S, "flex", "fwd_bwd", ms_flex_fb, pairs)
             kept = 4 * q.numel() * q.element_size()          # O and the three gradients
             fwd_bwd = lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=default),   # noqa: E731
                                                   (qg, kg, vg), dout)
             record(name, S, "maskc", "fwd_bwd", ms_fb, pairs, ok, extra_bytes=extra_bytes(fwd_bwd, kept),
                    token_order=_order_name(bound, default))
-            record(name, S, "flex", "fwd_bwd", ms_flex_fb, pairs)
             for impl, step, back in _order_variants(bound, default, q, k, v, dout):
                 got = [g.index_select(2, back) if back is not None else g for g in step()]
-                errs_v = [rel(a, b) for a, b in zip(got, flex_grads)]
-                record(name, S, impl, "fwd_bwd", bench_ms(step, **reps), pairs, all(e <= 3e-2 for e in errs_v),
-                       rel_err_vs_flex=errs_v)
+                errs_v, ok_v = _against(got, flex_grads)
+                record(name, S, impl, "fwd_bwd", bench_ms(step, **reps), pairs, ok_v, rel_err_vs_flex=errs_v)
                 del got
             for other in others:
                 options = default.replace(backward_engine=other)
                 try:
                     got = runtime.attention_backward(dout, q, k, v, o, lse, bound, options=options)
-                    errs_o = [rel(a, b) for a, b in zip(got, flex_grads)]
-                    ok_o = all(e <= 3e-2 for e in errs_o) and not any(torch.isnan(g).any().item() for g in got)
+                    errs_o, ok_o = _against(got, flex_grads)
                     ms_o = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, options=options),
                                     **reps)
                     record(name, S, f"maskc_{other}", "bwd", ms_o, pairs, ok_o, rel_err_vs_flex=errs_o)

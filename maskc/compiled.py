@@ -169,15 +169,20 @@ class CompiledMask:
         ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default; ``partial_tiles`` how PARTIAL
         tiles of a mask with a tile path are masked, Options.partial_tiles); const parameters and ``narrow`` as
         for kernel_spec."""
+        from maskc.codegen.emit import backward_fits
         from maskc.codegen.schedule import capability_of, choose_backward_tiles, choose_dq_reduction
 
         constants = self.const_values(constants)
         tiles = choose_backward_tiles(head_dim, dtype, capability_of(arch), engine=engine)
         pred = predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants))
-        return BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n, tiles.dq_block_n, pred,
-                            self._summary(constants), tiles.engine, choose_dq_reduction(tiles.engine, dq_reduction),
-                            arch, score_code(self.resolved, tuple(constants), self.offsets),
-                            pred.partial_path(partial_tiles))
+        spec = BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n, tiles.dq_block_n, pred,
+                            self._summary(constants), tiles.engine,
+                            choose_dq_reduction(tiles.engine, dq_reduction, head_dim), arch,
+                            score_code(self.resolved, tuple(constants), self.offsets), pred.partial_path(partial_tiles))
+        if spec.partial_tiles == "bits" and pred.elements and not backward_fits(spec):
+            # head dim 256 leaves shared memory for few root tables: the element path needs none
+            spec = dataclasses.replace(spec, partial_tiles="elements")
+        return spec
 
     def _c_name(self) -> str:
         from maskc.codegen.sanitize import c_identifier

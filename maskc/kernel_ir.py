@@ -354,8 +354,22 @@ class BackwardSpec:
         return self.entry_dkdv
 
     @property
+    def split_head_dim(self) -> bool:
+        """Whether the Hopper dK/dV kernel's two warpgroups share the key block's 64 keys, splitting each step's
+        queries (S^T, dP^T) and the head dim (dK, dV, dQ), with P^T and dS^T passed through shared memory:
+        head dim 256, whose dK and dV for 64 keys do not fit one warpgroup's registers. Otherwise each
+        warpgroup owns 64 of the block's 128 keys, all their columns."""
+        return self.engine == "wgmma_tma" and self.head_dim == 256
+
+    @property
+    def dq_in_turns(self) -> bool:
+        """Whether the dK/dV kernel has a deterministic variant adding dQ in turns (entry_dkdv_ordered): the
+        warp-specialized kernel whose dQ warp adds whole tiles."""
+        return self.engine == "wgmma_tma" and self.dq_reduction == "bulk_tile"
+
+    @property
     def entries(self) -> tuple[str, ...]:
-        ordered = (self.entry_dkdv_ordered,) if self.engine == "wgmma_tma" else ()
+        ordered = (self.entry_dkdv_ordered,) if self.dq_in_turns else ()
         return (self.entry_prep, self.entry_dkdv, self.entry_dkdv_det, *ordered, self.entry_dq, self.entry_dq_convert)
 
 

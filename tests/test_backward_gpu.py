@@ -117,6 +117,27 @@ def test_score_modifier_against_float32(name, S, D, dtype):
         assert rel(got.double(), want.double()) <= GRAD_TOL[dtype], f"{what} vs the float32 reference"
 
 
+@pytest.mark.parametrize("S", [127, 1000])
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_head_dim_256_gradients(name, S, backward_engine):
+    """Head dim 256 (wgmma_tma alone: its two warpgroups share 64 keys and split the head dim, P^T and dS^T
+    through shared memory, dQ added by vector reductions): every example, GQA 4/2, batch 2, both modes; fp16
+    for half of the examples."""
+    if backward_engine != "wgmma_tma":
+        pytest.skip("head dim 256: the wgmma_tma kernel only")
+    dtype = "fp16" if EXAMPLE_NAMES.index(name) % 2 else "bf16"
+    bound = bind(name, S, seed=S + 256, batch=2 if load(name).params else None)
+    check(bound, B=2, Hq=4, Hkv=2, D=256, dtype=dtype, deterministic=S == 1000)
+
+
+@pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear", "softcap"])
+def test_head_dim_256_gradients_4097(name, backward_engine):
+    """Many steps per key block, ragged last blocks, the causal diagonal; gradients of the LSE too."""
+    if backward_engine != "wgmma_tma":
+        pytest.skip("head dim 256: the wgmma_tma kernel only")
+    check(bind(name, 4097, seed=7, heads=2), B=1, Hq=2, Hkv=1, D=256, dtype="bf16", with_lse=True)
+
+
 @pytest.mark.parametrize("reduction", DQ_REDUCTIONS)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear"])
@@ -206,7 +227,10 @@ def test_32k_against_flex_backward(name, params):
         assert rel(a.double(), b.double()) <= 3e-2
 
 
-def test_unsupported_head_dim_is_a_clear_error():
+def test_unsupported_head_dim_is_a_clear_error(backward_engine):
+    """Head dim 256's backward is wgmma_tma's alone: the other engines say so."""
+    if backward_engine == "wgmma_tma":
+        pytest.skip("runs head dim 256 (test_head_dim_256_gradients)")
     bound = bind("causal", 128)
     q = randn(1, 1, 128, 256, dtype="bf16").requires_grad_()
     out = maskc.attention(q, q, q, bound)

@@ -30,8 +30,11 @@ KERNELS = (("fwd", "mma", 128), ("fwd", "wgmma_tma", 64), ("fwd", "wgmma_tma", 1
            ("bwd", "mma", 128), ("bwd", "wgmma", 128), ("bwd", "wgmma_tma", 128))
 # The element path of PARTIAL tiles (Options.partial_tiles="elements") for the examples that have a tile path
 ELEMENTS = ("clear", "neighborhood", "video", "sliding_tile")
+# The backward at head dim 256 (its warpgroups split the head dim): a mask of each kind of PARTIAL tile
+SPLIT_HEAD_DIM = ("causal", "document", "clear", "softcap", "alibi")
 CASES = ([(name, *kernel, "auto") for name in EXAMPLE_NAMES for kernel in KERNELS]
-         + [(name, direction, "wgmma_tma", 128, "elements") for name in ELEMENTS for direction in ("fwd", "bwd")])
+         + [(name, direction, "wgmma_tma", 128, "elements") for name in ELEMENTS for direction in ("fwd", "bwd")]
+         + [(name, "bwd", "wgmma_tma", 256, "auto") for name in SPLIT_HEAD_DIM])
 
 
 def golden_path(name: str, direction: str, engine: str, head_dim: int, partial: str = "auto") -> Path:

@@ -98,8 +98,28 @@ def test_backward_refusals():
             choose_backward_tiles(128, "bf16", capability=(8, 9), engine=engine)
     with pytest.raises(ValueError, match="unknown"):
         choose_backward_tiles(128, "bf16", engine="wgmma_tma_v2")
-    with pytest.raises(ValueError, match="head dim 256"):
-        choose_backward_tiles(256, "bf16")
+    for capability, engine in (((8, 9), None), ((9, 0), "mma"), ((9, 0), "wgmma")):   # D=256: wgmma_tma's alone
+        with pytest.raises(ValueError, match="head dim 256"):
+            choose_backward_tiles(256, "bf16", capability=capability, engine=engine)
+    with pytest.raises(ValueError, match="head dim 96"):
+        choose_backward_tiles(96, "bf16")
+
+
+def test_head_dim_256_backward_splits_the_head_dim():
+    """At D=256 the warpgroups share 64 keys (dK and dV for 64 keys x 256 columns do not fit one warpgroup), add
+    dQ themselves (no room for staging tiles) and so have no in-turns variant; the layout fits one CTA."""
+    from maskc.codegen.emit import backward_layout, dkdv_threads
+    from maskc.codegen.plan import SMEM_LIMIT
+    tiles = choose_backward_tiles(256, "bf16")
+    assert (tiles.block_m, tiles.block_n, tiles.engine) == (64, 64, "wgmma_tma")
+    spec = MASKS["causal"].backward_spec(head_dim=256)
+    assert spec.split_head_dim and spec.dq_reduction == "red2" and not spec.dq_in_turns
+    assert spec.entry_dkdv_ordered not in spec.entries and dkdv_threads(spec) == 384
+    layout = backward_layout(spec)["dkdv"]
+    assert layout["total"] <= SMEM_LIMIT and layout["pt"] - layout["ds"] == 2 * 64 * 64 * 2   # two stages each
+    for name in ("k", "v", "q", "do", "ds", "pt"):                                              # wgmma's atoms
+        assert layout[name] % 1024 == 0
+    assert not MASKS["causal"].backward_spec(head_dim=128).split_head_dim
 
 
 def test_dq_reduction_choice():
@@ -107,6 +127,7 @@ def test_dq_reduction_choice():
     assert choose_dq_reduction("wgmma", "red2") == "red2"
     assert choose_dq_reduction("mma") == choose_dq_reduction("mma", "bulk_tile") == "red2"   # its only one
     assert choose_dq_reduction("wgmma_tma") == choose_dq_reduction("wgmma_tma", "red2") == "bulk_tile"   # its only one
+    assert choose_dq_reduction("wgmma_tma", "bulk_tile", head_dim=256) == "red2"   # no room to stage tiles
     for retired in ("none", "atomics"):
         with pytest.raises(ValueError, match="unknown"):
             choose_dq_reduction("wgmma", retired)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from maskc.codegen.plan import plan_forward
+from maskc.codegen.plan import SMEM_LIMIT, plan_forward
 from maskc.codegen.schedule import capability_of
 from maskc.codegen.tile_bits import ROOT_ENTRIES
 from maskc.kernel_ir import (BACKWARD_ENGINES, BACKWARD_ROW_PAD, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource,
@@ -28,7 +28,7 @@ TEMPLATE_NAME = "attention_fwd.cu.j2"
 TMA_HEAD_DIMS = (64, 128, 256)
 
 BACKWARD_TEMPLATE_NAME = "attention_bwd.cu.j2"
-BACKWARD_HEAD_DIMS = (64, 128)
+BACKWARD_HEAD_DIMS = (64, 128, 256)
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = ("bf16", "fp16")
 
@@ -159,12 +159,14 @@ def emit_tma_check() -> KernelSource:
     return KernelSource(spec=None, source=source, entry=TMA_CHECK_ENTRY, options=nvrtc_options())
 
 
-def _placed(sizes: dict[str, int], align: int = 128) -> dict[str, int]:
-    """Byte offsets of consecutive buffers, each aligned to ``align``; ``total`` is the bytes used."""
+def _placed(sizes: dict[str, int], align: int = 128, tight: tuple[str, ...] = ()) -> dict[str, int]:
+    """Byte offsets of consecutive buffers, each aligned to ``align`` (those named in ``tight`` to 128 bytes
+    only); ``total`` is the bytes used."""
     out, at = {}, 0
     for name, size in sizes.items():
-        out[name] = at
-        at += -(-size // align) * align
+        step = 128 if name in tight else align
+        out[name] = at = -(-at // step) * step
+        at += -(-size // step) * step
     out["total"] = at
     return out
 
@@ -174,8 +176,9 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     source of truth for the template's constants and the runtime's launch size.
 
     dK/dV: this CTA's K and V tiles, two stages of Q and dO, the dS^T tile (block_n x block_m, for dQ),
-    two stages of LSE and delta, and one PARTIAL tile's visibility bits. dQ: Q and dO, two stages of K
-    and V, visibility bits. Both: the root tables of a mask whose chunk nests read some."""
+    two stages of LSE and delta, and one PARTIAL tile's visibility bits (dkdv_bits_stages); where the
+    warpgroups split the head dim, P^T tiles as dS^T's. dQ: Q and dO, two stages of K and V, visibility
+    bits. Both: the root tables of a mask whose chunk nests read some."""
     d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
     tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
     hopper = spec.engine in ("wgmma", "wgmma_tma")
@@ -184,19 +187,28 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     align = 1024 if hopper else 128
     stages = 2 if spec.engine == "wgmma_tma" else 1
     sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": stages * bn * bm * 2,
-             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": stages * bm * (bn // 32) * 4}
+             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": dkdv_bits_stages(spec) * bm * (bn // 32) * 4}
     if spec.dq_reduction == "bulk_tile":
         sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's dQ tile, as it lies in the buffer
+    if spec.split_head_dim:      # P^T beside dS^T; the small buffers after the tiles, packed (shared memory is short)
+        sizes = {**{n: sizes[n] for n in ("k", "v", "q", "do", "ds")}, "pt": sizes["ds"], **sizes}
     if spec.engine == "wgmma_tma":
         sizes["bars"] = 5 * 8                                 # mbarriers: kv_full, q_full x2, q_empty x2
     dq_sizes = {"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn), "bits": bm * (dbn // 32) * 4}
     roots = backward_root_tables(spec) * ROOT_ENTRIES * 4
     if roots:                        # the chunk nests' root tables (maskc.codegen.tile_bits), once per CTA
         sizes["roots"] = dq_sizes["roots"] = roots
-    dkdv = _placed(sizes, align)
+    dkdv = _placed(sizes, align, tight=("lse", "delta", "bits", "roots", "bars") if spec.split_head_dim else ())
     if hopper:
         dkdv["total"] += 1024
     return {"dkdv": dkdv, "dq": _placed(dq_sizes)}
+
+
+def dkdv_bits_stages(spec: BackwardSpec) -> int:
+    """Stages of the dK/dV kernel's visibility bits: two in the warp-specialized kernel (its warps drift apart
+    by up to a step), one where its warpgroups split the head dim (no room for two; safe there: the step's
+    sync_warpgroups follows every read of them) and in the kernels that synchronize every step."""
+    return 2 if spec.engine == "wgmma_tma" and not spec.split_head_dim else 1
 
 
 def backward_root_tables(spec: BackwardSpec) -> int:
@@ -206,8 +218,10 @@ def backward_root_tables(spec: BackwardSpec) -> int:
 
 
 def dkdv_threads(spec: BackwardSpec) -> int:
-    """The dK/dV kernel's block size: a warp per 16 keys, plus a producer warpgroup when warp-specialized."""
-    return spec.block_n // 16 * 32 + (128 if spec.engine == "wgmma_tma" else 0)
+    """The dK/dV kernel's block size: a warp per 16 keys (two warpgroups where they split the head dim), plus a
+    producer warpgroup when warp-specialized."""
+    consumers = 256 if spec.split_head_dim else spec.block_n // 16 * 32
+    return consumers + (128 if spec.engine == "wgmma_tma" else 0)
 
 
 def check_backward_spec(spec: BackwardSpec) -> None:
@@ -216,16 +230,28 @@ def check_backward_spec(spec: BackwardSpec) -> None:
     if spec.engine not in BACKWARD_ENGINES:
         raise ValueError(f"backward engine {spec.engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
     _check_arch(spec)
-    allowed = {"mma": ("red2",), "wgmma": DQ_REDUCTIONS, "wgmma_tma": ("bulk_tile",)}[spec.engine]
+    allowed = {"mma": ("red2",), "wgmma": DQ_REDUCTIONS,
+               "wgmma_tma": ("red2",) if spec.split_head_dim else ("bulk_tile",)}[spec.engine]
     if spec.dq_reduction not in allowed:
         raise ValueError(f"dQ reduction {spec.dq_reduction!r} on the {spec.engine} engine (the wgmma kernel takes "
-                         f"{', '.join(DQ_REDUCTIONS)}; wgmma_tma bulk_tile; mma red2)")
-    if spec.engine in ("wgmma", "wgmma_tma") and (spec.block_m, spec.block_n) != (64, 128):
+                         f"{', '.join(DQ_REDUCTIONS)}; wgmma_tma bulk_tile, red2 at head dim 256; mma red2)")
+    if spec.head_dim == 256 and not spec.split_head_dim:
+        raise ValueError(f"backward at head dim 256: the wgmma_tma engine only (got {spec.engine})")
+    keys = 64 if spec.split_head_dim else 128
+    if spec.engine in ("wgmma", "wgmma_tma") and (spec.block_m, spec.block_n) != (64, keys):
         raise ValueError(f"wgmma backward: tiles {spec.block_m}x{spec.block_n}; its dK/dV kernel takes 64 queries "
-                         "x 128 keys (two warpgroups of 64 keys)")
+                         f"x {keys} keys at head dim {spec.head_dim}")
     if spec.block_m % 16 or spec.block_m < 64 or spec.block_n % 32 or spec.dq_block_n % 32:
         raise ValueError(f"backward tiles {spec.block_m}x{spec.block_n} / {spec.dq_block_n}: block_m a multiple "
                          "of 16 (>= 64), block_n and dq_block_n multiples of 32")
+    if not backward_fits(spec):
+        raise ValueError(f"backward of {spec.mask_name} at head dim {spec.head_dim}: the dK/dV kernel's shared "
+                         f"memory ({backward_layout(spec)['dkdv']['total']} bytes) passes {SMEM_LIMIT}")
+
+
+def backward_fits(spec: BackwardSpec) -> bool:
+    """Whether the backward kernels' shared memory fits one CTA's (head dim 256 leaves room for 3 root tables)."""
+    return all(part["total"] <= SMEM_LIMIT for part in backward_layout(spec).values())
 
 
 def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
@@ -239,10 +265,14 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
     engine: dict[str, object]
     if spec.engine in ("wgmma", "wgmma_tma"):
         warp_specialized = spec.engine == "wgmma_tma"
+        wg_queries = spec.block_m // 2 if spec.split_head_dim else spec.block_m   # the N of a warpgroup's S^T
         engine = dict(dkdv_template="bwd_dkdv_tma.cu.j2" if warp_specialized else "bwd_dkdv_wgmma.cu.j2",
                       engine_includes=("wgmma.cu.j2", "tma.cu.j2") if warp_specialized else ("wgmma.cu.j2",),
                       tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction, debug_waits=False,
-                      wgmma_widths=sorted({spec.block_m, spec.head_dim, spec.head_dim // 2}),
+                      wgmma_widths=sorted({wg_queries, spec.head_dim // 2} if spec.split_head_dim
+                                          else {wg_queries, spec.head_dim, spec.head_dim // 2}),
+                      wg_queries=wg_queries, bits_stages=dkdv_bits_stages(spec),
+                      dq_by_consumers=spec.engine == "wgmma" or spec.dq_reduction == "red2",
                       wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
     else:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), tile_loader="load_tile")

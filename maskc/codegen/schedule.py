@@ -135,13 +135,18 @@ def _tma_block_n(head_dim: int, block_n: int, table_regions: int) -> int:
 
 # Backward: (block_m, block_n, dq_block_n). The dK/dV kernel runs block_n / 16 warps (8), each owning 16 keys,
 # with dK and dV in registers (64 fp32 each at D=128); block_m queries per step. The deterministic dQ
-# kernel runs block_m / 16 warps (4) over keys dq_block_n at a time. Head dims 64 and 128. Every dK/dV
-# engine uses these tiles: `mma` (mma.sync) and, on Hopper, `wgmma` and `wgmma_tma` (8 consumer warps in two
+# kernel runs block_m / 16 warps (4) over keys dq_block_n at a time. Every dK/dV engine uses these tiles at
+# head dims 64 and 128: `mma` (mma.sync) and, on Hopper, `wgmma` and `wgmma_tma` (8 consumer warps in two
 # warpgroups of 64 keys; block_m 64 is the N of their S^T products and the M of their dQ product).
+# D=256 is Hopper's wgmma_tma alone: 64 keys x 256 columns of dK and dV are 256 fp32 per thread of a
+# warpgroup, so its two warpgroups share the block's 64 keys and split the head dim (64 + 64 fp32 each) and
+# each step's queries (BackwardSpec.split_head_dim; FA3 and FA4 split hdim 256 the same way).
 _BACKWARD_TILES = {
     64: (64, 128, 64),
     128: (64, 128, 64),
+    256: (64, 64, 32),
 }
+_HOPPER_ONLY_BACKWARD_DIMS = (256,)
 # The dK/dV engine the schedule picks on Hopper: wgmma_tma (warp-specialized), measured faster than wgmma on
 # every mask at 32K (runs 43-46, bench/NOTES.md: causal backward 542 against 450 TF/s, document 459 against
 # 365), its GPU tests all passed (runs 44-46); wgmma had replaced mma (run 24: 354 against 249).
@@ -164,6 +169,10 @@ def choose_backward_tiles(head_dim: int, dtype: str, capability: tuple[int, int]
     if engine not in (None, *BACKWARD_ENGINES):
         raise ValueError(f"backward engine {engine!r} unknown (engines: {', '.join(BACKWARD_ENGINES)})")
     tiles = _lookup(_BACKWARD_TILES, head_dim, dtype, "backward: ")
+    if head_dim in _HOPPER_ONLY_BACKWARD_DIMS:
+        if tuple(capability) != HOPPER or engine not in (None, "wgmma_tma"):
+            raise ValueError(f"backward at head dim {head_dim} needs compute capability 9.0 and the wgmma_tma "
+                             f"engine (got {capability[0]}.{capability[1]}, engine {engine or 'mma'})")
     if engine in ("wgmma", "wgmma_tma") and tuple(capability) != HOPPER:
         raise ValueError(f"the {engine} backward engine needs compute capability 9.0 "
                          f"(got {capability[0]}.{capability[1]})")
@@ -177,14 +186,15 @@ def choose_backward_tiles(head_dim: int, dtype: str, capability: tuple[int, int]
 DEFAULT_DQ_REDUCTION = "bulk_tile"
 
 
-def choose_dq_reduction(engine: str, requested: str | None = None) -> str:
+def choose_dq_reduction(engine: str, requested: str | None = None, head_dim: int = 128) -> str:
     """The dQ reduction of a dK/dV kernel on ``engine``: ``requested`` (experiments: Options.dq_reduction),
-    else the default; the mma kernel has only red2, the warp-specialized one only bulk_tile (its dQ warp
-    reduces whole tiles)."""
+    else the default; the mma kernel has only red2, the warp-specialized one bulk_tile (its dQ warp reduces
+    whole tiles) except at head dim 256, where the staging tiles (64 KB) do not fit beside two stages of Q
+    and dO: red2 there."""
     if engine == "mma":
         return "red2"
     if engine == "wgmma_tma":
-        return "bulk_tile"
+        return "red2" if head_dim in _HOPPER_ONLY_BACKWARD_DIMS else "bulk_tile"
     chosen = requested or DEFAULT_DQ_REDUCTION
     if chosen not in DQ_REDUCTIONS:
         raise ValueError(f"dQ reduction {chosen!r} unknown (known: {', '.join(DQ_REDUCTIONS)})")

@@ -36,10 +36,15 @@ constexpr int Q_BLOCK     = 64;    // queries per step (dK/dV) and per CTA (dQ)
 constexpr int KV_BLOCK    = 128;    // keys per CTA of the dK/dV kernel
 constexpr int DQ_KV_BLOCK = 64; // keys per step of the dQ kernel
 
-constexpr int KV_WARPS    = KV_BLOCK / 16;         // dK/dV: each warp owns 16 key rows
+// dK/dV on Hopper at head dim 256: the two warpgroups share the block's keys, each taking half of every step's
+// queries (S^T, dP^T) and half of the head dim (dK, dV, dQ); P^T and dS^T pass through shared memory
+constexpr bool SPLIT_HEAD_DIM = false;
+constexpr int KV_WARPS    = SPLIT_HEAD_DIM ? 8 : KV_BLOCK / 16;   // dK/dV: each warp owns 16 key rows
 constexpr int KV_THREADS  = KV_WARPS * 32;         // ... its consumer threads
 constexpr int DKDV_THREADS = 256;        // the dK/dV kernel's block: KV_THREADS (+ a producer warpgroup)
-constexpr int Q_TILES     = Q_BLOCK / 8;           // dK/dV: 8-query score tiles per warp
+constexpr int Q_TILES     = Q_BLOCK / 8;           // dK/dV: 8-query score tiles per step
+constexpr int WG_Q_TILES  = SPLIT_HEAD_DIM ? Q_TILES / 2 : Q_TILES;   // ... of them per warp
+constexpr int WG_D_TILES  = SPLIT_HEAD_DIM ? D_TILES / 2 : D_TILES;   // 8-column tiles of a warp's dK and dV
 constexpr int Q_CHUNKS    = Q_BLOCK / 8;           // 16-byte chunks per row of the dS^T tile
 
 constexpr int DQ_WARPS    = Q_BLOCK / 16;          // dQ kernel: each warp owns 16 query rows
@@ -57,6 +62,7 @@ constexpr int KIND_FULL    = 2;
 
 // Shared memory (byte offsets from maskc.codegen.emit.backward_layout).
 // dK/dV kernel: [K][V][Q x2][dO x2][dS^T][LSE x2][delta x2][visibility bits][dQ staging (bulk_tile reduction)]
+// [P^T (SPLIT_HEAD_DIM)]
 constexpr int KV_SMEM_K     = 0;
 constexpr int KV_SMEM_V     = 32768;
 constexpr int KV_SMEM_Q     = 65536;
@@ -77,7 +83,8 @@ constexpr int DQ_SMEM_BYTES = 98816;
 constexpr int Q_TILE_BYTES  = Q_BLOCK * HEAD_DIM * 2;
 constexpr int DQ_KV_TILE_BYTES = DQ_KV_BLOCK * HEAD_DIM * 2;
 
-static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "backward: head dim 64 or 128");
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || (HEAD_DIM == 256 && SPLIT_HEAD_DIM),
+              "backward: head dim 64 or 128, or 256 with the warpgroups splitting it");
 static_assert(KV_BLOCK % 16 == 0 && Q_BLOCK % 16 == 0 && DQ_KV_BLOCK % 32 == 0, "tile shapes");
 static_assert(KV_BLOCK % 32 == 0 && Q_CHUNKS >= 8, "visibility words; the dS^T swizzle needs >= 8 chunks per row");
 static_assert(KV_SMEM_BYTES <= 227 * 1024 && DQ_SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
@@ -410,26 +417,27 @@ __device__ __forceinline__ void accumulate_16xD(float (&acc)[D_TILES][4], const 
         }
 }
 
-// Write a warp's 16 x D fp32 fragments (times `scale`, rounded) to global rows row0 + (0..15) of `dst`
-// (row stride HEAD_DIM elements, rows >= rows_valid skipped), staged through the warp's 16 rows of the
-// swizzled tile at `stage` so that the global stores are 16 bytes wide.
-__device__ __forceinline__ void store_rows_16xD(const float (&acc)[D_TILES][4], float scale, u32 stage,
+// Write a warp's 16 x 8 DT fp32 fragments (times `scale`, rounded) to global rows row0 + (0..15), columns
+// 8 chunk0 .. of `dst` (row stride HEAD_DIM elements, rows >= rows_valid skipped), staged through those rows
+// and columns of the swizzled tile at `stage` so that the global stores are 16 bytes wide.
+template <int DT>
+__device__ __forceinline__ void store_rows_16xD(const float (&acc)[DT][4], float scale, u32 stage,
                                                 int stage_row0, u16* __restrict__ dst, int row0, int rows_valid,
-                                                int lane) {
+                                                int lane, int chunk0 = 0) {
     const int g = lane >> 2, t = lane & 3;
     #pragma unroll
     for (int half = 0; half < 2; ++half)
         #pragma unroll
-        for (int dt = 0; dt < D_TILES; ++dt) {
+        for (int dt = 0; dt < DT; ++dt) {
             const u32 packed = pack2(acc[dt][half * 2] * scale, acc[dt][half * 2 + 1] * scale);
             asm volatile("st.shared.u32 [%0], %1;\n"
-                         :: "r"(stage + swizzle(stage_row0 + g + half * 8, dt) + 4 * t), "r"(packed));
+                         :: "r"(stage + swizzle(stage_row0 + g + half * 8, chunk0 + dt) + 4 * t), "r"(packed));
         }
     __syncwarp();
     #pragma unroll
-    for (int i = 0; i < 16 * CHUNKS / 32; ++i) {
+    for (int i = 0; i < 16 * DT / 32; ++i) {
         const int c = lane + i * 32;
-        const int row = c / CHUNKS, chunk = c % CHUNKS;
+        const int row = c / DT, chunk = chunk0 + c % DT;
         if (row0 + row < rows_valid) {
             u32 x0, x1, x2, x3;
             asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];\n"
@@ -505,10 +513,12 @@ __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order,
 }
 
 // P^T = exp2(S^T scale_log2 - LSE_log2) in place of S^T, for one warp's 16 keys (rows key_row0 + g, + 8 of
-// the key block) and the step's Q_BLOCK queries (columns 8n + 2t, + 1); when `masked`, pairs the
-// visibility bits hide become 0. lse_row: the step's LSE_log2 per query (0 for rows past seq_len, whose
-// zero-filled Q and dO rows add nothing to dV, dK or dQ).
-__device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4], const float* lse_row,
+// the key block) and 8 QT of the step's queries (columns 8n + 2t, + 1; all Q_BLOCK of them, or a warpgroup's
+// half with lse_row, bits and q0 advanced to it); when `masked`, pairs the visibility bits hide become 0.
+// lse_row: LSE_log2 per query (0 for rows past seq_len, whose zero-filled Q and dO rows add nothing to dV, dK
+// or dQ).
+template <int QT>
+__device__ __forceinline__ void transposed_probabilities(float (&p)[QT][4], const float* lse_row,
                                                          const u32* bits, bool masked, int key_row0, int lane,
                                                          float scale_log2) {
     constexpr int WORDS = KV_BLOCK / 32;
@@ -517,7 +527,7 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
     // loop, the compiler loads and tests the bits of every pair and selects: run 45's SASS counts).
     if (masked) {
         #pragma unroll
-        for (int nt = 0; nt < Q_TILES; ++nt) {
+        for (int nt = 0; nt < QT; ++nt) {
             const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -529,7 +539,7 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
         }
     } else {
         #pragma unroll
-        for (int nt = 0; nt < Q_TILES; ++nt) {
+        for (int nt = 0; nt < QT; ++nt) {
             const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -541,11 +551,12 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
 }
 
 // dS^T = P^T * (dP^T - delta) in place of dP^T (same fragments as transposed_probabilities).
-__device__ __forceinline__ void transposed_ds(float (&ds)[Q_TILES][4], const float (&p)[Q_TILES][4],
-                                              const float* delta_row, int lane) {
+template <int QT>
+__device__ __forceinline__ void transposed_ds(float (&ds)[QT][4], const float (&p)[QT][4], const float* delta_row,
+                                              int lane) {
     const int t = lane & 3;
     #pragma unroll
-    for (int nt = 0; nt < Q_TILES; ++nt) {
+    for (int nt = 0; nt < QT; ++nt) {
         const float2 d2 = *reinterpret_cast<const float2*>(delta_row + nt * 8 + 2 * t);
         #pragma unroll
         for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? d2.y : d2.x));

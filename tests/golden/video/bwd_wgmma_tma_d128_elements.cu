@@ -39,10 +39,15 @@ constexpr int Q_BLOCK     = 64;    // queries per step (dK/dV) and per CTA (dQ)
 constexpr int KV_BLOCK    = 128;    // keys per CTA of the dK/dV kernel
 constexpr int DQ_KV_BLOCK = 64; // keys per step of the dQ kernel
 
-constexpr int KV_WARPS    = KV_BLOCK / 16;         // dK/dV: each warp owns 16 key rows
+// dK/dV on Hopper at head dim 256: the two warpgroups share the block's keys, each taking half of every step's
+// queries (S^T, dP^T) and half of the head dim (dK, dV, dQ); P^T and dS^T pass through shared memory
+constexpr bool SPLIT_HEAD_DIM = false;
+constexpr int KV_WARPS    = SPLIT_HEAD_DIM ? 8 : KV_BLOCK / 16;   // dK/dV: each warp owns 16 key rows
 constexpr int KV_THREADS  = KV_WARPS * 32;         // ... its consumer threads
 constexpr int DKDV_THREADS = 384;        // the dK/dV kernel's block: KV_THREADS (+ a producer warpgroup)
-constexpr int Q_TILES     = Q_BLOCK / 8;           // dK/dV: 8-query score tiles per warp
+constexpr int Q_TILES     = Q_BLOCK / 8;           // dK/dV: 8-query score tiles per step
+constexpr int WG_Q_TILES  = SPLIT_HEAD_DIM ? Q_TILES / 2 : Q_TILES;   // ... of them per warp
+constexpr int WG_D_TILES  = SPLIT_HEAD_DIM ? D_TILES / 2 : D_TILES;   // 8-column tiles of a warp's dK and dV
 constexpr int Q_CHUNKS    = Q_BLOCK / 8;           // 16-byte chunks per row of the dS^T tile
 
 constexpr int DQ_WARPS    = Q_BLOCK / 16;          // dQ kernel: each warp owns 16 query rows
@@ -60,6 +65,7 @@ constexpr int KIND_FULL    = 2;
 
 // Shared memory (byte offsets from maskc.codegen.emit.backward_layout).
 // dK/dV kernel: [K][V][Q x2][dO x2][dS^T][LSE x2][delta x2][visibility bits][dQ staging (bulk_tile reduction)]
+// [P^T (SPLIT_HEAD_DIM)]
 constexpr int KV_SMEM_K     = 0;
 constexpr int KV_SMEM_V     = 32768;
 constexpr int KV_SMEM_Q     = 65536;
@@ -82,7 +88,8 @@ constexpr int DQ_SMEM_BYTES = 98816;
 constexpr int Q_TILE_BYTES  = Q_BLOCK * HEAD_DIM * 2;
 constexpr int DQ_KV_TILE_BYTES = DQ_KV_BLOCK * HEAD_DIM * 2;
 
-static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "backward: head dim 64 or 128");
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || (HEAD_DIM == 256 && SPLIT_HEAD_DIM),
+              "backward: head dim 64 or 128, or 256 with the warpgroups splitting it");
 static_assert(KV_BLOCK % 16 == 0 && Q_BLOCK % 16 == 0 && DQ_KV_BLOCK % 32 == 0, "tile shapes");
 static_assert(KV_BLOCK % 32 == 0 && Q_CHUNKS >= 8, "visibility words; the dS^T swizzle needs >= 8 chunks per row");
 static_assert(KV_SMEM_BYTES <= 227 * 1024 && DQ_SMEM_BYTES <= 227 * 1024, "shared memory per CTA on sm_90");
@@ -697,26 +704,27 @@ __device__ __forceinline__ void accumulate_16xD(float (&acc)[D_TILES][4], const 
         }
 }
 
-// Write a warp's 16 x D fp32 fragments (times `scale`, rounded) to global rows row0 + (0..15) of `dst`
-// (row stride HEAD_DIM elements, rows >= rows_valid skipped), staged through the warp's 16 rows of the
-// swizzled tile at `stage` so that the global stores are 16 bytes wide.
-__device__ __forceinline__ void store_rows_16xD(const float (&acc)[D_TILES][4], float scale, u32 stage,
+// Write a warp's 16 x 8 DT fp32 fragments (times `scale`, rounded) to global rows row0 + (0..15), columns
+// 8 chunk0 .. of `dst` (row stride HEAD_DIM elements, rows >= rows_valid skipped), staged through those rows
+// and columns of the swizzled tile at `stage` so that the global stores are 16 bytes wide.
+template <int DT>
+__device__ __forceinline__ void store_rows_16xD(const float (&acc)[DT][4], float scale, u32 stage,
                                                 int stage_row0, u16* __restrict__ dst, int row0, int rows_valid,
-                                                int lane) {
+                                                int lane, int chunk0 = 0) {
     const int g = lane >> 2, t = lane & 3;
     #pragma unroll
     for (int half = 0; half < 2; ++half)
         #pragma unroll
-        for (int dt = 0; dt < D_TILES; ++dt) {
+        for (int dt = 0; dt < DT; ++dt) {
             const u32 packed = pack2(acc[dt][half * 2] * scale, acc[dt][half * 2 + 1] * scale);
             asm volatile("st.shared.u32 [%0], %1;\n"
-                         :: "r"(stage + swizzle(stage_row0 + g + half * 8, dt) + 4 * t), "r"(packed));
+                         :: "r"(stage + swizzle(stage_row0 + g + half * 8, chunk0 + dt) + 4 * t), "r"(packed));
         }
     __syncwarp();
     #pragma unroll
-    for (int i = 0; i < 16 * CHUNKS / 32; ++i) {
+    for (int i = 0; i < 16 * DT / 32; ++i) {
         const int c = lane + i * 32;
-        const int row = c / CHUNKS, chunk = c % CHUNKS;
+        const int row = c / DT, chunk = chunk0 + c % DT;
         if (row0 + row < rows_valid) {
             u32 x0, x1, x2, x3;
             asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];\n"
@@ -792,10 +800,12 @@ __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order,
 }
 
 // P^T = exp2(S^T scale_log2 - LSE_log2) in place of S^T, for one warp's 16 keys (rows key_row0 + g, + 8 of
-// the key block) and the step's Q_BLOCK queries (columns 8n + 2t, + 1); when `masked`, pairs the
-// visibility bits hide become 0. lse_row: the step's LSE_log2 per query (0 for rows past seq_len, whose
-// zero-filled Q and dO rows add nothing to dV, dK or dQ).
-__device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4], const float* lse_row,
+// the key block) and 8 QT of the step's queries (columns 8n + 2t, + 1; all Q_BLOCK of them, or a warpgroup's
+// half with lse_row, bits and q0 advanced to it); when `masked`, pairs the visibility bits hide become 0.
+// lse_row: LSE_log2 per query (0 for rows past seq_len, whose zero-filled Q and dO rows add nothing to dV, dK
+// or dQ).
+template <int QT>
+__device__ __forceinline__ void transposed_probabilities(float (&p)[QT][4], const float* lse_row,
                                                          const u32* bits, bool masked, int key_row0, int lane,
                                                          float scale_log2) {
     constexpr int WORDS = KV_BLOCK / 32;
@@ -804,7 +814,7 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
     // loop, the compiler loads and tests the bits of every pair and selects: run 45's SASS counts).
     if (masked) {
         #pragma unroll
-        for (int nt = 0; nt < Q_TILES; ++nt) {
+        for (int nt = 0; nt < QT; ++nt) {
             const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -816,7 +826,7 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
         }
     } else {
         #pragma unroll
-        for (int nt = 0; nt < Q_TILES; ++nt) {
+        for (int nt = 0; nt < QT; ++nt) {
             const float2 lse2 = *reinterpret_cast<const float2*>(lse_row + nt * 8 + 2 * t);
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -828,11 +838,12 @@ __device__ __forceinline__ void transposed_probabilities(float (&p)[Q_TILES][4],
 }
 
 // dS^T = P^T * (dP^T - delta) in place of dP^T (same fragments as transposed_probabilities).
-__device__ __forceinline__ void transposed_ds(float (&ds)[Q_TILES][4], const float (&p)[Q_TILES][4],
-                                              const float* delta_row, int lane) {
+template <int QT>
+__device__ __forceinline__ void transposed_ds(float (&ds)[QT][4], const float (&p)[QT][4], const float* delta_row,
+                                              int lane) {
     const int t = lane & 3;
     #pragma unroll
-    for (int nt = 0; nt < Q_TILES; ++nt) {
+    for (int nt = 0; nt < QT; ++nt) {
         const float2 d2 = *reinterpret_cast<const float2*>(delta_row + nt * 8 + 2 * t);
         #pragma unroll
         for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - ((e & 1) ? d2.y : d2.x));
@@ -887,18 +898,22 @@ __device__ __forceinline__ long long dq_tile_index(long long bh, int seq_len, in
 // ---- dK/dV, warp-specialized: wgmma fed by the copy engine ----------------------------------------------
 // The walk, masking and arithmetic of the other engines, on the products of bwd_wgmma_products.cu.j2; what
 // differs is who does what (FlashAttention-3's layout of the work):
-//   consumers  KV_THREADS threads, two warpgroups (keys 64 wg ..), run the products and the pointwise steps;
+//   consumers  KV_THREADS threads, two warpgroups (keys 64 wg .., or at head dim 256 all 64 keys, each warpgroup
+//              half of the columns), run the products and the pointwise steps;
 //              they never load anything and never wait for the producer's warps beyond the stage barriers.
 //   producer   the last warpgroup. Its warp 0 asks the copy engine for K and V once (kv_full), then for each
 //              step's Q and dO tiles (tensor maps, 128B swizzle) and its 64 LSE and delta values (plain bulk
 //              copies of the padded rows) into stage i % 2 (q_full), once the consumers have let go of the
-//              stage's previous step (q_empty: one arrival per consumer warp). Its warp 1 adds dQ: each
+//              stage's previous step (q_empty: one arrival per consumer warp). Its warp 1 adds dQ (bulk_tile;
+//              at head dim 256 the consumers add their dQ with vector reductions, red2): each
 //              warpgroup stages its 64 x DQ_COLS tile of dS K in shared memory (DQ_FULL + wg) and goes on
 //              with dK; the dQ warp hands the tile to the copy engine as one bulk reduction into the fp32
 //              buffer and frees the staging tile (DQ_EMPTY + wg) as soon as the engine has read it.
-//   stages     Q, dO, LSE, delta, the visibility bits and the dS^T tile have two stages: a consumer warp can
-//              only reach step i + 2 after the producer loaded it, which waits for every consumer warp to
-//              finish step i; so nothing of step i is overwritten while a slower warp still reads it.
+//   stages     Q, dO, LSE, delta, the visibility bits and the dS^T (and P^T) tiles have two stages: a consumer
+//              warp can only reach step i + 2 after the producer loaded it, which waits for every consumer warp
+//              to finish step i; so nothing of step i is overwritten while a slower warp still reads it. At
+//              head dim 256 the bits have one (shared memory is short): they are read before the step's
+//              sync_warpgroups, which a warp passes only once every warp is done reading them.
 // ---- dK/dV products on Hopper -----------------------------------------------------------------------
 // Two warpgroups, warpgroup wg owning keys 64 wg .. 64 wg + 63 of the block (warp w owns keys 16 w ..: wgmma's
 // accumulator rows). Per step, for each warpgroup (all tiles 128B-swizzled in shared memory, the layout wgmma
@@ -913,10 +928,9 @@ static_assert(KV_BLOCK == 128 && Q_BLOCK == 64, "wgmma dK/dV: two warpgroups of 
 constexpr int DQ_COLS = HEAD_DIM / 2;              // dQ columns per warpgroup
 
 // The products below build one descriptor per operand and step through the tile from it (sw128_desc_plus).
-
 // S^T (or dP^T) of one warpgroup: its 64 rows of the KV tile at kv_tile (K or V) times the step's Q_BLOCK x D
 // tile at query_tile (Q or dO), transposed. Both operands K-major.
-__device__ __forceinline__ void transposed_scores(float (&s)[Q_TILES][4], u32 kv_tile, int wg, u32 query_tile) {
+__device__ __forceinline__ void transposed_scores(float (&s)[WG_Q_TILES][4], u32 kv_tile, int wg, u32 query_tile) {
     const unsigned long long a0 = sw128_desc(kv_tile + wg * 64 * 128, 16, 1024);   // this warpgroup's rows
     const unsigned long long b0 = sw128_desc(query_tile, 16, 1024);
     #pragma unroll
@@ -927,7 +941,6 @@ __device__ __forceinline__ void transposed_scores(float (&s)[Q_TILES][4], u32 kv
                                  sw128_desc_plus(b0, (kk >> 2) * Q_BLOCK * 128 + step), kk > 0);
     }
 }
-
 // acc (this warpgroup's 64 keys x D) += X (registers: 64 keys x Q_BLOCK queries) * the Q_BLOCK x D tile at
 // query_tile (dO for dV, Q for dK), read MN-major: its rows are the product's K dimension.
 __device__ __forceinline__ void accumulate_keys(float (&acc)[D_TILES][4], const u32 (&x)[Q_TILES / 2][4],
@@ -950,16 +963,18 @@ __device__ __forceinline__ void dq_product(float (&dq)[DQ_COLS / 8][4], u32 ds_t
         wgmma_ss_n64<1, 1>(dq, sw128_desc_plus(a0, kk * 16 * 128), sw128_desc_plus(b0, kk * 16 * 128), kk > 0);
 }
 
-// This warp's dS^T rows (keys key_row0 + g, + 8; the step's queries as packed 16-bit pairs) into the dS^T tile
-// at ds_tile, swizzled as dq_product reads it. Each register of an A fragment is one thread's share of an 8 x 8
-// block (row g, columns 2t, 2t + 1): stmatrix writes four such blocks per instruction, lane L giving the address
-// of row L % 8 of block L / 8 (blocks: row half (L / 8) % 2, 16-byte chunk 2 kk + L / 16).
-__device__ __forceinline__ void store_transposed_ds(u32 ds_tile, const u32 (&dst)[Q_TILES / 2][4], int key_row0, int lane) {
+// This warp's dS^T (or P^T) rows (keys key_row0 + g, + 8; its queries as packed 16-bit pairs, from 16-byte
+// chunk chunk0 of the rows) into the 64 x Q_BLOCK tile at ds_tile, swizzled as the products read it. Each
+// register of an A fragment is one thread's share of an 8 x 8 block (row g, columns 2t, 2t + 1): stmatrix writes
+// four such blocks per instruction, lane L giving the address of row L % 8 of block L / 8 (blocks: row half
+// (L / 8) % 2, 16-byte chunk chunk0 + 2 kk + L / 16).
+__device__ __forceinline__ void store_transposed_ds(u32 ds_tile, const u32 (&dst)[WG_Q_TILES / 2][4], int key_row0,
+                                                    int chunk0, int lane) {
     const int row = key_row0 + ((lane >> 3) & 1) * 8 + (lane & 7);
     const u32 row_base = ds_tile + row * 128;
     #pragma unroll
-    for (int kk = 0; kk < Q_TILES / 2; ++kk) {
-        const u32 chunk = (u32)(2 * kk + (lane >> 4));
+    for (int kk = 0; kk < WG_Q_TILES / 2; ++kk) {
+        const u32 chunk = (u32)(chunk0 + 2 * kk + (lane >> 4));
         asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], { %1, %2, %3, %4 };\n"
                      :: "r"(row_base + ((chunk ^ (u32)(row & 7)) << 4)),
                         "r"(dst[kk][0]), "r"(dst[kk][1]), "r"(dst[kk][2]), "r"(dst[kk][3]) : "memory");
@@ -1115,7 +1130,7 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
     const int* mask = mask_data + mask_offsets[mb];
     u32* bits_smem = reinterpret_cast<u32*>(smem + KV_SMEM_BITS);   // [stage][BITS_WORDS]
 
-    float dk_acc[D_TILES][4] = {}, dv_acc[D_TILES][4] = {};   // this warp's 16 rows of dK and dV
+    float dk_acc[WG_D_TILES][4] = {}, dv_acc[WG_D_TILES][4] = {};   // this warp's 16 rows of dK and dV
 
     mbar_wait(kv_full_bar(smem0), 0);      // K and V (also before the epilogue stages dK and dV through them)
     int i = 0;
@@ -1129,7 +1144,7 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
         mbar_wait(q_full_bar(smem0, stage), (i >> 1) & 1);
 
         // ---- S^T = K Q^T and dP^T = V dO^T, issued together; the visibility bits meanwhile ----
-        float p[Q_TILES][4], ds[Q_TILES][4];
+        float p[WG_Q_TILES][4], ds[WG_Q_TILES][4];
         wgmma_fence();
         transposed_scores(p, k_smem, wg, q_smem);
         wgmma_commit();
@@ -1145,7 +1160,7 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
         wgmma_wait<1>();
         fence_accumulators(p);
         transposed_probabilities(p, lse_smem + stage * Q_BLOCK, bits, masked, key_row0, lane, scale_log2);
-        u32 pt[Q_TILES / 2][4];
+        u32 pt[WG_Q_TILES / 2][4];
         pack_a_fragments(pt, p);
         fence_accumulators(dv_acc);
         wgmma_fence();
@@ -1157,11 +1172,11 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
         wgmma_wait<1>();
         fence_accumulators(ds);
         transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane);
-        u32 dst[Q_TILES / 2][4];
+        u32 dst[WG_Q_TILES / 2][4];
         pack_a_fragments(dst, ds);
         if constexpr (WITH_DQ) {
             const u32 ds_tile = smem0 + KV_SMEM_DS + stage * DS_TILE_BYTES;
-            store_transposed_ds(ds_tile, dst, key_row0, lane);
+            store_transposed_ds(ds_tile, dst, key_row0, 0, lane);
             fence_proxy_async();
             sync_warpgroups();                                  // dS^T whole before either product reads it
             float dq[DQ_COLS / 8][4];
