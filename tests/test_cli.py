@@ -119,8 +119,10 @@ def test_compile_backward_writes_every_kernel(tmp_path):
     for entry in ("prep", "dkdv", "dkdv_det", "dq", "dq_convert"):
         assert f"maskc_bwd_{entry}_document(" in source
         assert re.search(rf"\d+ \(maskc_bwd_{entry}_document\)", result.stderr), result.stderr
-    bad = invoke("compile", EXAMPLES / "document.mask", "-o", out, "--backward", "--head-dim", "256")
+    bad = invoke("compile", EXAMPLES / "document.mask", "-o", out, "--backward", "--head-dim", "256", "--engine", "mma")
     assert bad.exit_code == 1 and "head dim 256" in bad.stderr and "Traceback" not in bad.output
+    hd256 = invoke("compile", EXAMPLES / "document.mask", "-o", out, "--backward", "--head-dim", "256")   # Hopper's
+    assert hd256.exit_code == 0 and "SPLIT_HEAD_DIM = true" in out.read_text(), hd256.output
 
 
 def test_compile_backward_engine(tmp_path):
