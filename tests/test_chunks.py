@@ -263,7 +263,7 @@ def test_cut_pieces_interpolated_as_enumerated(image, width, data, shape):
 @given(st.lists(st.tuples(st.booleans(), st.integers(-2, 3), st.integers(1, 6), st.integers(0, 2), st.booleans(),
                           st.booleans()), max_size=24))
 def test_families_drop_covered_keeps_are_kept(drawn):
-    """Where _covering_pieces says _drop_covered keeps the families as they are (none constant over its piece, or
+    """Where _nothing_covered says _drop_covered keeps the families as they are (none constant over its piece, or
     each piece's hulls disjoint with no two constant ones touching), piece_runs skips it: it must return them
     unchanged there. Families non-empty at both ends, in order, some constant, some touching or overlapping
     the previous one (then it may not keep them)."""
@@ -278,7 +278,7 @@ def test_families_drop_covered_keeps_are_kept(drawn):
                     else (piece, h0 + inner, h1, h0, h1 - inner))
     families = tuple(np.array(x, np.int64) for x in zip(*rows)) if rows else (np.zeros(0, np.int64),) * 5
     ordered = piece_tiles._hull_order(families, 200, sort=False)
-    assume(ordered is not None and piece_tiles._covering_pieces(*ordered, piece + 1) is None)
+    assume(ordered is not None and piece_tiles._nothing_covered(*ordered))
     event(f"constant families: {min(sum(r[4] for r in drawn), 3)}, overlapping: {any(r[1] < 0 for r in drawn)}")
     for kept, given_ in zip(piece_tiles._drop_covered(*families, 200), families):
         np.testing.assert_array_equal(kept, given_)

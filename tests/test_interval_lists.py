@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskc.analysis.keys import covered_by_all, subtract, union
-from maskc.analysis.piece_tiles import _drop_covered, _drop_covered_where_needed, _hull_order
+from maskc.analysis.piece_tiles import _drop_covered
 
 KV = 40
 
@@ -88,24 +88,3 @@ def test_drop_covered_keeps_every_piece_keys(drawn):
     for p, a, b, x, y in zip(*(v[~constant] for v in out)):
         inside = (c[0] == p) & (c[1] <= min(a, x)) & (c[2] >= max(b, y))
         assert not inside.any()
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, KV - 1), st.integers(1, 12), st.integers(-3, 3),
-                          st.integers(-3, 3), st.booleans()), max_size=30))
-def test_drop_covered_on_the_flagged_pieces_as_on_all(drawn):
-    """piece_runs' _drop_covered_where_needed (the families of the pieces where it may change something, spliced
-    back) gives what _drop_covered of every family, sorted into hull order, gives: the same families in the same
-    order, hulls and piece flags. Families in any order (several regions' concatenated), some constant, some
-    overlapping, nested or abutting, on pieces that need it and pieces that do not."""
-    fams = []
-    for piece, lo, width, dlo, dhi, constant in drawn:
-        la, ha = lo, min(KV, lo + width)
-        lb, hb = (la, ha) if constant else (max(0, la + dlo), min(KV, max(la + dlo + 1, ha + dhi)))
-        if lb < hb:
-            fams.append((piece, la, ha, lb, hb))
-    cols = tuple(np.array(c, np.int64) for c in zip(*fams)) if fams else (np.zeros(0, np.int64),) * 5
-    whole = _hull_order(_drop_covered(*cols, KV), KV)
-    (got, h0, h1, same), (want, w0, w1, wsame) = _drop_covered_where_needed(_hull_order(cols, KV), KV, 6), whole
-    for a, b in zip(got + (h0, h1, same), want + (w0, w1, wsame)):
-        np.testing.assert_array_equal(a, b)

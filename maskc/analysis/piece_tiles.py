@@ -39,7 +39,6 @@ from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
 from maskc.kernel_ir import FULL, PARTIAL
-from maskc.analysis.tiles import starts_of
 
 
 class Breaks:
@@ -179,7 +178,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
                                                  block_m, budget, enumerated)
     block = starts // block_m
-    ordered = _drop_covered_where_needed(_hull_order(families, kv_len), kv_len, len(starts))
+    ordered = _hull_order(families, kv_len, sort=False)       # one region's come sorted, usually all kept
+    if ordered is None or not _nothing_covered(*ordered):
+        piece, la, ha, lb, hb = families
+        ordered = _hull_order(_drop_covered(piece, la, ha, lb, hb, kv_len), kv_len)
     (piece, la, ha, lb, hb), h0, h1, same = ordered
     bad = np.zeros(qt, bool)
     if not len(piece):                           # no row of any piece sees a key
@@ -328,51 +330,16 @@ def _hull_order(families, kv_len: int, sort: bool = True):
     return (piece, la, ha, lb, hb), h0, h1, piece[1:] == piece[:-1]
 
 
-def _covering_pieces(families, h0, h1, same, pieces: int) -> np.ndarray | None:
-    """bool[pieces]: the pieces whose families (in :func:`_hull_order`) :func:`_drop_covered` may change, None
-    where it changes none. It keeps a piece's families as they are where none is constant over the piece, or
-    where the piece's hulls are disjoint (each starts at or after the previous one's end) and no two constant
-    ones touch (they would merge; none can hold another): its work is piece by piece."""
+def _nothing_covered(families, h0, h1, same) -> bool:
+    """Whether :func:`_drop_covered` keeps the families (in :func:`_hull_order`) as they are: where none is
+    constant over its piece, or where each piece's hulls are disjoint (each starts at or after the previous
+    one's end) and no two constant ones touch (they would merge; none can hold another)."""
     _, la, ha, lb, hb = families
     constant = (la == lb) & (ha == hb)
     if not constant.any():
-        return None
+        return True
     gap = h0[1:] - h1[:-1]
-    clash = same & ((gap < 0) | ((gap == 0) & constant[1:] & constant[:-1]))
-    if not clash.any():
-        return None
-    flagged = np.zeros(pieces, bool)
-    flagged[families[0][1:][clash]] = True
-    return flagged
-
-
-def _drop_covered_where_needed(ordered, kv_len: int, pieces: int):
-    """:func:`_drop_covered` of the families in :func:`_hull_order` (``ordered``, as it returns them), run on
-    the families of the pieces :func:`_covering_pieces` flags only, the result written over the first of each
-    such piece's places (it has no more families than it had) and the places left over dropped: the others are
-    kept as they are, in order, and nothing is sorted but the flagged pieces' families. The result is what
-    :func:`_drop_covered` of them all, sorted by :func:`_hull_order`, gives: its work is piece by piece, and
-    within a piece a stable sort of a subset keeps the subset's order of ties."""
-    families, h0, h1, same = ordered
-    flagged = _covering_pieces(families, h0, h1, same, pieces)
-    if flagged is None:
-        return ordered
-    piece, la, ha, lb, hb = families
-    redo = flagged[piece]
-    done = _hull_order(_drop_covered(piece[redo], la[redo], ha[redo], lb[redo], hb[redo], kv_len), kv_len)[0]
-    n = len(done[0])
-    runs = starts_of(done[0])                               # each piece's first new family
-    rank = np.arange(n) - np.repeat(runs, np.diff(np.append(runs, n)))
-    place = piece.searchsorted(done[0]) + rank              # over the piece's first places
-    keep = ~redo
-    keep[place] = True
-    out = []
-    for old, new in zip(families, done):
-        old = old.copy()
-        old[place] = new
-        out.append(old[keep])
-    piece, la, ha, lb, hb = out
-    return (piece, la, ha, lb, hb), np.minimum(la, lb), np.maximum(ha, hb), piece[1:] == piece[:-1]
+    return not (same & ((gap < 0) | ((gap == 0) & constant[1:] & constant[:-1]))).any()
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
