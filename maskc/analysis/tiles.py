@@ -85,7 +85,7 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     if len(slots) > 1:                                        # a key block two slots' hulls share
         i, j = _slot_pairs(len(slots))
         pair = some[i] & some[j] & (h0[i] < h1[j]) & (h0[j] < h1[i])
-        shared = pair.any(axis=0)
+        shared = pair.any(axis=0) & ~bad                      # (those with holes are counted anyway)
         if shared.any():
             bad |= shared & ~_none_full(pair, np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j]), first, c0, c1)
     h0, h1 = np.where(some, h0, 0), np.where(some, h1, 0)
