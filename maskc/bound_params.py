@@ -5,6 +5,7 @@ by the reference interpreter; :mod:`maskc.kernel_ir` holds what is derived from 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,16 +53,22 @@ class BatchParams:
     floats: tuple[tuple[str, "float | np.ndarray"], ...] = ()
 
     def int(self, name: str) -> int:
-        return next(v for n, v in self.ints if n == name)
+        return self._by_name[0][name]
 
     def segment(self, name: str) -> SegmentTable:
-        return next(v for n, v in self.segments if n == name)
+        return self._by_name[1][name]
 
     def table(self, name: str) -> Table:
-        return next(v for n, v in self.tables if n == name)
+        return self._by_name[2][name]
 
     def float(self, name: str):
-        return next(v for n, v in self.floats if n == name)
+        return self._by_name[3][name]
+
+    @functools.cached_property
+    def _by_name(self) -> tuple[dict, dict, dict, dict]:
+        """The four tuples as dicts, made on the first lookup (the passes look names up at every bind; a frozen
+        dataclass still takes a cached_property, which writes the instance's __dict__ directly)."""
+        return dict(self.ints), dict(self.segments), dict(self.tables), dict(self.floats)
 
 
 @dataclass(frozen=True, eq=False)

@@ -250,3 +250,18 @@ def test_every_bind_error_str_has_no_traceback_and_has_a_place():
         err = _bind_error(m, 10, **kw)
         assert err.span is not None and err.span.file.endswith("hstu.mask"), str(err)
         assert str(err).split(":")[1].isdigit()
+
+
+def test_batch_params_look_up_every_name_as_the_tuples_hold_it():
+    """BatchParams' lookups by name (dicts made once) give the values the tuples hold, per batch element, and a
+    KeyError for a name it does not have."""
+    bound = load("hstu").bind(seq_len=40, users=[[10, 30], [25, 15]], targets=[[2, 3], [0, 4]], max_attn_len=[0, 5])
+    for element in bound.params.batch:
+        for name, value in element.ints:
+            assert element.int(name) == value
+        for name, table in element.segments:
+            assert element.segment(name) is table
+        with pytest.raises(KeyError):
+            element.int("no_such_parameter")
+    assert [e.int("max_attn_len") for e in bound.params.batch] == [0, 5]
+    assert [e.segment("users").bounds.tolist() for e in bound.params.batch] == [[0, 10, 40], [0, 25, 40]]

@@ -19,8 +19,10 @@ def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.nda
 
 
 def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
-    """CSR from non-empty runs sorted by row and begin, adjacent runs of one kind merged."""
-    joins = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] == end[:-1])
+    """CSR from non-empty runs sorted by row and begin, adjacent runs of one kind merged; so are runs of one
+    kind that overlap the previous one where the ends do not decrease along the overlaps (:func:`_unordered`:
+    the shared PARTIAL blocks of :func:`runs_of_keys`). Disjoint runs overlap none: there it joins adjacent ones."""
+    joins = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] <= end[:-1])
     if joins.any():
         head = np.concatenate([[True], ~joins]).nonzero()[0]
         end = np.maximum.reduceat(end, head)
@@ -47,14 +49,15 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     arrays over the owners: slot j of owner i holds keys ``[lo, hi)`` at the owner's first row and
     ``[lo_b, hi_b)`` at its last (empty at both or at neither), every row between seeing an interval that
     moves from one to the other by one key per row at most, so that the rows' union is the hull of the two
-    and their intersection the intersection. An owner's slots are disjoint and not adjacent; ``need[q]``
-    counts q_block q's owners. A key block is FULL where every owner covers it at every row, PARTIAL where
-    some row touches it. Work and memory are O(owners x slots): the tile grid is never built.
+    and their intersection the intersection. An owner's slots are disjoint, not adjacent and ascending (its
+    empty ones last: :func:`~maskc.analysis.intervals.compact`); ``need[q]`` counts q_block q's owners. A key
+    block is FULL where every owner covers it at every row, PARTIAL where some row touches it. Work and memory are O(owners x slots): the tile grid is never built.
 
     Most q_blocks are settled from per-slot hulls (the keys touched are the hull of each slot's intervals
     where consecutive owners' intervals chain; a block every owner covers lies in one slot where the slots'
-    hulls are disjoint); the touched and covered key blocks of the others' owners and slots are counted
-    (:func:`_counted_runs`)."""
+    hulls are disjoint, and where they share blocks, those are PARTIAL if some owner covers none of them:
+    :func:`_none_full`, :func:`_unordered`); the touched and covered key blocks of the others' owners and
+    slots are counted (:func:`_counted_runs`)."""
     kt = -(-kv_len // block_n)
     big = np.int64(1) << 40
     lo, hi, lo_b, hi_b = (np.array(x) for x in zip(*slots))          # [slots, owners]
@@ -78,24 +81,59 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     h0, h1 = np.minimum.reduceat(t0, first, axis=1), np.maximum.reduceat(t1, first, axis=1)   # [slots, q_blocks]
     f0, f1 = np.maximum.reduceat(c0, first, axis=1), np.minimum.reduceat(c1, first, axis=1)
     some = h0 < h1
+    shared = None
     if len(slots) > 1:                                        # a key block two slots' hulls share
         i, j = _slot_pairs(len(slots))
-        bad |= (some[i] & some[j] & (h0[i] < h1[j]) & (h0[j] < h1[i])).any(axis=0)
+        pair = some[i] & some[j] & (h0[i] < h1[j]) & (h0[j] < h1[i])
+        shared = pair.any(axis=0) & ~bad                      # (those with holes are counted anyway)
+        if shared.any():
+            bad |= shared & ~_none_full(pair, np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j]), first, c0, c1)
     h0, h1 = np.where(some, h0, 0), np.where(some, h1, 0)
     cut0, cut1 = np.maximum(f0, h0), np.minimum(f1, h1)
     has_full = cut0 < cut1
     cut0, cut1 = np.where(has_full, cut0, h1), np.where(has_full, cut1, h1)
-    # Per q_block, each slot's PARTIAL, FULL, PARTIAL runs, slot after slot: already in order.
+    # Per q_block, each slot's PARTIAL, FULL, PARTIAL runs, slot after slot: in order where no hulls share a block.
     begin = np.array([h0, cut0, cut1]).transpose(1, 0, 2).reshape(-1, len(first)).T      # [q_blocks, 3 x slots]
     end = np.array([cut0, cut1, h1]).transpose(1, 0, 2).reshape(-1, len(first)).T
     keep = begin < end
     keep[bad] = False
     at, col = keep.nonzero()
     out = (present[at], begin[at, col], end[at, col], np.where(col % 3 == 1, FULL, PARTIAL))
+    if shared is not None and (shared & ~bad).any():          # shared blocks PARTIAL: runs in order, or counted
+        unordered = _unordered(out[0], out[2])
+        if len(unordered):
+            bad[present.searchsorted(unordered)] = True
+            kept = ~np.isin(out[0], unordered)
+            out = (out[0][kept], out[1][kept], out[2][kept], out[3][kept])
     if not bad.any():
         return _joined(*out, rows)
     owners = bad[present.searchsorted(block)]
     return merge_runs(*_cat(out, _counted_runs(block, owners, flat, need, kt)), rows)
+
+
+def _none_full(pair, s0, s1, first, c0, c1) -> np.ndarray:
+    """bool[q_blocks]: whether some owner of the q_block covers, with no slot, any key block of the hull of the
+    blocks that two slots' hulls share (``pair`` [pairs, q_blocks] where the pair's hulls share ``[s0, s1)``;
+    ``first``, each q_block's first owner; ``[c0, c1)`` [slots, owners], the key blocks each slot of an owner
+    covers at every row). Then no shared block is FULL: a FULL block is covered by every owner."""
+    big = np.int64(1) << 40
+    lo = np.where(pair, s0, big).min(axis=0)                  # the shared blocks' hull [lo, hi) per q_block
+    hi = np.where(pair, s1, -1).max(axis=0)
+    q = np.repeat(np.arange(len(first)), np.diff(np.append(first, c0.shape[1])))     # each owner's q_block
+    covers = ((c0 < c1) & (c0 < hi[q]) & (c1 > lo[q])).any(axis=0)
+    return ~np.logical_and.reduceat(covers, first)
+
+
+def _unordered(row, end) -> np.ndarray:
+    """The rows (sorted, unique) of :func:`runs_of_keys`' per-slot runs (slot after slot) where a run overlaps
+    the previous one and ends before it (one slot's hull inside another's): what :func:`_joined` cannot merge.
+    Otherwise they are in its order: overlaps are of PARTIAL runs only (a slot's FULL blocks lie in no other
+    slot's hull), a slot's first run begins no earlier than the previous slot's (an owner's slots ascend), and a
+    run that begins before the previous one overlaps it, so that this test finds it (it would have to hold the
+    previous run, a slot's last PARTIAL run after its FULL ones, whose blocks its hull cannot reach). A
+    non-empty run that ends before the previous one's end overlaps it unless it begins before it."""
+    wrong = (row[1:] == row[:-1]) & (end[1:] < end[:-1])
+    return sorted_unique(row[1:][wrong])
 
 
 @functools.lru_cache(maxsize=None)
