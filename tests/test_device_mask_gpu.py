@@ -115,7 +115,7 @@ def test_updates_on_the_device_match_the_host(name):
 
 def test_long_sequences_and_windows_of_key_blocks():
     """Past 4096 key blocks a row block is counted a window at a time (16-key blocks at 100K keys: two
-    windows); past 1,024 rows (or columns) a view's work order comes from the rank kernel, not its count kernel's
+    windows); past 256 rows (or columns) a view's work order comes from the rank kernel, not its count kernel's
     last CTA, and past 65,536 from torch.sort (1-row blocks);
     and 128K tokens at 128 x 128."""
     for name, params in (("causal", {}), ("document", {"docs": [40000, 1, 59999]}),

@@ -22,8 +22,7 @@ from maskc.runtime.state import DeviceDescriptor
 
 RUN_BYTES = 12
 COL_WARPS = 8               # the template's columns per CTA
-FUSED_ORDER_ROWS = 1 << 10  # views of up to this many rows ordered by their count kernel's last CTA (O(n^2) in one CTA)
-RANK_ORDER_ROWS = 1 << 16   # then up to this many by the builder's rank kernel (O(n^2) over the grid), else torch.sort
+RANK_ORDER_ROWS = 1 << 16   # unfused views (_fuses_order) up to this many: the rank kernel (O(n^2) over the grid); past it torch.sort
 
 
 @dataclass(frozen=True)
@@ -127,16 +126,22 @@ class DescriptorBuilder:
             self._launch("cols_write", (*sweep, c["hulls"], c["offsets"], c["info"], c["runs"]), grid, threads),
         ] + self._order_plan(cols)
 
-    @staticmethod
-    def _finish(view: View) -> tuple:
-        """The count kernel's arguments for its last CTA, which makes the view's offsets and info and, up to
-        FUSED_ORDER_ROWS rows, its work order (``maskc_finish_view``)."""
-        return (view.capacity, view.cp["offsets"], view.cp["info"], view.cp["order"], int(view.rows <= FUSED_ORDER_ROWS))
+    def _fuses_order(self, view: View) -> bool:
+        """Whether the view's count kernel orders it too: while each thread of its last CTA (rows_count's
+        spec.threads, cols_count's 32 * COL_WARPS) ranks one row, one O(n) pass. Past that the rank costs O(n^2 /
+        threads) a thread in one CTA, more than a launch of the order kernel, whose CTAs share the rows (run 62,
+        H100: with views of up to 1,024 rows fused, a 128K bind took 4.6x the 32K one in a CUDA graph)."""
+        return view.rows <= min(self.spec.threads, 32 * COL_WARPS)
+
+    def _finish(self, view: View) -> tuple:
+        """The count kernel's arguments for its last CTA, which makes the view's offsets and info and, where it
+        fuses the order (``_fuses_order``), its work order (``maskc_finish_view``)."""
+        return (view.capacity, view.cp["offsets"], view.cp["info"], view.cp["order"], int(self._fuses_order(view)))
 
     def _order_plan(self, view: View) -> list[PackedLaunch]:
         """The rank kernel's launch for the view's work order, or none where the count kernel or torch.sort does
         it (``build``)."""
-        if view.rows <= FUSED_ORDER_ROWS or view.rows > RANK_ORDER_ROWS:
+        if self._fuses_order(view) or view.rows > RANK_ORDER_ROWS:
             return []
         return [self._launch("order", (view.cp["costs"], view.rows, view.cp["order"]), -(-view.rows // 256), 256)]
 
