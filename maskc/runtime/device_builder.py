@@ -22,7 +22,9 @@ from maskc.runtime.state import DeviceDescriptor
 
 RUN_BYTES = 12
 COL_WARPS = 8               # the template's columns per CTA
-RANK_ORDER_ROWS = 1 << 16   # unfused views (_fuses_order) up to this many: the rank kernel (O(n^2) over the grid); past it torch.sort
+# Views the count kernel does not order (_fuses_order): up to this many rows the rank kernel (O(n^2) over the grid),
+# past it torch.sort.
+RANK_ORDER_ROWS = 1 << 16
 
 
 @dataclass(frozen=True)
