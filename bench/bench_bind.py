@@ -247,21 +247,22 @@ def print_table(records: list[dict]) -> None:
     print("\n| mask | S | maskc bind ms | descriptor ms | maskc total | faults | cold | device rows + cols us | "
           "rows us | graph us | wall us | flex ms | flex compiled ms | flex / maskc | blocks agree |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for (mask, S, impl), r in by.items():
-        if impl != "maskc_host":
-            continue
+    for mask, S in dict.fromkeys((r["mask"], r["seq_len"]) for r in records):   # a row even without the host's
+        r = by.get((mask, S, "maskc_host")) or {}
         peers = [by.get((mask, S, i)) for i in ("flex", "flex_compiled")]
         dev = by.get((mask, S, "maskc_device")) or {}
         us = lambda key: "-" if dev.get(key) is None else f"{dev[key] * 1e3:.0f}"  # noqa: E731
+        ms = lambda key: "-" if r.get(key) is None else f"{r[key]:.3f}"  # noqa: E731
 
         def shown(p):
             return "-" if p is None else f"{p['ms']:.2f}" if p.get("ms") is not None else (
                 "skipped" if "skipped" in p else "failed")
         best = min((p["ms"] for p in peers if p and p.get("ms") is not None), default=None)
-        ratio = "-" if best is None else f"{best / r['ms']:.1f}x"
+        ratio = "-" if best is None or r.get("ms") is None else f"{best / r['ms']:.1f}x"
         agree = {p.get("agree") for p in peers if p and "agree" in p}
-        print(f"| {mask} | {S} | {r['bind_ms']:.3f} | {r['descriptor_ms']:.3f} | {r['ms']:.3f} | "
-              f"{r.get('faults_per_bind', 0):.0f} | {r['cold_ms']:.3f} | {us('ms')} | {us('rows_ms')} | "
+        faults = "-" if not r else f"{r.get('faults_per_bind', 0):.0f}"
+        print(f"| {mask} | {S} | {ms('bind_ms')} | {ms('descriptor_ms')} | {ms('ms')} | "
+              f"{faults} | {ms('cold_ms')} | {us('ms')} | {us('rows_ms')} | "
               f"{us('graph_ms')} | {us('wall_ms')} | {shown(peers[0])} | {shown(peers[1])} | "
               f"{ratio} | "
               f"{'-' if not agree else 'yes' if agree == {True} else 'NO'} |")
