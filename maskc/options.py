@@ -123,6 +123,11 @@ class Options:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         object.__setattr__(self, "token", json.dumps(fields, sort_keys=True, separators=(",", ":")))
 
+    def __hash__(self) -> int:
+        """The token's (equal options write equal tokens): a str caches its hash, so a call's cache key built
+        from these options does not hash the fields again on every call."""
+        return hash(self.token)
+
     def __repr__(self) -> str:
         """Only what differs from the defaults: ``Options(engine='mma', sync=True)``."""
         changed = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)

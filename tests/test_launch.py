@@ -55,6 +55,18 @@ def test_a_call_rewrites_only_the_arguments_it_names(monkeypatch):
     assert (launch.grid, launch.block, launch.shared_mem) == ((3, 1, 1), (384, 1, 1), 4096)
 
 
+def test_a_value_is_copied_whenever_another_object_was_set(monkeypatch):
+    """Values are copied in by identity (tensor maps come from a cache): A, B, then A again holds A's bytes."""
+    driver = pytest.importorskip("cupy").cuda.driver
+    monkeypatch.setattr(driver, "launchKernel", lambda *a: None)
+    void16 = np.dtype((np.void, 16))
+    a, b = (np.frombuffer(bytes(range(s, s + 16)), np.uint8).view(void16) for s in (0, 100))
+    launch = PackedLaunch(fake_kernel(), (np.uint64(0), np.zeros(1, void16)), (1, 1, 1), (32, 1, 1))
+    for value, start in ((a, 0), (b, 100), (a, 0), (a, 0)):
+        launch(0, values=[(1, value)])
+        assert launch.argument_bytes(1, 16) == bytes(range(start, start + 16))
+
+
 @pytest.mark.parametrize("bad", [np.zeros(2, np.int32), 3, "x"])
 def test_arguments_it_cannot_pass(bad):
     with pytest.raises(TypeError):

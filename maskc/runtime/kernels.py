@@ -272,8 +272,9 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
         # rows padded to whole 64-row query blocks (the template's ROW_PAD): the copy engine reads a step's LSE
         # and delta in one aligned piece, and the bulk_tile reduction lays dQ out in blocks
         padded = -(-S // ROW_PAD) * ROW_PAD
-        lse_log2, lse_log2_ptr = outs.empty((B, Hq, padded), fp32=True)
-        delta, delta_ptr = outs.empty((B, Hq, padded), fp32=True)
+        # LSE (log2) and delta in one allocation: two (B, Hq, padded) halves, each 256-byte aligned
+        row_stats, lse_log2_ptr = outs.empty((2, B, Hq, padded), fp32=True)
+        delta_ptr = lse_log2_ptr + B * Hq * padded * 4
         accumulated = not deterministic or _takes_turns(plan)    # dQ through the fp32 buffer
         dq_accum, dq_accum_ptr = outs.empty((B, Hq, padded, D), fp32=True, zero=True) if accumulated else (None, 0)
         # the deterministic wgmma_tma kernel: how many additions each (b, h, 64-row query block) of dQ has had
@@ -289,7 +290,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
                     for index, name, rows in step.maps]
             step.launch(outs.stream, [(index, pointers[name]) for index, name in step.pointers], maps)
         outs.synchronize_if_asked(options)
-        del dq_accum, dq_turns, lse_log2, delta   # the stream orders their reuse (the pools are stream-aware)
+        del dq_accum, dq_turns, row_stats   # the stream orders their reuse (the pools are stream-aware)
     return dq, dk, dv
 
 

@@ -68,6 +68,7 @@ class PackedLaunch:
         self.block = tuple(int(x) for x in block)
         self.shared_mem = int(shared_mem)
         self._lock = threading.Lock()
+        self._values_set: dict[int, np.ndarray] = {}   # index -> the value object last copied in (see __call__)
 
     def _set_pointer(self, index: int, address: int) -> None:
         self._words[self._offsets[index] // _WORD] = address
@@ -86,13 +87,18 @@ class PackedLaunch:
                  values: Iterable[tuple[int, np.ndarray]] = ()) -> None:
         """Launch on ``stream`` (a CUDA stream handle; 0 for the legacy default stream) after setting
         arguments: ``pointers`` (index, device address) and ``values`` (index, bytes passed by value, a
-        tensor map say). What is set stays set for later calls."""
+        tensor map say). What is set stays set for later calls. A value is taken as immutable: the object last
+        copied into an argument is not copied again."""
         from cupy.cuda import driver
 
         with self._lock:
             for index, address in pointers:
                 self._set_pointer(index, address)
             for index, value in values:
-                self._set_value(index, value)
+                # a tensor map comes from tile_map's cache: the same object for the same tensor, whose bytes
+                # are in the buffer already
+                if self._values_set.get(index) is not value:
+                    self._set_value(index, value)
+                    self._values_set[index] = value
             driver.launchKernel(self._function_ptr, *self.grid, *self.block, self.shared_mem, stream,
                                 self._addresses.ctypes.data, 0)

@@ -41,7 +41,7 @@ def operand(x, name: str) -> Operand:
         if x.dtype not in dtypes:
             raise AttentionInputError(f"{name} has dtype {x.dtype}; supported: torch.bfloat16, torch.float16")
         return Operand(name, x, "torch", dtypes[x.dtype], tuple(x.shape), tuple(x.stride()), x.data_ptr(),
-                        x.device.index if x.device.index is not None else torch.cuda.current_device())
+                       x.get_device())
     if mod.startswith("cupy"):
         import cupy
 
@@ -116,7 +116,7 @@ class Outputs:
             import torch
 
             self.torch = torch
-            self.stream = torch.cuda.current_stream(like.obj.device).cuda_stream
+            self.stream = _torch_stream(like.device)
         else:
             import cupy
 
@@ -142,6 +142,15 @@ class Outputs:
             import cupy
 
             cupy.cuda.runtime.streamSynchronize(self.stream)
+
+
+def _torch_stream(device: int) -> int:
+    """The handle of torch's current stream on ``device``: through the binding torch.compile's generated code uses,
+    where it is, rather than ``torch.cuda.current_stream``, which builds a Stream object on every call."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 def on_device(device: int):

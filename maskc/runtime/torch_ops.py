@@ -258,18 +258,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: f
 
     Shapes (B, Hq, S, D) and (B, Hkv, Skv, D); returns O, and LSE with ``return_lse`` (its gradient, if
     any, flows back too). ``deterministic``: a backward without atomics, bitwise repeatable. ``options``:
-    how the kernels are built and run (default: the environment's, read when they run)."""
-    if options is not None:
-        options_of(options, "attention()")             # a TypeError naming what it takes, not one from below
+    how the kernels are built and run (default: the environment's, read by this call; its backward uses the
+    same)."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if torch.compiler.is_compiling():
+        if options is not None:
+            options_of(options, "attention()")         # a TypeError naming what it takes, not one from below
         token = "" if options is None else options.token
         handle = getattr(bound, "token", None)                  # a DeviceMask's: what its updates mutate
         if handle is None:
             handle = torch.from_numpy(bound.handle_array)      # data, not a guarded constant
         out, lse = attention_forward(q, k, v, handle, float(scale), bool(deterministic), token)
-    elif not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return (out, lse) if return_lse else out
+    # The environment is read once per call, here: the forward and its backward run with the same options, and
+    # the backward does not read the 15 variables again.
+    options = options_of(options, "attention()")
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # Inference: no graph to record, and on CUDA no LSE to compute unless it is asked for.
         if q.is_cuda:
             from maskc.runtime.kernels import attention as kernel
