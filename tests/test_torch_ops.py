@@ -221,6 +221,22 @@ def test_torch_compile_with_options(monkeypatch):
         assert seen == [expected, expected]            # the forward's and the backward's
 
 
+def test_eager_backward_runs_with_its_forwards_options(monkeypatch):
+    """The environment is read once per call: a MASKC_* variable changed between the forward and the backward
+    does not reach the backward, which runs with the options its forward ran with."""
+    bound = bound_of("document", 29, seed=13)
+    seen = []
+    forward, backward = torch_ops._forward, torch_ops._backward_of
+    monkeypatch.setattr(torch_ops, "_forward", lambda *a: seen.append(a[-1]) or forward(*a))
+    monkeypatch.setattr(torch_ops, "_backward_of", lambda *a: seen.append(a[-1]) or backward(*a))
+    monkeypatch.setenv("MASKC_BWD_ENGINE", "mma")
+    q, k, v = inputs(1, 2, 2, 29, 29, 8, seed=14)
+    out = maskc.attention(q, k, v, bound)
+    monkeypatch.setenv("MASKC_BWD_ENGINE", "wgmma")
+    torch.autograd.grad(out.sum(), (q, k, v))
+    assert seen == [maskc.Options(backward_engine="mma")] * 2
+
+
 def test_input_errors_are_clear():
     bound = bound_of("causal", 16)
     q, k, v = inputs(1, 2, 1, 16, 16, 8, seed=12)
