@@ -178,6 +178,25 @@ def test_deterministic_is_bitwise_repeatable(name, S, H):
         assert rel(a.double(), b.double()) <= 1e-2
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_dq_buffers_need_no_zeroed_memory(deterministic):
+    """The prep kernel zeroes the fp32 dQ buffer and the dQ turn counters (the runtime allocates them
+    uninitialised): blocks of their sizes filled with garbage and freed just before each call (the caching
+    allocator hands them over), and a second call on the first's memory, both give the reference gradients."""
+    B, H, S, D = 2, 3, 1000, 128
+    bound = bind("document", S, seed=6)
+    q, k, v, dout = (randn(B, H, S, D, dtype="bf16") for _ in range(4))
+    o, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    refs = reference_grads(q, k, v, dout, bound, 1 / math.sqrt(D))
+    padded = -(-S // 64) * 64
+    for _ in range(2):
+        torch.full((B, H, padded, D), float("nan"), device="cuda")          # freed at once
+        torch.full((B, H, padded // 64), 12345, dtype=torch.int32, device="cuda")
+        grads = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=deterministic)
+        for got, ref in zip(grads, refs):
+            assert rel(got.double(), ref) <= GRAD_TOL["bf16"]
+
+
 @pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear", "alibi", "softcap"])
 def test_against_flex_backward(name):
     from torch.nn.attention.flex_attention import flex_attention

@@ -276,9 +276,10 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
         row_stats, lse_log2_ptr = outs.empty((2, B, Hq, padded), fp32=True)
         delta_ptr = lse_log2_ptr + B * Hq * padded * 4
         accumulated = not deterministic or _takes_turns(plan)    # dQ through the fp32 buffer
-        dq_accum, dq_accum_ptr = outs.empty((B, Hq, padded, D), fp32=True, zero=True) if accumulated else (None, 0)
+        # both zeroed by the prep kernel, in its pass over the rows
+        dq_accum, dq_accum_ptr = outs.empty((B, Hq, padded, D), fp32=True) if accumulated else (None, 0)
         # the deterministic wgmma_tma kernel: how many additions each (b, h, 64-row query block) of dQ has had
-        dq_turns, dq_turns_ptr = outs.empty((B, Hq, padded // ROW_PAD), int32=True, zero=True) if _takes_turns(plan) \
+        dq_turns, dq_turns_ptr = outs.empty((B, Hq, padded // ROW_PAD), int32=True) if _takes_turns(plan) \
             else (None, 0)
         pointers = {"q": qo.ptr, "k": ko.ptr, "v": vo.ptr, "out": oo.ptr, "dout": do.ptr, "lse": lse_ptr,
                     "dlse": dlse_ptr, "lse_log2": lse_log2_ptr, "delta": delta_ptr, "dq": dq_ptr, "dk": dk_ptr,
@@ -360,12 +361,12 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
                                    tuple(enumerate(names)) + tuple((first_late + i, n) for i, n in enumerate(late)),
                                    tuple((first_map + i, n, r) for i, (n, r) in enumerate(maps)))
 
-        # prep: out, dout, lse, dlse, the strides of out and dout, then lse_log2 and delta
+        # prep: out, dout, lse, dlse, the strides of out and dout, then lse_log2 and delta, and the buffers it zeroes
         prep = PackedLaunch(fns[spec.entry_prep], (
-            u64(0), u64(0), u64(0), u64(0), *strides(oo), *strides(do), u64(0), u64(0), i32(Hq), i32(S), i64(rows)),
-            ((rows + 7) // 8, 1, 1), (256, 1, 1), 0)
+            u64(0), u64(0), u64(0), u64(0), *strides(oo), *strides(do), u64(0), u64(0), u64(0), u64(0), i32(Hq),
+            i32(S), i64(rows)), ((rows + 7) // 8, 1, 1), (256, 1, 1), 0)
         plan = [_BackwardLaunch(prep, ((0, "out"), (1, "dout"), (2, "lse"), (3, "dlse"), (10, "lse_log2"),
-                                       (11, "delta")))]
+                                       (11, "delta"), (12, "dq_accum"), (13, "dq_turns")))]
         warp_specialized = spec.engine == "wgmma_tma"
         # the deterministic mode on wgmma_tma: dQ added in turns (columns shortest first), else by its own kernel;
         # a mask bound on the device (maskc.DeviceMask) has no turns (the host orders them): its own kernel

@@ -122,18 +122,17 @@ class Outputs:
 
             self.stream = cupy.cuda.get_current_stream().ptr
 
-    def empty(self, shape, fp32: bool = False, zero: bool = False, int32: bool = False):
-        """A new contiguous array: the inputs' 16-bit dtype, or float32, or int32; and its data pointer."""
+    def empty(self, shape, fp32: bool = False, int32: bool = False):
+        """A new contiguous array, not initialised: the inputs' 16-bit dtype, or float32, or int32; and its data
+        pointer."""
         if self.framework == "torch":
             torch = self.torch
-            make = torch.zeros if zero else torch.empty
             dtype = torch.int32 if int32 else torch.float32 if fp32 else self.like.obj.dtype
-            x = make(shape, dtype=dtype, device=self.like.obj.device)
+            x = torch.empty(shape, dtype=dtype, device=self.like.obj.device)
             return x, x.data_ptr()
         import cupy
 
-        make = cupy.zeros if zero else cupy.empty
-        x = make(shape, dtype=cupy.int32 if int32 else cupy.float32 if fp32 else self.like.obj.dtype)
+        x = cupy.empty(shape, dtype=cupy.int32 if int32 else cupy.float32 if fp32 else self.like.obj.dtype)
         return x, x.data.ptr
 
     def synchronize_if_asked(self, options: Options) -> None:

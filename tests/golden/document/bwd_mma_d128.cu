@@ -735,12 +735,15 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS) {
 
 // delta = rowsum(dO * O) - dLSE (dLSE may be null) and LSE in log2 units, +inf for a row that sees no key
 // (so that its P is 0 everywhere). One warp per row of the [B, Hq, padded_rows(S)] grid; the padding rows get
-// LSE = +inf and delta = 0.
+// LSE = +inf and delta = 0. It also zeroes the dK/dV kernel's fp32 dQ buffer ([B, Hq, padded_rows(S), D]) and
+// dQ turn counters ([B, Hq, padded_rows(S) / ROW_PAD]) where they are given (null: not used by this call), in the
+// same pass over the rows instead of two fills of their own.
 extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_document(
     const unsigned short* __restrict__ o, const unsigned short* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ dlse,
     long long o_sb, long long o_sh, long long o_ss, long long do_sb, long long do_sh, long long do_ss,
-    float* __restrict__ lse_log2, float* __restrict__ delta, int num_heads, int seq_len, long long rows) {
+    float* __restrict__ lse_log2, float* __restrict__ delta, float* __restrict__ dq_accum,
+    int* __restrict__ dq_turns, int num_heads, int seq_len, long long rows) {
     using namespace maskc;
     const long long row = (long long)blockIdx.x * PREP_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -748,6 +751,12 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_doc
     const int padded = padded_rows(seq_len);
     const int qi = (int)(row % padded);
     const long long bh = row / padded;
+    if (dq_accum != nullptr) {
+        float4* accum_row = reinterpret_cast<float4*>(dq_accum + row * HEAD_DIM);
+        #pragma unroll
+        for (int i = lane; i < HEAD_DIM / 4; i += 32) accum_row[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (dq_turns != nullptr && lane == 0 && qi % ROW_PAD == 0) dq_turns[row / ROW_PAD] = 0;
     if (qi >= seq_len) {
         if (lane == 0) { delta[row] = 0.f; lse_log2[row] = pos_inf(); }
         return;
@@ -774,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_doc
 // Grid: x = column work items (len(col_order) * Hkv: in L2 sections of section_heads kv heads, heaviest column
 // blocks first in each), y = batch elements when the mask is broadcast over the batch, else 1. Block:
 // DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
-// padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the caller. The warp-specialized engine also takes
+// padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the prep kernel. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
 #define MASKC_DKDV_ENTRY_PARAMS MASKC_DKDV_PARAMS
 #define MASKC_DKDV_ARGS                                                                                          \
