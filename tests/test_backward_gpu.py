@@ -9,6 +9,7 @@ bitwise repeatable. Also against FlexAttention's backward, under torch.compile, 
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 
@@ -195,6 +196,31 @@ def test_dq_buffers_need_no_zeroed_memory(deterministic):
         grads = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=deterministic)
         for got, ref in zip(grads, refs):
             assert rel(got.double(), ref) <= GRAD_TOL["bf16"]
+
+
+def test_backward_from_a_thread_new_to_cuda():
+    """torch's autograd engine runs a backward in a thread of its own, where CUDA's runtime may not have been used
+    yet, so that no context is current for the driver API's launches: the runtime makes the device's current
+    (run 70 found CUDA_ERROR_INVALID_CONTEXT there once the backward no longer zeroed a buffer through torch)."""
+    bound = bind("causal", 1000, seed=8)
+    q, k, v, dout = (randn(1, 2, 1000, 128, dtype="bf16") for _ in range(4))
+    o, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    here = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True)
+    found = {}
+
+    def backward():
+        try:
+            found["grads"] = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True)
+            torch.cuda.synchronize()
+        except Exception as exc:   # noqa: BLE001 - reported by the assertion below
+            found["error"] = exc
+
+    worker = threading.Thread(target=backward)
+    worker.start()
+    worker.join()
+    assert "error" not in found, repr(found.get("error"))
+    for a, b in zip(found["grads"], here):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("name", ["causal", "document", "hstu", "clear", "alibi", "softcap"])

@@ -153,10 +153,17 @@ def _torch_stream(device: int) -> int:
 
 
 def on_device(device: int):
-    """A context that makes ``device`` current, or none when it already is (the usual case: cheaper)."""
+    """A context that makes ``device`` current, or none when it already is (the usual case: cheaper). The launches
+    go through the driver API, which needs a current CUDA context on the calling thread: a thread that has not used
+    CUDA's runtime yet has none (torch's autograd engine runs a backward in a thread of its own, where allocating
+    uninitialised outputs launches nothing), so the device's primary context is made current there first."""
     import cupy
+    from cupy.cuda import driver, runtime
 
-    return contextlib.nullcontext() if cupy.cuda.runtime.getDevice() == device else cupy.cuda.Device(device)
+    if driver.ctxGetCurrent() == 0:
+        runtime.setDevice(device)           # binds the device's primary context to this thread
+        return contextlib.nullcontext()
+    return contextlib.nullcontext() if runtime.getDevice() == device else cupy.cuda.Device(device)
 
 
 def check_pointers(*ops: Operand) -> None:
