@@ -3,6 +3,7 @@ tile maps and descriptors (cached per tile shape), the dense mask and modified s
 BlockMask, mask_mod and score_mod, sub-blocks (``restrict``) and kernel specs for its constants."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from maskc.analysis.classify import classify
 from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_arrays
 from maskc.analysis.evaluate import dense_mask
 from maskc.analysis.order_tiles import classify_ordered
-from maskc.analysis.score import modified_scores
+from maskc.analysis.score import modified_scores, score_bound
 from maskc.codegen.predicate import pack_mask_data
 from maskc.errors import BindError
 from maskc.flex_mods import Device, FlexMaskMod, FlexScoreMod
@@ -158,9 +159,20 @@ class BoundMask:
         return self.params.constants(self.mask.const_params)
 
     def kernel_spec(self, **kwargs) -> KernelSpec:
-        """The mask's kernel_spec for this binding: its const values, and the 32-bit predicate where bind
-        proved it enough."""
-        return self.mask.kernel_spec(constants=self.constants, narrow=self.narrow, **kwargs)
+        """The mask's kernel_spec for this binding: its const values, the 32-bit predicate where bind
+        proved it enough, and a softmax against a fixed maximum where its values allow one (:attr:`fixed_max`)."""
+        return self.mask.kernel_spec(constants=self.constants, narrow=self.narrow, fixed_max=self.fixed_max, **kwargs)
+
+    @functools.cached_property
+    def fixed_max(self) -> bool:
+        """Whether the modifier bounds every score of this binding closely enough for the forward's softmax to
+        run against a fixed maximum instead of tracking each row's (``softcap`` with every cap at most
+        :data:`maskc.codegen.plan.FIXED_MAX_CAP`: every exponent then lands in normal floats)."""
+        from maskc.codegen.plan import FIXED_MAX_CAP
+
+        bounds = [score_bound(self.mask.resolved, element, self.seq_len, self.kv_len, self.num_heads, b)
+                  for b, element in enumerate(self.params.batch)]
+        return all(bound is not None and bound <= FIXED_MAX_CAP for bound in bounds)
 
     def backward_spec(self, **kwargs) -> BackwardSpec:
         return self.mask.backward_spec(constants=self.constants, narrow=self.narrow, **kwargs)

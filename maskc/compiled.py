@@ -130,11 +130,12 @@ class CompiledMask:
     def kernel_spec(self, head_dim: int = 128, dtype: str = "bf16", block_m: int | None = None,
                     block_n: int | None = None, num_warps: int | None = None,
                     constants: tuple[tuple[str, int], ...] = (), engine: str | None = None,
-                    arch: str = "sm_90a", narrow: bool = False) -> KernelSpec:
+                    arch: str = "sm_90a", narrow: bool = False, fixed_max: bool = False) -> KernelSpec:
         """The kernel's spec for a target ``arch`` (maskc.codegen.schedule.ARCHES; default an H100/H200); a mask with
         const parameters takes their ``constants`` (a bound mask's), else the defaults its file declares
         (:meth:`const_values`). Tiles and engine not given come from the schedule for that target.
-        ``narrow``: the predicate in 32 bits, for a binding that proved it enough (``BoundParams.narrow``)."""
+        ``narrow``: the predicate in 32 bits, for a binding that proved it enough (``BoundParams.narrow``);
+        ``fixed_max``: the binding's scores bounded for a softmax against a fixed maximum (``BoundMask.fixed_max``)."""
         from maskc.codegen.schedule import capability_of, choose_tiles
 
         if block_m is None or block_n is None or num_warps is None or engine is None:
@@ -145,7 +146,7 @@ class CompiledMask:
         constants = self.const_values(constants)
         pred = predicate(self.ranges, tuple(constants), self.offsets, narrow, self._element_code(constants))
         return KernelSpec(self._c_name(), head_dim, dtype, block_m, block_n, num_warps, pred, self._summary(constants),
-                          engine, arch, score_code(self.resolved, tuple(constants), self.offsets))
+                          engine, arch, score_code(self.resolved, tuple(constants), self.offsets), fixed_max)
 
     def _element_ranges(self, constants: tuple[tuple[str, int], ...]) -> ir.RangeMask | None:
         """The forms the element path of PARTIAL tiles (maskc.codegen.elements) tests per pair, or None where the

@@ -302,6 +302,9 @@ class KernelSpec:
     engine: str = "mma"
     arch: str = "sm_90a"    # NVRTC's target (maskc.codegen.schedule.ARCHES, or compute_XY for PTX)
     score: ScoreCode | None = None      # the score modifier, applied to every visible pair's score
+    # the binding's modifier bounds every score closely enough for a softmax against a fixed maximum
+    # (BoundMask.fixed_max; the wgmma_tma forward's plan decides whether it runs one: ForwardPlan.fixed_max)
+    fixed_max: bool = False
 
     @property
     def entry(self) -> str:

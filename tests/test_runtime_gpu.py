@@ -298,3 +298,27 @@ def test_autotune_picks_a_correct_kernel_and_remembers_it(tmp_path, monkeypatch)
     timed = {label: r for label, r in entry["report"].items() if isinstance(r, float)}
     assert entry["choice"] in timed and timed[entry["choice"]] == min(timed.values())
     assert len(entry["report"]) == len(forward_candidates(128, "bf16", state.capability(0, maskc.Options())))
+
+
+@pytest.mark.parametrize("cap", [30.0, 50.0, 60.0])
+def test_softcap_forward_where_tanh_saturates_both_ways(cap):
+    """Softcap's forward (O and LSE) against float64 where every score of a row sits near +cap or near -cap: with
+    caps up to FIXED_MAX_CAP the softmax runs against a fixed maximum, and these rows take its exponents to both
+    ends of their range (P near 2**20 and near the smallest normal float); 60 runs the online softmax."""
+    from maskc.codegen.plan import FIXED_MAX_CAP
+
+    S, H, D = 1000, 2, 128
+    bound = maskc.load(EX / "softcap.mask").bind(seq_len=S, cap=cap)
+    assert bound.fixed_max == (cap <= FIXED_MAX_CAP)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    u = torch.randn(D, device="cuda", generator=g)
+    k = u + 0.01 * torch.randn(1, H, S, D, device="cuda", generator=g)          # every key about u
+    q = 4.0 * torch.randn(1, H, S, D, device="cuda", generator=g)
+    q[:, :, 0::3], q[:, :, 1::3] = -20.0 * u, 20.0 * u                      # rows against every key, and with
+    v = torch.randn(1, H, S, D, device="cuda", generator=g)
+    q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
+    out, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(D)
+    s = (cap * torch.tanh(s / cap)).masked_fill(torch.ones(S, S, device="cuda", dtype=torch.bool).triu(1), -math.inf)
+    assert rel(out.double(), torch.softmax(s, -1) @ v.double()) <= 1e-2
+    assert (lse.double() - torch.logsumexp(s, -1)).abs().max().item() <= 5e-2

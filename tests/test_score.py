@@ -449,6 +449,63 @@ def test_modifier_is_part_of_the_kernel_and_its_cache_key():
     assert "score_mod_grad" in back.source and "p[nt][e] *= slope[nt][e]" in back.source
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.01, 200.0), min_size=1, max_size=3), st.booleans())
+def test_a_fixed_softmax_maximum_exactly_where_every_cap_allows_one(caps, per_head):
+    """BoundMask.fixed_max: a modifier that is softcap(..., cap) at the top bounds every score by the cap, and the
+    forward runs its softmax against a fixed maximum exactly when every batch element's and head's cap is at most
+    FIXED_MAX_CAP; other modifiers, and none, never do."""
+    from maskc.codegen.plan import FIXED_MAX_CAP
+
+    if per_head:
+        bound = compile_text("mask a(c: float per h)\n  allow k <= q\n  score = softcap(score * 2.0, c)\n").bind(
+            seq_len=8, num_heads=len(caps), c=caps)
+    else:
+        bound = compile_text("mask a(c: float)\n  allow k <= q\n  score = softcap(score, c)\n").bind(
+            seq_len=8, c=caps if len(caps) > 1 else caps[0])
+    assert bound.fixed_max == (max(caps) <= FIXED_MAX_CAP)
+    assert bound.kernel_spec(head_dim=64, engine="wgmma_tma").fixed_max == bound.fixed_max
+    assert not compile_text("mask a(c: float = 1.0)\n  allow k <= q\n  score = softcap(score, c) * 2.0\n").bind(
+        seq_len=8).fixed_max
+    assert not maskc.load(EXAMPLES / "causal.mask").bind(seq_len=8).fixed_max
+
+
+@pytest.mark.parametrize("cap", [1e-3, 1.0, 30.0, 50.0])
+def test_every_exponent_of_a_fixed_maximum_lands_in_normal_floats(cap):
+    """The fixed maximum's arithmetic at the largest cap it is used for and below: for every forward score
+    t = tanh(.) in [-1, 1], P = exp2(t * cap * log2(e) - FIXED_EXPONENT) in float32 is a normal float (ex2.approx
+    flushes subnormals) no larger than 2**P_HIGH, and P's ratios are the softmax's."""
+    from maskc.codegen.plan import FIXED_EXPONENT, FIXED_MAX_CAP, FIXED_MAX_K, P_HIGH
+
+    assert FIXED_MAX_CAP * math.log2(math.e) == pytest.approx(FIXED_MAX_K)
+    for c in (cap, FIXED_MAX_CAP):
+        t = np.linspace(-1.0, 1.0, 20001, dtype=np.float32)
+        x = t * np.float32(c * math.log2(math.e)) - np.float32(FIXED_EXPONENT)
+        p = np.exp2(x)
+        assert (p >= np.finfo(np.float32).tiny).all() and (p <= 2.0 ** P_HIGH).all()
+        softmax = np.exp((t.astype(np.float64) - 1.0) * c)
+        ours = p.astype(np.float64) / p.astype(np.float64).sum()
+        assert np.allclose(ours, softmax / softmax.sum(), rtol=1e-4, atol=0)
+
+
+def test_the_fixed_maximum_is_in_the_bf16_wgmma_tma_kernel_alone():
+    """The plan runs the fixed maximum where the spec allows it, for bf16 (P passes to P V in bf16, fp32's range;
+    fp16's would flush it) and without the FMA exponentials; the kernel then has no row maxima and no rescale."""
+    from maskc.codegen.emit import emit_kernel
+
+    bound = maskc.load(EXAMPLES / "softcap.mask").bind(seq_len=512, cap=30.0)
+    fixed = emit_kernel(bound.kernel_spec(head_dim=128, dtype="bf16", engine="wgmma_tma"))
+    assert fixed.plan.fixed_max and "softmax_fixed(s, l, softmax_scale_log2)" in fixed.source
+    assert "softmax_update(" not in fixed.source.split("extern \"C\"")[1] and "rescale_rows(acc" not in \
+        fixed.source.split("extern \"C\"")[1]
+    for spec, options in ((bound.kernel_spec(head_dim=128, dtype="fp16", engine="wgmma_tma"), maskc.Options()),
+                          (bound.kernel_spec(head_dim=128, dtype="bf16", engine="wgmma_tma"),
+                           maskc.Options(exp2_emulation=2)),
+                          (bound.mask.kernel_spec(head_dim=128, dtype="bf16", engine="wgmma_tma"), maskc.Options())):
+        source = emit_kernel(spec, options)
+        assert not source.plan.fixed_max and "softmax_fixed" not in source.source
+
+
 def test_additive_modifiers_cost_one_fma_and_no_backward_factor():
     spec = maskc.load(EXAMPLES / "alibi.mask").kernel_spec(head_dim=64)
     body = spec.score.code.split("float score_mod(")[1].split("}")[0]

@@ -152,6 +152,25 @@ def _check_caps(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len
                                 "softcap(x, cap) is cap * tanh(x / cap): it bounds x to (-cap, cap)")
 
 
+def score_bound(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, num_heads: int | None,
+                b: int = 0) -> float | None:
+    """The bound the modifier puts on every modified score of batch element ``b`` (``params``: its values):
+    where the whole modifier is ``softcap(x, cap)``, ``|mod| < cap`` whatever ``x`` is, so the largest cap over the
+    heads (a cap reads no position; bind has checked each is positive); None for any other modifier (and
+    without one)."""
+    if mask.score is None:
+        return None
+    top = mask.score.expr
+    if not (isinstance(top, ir.FCall) and top.fn == "softcap"):
+        return None
+    zero = np.zeros(1, np.int64)
+    caps = []
+    for h in range(num_heads) if num_heads and reads_head(mask) else (0,):
+        ev = ScoreEvaluator(mask, params, seq_len, kv_len, h, b)
+        caps.append(float(np.ravel(ev.score(top.args[1], np.zeros(1), zero, zero)[0])[0]))
+    return max(caps)
+
+
 def _named(ev: "ScoreEvaluator", cap: ir.ScoreExpr, head: str):
     """``'c' = 1.5`` for each parameter a cap reads (``at head 2`` for one value per head)."""
     zero = np.zeros(1, np.int64)

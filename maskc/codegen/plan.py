@@ -10,6 +10,7 @@ warp-specialized kernel, whether the pipeline overlaps, and the ordered list of 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from maskc.codegen.tile_bits import ROOT_ENTRIES
@@ -62,6 +63,17 @@ POINTERS = ("q", "k", "v", "o", "lse")
 TENSOR_MAPS = ("q_map", "k_map", "v_map")
 
 
+# The softmax against a fixed maximum (ForwardPlan.fixed_max). Scores that a modifier bounds (softcap's: in units
+# of score_unit they are t = tanh(.), |t| < 1) enter the exponent as x = t * K with K = cap * log2(e), and
+# P = exp2(x - FIXED_EXPONENT) lies between 2**P_LOW and 2**P_HIGH for every score when K <= FIXED_MAX_K: a normal
+# float (ex2.approx flushes subnormals to 0, which would drop the weights of a row whose scores are all small), and
+# at most 2**20 times the largest value a dynamic maximum allows, which the output's fp32 sums of P * v keep.
+P_LOW, P_HIGH = -126, 20
+FIXED_EXPONENT = -(P_LOW + P_HIGH) / 2           # 53: the exponent subtracted from every score's
+FIXED_MAX_K = (P_HIGH - P_LOW) / 2               # 73
+FIXED_MAX_CAP = FIXED_MAX_K / math.log2(math.e)  # 50.6: Gemma 2's 50 and Grok-1's 30 fit
+
+
 @dataclass(frozen=True)
 class ForwardPlan:
     """Every decision of one forward kernel (see the module docstring)."""
@@ -84,10 +96,19 @@ class ForwardPlan:
     partial_tiles: str = ""
     # wgmma_tma: 1 column tile of the softmax in this many takes exp2 on the FMA pipe (Options.exp2_emulation)
     exp2_emulation: int = 0
+    # wgmma_tma: the softmax against a fixed maximum (FIXED_EXPONENT above): no row maxima, the output never
+    # rescaled; where the binding's scores are bounded for it (spec.fixed_max) and P passes to P V in bf16, whose
+    # range is fp32's (fp16's is not)
+    fixed_max: bool = False
 
     @property
     def threads(self) -> int:
         return self.spec.threads
+
+    @property
+    def fixed_exponent(self) -> float:
+        """The exponent the fixed maximum subtracts (FIXED_EXPONENT), for the template."""
+        return FIXED_EXPONENT
 
     @property
     def score(self):
@@ -194,7 +215,9 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
     # table) then spills (84 B for clear at D=128), so such masks get the plain loop, but for two warpgroups
     # at D=64 where registers allow.
     overlap = overlap and (regions is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
+    fixed_max = spec.fixed_max and spec.dtype == "bf16" and not exp2_emulation
+    assert not fixed_max or (spec.score is not None and spec.score.unit), "a fixed maximum needs softcap's unit"
     return ForwardPlan(spec, "attention_fwd_tma.cu.j2", regions, COMMON_PARAMS + TMA_PARAMS, smem,
                        o_in_q_buffer=spec.head_dim == 256, registers=tma_registers(spec), overlap=overlap,
                        pingpong=pingpong, debug_waits=debug_waits, root_tables=roots, partial_tiles=partial,
-                       exp2_emulation=exp2_emulation)
+                       exp2_emulation=exp2_emulation, fixed_max=fixed_max)

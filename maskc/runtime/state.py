@@ -77,10 +77,12 @@ def prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, option
     its compiled mask."""
     ddesc = device_descriptor(bound, tiles.block_m, tiles.block_n, device, options)
     # The kernel depends on the compiled mask, not on lengths or values: a new bind reuses it. (Values of
-    # const parameters are compiled in, and the predicate's width follows the binding: both in the key.)
+    # const parameters are compiled in, and the predicate's width and a fixed softmax maximum follow the
+    # binding: all in the key.)
     mask_state = state_for(bound.mask)
     arch = target_arch(device, options)
-    kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, bound.narrow, options.forward_switches)
+    kkey = ("kernel", head_dim, dtype, *tiles, device, arch, bound.constants, bound.narrow,
+            getattr(bound, "fixed_max", False), options.forward_switches)
     kernel = mask_state.get(kkey)
     if kernel is None:
         spec = bound.kernel_spec(head_dim=head_dim, dtype=dtype, block_m=tiles.block_m, block_n=tiles.block_n,

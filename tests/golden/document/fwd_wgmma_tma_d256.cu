@@ -979,8 +979,8 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_document(
 
             mbar_wait(q_full, n & 1);
             // Software pipeline: S of tile j + 1 is computed by the tensor cores while this warpgroup's P V of
-            // tile j is issued behind it, and its softmax runs while that P V is in flight; acc is rescaled
-            // only once P V has completed. Registers: S (next) + P (this) + O. A warpgroup waits for its
+            // tile j is issued behind it, and its softmax runs while that P V is in flight; acc (under the
+            // online softmax) is rescaled only once P V has completed. Registers: S (next) + P (this) + O. A warpgroup waits for its
             // operands before taking its turn, so it never holds the turn while the copy engine catches up.
             if (walk.valid()) {
                 float s[N_TILES][4], alpha[2];
