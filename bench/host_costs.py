@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_overhead import host_us  # noqa: E402  (wall us per call, back to back, one synchronize at the end)
 from workloads import B, D, H, real_bound, write_records  # noqa: E402
 
 import maskc  # noqa: E402
@@ -44,17 +45,6 @@ def timed(owner, name: str, label: str) -> None:
             calls[label] += 1
 
     setattr(owner, name, wrapper)
-
-
-def per_call_us(fn, n: int) -> float:
-    """Wall microseconds per call of ``fn`` over ``n`` calls back to back (one synchronize at the end)."""
-    fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 class _Floor(torch.autograd.Function):
@@ -106,7 +96,7 @@ def main() -> None:
     }
     records, table = [], []
     for name, fn in primitives.items():
-        us = per_call_us(fn, n)
+        us = host_us(fn, n)
         records.append({"what": name, "us": us})
         table.append((name, us))
 
