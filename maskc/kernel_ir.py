@@ -8,7 +8,7 @@ the GPU as they are.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -305,6 +305,14 @@ class KernelSpec:
     # the binding's modifier bounds every score closely enough for a softmax against a fixed maximum
     # (BoundMask.fixed_max; the wgmma_tma forward's plan decides whether it runs one: ForwardPlan.fixed_max)
     fixed_max: bool = False
+
+    def __repr__(self) -> str:
+        """Every field without a default, and those with one where they differ from it (the mask's summary lines
+        already make it long)."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.default is MISSING and f.default_factory is MISSING
+                 or getattr(self, f.name) != (f.default if f.default is not MISSING else f.default_factory())]
+        return f"KernelSpec({', '.join(shown)})"
 
     @property
     def entry(self) -> str:
