@@ -273,9 +273,11 @@ def predicate_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...]) -
     return mask.kernel_spec(constants=constants, engine="mma").predicate.code.strip("\n")
 
 
-def schedule_text(head_dim: int, dtype: str, options: Options = DEFAULT) -> str:
+def schedule_text(head_dim: int, dtype: str, options: Options = DEFAULT, mask: CompiledMask | None = None,
+                  bound: BoundMask | None = None) -> str:
     """The tiles and engines the schedule picks for the forward and backward kernels (the engines of
-    ``options`` where they name one)."""
+    ``options`` where they name one); for a mask with a score modifier, how the forward's softmax runs (against
+    a fixed maximum where ``bound``'s values allow it: ForwardPlan.fixed_max)."""
     from maskc.codegen.schedule import HOPPER, capability_of, choose_backward_tiles, choose_tiles
     capability = capability_of(options.arch) if options.arch else HOPPER
     fwd = choose_tiles(head_dim, dtype, capability, engine=options.engine)
@@ -287,7 +289,32 @@ def schedule_text(head_dim: int, dtype: str, options: Options = DEFAULT) -> str:
                      f"{bwd.dq_block_n}, dK/dV engine {bwd.engine}")
     except ValueError as err:
         lines.append(f"backward: none ({err})")
+    if mask is not None and mask.resolved.score is not None:
+        lines.append(_softmax_text(mask, bound, head_dim, dtype, options))
     return "\n".join(lines)
+
+
+def _softmax_text(mask: CompiledMask, bound: BoundMask | None, head_dim: int, dtype: str, options: Options) -> str:
+    """One line: whether the forward's softmax runs against a fixed maximum for this binding, and why not."""
+    from maskc.codegen.emit import emit_kernel
+    from maskc.codegen.plan import FIXED_MAX_CAP
+
+    expr = mask.resolved.score.expr
+    softcap = isinstance(expr, ir.FCall) and expr.fn == "softcap"
+    if bound is None:
+        return "forward softmax: online (row maxima)" + (
+            f"; a binding whose caps are all at most {FIXED_MAX_CAP:.1f} runs it against a fixed maximum (give "
+            "--seq-len to see)" if softcap else "")
+    plan = emit_kernel(bound.kernel_spec(head_dim=head_dim, dtype=dtype, engine=options.engine), options).plan
+    if getattr(plan, "fixed_max", False):
+        return f"forward softmax: against a fixed maximum (every softcap cap of this binding <= {FIXED_MAX_CAP:.1f})"
+    if not softcap:
+        why = "the modifier does not bound the scores (only a softcap of the whole score does)"
+    elif not bound.fixed_max:
+        why = f"a cap of this binding is past {FIXED_MAX_CAP:.1f}"
+    else:
+        why = "a fixed maximum needs bf16, the wgmma_tma engine and no FMA exponentials"
+    return f"forward softmax: online (row maxima): {why}"
 
 
 def emit_text(mask: CompiledMask, constants: tuple[tuple[str, int], ...], head_dim: int, dtype: str,
@@ -327,7 +354,7 @@ def explain(file: ir.SourceFile, masks: tuple[CompiledMask, ...], bounds: dict |
             out.append(_section("predicate", why["predicate"], constants))
         else:
             out.append(_section("predicate", why["predicate"], predicate_text(m, constants)))
-        out.append(_section("schedule", why["schedule"], schedule_text(head_dim, dtype, options)))
+        out.append(_section("schedule", why["schedule"], schedule_text(head_dim, dtype, options, m, bound)))
         if not isinstance(constants, str):
             out.append(_section("emit", why["emit"], emit_text(m, constants, head_dim, dtype, options)))
     return "\n".join(out)

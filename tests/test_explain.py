@@ -76,3 +76,17 @@ def test_classify_says_why_classes_are_or_are_not_exact(monkeypatch):
     monkeypatch.setattr(classify_module, "_BUDGET", 0)
     assert "more intervals than classification enumerates" in classify_text(
         clear.bind(seq_len=300, text=20, width=16, radius=3), 32, 32)
+
+
+def test_schedule_says_how_the_softmax_of_a_modifier_runs():
+    """The schedule section's softmax line follows the plan: a fixed maximum for a softcap binding whose caps allow
+    one (bf16), the online softmax past the cap limit, in fp16, and for modifiers that bound nothing."""
+    from maskc.explain import schedule_text
+
+    soft, alibi = (maskc.load(EXAMPLES / f"{n}.mask") for n in ("softcap", "alibi"))
+    line = lambda *a, **kw: schedule_text(128, *a, **kw).splitlines()[-1]   # noqa: E731
+    assert "against a fixed maximum" in line("bf16", mask=soft, bound=soft.bind(256, cap=50.0))
+    assert "a cap of this binding is past 50.6" in line("bf16", mask=soft, bound=soft.bind(256, cap=60.0))
+    assert "needs bf16" in line("fp16", mask=soft, bound=soft.bind(256, cap=30.0))
+    assert "does not bound the scores" in line("bf16", mask=alibi, bound=alibi.bind(256, num_heads=2, slope=[0.5, 0.25]))
+    assert "give --seq-len" in line("bf16", mask=soft) and "softmax" not in schedule_text(128, "bf16")
