@@ -7,7 +7,8 @@ environment's options (for instance MASKC_BWD_DQ_REDUCTION) but the dK/dV engine
 each of --engines.
 Median of triton.testing.do_bench of
 - `bwd`: the backward alone. maskc: ``runtime.attention_backward`` from a stored O and LSE (the fast mode,
-  impl `maskc`, and the deterministic one, `maskc_det`); Flex and cuDNN: ``torch.autograd.grad`` of a stored
+  impl `maskc`, and the deterministic one, `maskc_det`, and `maskc_det_wave` in its other launch order,
+  ``Options(dq_turn_order="wave")``); Flex and cuDNN: ``torch.autograd.grad`` of a stored
   forward output with ``retain_graph``;
 - `fwd_bwd`: forward and backward through autograd (``maskc.attention`` on torch tensors; Flex-FA4 and FA4
   only here).
@@ -140,10 +141,14 @@ def main():
             o, lse = runtime.attention(q, k, v, bound, return_lse=True, options=default)
             grads = runtime.attention_backward(dout, q, k, v, o, lse, bound, options=default)
             grads_det = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=default)
+            waves = default.replace(dq_turn_order="wave")      # the deterministic mode's other launch order
+            grads_wave = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=waves)
             torch.cuda.synchronize()
             ms = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, options=default), **reps)
             ms_det = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True,
                                                                  options=default), **reps)
+            ms_wave = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True,
+                                                                  options=waves), **reps)
             ms_fb = bench_ms(lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=default),
                                                          (qg, kg, vg), dout), **reps)
 
@@ -156,9 +161,11 @@ def main():
                 o_flex = flex_grads = None
             errs, ok = _against(grads, flex_grads)
             errs_det, ok_det = _against(grads_det, flex_grads)
+            errs_wave, ok_wave = _against(grads_wave, flex_grads)
             extra = {"params": w.short_params()}
             record(name, S, "maskc", "bwd", ms, pairs, ok, rel_err_vs_flex=errs, **extra)
             record(name, S, "maskc_det", "bwd", ms_det, pairs, ok_det, rel_err_vs_flex=errs_det)
+            record(name, S, "maskc_det_wave", "bwd", ms_wave, pairs, ok_wave, rel_err_vs_flex=errs_wave)
             if o_flex is not None:
                 ms_flex = bench_ms(lambda: torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True), **reps)
                 ms_flex_fb = bench_ms(lambda: torch.autograd.grad(flex(qg, kg, vg, block_mask=bm), (qg, kg, vg), dout),
@@ -212,7 +219,7 @@ def main():
                         del o_c
                     except RuntimeError as exc:
                         print(f"# cuDNN failed: {exc}", flush=True)
-            del bound, o, lse, grads, grads_det
+            del bound, o, lse, grads, grads_det, grads_wave
         del q, k, v, dout, qg, kg, vg
         torch.cuda.empty_cache()
 

@@ -35,6 +35,9 @@ BACKWARD_ENGINES = ("mma", "wgmma", "wgmma_tma")   # the dK/dV kernel's
 # floats per thread from the fragments: what the mma kernel always does). bench/NOTES.md, runs 25-26, has
 # these and the variants tried and dropped (among them `none`, a timing experiment that left dQ out).
 DQ_REDUCTIONS = ("bulk_tile", "red2")
+# the deterministic wgmma_tma backward's launch order, which its dQ turns follow (maskc.runs.ordered_columns):
+# "shortest" first, or "wave": the first wave shortest first and the other columns longest first
+DQ_TURN_ORDERS = ("shortest", "wave")
 # How the wgmma_tma forward and the backward mask PARTIAL tiles of exact masks with chunked regions
 # (Options.partial_tiles, ForwardPlan.partial_tiles, BackwardSpec.partial_tiles): "bits" (maskc.codegen.tile_bits),
 # "elements" (maskc.codegen.elements), "auto" ("bits" until a GPU run decides).
@@ -169,7 +172,7 @@ class Descriptor:
     def nbytes(self) -> int:
         """The bytes of every array (the transposed view's once built)."""
         arrays = (self.run_offsets, self.runs, self.work_order, self.mask_data, self.mask_offsets)
-        built = self.__dict__.get("_transposed", ()) + self.__dict__.get("col_turns", ())
+        built = self.__dict__.get("_transposed", ()) + sum(self.__dict__.get("_turns", {}).values(), ())
         return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in built)
 
     @functools.cached_property
@@ -193,14 +196,22 @@ class Descriptor:
     def col_work_order(self) -> np.ndarray:
         return self._transposed[2]
 
-    @functools.cached_property
+    @property
     def col_turns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The column view for a deterministic backward whose dQ additions take turns
-        (:func:`maskc.runs.ordered_columns`): (order, rank_base, ranks), built on first use."""
-        turns = ordered_columns(self.col_offsets, self.col_runs, self.batch, self.n_q_blocks)
-        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
-        RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in turns))
-        return turns
+        """The column view for a deterministic backward whose dQ additions take turns, columns shortest first
+        (:meth:`turns`)."""
+        return self.turns()
+
+    def turns(self, first_wave: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(order, rank_base, ranks) of :func:`maskc.runs.ordered_columns` for this descriptor's column view, with
+        its ``first_wave`` (None: every column shortest first); built on first use per value."""
+        cache = self.__dict__.setdefault("_turns", {})
+        if first_wave not in cache:
+            turns = ordered_columns(self.col_offsets, self.col_runs, self.batch, self.n_q_blocks, first_wave)
+            what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+            RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in turns))
+            cache[first_wave] = turns
+        return cache[first_wave]
 
 
 @dataclass(frozen=True)

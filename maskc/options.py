@@ -28,8 +28,8 @@ from typing import Any, Mapping
 
 from maskc.analysis.order import parse_order
 from maskc.codegen.schedule import Tiles, capability_of
-from maskc.kernel_ir import (BACKWARD_ENGINES, DQ_REDUCTIONS, ENGINES, EXP2_EMULATION, MAX_DESCRIPTOR_BYTES,
-                             PARTIAL_TILES)
+from maskc.kernel_ir import (BACKWARD_ENGINES, DQ_REDUCTIONS, DQ_TURN_ORDERS, ENGINES, EXP2_EMULATION,
+                             MAX_DESCRIPTOR_BYTES, PARTIAL_TILES)
 
 # variable -> the Options field it sets
 ENVIRONMENT = {
@@ -47,6 +47,7 @@ ENVIRONMENT = {
     "MASKC_TOKEN_ORDER": "token_order",
     "MASKC_PARTIAL_TILES": "partial_tiles",
     "MASKC_EXP2_EMULATION": "exp2_emulation",
+    "MASKC_DQ_TURN_ORDER": "dq_turn_order",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -84,6 +85,10 @@ class Options:
     # this many, on the SFU for the others: 0 (never: the default), 1, 2, 4 or 8. An experiment: slower on the
     # H200 even for softcap, whose tanh also takes the SFU (run 58: 0.97x at 4; bench/NOTES.md)
     exp2_emulation: int = 0
+    # the deterministic wgmma_tma backward's launch order, which its dQ turns follow (kernel_ir.DQ_TURN_ORDERS):
+    # "shortest" (every column shortest first) or "wave" (one wave of CTAs shortest first, then longest first:
+    # modelled 0.80x -> 0.97x of the fast mode at 4K, bench/turns_model.py; not yet timed on a GPU)
+    dq_turn_order: str = "shortest"
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.
@@ -94,6 +99,7 @@ class Options:
         _check_choice("backward engine", self.backward_engine, BACKWARD_ENGINES)
         _check_choice("dQ reduction", self.dq_reduction, DQ_REDUCTIONS)
         _check_choice("partial tiles", self.partial_tiles, PARTIAL_TILES)
+        _check_choice("dQ turn order", self.dq_turn_order, DQ_TURN_ORDERS)
         if self.exp2_emulation not in EXP2_EMULATION or isinstance(self.exp2_emulation, bool):
             raise ValueError(f"exp2 emulation {self.exp2_emulation!r}: expected one of "
                              f"{', '.join(map(str, EXP2_EMULATION))} (1 column tile in that many; 0: none)")

@@ -168,13 +168,16 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
     return col_offsets, col_runs
 
 
-def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int):
+def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, first_wave: int | None = None):
     """The column view's launch order and dQ turns for a backward whose dQ additions happen in a fixed order
     (deterministic): ``(order, rank_base, ranks)``.
 
     ``order`` int32[B*KT]: the columns shortest first (ties: the later key block first), so that the columns
     adding to a query block arrive at it in about the order of their turns (causal: the diagonal's column at its
-    first step, the one before it at its second...). ``ranks[rank_base[r] + qb]`` is the turn, among the
+    first step, the one before it at its second...). With ``first_wave``: only the first ``first_wave`` columns
+    so (the CTAs that start together, which then never wait on each other), the others longest first (they start
+    one by one as CTAs end, so the longest no longer start last and run alone at the end: bench/turns_model.py).
+    ``ranks[rank_base[r] + qb]`` is the turn, among the
     columns that see query block ``qb`` of their batch element, of the column of run ``r`` (``col_runs[r]``
     covers qb): how many of those columns come before it in ``order``. Turns follow the launch order, so a
     column waits only for columns launched before it (no deadlock, whatever stays resident)."""
@@ -184,6 +187,8 @@ def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int):
     weight = lengths * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
     cost = np.bincount(col_of_run, weight, minlength=cols)
     order = np.lexsort((-np.arange(cols), cost)).astype(np.int32)
+    if first_wave is not None:
+        order = np.concatenate([order[:first_wave], order[first_wave:][::-1]])
     position = np.empty(cols, np.int64)
     position[order] = np.arange(cols)
     # one entry per step: (query block key b * qt + qb, the column's position in the order)

@@ -179,6 +179,24 @@ def test_deterministic_is_bitwise_repeatable(name, S, H):
         assert rel(a.double(), b.double()) <= 1e-2
 
 
+@pytest.mark.parametrize("name,S", [("causal", 4096), ("hstu", 8192), ("document", 2000)])
+def test_deterministic_in_waves_is_bitwise_repeatable(name, S, backward_engine):
+    """Options(dq_turn_order="wave"), the launch order whose first wave goes shortest first and the rest longest
+    first (the turns follow it: no deadlock, whatever stays resident): bitwise equal call after call, and within
+    bf16 tolerance of the fast mode."""
+    if backward_engine != "wgmma_tma":
+        pytest.skip("dQ in turns: the wgmma_tma kernel only")
+    bound = bind(name, S, seed=9)
+    q, k, v, dout = (randn(1, 16, S, 128, dtype="bf16") for _ in range(4))
+    o, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    waves = maskc.Options(dq_turn_order="wave")
+    first = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=waves)
+    again = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=waves)
+    fast = maskc.attention_backward(dout, q, k, v, o, lse, bound)
+    for a, b, c in zip(first, again, fast):
+        assert torch.equal(a, b) and rel(a.double(), c.double()) <= 1e-2
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_dq_buffers_need_no_zeroed_memory(deterministic):
     """The prep kernel zeroes the fp32 dQ buffer and the dQ turn counters (the runtime allocates them

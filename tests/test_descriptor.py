@@ -282,18 +282,23 @@ def test_dense_grid_past_the_tile_cap_is_a_bind_error():
 
 @given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.data())
 def test_dq_turns_follow_the_launch_order(batch, qt, kt, data):
-    """ordered_columns against brute force on the grid: every column once in the order, shortest first; the
-    turn of column c at query block qb is the number of columns of c's batch element that see qb and come
-    before c in the order (so waits go only to columns launched earlier)."""
+    """ordered_columns against brute force on the grid: every column once in the order, shortest first (with a
+    first wave: that many shortest first, then the others longest first); the turn of column c at query block qb
+    is the number of columns of c's batch element that see qb and come before c in the order (so waits go only to
+    columns launched earlier)."""
     from maskc.runs import ordered_columns
     classes = np.array(data.draw(st.lists(st.sampled_from([EMPTY, PARTIAL, FULL]), min_size=batch * qt * kt,
                                           max_size=batch * qt * kt)), np.int8).reshape(batch, qt, kt)
+    first_wave = data.draw(st.none() | st.integers(0, batch * kt + 2))
     offsets, runs = runs_of(classes.transpose(0, 2, 1).reshape(batch * kt, qt))      # the column view
-    order, rank_base, ranks = ordered_columns(offsets, runs, batch, qt)
+    order, rank_base, ranks = ordered_columns(offsets, runs, batch, qt, first_wave)
     assert sorted(order.tolist()) == list(range(batch * kt))
     cost = [(runs[offsets[c]:offsets[c + 1], 1] - runs[offsets[c]:offsets[c + 1], 0]
              ) @ np.where(runs[offsets[c]:offsets[c + 1], 2] == PARTIAL, PARTIAL_COST, 1.0) for c in range(batch * kt)]
-    assert all(cost[a] <= cost[b] for a, b in zip(order[:-1], order[1:]))
+    wave = len(order) if first_wave is None else min(first_wave, len(order))
+    assert all(cost[a] <= cost[b] for a, b in zip(order[:wave - 1], order[1:wave]))         # the wave: shortest first
+    assert all(cost[a] >= cost[b] for a, b in zip(order[wave:-1], order[wave + 1:]))         # the rest: longest first
+    assert all(cost[a] <= cost[b] for a in order[:wave] for b in order[wave:])               # the wave: the shortest
     position = {c: i for i, c in enumerate(order.tolist())}
     for c in range(batch * kt):
         b = c // kt

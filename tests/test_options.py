@@ -32,6 +32,7 @@ SETTINGS = [
     ("MASKC_TOKEN_ORDER", "8x16", "token_order", "8x16"),
     ("MASKC_PARTIAL_TILES", "elements", "partial_tiles", "elements"),
     ("MASKC_EXP2_EMULATION", "4", "exp2_emulation", 4),
+    ("MASKC_DQ_TURN_ORDER", "wave", "dq_turn_order", "wave"),
 ]
 
 

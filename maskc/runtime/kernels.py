@@ -372,7 +372,9 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         # a mask bound on the device (maskc.DeviceMask) has no turns (the host orders them): its own kernel
         in_turns = deterministic and spec.dq_in_turns and not hasattr(bound, "build_views")
         entry = spec.entry_dkdv_ordered if in_turns else spec.entry_dkdv_det if deterministic else spec.entry_dkdv
-        order, rank_base, ranks = (device_turns(bound, block_m, block_n, qo.device, options) if in_turns
+        # "wave": the CTAs of the grid's first wave (one per SM, dkdv_sections kv heads to a column) shortest first
+        first_wave = -(-sm_count(qo.device) // dkdv_sections) if options.dq_turn_order == "wave" else None
+        order, rank_base, ranks = (device_turns(bound, block_m, block_n, qo.device, options, first_wave) if in_turns
                                    else (cols.work_order, None, None))
         maps = (("q", block_m), ("k", block_n), ("v", block_n), ("dout", block_m)) if warp_specialized else ()
         # wgmma_tma's rank_base, ranks and dq_turns (set per call when it takes turns, else null)

@@ -143,15 +143,16 @@ def device_descriptor(bound, block_m: int, block_n: int, device: int, options: O
     return ddesc
 
 
-def device_turns(bound, block_m: int, block_n: int, device: int, options: Options) -> tuple[Any, Any, Any]:
-    """The column view's order and dQ turns for the deterministic wgmma_tma backward (Descriptor.col_turns) on
-    ``device``: (order, rank_base, ranks), uploaded once per bound mask."""
+def device_turns(bound, block_m: int, block_n: int, device: int, options: Options,
+                 first_wave: int | None = None) -> tuple[Any, Any, Any]:
+    """The column view's order and dQ turns for the deterministic wgmma_tma backward (Descriptor.turns, with its
+    ``first_wave``) on ``device``: (order, rank_base, ranks), uploaded once per bound mask."""
     state = state_for(bound)
-    key = ("turns", block_m, block_n, device)
+    key = ("turns", block_m, block_n, device, first_wave)
     if key not in state:
         desc = device_descriptor(bound, block_m, block_n, device, options, transposed=True).descriptor
         assert isinstance(desc, Descriptor), "a mask bound on the device has no turns: its own dQ kernel runs"
-        state[key] = tuple(device_int32(a) for a in desc.col_turns)
+        state[key] = tuple(device_int32(a) for a in desc.turns(first_wave))
     return state[key]
 
 
