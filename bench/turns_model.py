@@ -10,8 +10,9 @@ heaviest columns first.
 
     python bench/turns_model.py [--sms 132] [--hold 0.05]
 
-It prints each length's makespan without turns, with turns shortest first (maskc's order) and longest first, and
-their ratios to the first. It models the order only, not what a turn costs (the spin, the wait for the addition to
+It prints each length's makespan without turns, with turns shortest first (maskc's default order), longest first,
+and in waves (``Options(dq_turn_order="wave")``: one wave of CTAs shortest first, then longest first), and their
+ratios to the first. It models the order only, not what a turn costs (the spin, the wait for the addition to
 land): measured ratios run ~0.1 below it (bench/NOTES.md, session 12).
 """
 from __future__ import annotations
@@ -26,11 +27,15 @@ def causal_columns(seq_len: int) -> dict[int, list[int]]:
 
 
 def makespan(seq_len: int, heads: int, section: int, order: str, sms: int, hold: float, turns: bool = True) -> float:
-    """Time until the last CTA ends (module docstring); ``order``: "shortest" or "longest" first."""
+    """Time until the last CTA ends (module docstring); ``order``: "shortest" or "longest" first, or "wave" (the
+    first ceil(sms / section) columns shortest first, the others longest first: maskc.runs.ordered_columns)."""
     cols = causal_columns(seq_len)
     by_length = sorted(cols, key=lambda j: (len(cols[j]), -j))          # shortest first, ties: later block first
     if order == "longest":
         by_length.reverse()
+    elif order == "wave":
+        wave = -(-sms // section)
+        by_length = by_length[:wave] + by_length[wave:][::-1]
     launch = [(h, j) for first in range(0, heads, section) for j in by_length
               for h in range(first, min(heads, first + section))]
     position = {cta: i for i, cta in enumerate(launch)}
@@ -66,12 +71,12 @@ def main() -> None:
     ap.add_argument("--hold", type=float, default=0.05, help="units an addition takes (a step is 1)")
     args = ap.parse_args()
     # heads per L2 section as the runtime picks them at D=128 on a 50 MB L2 (kernels._l2_section_heads)
-    for seq_len, section in ((4096, 9), (16384, 2), (32768, 1)):
+    for seq_len, section in ((4096, 9), (8192, 4), (16384, 2), (32768, 1)):
         fast = makespan(seq_len, 16, section, "longest", args.sms, args.hold, turns=False)
-        shortest = makespan(seq_len, 16, section, "shortest", args.sms, args.hold)
-        longest = makespan(seq_len, 16, section, "longest", args.sms, args.hold)
-        print(f"{seq_len:6d}: no turns {fast:8.0f} | shortest first {shortest:8.0f} ({fast / shortest:.2f}x) | "
-              f"longest first {longest:8.0f} ({fast / longest:.2f}x)")
+        times = {order: makespan(seq_len, 16, section, order, args.sms, args.hold)
+                 for order in ("shortest", "longest", "wave")}
+        print(f"{seq_len:6d}: no turns {fast:8.0f} | " + " | ".join(
+            f"{order} {t:8.0f} ({fast / t:.2f}x)" for order, t in times.items()))
 
 
 if __name__ == "__main__":
