@@ -9,7 +9,7 @@ import maskc.analysis.classify as classify_module
 import maskc.analysis.piece_tiles as piece_tiles
 from maskc import ir
 from maskc.analysis.descriptor import unpack
-from maskc.analysis.keys import region_keys, values_at
+from maskc.analysis.keys import region_keys, union, values_at
 from maskc.analysis.rows import RowValues, k_bound_rows
 from conftest import tile_truth
 from mask_strategies import chunk_binding, chunk_mask_text, tile_shape
@@ -282,3 +282,21 @@ def test_families_drop_covered_keeps_are_kept(drawn):
     event(f"constant families: {min(sum(r[4] for r in drawn), 3)}, overlapping: {any(r[1] < 0 for r in drawn)}")
     for kept, given_ in zip(piece_tiles._drop_covered(*families, 200), families):
         np.testing.assert_array_equal(kept, given_)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40), st.integers(1, 40)), max_size=40),
+       st.sampled_from([1, 4, 7, 16]))
+def test_touched_blocks_are_the_union_of_the_hulls_blocks(drawn, block_n):
+    """piece_runs takes each piece's touched key blocks from _touched_blocks, not keys.union: for families in
+    hull order whose hulls are disjoint within a piece (gaps of 0 keys: abutting hulls; hulls inside one block,
+    or one block apart, so that blocks touch and merge), both give the same ranges."""
+    rows, piece, end = [], 0, 0
+    for next_piece, gap, width in drawn:
+        piece, end = (piece + 1, 0) if next_piece else (piece, end)
+        rows.append((piece, end + gap, end + gap + width))
+        end += gap + width
+    piece, h0, h1 = (np.array(x, np.int64) for x in zip(*rows)) if rows else (np.zeros(0, np.int64),) * 3
+    kt = -(-int(h1.max(initial=1)) // block_n)                 # the blocks that the hulls reach
+    expected = union(piece, h0 // block_n, -(-h1 // block_n), kt)
+    for got, want in zip(piece_tiles._touched_blocks(piece, h0, h1, block_n), expected):
+        np.testing.assert_array_equal(got, want)

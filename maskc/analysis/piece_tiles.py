@@ -201,7 +201,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if bad.any():
         ok = ~bad[block[piece]]
         piece, h0, h1 = piece[ok], h0[ok], h1[ok]
-    by_piece = union(piece, floor_blocks(h0, block_n), ceil_blocks(h1, block_n), kt)
+    by_piece = _touched_blocks(piece, h0, h1, block_n)
     touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
@@ -211,6 +211,22 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     partial = subtract(touched, covered, kt)
     return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
                                                         partial + (np.full(len(partial[0]), PARTIAL),))), bad
+
+
+def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: int):
+    """Per piece, the key blocks that its families' hulls ``[h0, h1)`` touch, as :func:`union` of the hulls'
+    blocks returns them (ascending, disjoint, non-adjacent ranges), for families in hull order
+    (:func:`_hull_order`) whose non-empty hulls are disjoint within each piece (what :func:`piece_runs` keeps).
+    Then a piece's hulls ascend at both ends, so do their blocks: a range begins where the piece changes or
+    a family's first block lies past the previous family's last, and ends at its last family's. No sort and
+    no running maximum, which :func:`union` must allow for."""
+    first_block, end_block = floor_blocks(h0, block_n), ceil_blocks(h1, block_n)
+    new = np.empty(len(piece), bool)
+    new[:1] = True
+    np.greater(first_block[1:], end_block[:-1], out=new[1:])
+    new[1:] |= piece[1:] != piece[:-1]
+    first = new.nonzero()[0]
+    return piece[first], first_block[first], end_block[last_rows(first, len(piece))]
 
 
 def _families(regions, make, starts, ends, kv_len: int, budget: int):
