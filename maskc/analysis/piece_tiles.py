@@ -195,6 +195,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
     else:                                                                 # every family a chain of its own
         c_piece, c_lo, c_hi = piece, np.maximum(la, lb), np.minimum(ha, hb)
+    # A chain covers a key block only if it keeps block_n keys at every row (or reaches kv_len: the short last
+    # tile): the others, most where families are narrower than a block, leave before their blocks are found.
+    wide = ((c_hi - c_lo >= block_n) | (c_hi >= kv_len)).nonzero()[0]
+    c_piece, c_lo, c_hi = c_piece[wide], c_lo[wide], c_hi[wide]
     bad[block[bad_piece]] = True
     # Touched key blocks: the union of the families' hulls, piece by piece (in order already: no sort), then
     # q_block by q_block; covered: those every piece's chains cover.
@@ -336,14 +340,14 @@ def _hull_order(families, kv_len: int, sort: bool = True):
     they are out of that order and ``sort`` is off), their hulls ``[h0, h1)``, and whether each follows one
     of its piece."""
     piece, la, ha, lb, hb = families
-    key = piece * (kv_len + 1) + np.minimum(la, lb)
+    h0 = np.minimum(la, lb)
+    key = piece * (kv_len + 1) + h0
     if (key[1:] < key[:-1]).any():
         if not sort:
             return None
         order = key.argsort(kind="stable")
-        piece, la, ha, lb, hb = piece[order], la[order], ha[order], lb[order], hb[order]
-    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
-    return (piece, la, ha, lb, hb), h0, h1, piece[1:] == piece[:-1]
+        piece, la, ha, lb, hb, h0 = piece[order], la[order], ha[order], lb[order], hb[order], h0[order]
+    return (piece, la, ha, lb, hb), h0, np.maximum(ha, hb), piece[1:] == piece[:-1]
 
 
 def _nothing_covered(families, h0, h1, same) -> bool:
