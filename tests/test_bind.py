@@ -307,3 +307,17 @@ def test_remembered_checks_fail_where_the_walk_fails(first, changes):
                 outcomes.append(str(err))
         event("binds" if outcomes[0] is None else "fails")
         assert outcomes[0] == outcomes[1]
+
+
+@given(st.lists(st.integers(-2**40, 2**40), max_size=6), st.lists(st.integers(-5, 5), max_size=6))
+def test_segment_value_ranges_are_the_arrays_extremes(first, second):
+    """SegmentTable.value_range (what the width proofs read, worked out once per table): each array's least and
+    greatest value, None for no segments, asked twice and in either order."""
+    from maskc.bound_params import SegmentTable
+
+    arrays = (("a", np.array(first, np.int64)), ("b", np.array(second[:len(first)] + [0] * (len(first) - len(second)),
+                                                                  np.int64)))
+    table = SegmentTable(np.arange(len(first) + 1, dtype=np.int64), arrays)
+    for name, values in arrays + arrays[::-1]:
+        expected = (int(values.min()), int(values.max())) if len(values) else None
+        assert table.value_range(name) == expected
