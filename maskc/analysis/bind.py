@@ -203,7 +203,8 @@ def _check(mask, ranges, params, seq_len, kv_len, h, b, at):
     these values (remembered per mask, as the width proofs are), only the others run, in their order, so the
     first failure is the one the whole walk would meet first."""
     checks = _checks_of(mask, ranges)
-    key = (seq_len, kv_len, h, b, tuple(params.int(name) for name in checks.ints))
+    builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": h, "b": b}
+    key = tuple(builtins[name] for name in checks.builtins) + tuple(params.int(name) for name in checks.ints)
     if key in checks.passed:
         _check_items(mask, checks.divisors, checks.requires, params, seq_len, kv_len, h, b, at)
         return
@@ -219,14 +220,16 @@ _MEMO = 256          # passes of the value checks remembered per mask
 class _Checks:
     """A mask's bind checks (divisors, ``require`` rules) less those that read nothing but int parameters,
     seq_len, kv_len, h and b: ``divisors`` and ``requires`` are the others (they read positions, segments or
-    tables: checked at every bind), ``ints`` the int parameters the left-out ones read, and ``passed`` the keys
-    (lengths, h, b and those ints' values) with which every check passed."""
+    tables: checked at every bind), ``builtins`` and ``ints`` the builtins and int parameters the left-out ones
+    read, and ``passed`` the keys (those values) with which every check passed (a key leaves out h where no
+    left-out check reads it: a mask bound per head does not fill the memo with one key per head)."""
 
     def __init__(self, mask: ir.ResolvedMask, divisors: tuple):
         self.divisors = tuple(lin for lin in divisors if not _reads_values_only(F.terms_of(lin)))
         self.requires = tuple(r for r in mask.requires if not _reads_values_only(nodes(r.cond)))
         read = [t for lin in divisors if lin not in self.divisors for t in F.terms_of(lin)]
         read += [n for r in mask.requires if r not in self.requires for n in nodes(r.cond)]
+        self.builtins = tuple(sorted({n.name for n in read if isinstance(n, ir.Builtin)}))
         self.ints = tuple(sorted({n.name for n in read if isinstance(n, ir.ParamRef)}))
         self.passed: set = set()
 
