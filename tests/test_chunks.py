@@ -300,3 +300,45 @@ def test_touched_blocks_are_the_union_of_the_hulls_blocks(drawn, block_n):
     expected = union(piece, h0 // block_n, -(-h1 // block_n), kt)
     for got, want in zip(piece_tiles._touched_blocks(piece, h0, h1, block_n), expected):
         np.testing.assert_array_equal(got, want)
+
+
+def _dropped_by_hand(families):
+    """What _drop_covered returns, written out: each piece's constant families merged where they overlap or
+    touch (first, by piece and start), then the other families in order less those inside a merged one; the
+    families unchanged where nothing merges and nothing lies inside."""
+    rows = list(zip(*(x.tolist() for x in families)))
+    merged: list = []
+    for p, lo, hi in sorted((p, la, ha) for p, la, ha, lb, hb in rows if (la, ha) == (lb, hb)):
+        if merged and merged[-1][0] == p and lo <= merged[-1][2]:
+            merged[-1][2] = max(merged[-1][2], hi)
+        else:
+            merged.append([p, lo, hi])
+    rest = [r for r in rows if (r[1], r[2]) != (r[3], r[4])]
+    kept = [r for r in rest if not any(p == r[0] and lo <= min(r[1], r[3]) and hi >= max(r[2], r[4])
+                                       for p, lo, hi in merged)]
+    if len(kept) == len(rest) and len(merged) == len(rows) - len(rest):
+        return rows
+    return [(p, lo, hi, lo, hi) for p, lo, hi in merged] + kept
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30), st.integers(1, 12), st.integers(-3, 3),
+                          st.integers(-3, 3)), max_size=24),
+       st.lists(st.integers(0, 3), max_size=3))
+def test_families_inside_constant_ones_are_dropped(drawn, doubled):
+    """_drop_covered against _dropped_by_hand: families of four pieces in any order, each an interval at the
+    first end and one moved by up to 3 keys at each side at the other (constant where unmoved), pieces with
+    one constant interval (the union looked up by piece) and with several (searched: the pieces ``doubled``
+    get a constant family holding a moving one, and a second constant family to their right; piece 4 has one
+    constant family, a moving one inside it and one across its start)."""
+    rows = [(p, lo, lo + width, lo + max(0, da), lo + width + max(0, db) if da or db else lo + width)
+            for p, lo, width, da, db in drawn]
+    rows = [(p, la, ha, lb, max(hb, lb + 1)) for p, la, ha, lb, hb in rows]
+    rows += [r for p in doubled for r in ((p, 0, 40, 0, 40), (p, 5, 8, 6, 9), (p, 60, 64, 60, 64))]
+    rows += [(4, 47, 52, 48, 53), (4, 50, 56, 50, 56), (4, 51, 53, 52, 54)]    # one constant, a family across its start
+    families = tuple(np.array(x, np.int64) for x in zip(*rows)) if rows else (np.zeros(0, np.int64),) * 5
+    got = list(zip(*(x.tolist() for x in piece_tiles._drop_covered(*families, 100))))
+    expected = _dropped_by_hand(families)
+    constants = [r[0] for r in expected if r[1:3] == r[3:5]]
+    event(f"several constant intervals in a piece: {len(set(constants)) < len(constants)}")
+    event(f"fewer families: {len(expected) < len(rows)}")
+    assert got == expected

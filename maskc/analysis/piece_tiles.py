@@ -369,14 +369,29 @@ def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
     if not constant.any():
         return piece, la, ha, lb, hb
     c_piece, c_lo, c_hi = union(piece[constant], la[constant], ha[constant], kv_len)
-    width = kv_len + 1
-    g_lo = c_piece * width + c_lo
-    at = g_lo.searchsorted(piece * width + np.minimum(la, lb), side="right") - 1
+    h0 = np.minimum(la, lb)
+    at = _union_holding(piece, h0, c_piece, c_lo, kv_len)
     safe = np.maximum(at, 0)
-    inside = ~constant & (at >= 0) & (c_piece[safe] == piece) & (c_hi[safe] >= np.maximum(ha, hb))
+    inside = (~constant & (at >= 0) & (c_piece[safe] == piece) & (c_lo[safe] <= h0)
+              & (c_hi[safe] >= np.maximum(ha, hb)))
     if not inside.any() and len(c_piece) == np.count_nonzero(constant):
         return piece, la, ha, lb, hb
     keep = ~constant & ~inside
     piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
     return (np.concatenate([c_piece, piece]), np.concatenate([c_lo, la]), np.concatenate([c_hi, ha]),
             np.concatenate([c_lo, lb]), np.concatenate([c_hi, hb]))
+
+
+def _union_holding(piece: np.ndarray, h0: np.ndarray, c_piece: np.ndarray, c_lo: np.ndarray, kv_len: int):
+    """Per family (of ``piece``, hull from ``h0``), the index of the only interval of the constant families'
+    union (``c_piece``, ``c_lo``: sorted by piece and start, disjoint) that can hold it, -1 or an interval of
+    another piece where none can; the caller checks that it does (its piece, its start at or before ``h0``, its
+    end). Among several of a piece that is the last one starting at or before ``h0`` (a search); with one union
+    interval per piece (usual: a text region's keys) it is that one, looked up in a table by piece: a gather,
+    cheaper than the search (clear's 7.7K unsorted families: `_drop_covered` 163 -> 127 us)."""
+    if len(c_piece) and (c_piece[1:] != c_piece[:-1]).all():
+        slot = np.full(int(max(piece.max(), c_piece.max())) + 1, -1)
+        slot[c_piece] = np.arange(len(c_piece))
+        return slot[piece]
+    width = kv_len + 1
+    return (c_piece * width + c_lo).searchsorted(piece * width + h0, side="right") - 1
