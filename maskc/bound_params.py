@@ -25,6 +25,19 @@ class SegmentTable:
     def value(self, name: str) -> np.ndarray:
         return next(v for n, v in self.values if n == name)
 
+    def value_range(self, name: str) -> tuple[int, int] | None:
+        """(least, greatest) of the per-segment array ``name`` (None where there are no segments), worked out
+        once: the width proofs read it at every bind, once per program and per position it is read at."""
+        hit = self._ranges.get(name, False)
+        if hit is False:
+            values = self.value(name)
+            hit = self._ranges[name] = (int(values.min()), int(values.max())) if len(values) else None
+        return hit
+
+    @functools.cached_property
+    def _ranges(self) -> dict:
+        return {}
+
 
 @dataclass(frozen=True, eq=False)
 class Table:

@@ -59,7 +59,7 @@ def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
     row_of_run = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
     weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
     cost = np.bincount(row_of_run, weight, minlength=rows)
-    return np.lexsort((np.arange(rows), -cost)).astype(np.int32)
+    return np.argsort(-cost, kind="stable").astype(np.int32)          # stable: ties stay in row order
 
 
 def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

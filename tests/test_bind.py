@@ -1,6 +1,7 @@
 """Bind: every documented BindError, at the declaration's file:line:col, and valid values bound right."""
 import numpy as np
 import pytest
+from hypothesis import event, given, settings, strategies as st
 
 import maskc
 from maskc.errors import BindError, MaskError
@@ -265,3 +266,58 @@ def test_batch_params_look_up_every_name_as_the_tuples_hold_it():
             element.int("no_such_parameter")
     assert [e.int("max_attn_len") for e in bound.params.batch] == [0, 5]
     assert [e.segment("users").bounds.tolist() for e in bound.params.batch] == [[0, 10, 40], [0, 25, 40]]
+
+
+# Checks of both kinds: a divisor and rules that read only ints and lengths (remembered once they pass), a rule
+# that reads segments and one that reads q (checked at every bind), in an order that mixes them.
+REMEMBERED_CHECKS = """mask checks(docs: segments, t: per docs, a: int = 1, c: int = 0, w: int = 4)
+  require a >= 1, c <= a * 3
+  require t(q) <= a + c
+  require w - c >= 0 or q < a
+  require a + 1 <= seq_len - 1, 2 * a <= kv_len
+  allow same(docs), k // w <= q // w
+"""
+
+
+_CHECK_FIELDS = {"seq_len": st.sampled_from([3, 8]), "kv_len": st.sampled_from([3, 8]), "a": st.integers(0, 3),
+                 "c": st.integers(-2, 6), "w": st.integers(0, 4), "t": st.integers(-1, 4)}
+
+
+@settings(max_examples=200)
+@given(st.fixed_dictionaries(_CHECK_FIELDS),
+       st.lists(st.one_of(*[st.tuples(st.just(f), v) for f, v in _CHECK_FIELDS.items()]), min_size=1, max_size=10))
+def test_remembered_checks_fail_where_the_walk_fails(first, changes):
+    """A mask remembers passes of its checks that read only ints and lengths (bind._Checks): bind after bind,
+    each changing one value of the one before (so that keys that passed are met again with the other values
+    changed), then all again (hits), it raises where a mask that forgets them raises, with the same message,
+    and binds where that one binds."""
+    remembering, forgetting = maskc.compile_mask(REMEMBERED_CHECKS), maskc.compile_mask(REMEMBERED_CHECKS)
+    values = [first]
+    for field, value in changes:
+        values.append({**values[-1], field: value})
+    for v in values + values:
+        params = {"docs": [1, v["seq_len"] - 1], "t": [v["t"], 0], "a": v["a"], "c": v["c"], "w": v["w"]}
+        outcomes = []
+        for mask in (remembering, forgetting):
+            forgetting.ranges.__dict__.pop("_value_checks", None)
+            try:
+                mask.bind(v["seq_len"], v["kv_len"], **params)
+                outcomes.append(None)
+            except BindError as err:
+                outcomes.append(str(err))
+        event("binds" if outcomes[0] is None else "fails")
+        assert outcomes[0] == outcomes[1]
+
+
+@given(st.lists(st.integers(-2**40, 2**40), max_size=6), st.lists(st.integers(-5, 5), max_size=6))
+def test_segment_value_ranges_are_the_arrays_extremes(first, second):
+    """SegmentTable.value_range (what the width proofs read, worked out once per table): each array's least and
+    greatest value, None for no segments, asked twice and in either order."""
+    from maskc.bound_params import SegmentTable
+
+    arrays = (("a", np.array(first, np.int64)), ("b", np.array(second[:len(first)] + [0] * (len(first) - len(second)),
+                                                                  np.int64)))
+    table = SegmentTable(np.arange(len(first) + 1, dtype=np.int64), arrays)
+    for name, values in arrays + arrays[::-1]:
+        expected = (int(values.min()), int(values.max())) if len(values) else None
+        assert table.value_range(name) == expected

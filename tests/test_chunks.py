@@ -9,7 +9,7 @@ import maskc.analysis.classify as classify_module
 import maskc.analysis.piece_tiles as piece_tiles
 from maskc import ir
 from maskc.analysis.descriptor import unpack
-from maskc.analysis.keys import region_keys, values_at
+from maskc.analysis.keys import region_keys, union, values_at
 from maskc.analysis.rows import RowValues, k_bound_rows
 from conftest import tile_truth
 from mask_strategies import chunk_binding, chunk_mask_text, tile_shape
@@ -282,3 +282,63 @@ def test_families_drop_covered_keeps_are_kept(drawn):
     event(f"constant families: {min(sum(r[4] for r in drawn), 3)}, overlapping: {any(r[1] < 0 for r in drawn)}")
     for kept, given_ in zip(piece_tiles._drop_covered(*families, 200), families):
         np.testing.assert_array_equal(kept, given_)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40), st.integers(1, 40)), max_size=40),
+       st.sampled_from([1, 4, 7, 16]))
+def test_touched_blocks_are_the_union_of_the_hulls_blocks(drawn, block_n):
+    """piece_runs takes each piece's touched key blocks from _touched_blocks, not keys.union: for families in
+    hull order whose hulls are disjoint within a piece (gaps of 0 keys: abutting hulls; hulls inside one block,
+    or one block apart, so that blocks touch and merge), both give the same ranges."""
+    rows, piece, end = [], 0, 0
+    for next_piece, gap, width in drawn:
+        piece, end = (piece + 1, 0) if next_piece else (piece, end)
+        rows.append((piece, end + gap, end + gap + width))
+        end += gap + width
+    piece, h0, h1 = (np.array(x, np.int64) for x in zip(*rows)) if rows else (np.zeros(0, np.int64),) * 3
+    kt = -(-int(h1.max(initial=1)) // block_n)                 # the blocks that the hulls reach
+    expected = union(piece, h0 // block_n, -(-h1 // block_n), kt)
+    for got, want in zip(piece_tiles._touched_blocks(piece, h0, h1, block_n), expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def _dropped_by_hand(families):
+    """What _drop_covered returns, written out: each piece's constant families merged where they overlap or
+    touch (first, by piece and start), then the other families in order less those inside a merged one; the
+    families unchanged where nothing merges and nothing lies inside."""
+    rows = list(zip(*(x.tolist() for x in families)))
+    merged: list = []
+    for p, lo, hi in sorted((p, la, ha) for p, la, ha, lb, hb in rows if (la, ha) == (lb, hb)):
+        if merged and merged[-1][0] == p and lo <= merged[-1][2]:
+            merged[-1][2] = max(merged[-1][2], hi)
+        else:
+            merged.append([p, lo, hi])
+    rest = [r for r in rows if (r[1], r[2]) != (r[3], r[4])]
+    kept = [r for r in rest if not any(p == r[0] and lo <= min(r[1], r[3]) and hi >= max(r[2], r[4])
+                                       for p, lo, hi in merged)]
+    if len(kept) == len(rest) and len(merged) == len(rows) - len(rest):
+        return rows
+    return [(p, lo, hi, lo, hi) for p, lo, hi in merged] + kept
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30), st.integers(1, 12), st.integers(-3, 3),
+                          st.integers(-3, 3)), max_size=24),
+       st.lists(st.integers(0, 3), max_size=3))
+def test_families_inside_constant_ones_are_dropped(drawn, doubled):
+    """_drop_covered against _dropped_by_hand: families of four pieces in any order, each an interval at the
+    first end and one moved by up to 3 keys at each side at the other (constant where unmoved), pieces with
+    one constant interval (the union looked up by piece) and with several (searched: the pieces ``doubled``
+    get a constant family holding a moving one, and a second constant family to their right; piece 4 has one
+    constant family, a moving one inside it and one across its start)."""
+    rows = [(p, lo, lo + width, lo + max(0, da), lo + width + max(0, db) if da or db else lo + width)
+            for p, lo, width, da, db in drawn]
+    rows = [(p, la, ha, lb, max(hb, lb + 1)) for p, la, ha, lb, hb in rows]
+    rows += [r for p in doubled for r in ((p, 0, 40, 0, 40), (p, 5, 8, 6, 9), (p, 60, 64, 60, 64))]
+    rows += [(4, 47, 52, 48, 53), (4, 50, 56, 50, 56), (4, 51, 53, 52, 54)]    # one constant, a family across its start
+    families = tuple(np.array(x, np.int64) for x in zip(*rows)) if rows else (np.zeros(0, np.int64),) * 5
+    got = list(zip(*(x.tolist() for x in piece_tiles._drop_covered(*families, 100))))
+    expected = _dropped_by_hand(families)
+    constants = [r[0] for r in expected if r[1:3] == r[3:5]]
+    event(f"several constant intervals in a piece: {len(set(constants)) < len(constants)}")
+    event(f"fewer families: {len(expected) < len(rows)}")
+    assert got == expected

@@ -178,7 +178,7 @@ def _bind_one(mask, ranges, seq_len, kv_len, num_heads, value_of, b, batch) -> B
     check_bound(mask, ranges, params, seq_len, kv_len, num_heads if uses_head else 1, b, at)
     check_score(mask, params, seq_len, kv_len, num_heads, batch, at, b)
     for h in range(num_heads) if uses_head else (0,):
-        _check(mask, ranges.divisors, params, seq_len, kv_len, h, b, at)
+        _check(mask, ranges, params, seq_len, kv_len, h, b, at)
     return params
 
 
@@ -197,15 +197,73 @@ def _sizes(mask, p, known: BatchParams, seq_len: int, kv_len: int, b: int, at: s
     return tuple(out)
 
 
-def _check(mask, divisors, params, seq_len, kv_len, h, b, at):
-    """Divisors positive; every `require` true at every query position."""
+def _check(mask, ranges, params, seq_len, kv_len, h, b, at):
+    """Divisors positive; every `require` true at every query position. The checks that read nothing but int
+    parameters, lengths, h and b (:class:`_Checks`) are a function of those values: once they all passed with
+    these values (remembered per mask, as the width proofs are), only the others run, in their order, so the
+    first failure is the one the whole walk would meet first."""
+    checks = _checks_of(mask, ranges)
+    builtins = {"seq_len": seq_len, "kv_len": kv_len, "h": h, "b": b}
+    key = tuple(builtins[name] for name in checks.builtins) + tuple(params.int(name) for name in checks.ints)
+    if key in checks.passed:
+        _check_items(mask, checks.divisors, checks.requires, params, seq_len, kv_len, h, b, at)
+        return
+    _check_items(mask, ranges.divisors, mask.requires, params, seq_len, kv_len, h, b, at)
+    if len(checks.passed) >= _MEMO:
+        checks.passed.clear()
+    checks.passed.add(key)
+
+
+_MEMO = 256          # passes of the value checks remembered per mask
+
+
+class _Checks:
+    """A mask's bind checks (divisors, ``require`` rules) less those that read nothing but int parameters,
+    seq_len, kv_len, h and b: ``divisors`` and ``requires`` are the others (they read positions, segments or
+    tables: checked at every bind), ``builtins`` and ``ints`` the builtins and int parameters the left-out ones
+    read, and ``passed`` the keys (those values) with which every check passed (a key leaves out h where no
+    left-out check reads it: a mask bound per head does not fill the memo with one key per head)."""
+
+    def __init__(self, mask: ir.ResolvedMask, divisors: tuple):
+        self.divisors = tuple(lin for lin in divisors if not _reads_values_only(F.terms_of(lin)))
+        self.requires = tuple(r for r in mask.requires if not _reads_values_only(nodes(r.cond)))
+        read = [t for lin in divisors if lin not in self.divisors for t in F.terms_of(lin)]
+        read += [n for r in mask.requires if r not in self.requires for n in nodes(r.cond)]
+        self.builtins = tuple(sorted({n.name for n in read if isinstance(n, ir.Builtin)}))
+        self.ints = tuple(sorted({n.name for n in read if isinstance(n, ir.ParamRef)}))
+        self.passed: set = set()
+
+
+# Nodes whose value is a function of their operands alone (ir.walk.children; a floor's and a product's in
+# F.inner_lins): with leaves of _VALUE_LEAVES only, a check reads nothing that changes with the batch's data.
+_PURE_NODES = (ir.Arith, ir.Func, ir.Cmp, ir.All, ir.Any_, ir.Negate, ir.Floor, ir.Product, ir.Square,
+               ir.Extreme)
+_VALUE_LEAVES = (ir.Const, ir.Truth, ir.ParamRef, ir.Builtin)
+
+
+def _reads_values_only(found) -> bool:
+    """Whether the nodes ``found`` (every node of a check, at any depth) are all value leaves or pure nodes."""
+    return all(isinstance(n, _VALUE_LEAVES + _PURE_NODES) for n in found)
+
+
+def _checks_of(mask: ir.ResolvedMask, ranges: ir.RangeMask) -> _Checks:
+    """The mask's :class:`_Checks`, kept on ``ranges`` (immutable; the divisors are its)."""
+    hit = ranges.__dict__.get("_value_checks")
+    if hit is None or hit[0] is not mask:
+        hit = (mask, _Checks(mask, ranges.divisors))
+        object.__setattr__(ranges, "_value_checks", hit)
+    return hit[1]
+
+
+def _check_items(mask, divisors, requires, params, seq_len, kv_len, h, b, at):
+    """The divisors positive and the ``requires`` true at every query position, in their order."""
     for lin in divisors:
         if lin_value(lin, params, seq_len, kv_len, h, b) <= 0:
             raise BindError(f"divisor '{render(lin)}' of mask '{mask.name}' is not positive{at}", mask.span)
-    if not mask.requires:
+    if not requires:
         return
     ev = Evaluator(mask, params, seq_len, kv_len, h, b)
-    for r in mask.requires:
+    for r in requires:
         starts = _piece_starts(r.cond, params, seq_len)
         if starts is not None:            # constant between these positions: one check per piece
             ok = np.broadcast_to(ev.cond(r.cond, starts, None), starts.shape)

@@ -91,8 +91,8 @@ class Bounds:
         if isinstance(t, ir.SegAttr):
             return self.segment_index(t) if t.attr == "index" else (0, self.extent)
         if isinstance(t, ir.SegValue):
-            values = self.params.segment(t.seg).value(t.array)
-            return (min(int(values.min()), 0), max(int(values.max()), 0)) if len(values) else (0, 0)
+            extent = self.params.segment(t.seg).value_range(t.array)
+            return (min(extent[0], 0), max(extent[1], 0)) if extent is not None else (0, 0)
         raise TypeError(t)
 
     def segment_index(self, t: ir.SegAttr) -> tuple[int, int]:

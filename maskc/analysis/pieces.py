@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from maskc.analysis.intervals import combine, masked
+from maskc.analysis.intervals import NONE, combine, masked
 from maskc.analysis.piece_tiles import Breaks, last_rows, piece_starts, slopes
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.tiles import runs_of_keys
@@ -237,8 +237,8 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     values = at(np.concatenate([starts, last_rows(starts, row1)]))
     lo = values[plan.lower].max(axis=1)                     # [regions, first rows then last rows]
     hi = values[plan.upper].min(axis=1) + 1
-    ok = (values[plan.guard] <= 0).all(axis=1)
-    intervals = [masked(lo[r], hi[r], ok[r]) for r in range(len(lo))]
+    seen = (values[plan.guard] <= 0).all(axis=1) & (lo < hi)   # masked(), every region at once
+    intervals = list(zip(np.where(seen, lo, NONE), np.where(seen, hi, NONE)))
     slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)

@@ -84,10 +84,11 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     shared = None
     if len(slots) > 1:                                        # a key block two slots' hulls share
         i, j = _slot_pairs(len(slots))
-        pair = some[i] & some[j] & (h0[i] < h1[j]) & (h0[j] < h1[i])
+        s0, s1 = np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j])     # empty where either hull is (big, -1)
+        pair = s0 < s1
         shared = pair.any(axis=0) & ~bad                      # (those with holes are counted anyway)
         if shared.any():
-            bad |= shared & ~_none_full(pair, np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j]), first, c0, c1)
+            bad |= shared & ~_none_full(pair, s0, s1, first, c0, c1)
     h0, h1 = np.where(some, h0, 0), np.where(some, h1, 0)
     cut0, cut1 = np.maximum(f0, h0), np.minimum(f1, h1)
     has_full = cut0 < cut1
@@ -115,10 +116,12 @@ def _none_full(pair, s0, s1, first, c0, c1) -> np.ndarray:
     """bool[q_blocks]: whether some owner of the q_block covers, with no slot, any key block of the hull of the
     blocks that two slots' hulls share (``pair`` [pairs, q_blocks] where the pair's hulls share ``[s0, s1)``;
     ``first``, each q_block's first owner; ``[c0, c1)`` [slots, owners], the key blocks each slot of an owner
-    covers at every row). Then no shared block is FULL: a FULL block is covered by every owner."""
-    big = np.int64(1) << 40
-    lo = np.where(pair, s0, big).min(axis=0)                  # the shared blocks' hull [lo, hi) per q_block
-    hi = np.where(pair, s1, -1).max(axis=0)
+    covers at every row). Then no shared block is FULL: a FULL block is covered by every owner. Read only where
+    some pair shares blocks (elsewhere the answer means nothing)."""
+    if len(pair) == 1:                                        # the shared blocks' hull [lo, hi) per q_block
+        lo, hi = s0[0], s1[0]
+    else:
+        lo, hi = np.where(pair, s0, np.int64(1) << 40).min(axis=0), np.where(pair, s1, -1).max(axis=0)
     q = np.repeat(np.arange(len(first)), np.diff(np.append(first, c0.shape[1])))     # each owner's q_block
     covers = ((c0 < c1) & (c0 < hi[q]) & (c1 > lo[q])).any(axis=0)
     return ~np.logical_and.reduceat(covers, first)
