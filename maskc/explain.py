@@ -299,8 +299,9 @@ def _softmax_text(mask: CompiledMask, bound: BoundMask | None, head_dim: int, dt
     from maskc.codegen.emit import emit_kernel
     from maskc.codegen.plan import FIXED_MAX_CAP
 
-    expr = mask.resolved.score.expr
-    softcap = isinstance(expr, ir.FCall) and expr.fn == "softcap"
+    score = mask.resolved.score
+    assert score is not None, "only a mask with a score modifier has a softmax line"
+    softcap = isinstance(score.expr, ir.FCall) and score.expr.fn == "softcap"
     if bound is None:
         return "forward softmax: online (row maxima)" + (
             f"; a binding whose caps are all at most {FIXED_MAX_CAP:.1f} runs it against a fixed maximum (give "

@@ -321,8 +321,7 @@ class KernelSpec:
         """Every field without a default, and those with one where they differ from it (the mask's summary lines
         already make it long)."""
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
-                 if f.default is MISSING and f.default_factory is MISSING
-                 or getattr(self, f.name) != (f.default if f.default is not MISSING else f.default_factory())]
+                 if f.default is MISSING or getattr(self, f.name) != f.default]
         return f"KernelSpec({', '.join(shown)})"
 
     @property
