@@ -196,15 +196,10 @@ class Descriptor:
     def col_work_order(self) -> np.ndarray:
         return self._transposed[2]
 
-    @property
-    def col_turns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The column view for a deterministic backward whose dQ additions take turns, columns shortest first
-        (:meth:`turns`)."""
-        return self.turns()
-
     def turns(self, first_wave: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(order, rank_base, ranks) of :func:`maskc.runs.ordered_columns` for this descriptor's column view, with
-        its ``first_wave`` (None: every column shortest first); built on first use per value."""
+        """The column view for a deterministic backward whose dQ additions take turns: (order, rank_base, ranks) of
+        :func:`maskc.runs.ordered_columns`, with its ``first_wave`` (None: every column shortest first); built on
+        first use per value."""
         cache = self.__dict__.setdefault("_turns", {})
         if first_wave not in cache:
             turns = ordered_columns(self.col_offsets, self.col_runs, self.batch, self.n_q_blocks, first_wave)
