@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from maskc.errors import BindError
-from maskc.runs import MAX_TILES, RunBudget, dense_of, heaviest_first, ordered_columns, sizes_text, transposed
+from maskc.runs import (MAX_TILES, RunBudget, dense_of, heaviest_first, ordered_columns, partial_slots, sizes_text,
+                        transposed)
 from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as the IR's users import them)
 
 if TYPE_CHECKING:
@@ -40,8 +41,12 @@ DQ_REDUCTIONS = ("bulk_tile", "red2")
 DQ_TURN_ORDERS = ("shortest", "wave")
 # How the wgmma_tma forward and the backward mask PARTIAL tiles of exact masks with chunked regions
 # (Options.partial_tiles, ForwardPlan.partial_tiles, BackwardSpec.partial_tiles): "bits" (maskc.codegen.tile_bits),
-# "elements" (maskc.codegen.elements), "auto" ("bits" until a GPU run decides).
-PARTIAL_TILES = ("auto", "bits", "elements")
+# "elements" (maskc.codegen.elements), "stored" (the forward reads each PARTIAL tile's visibility words, which a
+# kernel builds from mask_bits once per binding, where the mask does not read h and the binding's descriptor is
+# the host's: maskc.codegen.plan; the backward takes "bits"), "auto" (those of AUTO_STORED, else "bits").
+PARTIAL_TILES = ("auto", "bits", "elements", "stored")
+# the choices that take the stored path where it applies ("auto" joins once a GPU run has timed it)
+AUTO_STORED = ("stored",)
 # Options.exp2_emulation, ForwardPlan.exp2_emulation: 1 column tile of the softmax in N takes exp2 on the FMA pipe
 EXP2_EMULATION = (0, 1, 2, 4, 8)
 # Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so
@@ -172,7 +177,8 @@ class Descriptor:
     def nbytes(self) -> int:
         """The bytes of every array (the transposed view's once built)."""
         arrays = (self.run_offsets, self.runs, self.work_order, self.mask_data, self.mask_offsets)
-        built = self.__dict__.get("_transposed", ()) + sum(self.__dict__.get("_turns", {}).values(), ())
+        built = (self.__dict__.get("_transposed", ()) + sum(self.__dict__.get("_turns", {}).values(), ())
+                 + self.__dict__.get("partial_slots", ()))
         return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in built)
 
     @functools.cached_property
@@ -195,6 +201,16 @@ class Descriptor:
     @property
     def col_work_order(self) -> np.ndarray:
         return self._transposed[2]
+
+    @functools.cached_property
+    def partial_slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """The row view's PARTIAL tiles numbered in the order the forward walks them: ``(run_slots, tiles)`` of
+        :func:`maskc.runs.partial_slots`, which the forward's stored path indexes each tile's visibility words
+        by (ForwardPlan.partial_tiles "stored"); built on first use."""
+        slots = partial_slots(self.run_offsets, self.runs)
+        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+        RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in slots))
+        return slots
 
     def turns(self, first_wave: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The column view for a deterministic backward whose dQ additions take turns: (order, rank_base, ranks) of
@@ -270,6 +286,7 @@ class Predicate:
     tile_bits: bool = False             # code defines mask_bits (see above)
     root_tables: int = 0                # tables mask_bits may read as `roots` (maskc.codegen.tile_bits)
     elements: str = field(default="", repr=False)   # CUDA: the element path (see above), with tile_bits
+    reads_head: bool = False            # the mask reads h (its visibility differs between heads)
 
     @property
     def source(self) -> str:
@@ -281,13 +298,17 @@ class Predicate:
         """{'allow': A, 'deny': D} when a kernel may use the interval table, else None."""
         return {"allow": self.allow, "deny": self.deny} if self.intervals_only and self.allow else None
 
-    def partial_path(self, choice: str = "auto") -> str:
-        """How a kernel with a tile path masks PARTIAL tiles for ``choice`` (PARTIAL_TILES; "auto" is "bits"
-        until a GPU run decides): "bits" (mask_bits) or "elements" (the element path); "" for a predicate
-        without a tile path (the interval table, or mask_visible per pair)."""
+    def partial_path(self, choice: str = "auto", stored: bool = False) -> str:
+        """How a kernel with a tile path masks PARTIAL tiles for ``choice`` (PARTIAL_TILES): "bits" (mask_bits),
+        "elements" (the element path) or, for a kernel that can read them (``stored``: the forward), "stored"
+        (visibility words built once per binding, for the choices in AUTO_STORED), where the mask does not
+        read h (the words serve every head); "" for a predicate without a tile path (the interval table, or
+        mask_visible per pair)."""
         if not self.tile_bits or self.interval_regions is not None:
             return ""
-        return "elements" if choice == "elements" and self.elements else "bits"
+        if choice == "elements" and self.elements:
+            return "elements"
+        return "stored" if choice in AUTO_STORED and stored and not self.reads_head else "bits"
 
 
 @dataclass(frozen=True)
@@ -322,6 +343,11 @@ class KernelSpec:
     @property
     def entry(self) -> str:
         return f"maskc_fwd_{self.mask_name}"
+
+    @property
+    def entry_tile_words(self) -> str:
+        """The stored path's builder of PARTIAL tiles' visibility words (ForwardPlan.partial_tiles "stored")."""
+        return f"maskc_tile_words_{self.mask_name}"
 
     @property
     def threads(self) -> int:
@@ -392,7 +418,7 @@ class BackwardSpec:
 @dataclass(frozen=True)
 class KernelSource:
     """Rendered CUDA: ``source`` defines the ``extern "C" __global__`` functions ``entries`` (``entry``
-    first; the forward source has only that one)."""
+    first; a forward source has only that one, or with the stored path its builder of visibility words)."""
 
     spec: KernelSpec | BackwardSpec | BuilderSpec | MoveSpec | None   # None: a check kernel of no mask (emit_tma_check)
     source: str = field(repr=False)

@@ -168,6 +168,26 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
     return col_offsets, col_runs
 
 
+def partial_slots(offsets: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The PARTIAL tiles of a CSR of runs, numbered in the order a kernel walks them (row by row, each row's runs
+    in order, each run's blocks ascending): ``(run_slots, tiles)``.
+
+    ``run_slots`` int32[n_runs]: the number of each run's first block (a PARTIAL run's block ``j`` is number
+    ``run_slots[run] + j - begin``; a FULL run holds the number the next PARTIAL block gets); ``tiles``
+    int32[n_partial, 2]: the (row, block) of each number. O(runs + PARTIAL tiles), never the tile grid."""
+    lengths = np.where(runs[:, 2] == PARTIAL, runs[:, 1] - runs[:, 0], 0).astype(np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    partial = lengths > 0
+    total = int(ends[-1]) if len(ends) else 0
+    first = np.repeat(starts[partial], lengths[partial])
+    tiles = np.empty((total, 2), np.int32)
+    tiles[:, 0] = np.repeat(rows[partial], lengths[partial])
+    tiles[:, 1] = np.repeat(runs[partial, 0], lengths[partial]) + (np.arange(total) - first)
+    return starts.astype(np.int32), tiles
+
+
 def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, first_wave: int | None = None):
     """The column view's launch order and dQ turns for a backward whose dQ additions happen in a fixed order
     (deterministic): ``(order, rank_base, ranks)``.

@@ -307,3 +307,40 @@ def test_dq_turns_follow_the_launch_order(batch, qt, kt, data):
                 before = [c2 for c2 in range(b * kt, (b + 1) * kt)
                           if classes[b, qb, c2 % kt] != EMPTY and position[c2] < position[c]]
                 assert ranks[rank_base[r] + qb] == len(before)
+
+
+@given(st.integers(1, 12), st.integers(1, 9), st.data())
+def test_partial_slots_number_partial_tiles_in_walk_order(rows, kt, data):
+    """partial_slots against a walk of the grid as the forward walks it (row by row, key blocks ascending): the
+    n-th PARTIAL tile met gets number n, its run's slot plus its offset in the run, and tiles[n] is where it is."""
+    from maskc.runs import partial_slots
+    grid = np.array(data.draw(st.lists(st.sampled_from([EMPTY, PARTIAL, FULL]), min_size=rows * kt,
+                                       max_size=rows * kt)), np.int8).reshape(rows, kt)
+    offsets, runs = runs_of(grid)
+    run_slots, tiles = partial_slots(offsets, runs)
+    met = []
+    for r in range(rows):
+        for run in range(offsets[r], offsets[r + 1]):
+            begin, end, kind = runs[run]
+            for j in range(begin, end):
+                if kind == PARTIAL:
+                    assert run_slots[run] + j - begin == len(met)
+                    met.append((r, j))
+    assert [tuple(t) for t in tiles.tolist()] == met == [tuple(p) for p in np.argwhere(grid == PARTIAL).tolist()]
+    assert run_slots.dtype == tiles.dtype == np.int32 and tiles.shape == (len(met), 2)
+
+
+def test_partial_slots_count_against_the_descriptor_budget():
+    """The slots are part of the descriptor's bytes, under its cap."""
+    import dataclasses
+    from maskc.errors import BindError
+    bound = maskc.load(EXAMPLES / "clear.mask").bind(8192, text=512, width=128, radius=16)
+    desc = bound.descriptor(128, 128)
+    before = desc.nbytes
+    run_slots, tiles = desc.partial_slots
+    assert len(tiles) == desc.tile_map.counts()["PARTIAL"] > 0
+    assert desc.nbytes == before + run_slots.nbytes + tiles.nbytes
+    tight = dataclasses.replace(desc, max_bytes=before + run_slots.nbytes + tiles.nbytes - 1)
+    with pytest.raises(BindError, match="max_bytes"):
+        tight.partial_slots
+    assert dataclasses.replace(desc, max_bytes=desc.nbytes).partial_slots[1].tolist() == tiles.tolist()

@@ -145,7 +145,8 @@ def emit_kernel(spec: KernelSpec, options: Options = DEFAULT) -> KernelSource:
         exp2_emulation=plan.exp2_emulation,
         wgmma_widths=plan.wgmma_widths,
         wgmma_type="bf16" if spec.dtype == "bf16" else "f16", debug_waits=plan.debug_waits)
-    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch), plan=plan)
+    return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
+                        entries=plan.entries, plan=plan)
 
 
 TMA_CHECK_TEMPLATE_NAME = "tma_check.cu.j2"

@@ -58,6 +58,17 @@ TMA_PARAMS = _params(
     "const __grid_constant__ maskc::TensorMap q_map, const __grid_constant__ maskc::TensorMap k_map, "
     "const __grid_constant__ maskc::TensorMap v_map, int batch_grid, int n_work, int l2_heads, "
     "int* __restrict__ schedule")
+# The stored path's (ForwardPlan.stored): the row view's number of each run's first PARTIAL tile
+# (Descriptor.partial_slots) and the PARTIAL tiles' visibility words, STORED_WORDS per row, in that order.
+STORED_PARAMS = _params("const int* __restrict__ run_slots, const unsigned* __restrict__ tile_words")
+# The words of one row of a PARTIAL tile on the stored path: one per thread of a quad (column 8 nt + 2 t + e of
+# the tile is bit 2 nt + e of word t), so BLOCK_N is at most 128.
+STORED_WORDS = 4
+# The builder's parameters (KernelSpec.entry_tile_words): each slot's (row block, key block), their number, the
+# mask's tables, seq_len, and the words it writes.
+TILE_WORDS_PARAMS = _params(
+    "const int* __restrict__ tiles, int n_tiles, const int* __restrict__ mask_data, "
+    "const int* __restrict__ mask_offsets, int seq_len, unsigned* __restrict__ tile_words")
 # Per-call arguments: data pointers (and, for wgmma_tma, the tensor maps that hold them and the stream's counter).
 POINTERS = ("q", "k", "v", "o", "lse")
 TENSOR_MAPS = ("q_map", "k_map", "v_map")
@@ -91,8 +102,9 @@ class ForwardPlan:
     debug_waits: bool = False                  # wgmma_tma: reporting barrier waits (finding hangs)
     root_tables: int = 0                       # wgmma_tma tile path: root tables per consumer warp (root_tables)
     # how PARTIAL tiles of an exact chunked mask are masked (wgmma_tma): "bits" (mask_bits per row and tile,
-    # maskc.codegen.tile_bits) or "elements" (the raster mask's test per pair, maskc.codegen.elements); "" for
-    # every other kernel (the interval table, or mask_visible per pair)
+    # maskc.codegen.tile_bits), "elements" (the raster mask's test per pair, maskc.codegen.elements) or "stored"
+    # (each tile's words read, built by the source's second entry once per binding); "" for every other kernel
+    # (the interval table, or mask_visible per pair)
     partial_tiles: str = ""
     # wgmma_tma: 1 column tile of the softmax in this many takes exp2 on the FMA pipe (Options.exp2_emulation)
     exp2_emulation: int = 0
@@ -128,6 +140,28 @@ class ForwardPlan:
         """PARTIAL tiles masked through the predicate's mask_bits, per row and tile (exact masks with chunked
         regions; the wgmma_tma kernel, whose shared tile code has the path), not per key."""
         return self.partial_tiles == "bits"
+
+    @property
+    def stored(self) -> bool:
+        """PARTIAL tiles masked by visibility words read per tile (STORED_WORDS per row), which the source's
+        builder (``spec.entry_tile_words``, TILE_WORDS_PARAMS) computes through mask_bits once per binding:
+        the mask is evaluated once per tile, not once per tile and head."""
+        return self.partial_tiles == "stored"
+
+    @property
+    def stored_words(self) -> int:
+        """The words of one row of a PARTIAL tile on the stored path (STORED_WORDS), for the template."""
+        return STORED_WORDS
+
+    @property
+    def tile_words_params(self) -> tuple[Param, ...]:
+        """The stored path's builder's parameters, in order (TILE_WORDS_PARAMS)."""
+        return TILE_WORDS_PARAMS
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """The source's kernels: the forward, and the stored path's builder of visibility words."""
+        return (self.spec.entry, self.spec.entry_tile_words) if self.stored else (self.spec.entry,)
 
     @property
     def elements(self) -> bool:
@@ -168,11 +202,12 @@ def interval_regions(spec: KernelSpec) -> tuple[int, int] | None:
 
 def partial_tiles(spec: KernelSpec, regions: tuple[int, int] | None, choice: str = "auto") -> str:
     """How the kernel masks PARTIAL tiles of an exact mask with chunked regions, per ``choice``
-    (maskc.options.Options.partial_tiles: "auto" is "bits" until a GPU run decides): "bits" (the tile path),
-    "elements" (the element path); "" where neither applies (an interval table, per-key atoms, the mma kernel)."""
+    (maskc.options.Options.partial_tiles; Predicate.partial_path): "stored" (words read per tile; "auto"'s
+    choice where the mask does not read h), "bits" (the tile path), "elements" (the element path); "" where
+    none applies (an interval table, per-key atoms, the mma kernel)."""
     if not (regions is None and spec.engine == "wgmma_tma"):
         return ""
-    return spec.predicate.partial_path(choice)
+    return spec.predicate.partial_path(choice, stored=spec.block_n <= 8 * 4 * STORED_WORDS)
 
 
 def root_tables(spec: KernelSpec, partial: str) -> int:
@@ -213,11 +248,12 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
         return ForwardPlan(spec, "attention_fwd.cu.j2", regions, COMMON_PARAMS, smem)
     # The overlapped pipeline keeps S, P and O live at once; a predicate evaluated per pair (no interval
     # table) then spills (84 B for clear at D=128), so such masks get the plain loop, but for two warpgroups
-    # at D=64 where registers allow.
-    overlap = overlap and (regions is not None or (spec.head_dim <= 64 and spec.num_warps == 8))
+    # at D=64 where registers allow, and on the stored path (its masking holds two words a thread).
+    overlap = overlap and (regions is not None or partial == "stored" or (spec.head_dim <= 64 and spec.num_warps == 8))
     fixed_max = spec.fixed_max and spec.dtype == "bf16" and not exp2_emulation
     assert not fixed_max or (spec.score is not None and spec.score.unit), "a fixed maximum needs softcap's unit"
-    return ForwardPlan(spec, "attention_fwd_tma.cu.j2", regions, COMMON_PARAMS + TMA_PARAMS, smem,
+    params = COMMON_PARAMS + TMA_PARAMS + (STORED_PARAMS if partial == "stored" else ())
+    return ForwardPlan(spec, "attention_fwd_tma.cu.j2", regions, params, smem,
                        o_in_q_buffer=spec.head_dim == 256, registers=tma_registers(spec), overlap=overlap,
                        pingpong=pingpong, debug_waits=debug_waits, root_tables=roots, partial_tiles=partial,
                        exp2_emulation=exp2_emulation, fixed_max=fixed_max)

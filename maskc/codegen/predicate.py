@@ -319,4 +319,5 @@ def predicate(mask: ir.RangeMask, constants: tuple[tuple[str, int], ...] = (), o
     tile_bits = has_tile_bits(mask, offsets)
     return Predicate(code, len(mask.allow), len(mask.deny),
                      intervals_only=not any(r.opaque for r in regions), helpers=_WIDTHS[narrow] + _HELPERS + "\n\n",
-                     tile_bits=tile_bits, root_tables=root_tables, elements=elements if tile_bits else "")
+                     tile_bits=tile_bits, root_tables=root_tables, elements=elements if tile_bits else "",
+                     reads_head=mask.uses_head)

@@ -39,7 +39,7 @@ from maskc.runtime.launch import PackedLaunch
 from maskc.runtime.permute import from_order_all, ordered_for, to_order_all
 from maskc.runtime.loader import disk_cache, resolved_options
 from maskc.runtime.state import (backward_kernel, capability, device_descriptor, device_turns, l2_bytes, prepared,
-                                 refresh, sm_count, state_for)
+                                 refresh, sm_count, state_for, stored_words)
 from maskc.runtime.operands import (AttentionInputError, Operand, Outputs, check_layout, check_pointers, check_scale,
                                     float32_rows, on_device, operand, operand_key, validate)
 from maskc.runtime.tma import tile_map
@@ -167,6 +167,9 @@ def _forward_call(q, k, v, qo: Operand, ko: Operand, vo: Operand, bound, scale, 
                       mask_batch=i32(desc.batch), run_offsets=ddesc.run_offsets, runs=ddesc.runs,
                       work_order=ddesc.work_order, mask_data=ddesc.mask_data, mask_offsets=ddesc.mask_offsets,
                       scale_log2=np.float32(scale * math.log2(math.e)))
+        if plan.stored:     # the PARTIAL tiles' visibility words, built once per bound mask
+            values["run_slots"], values["tile_words"] = stored_words(bound, kernel, tiles.block_m, tiles.block_n,
+                                                                     qo.device, options)
         grid = (n_work * Hq, batch_grid, 1)
         tensor_maps = None
         if "q_map" in {p.name for p in plan.params}:

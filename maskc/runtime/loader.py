@@ -56,7 +56,7 @@ class LoadedKernel:
     compiled: bool          # False when the cubin came from the disk cache
 
     @property
-    def function(self):     # the main entry (the forward source has only that one)
+    def function(self):     # the main entry (the forward kernel, the dK/dV kernel, ...)
         return self.functions[self.source.entry]
 
     @property
@@ -73,7 +73,8 @@ def _shared_by_entry(src: KernelSource) -> dict[str, int]:
                 if entry in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered)}
         return {spec.entry_prep: 0, **dkdv, spec.entry_dq: layout["dq"]["total"], spec.entry_dq_convert: 0}
     assert src.plan is not None         # a forward source always has its plan
-    return {src.entry: src.plan.shared_bytes}
+    # the forward's shared memory; the stored path's builder of visibility words (its other entry) takes none
+    return {entry: src.plan.shared_bytes if entry == src.entry else 0 for entry in src.functions}
 
 
 _kernels: dict[str, LoadedKernel] = {}

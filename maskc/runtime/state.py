@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from maskc.codegen.emit import emit_backward_kernel, emit_kernel
+from maskc.codegen.plan import STORED_WORDS
 from maskc.codegen.schedule import BackwardTiles, Tiles, arch_for, capability_of
-from maskc.kernel_ir import Descriptor
+from maskc.kernel_ir import AUTO_STORED, Descriptor
 from maskc.options import Options
 from maskc.runtime.loader import LoadedKernel, load_kernel
 
@@ -76,6 +77,8 @@ def prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, option
     """(DeviceDescriptor, LoadedKernel) for this bound mask: the descriptor cached on it, the kernel on
     its compiled mask."""
     ddesc = device_descriptor(bound, tiles.block_m, tiles.block_n, device, options)
+    if options.partial_tiles in AUTO_STORED and not can_store(ddesc.descriptor, options):
+        options = options.replace(partial_tiles="bits")
     # The kernel depends on the compiled mask, not on lengths or values: a new bind reuses it. (Values of
     # const parameters are compiled in, and the predicate's width and a fixed softmax maximum follow the
     # binding: all in the key.)
@@ -89,6 +92,46 @@ def prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, option
                                  num_warps=tiles.num_warps, engine=tiles.engine, arch=arch)
         kernel = mask_state[kkey] = load_kernel(emit_kernel(spec, options), options)
     return ddesc, kernel
+
+
+def stored_bytes(desc: Descriptor) -> int:
+    """The bytes of the stored path's visibility words for ``desc``'s row view (ForwardPlan.stored)."""
+    return desc.tile_map.counts()["PARTIAL"] * desc.block_m * STORED_WORDS * 4
+
+
+def can_store(desc: "Descriptor | DeviceShape", options: Options) -> bool:
+    """Whether the forward may take the stored path for this descriptor: built on the host (a mask bound on the
+    device changes its tiles with every update, and keeps the tile path), and its words, with the descriptor,
+    within ``options.max_descriptor_bytes``."""
+    return isinstance(desc, Descriptor) and desc.nbytes + stored_bytes(desc) <= options.max_descriptor_bytes
+
+
+def stored_words(bound, kernel: LoadedKernel, block_m: int, block_n: int, device: int,
+                 options: Options) -> tuple[Any, Any]:
+    """(run_slots, tile_words) of the stored path (ForwardPlan.stored) for the bound mask's row view at these tiles
+    on ``device``: the words built by the kernel source's builder once per bound mask, on the current stream,
+    which is then synchronized, so that a launch on any stream may read them."""
+    import cupy
+
+    state = state_for(bound)
+    key = ("tile_words", block_m, block_n, device)
+    if key not in state:
+        desc = device_descriptor(bound, block_m, block_n, device, options).descriptor
+        assert isinstance(desc, Descriptor), "the stored path needs the host's descriptor (can_store)"
+        run_slots, tiles = desc.partial_slots
+        plan = kernel.source.plan
+        assert plan is not None and plan.stored, "a forward kernel on the stored path"
+        words = cupy.empty(max(1, len(tiles)) * block_m * STORED_WORDS, np.uint32)
+        if len(tiles):
+            ddesc = device_descriptor(bound, block_m, block_n, device, options)
+            values = dict(tiles=device_int32(tiles), n_tiles=np.int32(len(tiles)), mask_data=ddesc.mask_data,
+                          mask_offsets=ddesc.mask_offsets, seq_len=np.int32(desc.seq_len), tile_words=words)
+            builder = kernel.functions[plan.spec.entry_tile_words]
+            builder((min(len(tiles), 1 << 16), 1, 1), (block_m, 1, 1),
+                    tuple(values[p.name] for p in plan.tile_words_params))
+            cupy.cuda.get_current_stream().synchronize()
+        state[key] = (device_int32(run_slots), words)
+    return state[key]
 
 
 @functools.lru_cache(maxsize=None)
