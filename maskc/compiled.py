@@ -179,7 +179,8 @@ class CompiledMask:
         spec = BackwardSpec(self._c_name(), head_dim, dtype, tiles.block_m, tiles.block_n, tiles.dq_block_n, pred,
                             self._summary(constants), tiles.engine,
                             choose_dq_reduction(tiles.engine, dq_reduction, head_dim), arch,
-                            score_code(self.resolved, tuple(constants), self.offsets), pred.partial_path(partial_tiles))
+                            score_code(self.resolved, tuple(constants), self.offsets),
+                            pred.partial_path(partial_tiles, stored=tiles.engine == "wgmma_tma" and head_dim != 256))
         if spec.partial_tiles == "bits" and pred.elements and not backward_fits(spec):
             # head dim 256 leaves shared memory for few root tables: the element path needs none
             spec = dataclasses.replace(spec, partial_tiles="elements")

@@ -178,7 +178,7 @@ class Descriptor:
         """The bytes of every array (the transposed view's once built)."""
         arrays = (self.run_offsets, self.runs, self.work_order, self.mask_data, self.mask_offsets)
         built = (self.__dict__.get("_transposed", ()) + sum(self.__dict__.get("_turns", {}).values(), ())
-                 + self.__dict__.get("partial_slots", ()))
+                 + self.__dict__.get("partial_slots", ()) + self.__dict__.get("col_partial_slots", ()))
         return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in built)
 
     @functools.cached_property
@@ -208,6 +208,16 @@ class Descriptor:
         :func:`maskc.runs.partial_slots`, which the forward's stored path indexes each tile's visibility words
         by (ForwardPlan.partial_tiles "stored"); built on first use."""
         slots = partial_slots(self.run_offsets, self.runs)
+        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+        RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in slots))
+        return slots
+
+    @functools.cached_property
+    def col_partial_slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """The column view's PARTIAL tiles numbered in the order the dK/dV kernel walks a column's runs
+        (:func:`maskc.runs.partial_slots` of col_offsets and col_runs: tiles[n] is (column block, query block));
+        the backward's stored path indexes each step's bits by them (BackwardSpec.partial_tiles "stored")."""
+        slots = partial_slots(self.col_offsets, self.col_runs)
         what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
         RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in slots))
         return slots
@@ -303,7 +313,8 @@ class Predicate:
         "elements" (the element path) or, for a kernel that can read them (``stored``: the forward), "stored"
         (visibility words built once per binding, for the choices in AUTO_STORED), where the mask does not
         read h (the words serve every head); "" for a predicate without a tile path (the interval table, or
-        mask_visible per pair)."""
+        mask_visible per pair). Kernels that can read stored words: the wgmma_tma forward, and the wgmma_tma
+        dK/dV kernel where its bits have two stages (not at head dim 256)."""
         if not self.tile_bits or self.interval_regions is not None:
             return ""
         if choice == "elements" and self.elements:
@@ -380,8 +391,9 @@ class BackwardSpec:
     arch: str = "sm_90a"         # NVRTC's target, as KernelSpec.arch
     score: ScoreCode | None = None   # the score modifier (as KernelSpec.score); dS goes through its derivative
     # how PARTIAL tiles' visibility bits are built where the predicate has a tile path (Predicate.partial_path):
-    # "bits" (mask_bits per row and word), "elements" (the element path, a warp's ballot per row and word); ""
-    # for other masks
+    # "bits" (mask_bits per row and word), "elements" (the element path, a warp's ballot per row and word),
+    # "stored" (the warp-specialized dK/dV kernel's producer copies each PARTIAL step's bits, which the source's
+    # builder, entry_tile_words, computes once per binding); "" for other masks
     partial_tiles: str = ""
 
     entry_prep = property(lambda self: f"maskc_bwd_prep_{self.mask_name}")
@@ -390,6 +402,7 @@ class BackwardSpec:
     entry_dkdv_ordered = property(lambda self: f"maskc_bwd_dkdv_ordered_{self.mask_name}")   # wgmma_tma only
     entry_dq = property(lambda self: f"maskc_bwd_dq_{self.mask_name}")
     entry_dq_convert = property(lambda self: f"maskc_bwd_dq_convert_{self.mask_name}")
+    entry_tile_words = property(lambda self: f"maskc_bwd_tile_words_{self.mask_name}")   # "stored" only
 
     @property
     def entry(self) -> str:
@@ -412,7 +425,9 @@ class BackwardSpec:
     @property
     def entries(self) -> tuple[str, ...]:
         ordered = (self.entry_dkdv_ordered,) if self.dq_in_turns else ()
-        return (self.entry_prep, self.entry_dkdv, self.entry_dkdv_det, *ordered, self.entry_dq, self.entry_dq_convert)
+        stored = (self.entry_tile_words,) if self.partial_tiles == "stored" else ()
+        return (self.entry_prep, self.entry_dkdv, self.entry_dkdv_det, *ordered, self.entry_dq, self.entry_dq_convert,
+                *stored)
 
 
 @dataclass(frozen=True)

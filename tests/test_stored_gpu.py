@@ -1,7 +1,8 @@
-"""The stored path of PARTIAL tiles on the GPU (Options.partial_tiles="stored", ForwardPlan.stored): the words its
-builder writes equal those of the dense mask, bit for bit, in the layout the forward reads; the forward's outputs
-and LSE equal a float32 reference of the raster mask and the tile path's ("bits"), in raster order and in token
-orders, with a ragged last tile, batches of parameters and GQA."""
+"""The stored path of PARTIAL tiles on the GPU (Options.partial_tiles="stored": ForwardPlan.stored and the wgmma_tma
+dK/dV kernel's): the words its builders write equal those of the dense mask, bit for bit, in the layouts the
+kernels read; the forward's outputs and LSE, and the gradients, equal a float32 reference of the raster mask and
+the tile path's ("bits"), in raster order and in token orders, with a ragged last tile, batches of parameters and
+GQA."""
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ import maskc  # noqa: E402
 from maskc import Options  # noqa: E402
 from maskc.codegen.plan import STORED_WORDS  # noqa: E402
 from gpu_support import TOL, load, randn, rel  # noqa: E402
-from test_token_order_gpu import reference  # noqa: E402
+from test_token_order_gpu import reference, reference_grads  # noqa: E402
 
 CASES = [
     ("clear", {"text": 512, "width": 128, "radius": 16}, 8192, ("raster", "8x16")),
@@ -57,10 +58,31 @@ def expected_words(bound, block_m: int, block_n: int) -> np.ndarray:
     return out
 
 
-def _built_words(bound):
-    """(block_m, block_n, words) the runtime built for ``bound`` (kept in its state) in a forward."""
+def expected_column_words(bound, block_m: int, block_n: int) -> np.ndarray:
+    """uint32[n_partial, block_m, block_n / 32] from the dense mask for the column view's PARTIAL tiles
+    (Descriptor.col_partial_slots): row rr of query block qb, bit j of word w = key k0 + 32 w + j; rows past
+    seq_len and keys past kv_len cleared (the dK/dV kernel's tile_visibility)."""
+    desc = bound.descriptor(block_m, block_n)
+    _, tiles = desc.col_partial_slots
+    kv_blocks = desc.n_kv_blocks
+    out = np.zeros((len(tiles), block_m, block_n // 32), np.uint32)
+    for n, (column, qb) in enumerate(tiles.tolist()):
+        dense = bound.dense(column // kv_blocks)
+        rows = qb * block_m + np.arange(block_m)
+        keys = (column % kv_blocks) * block_n + np.arange(block_n)
+        vis = np.zeros((block_m, block_n), bool)
+        vis[np.ix_(rows < bound.seq_len, keys < bound.kv_len)] = dense[np.ix_(rows[rows < bound.seq_len],
+                                                                              keys[keys < bound.kv_len])]
+        bits = vis.reshape(block_m, block_n // 32, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)
+        out[n] = bits.sum(axis=2).astype(np.uint32)
+    return out
+
+
+def _built_words(bound, transposed: bool = False):
+    """(block_m, block_n, words) the runtime built for ``bound`` (kept in its state) for a view."""
     from maskc.runtime.state import state_for
-    found = {key: value for key, value in state_for(bound).items() if key[0] == "tile_words"}
+    found = {key: value for key, value in state_for(bound).items()
+             if key[0] == "tile_words" and key[4] == transposed}
     assert len(found) == 1, found.keys()
     (key, (_, words)), = found.items()
     return key[1], key[2], words.get()
@@ -80,6 +102,43 @@ def test_builder_words_equal_the_dense_mask(name, params, S, orders):
         want = expected_words(target, block_m, block_n)
         assert want.shape[0] > 0, "the case has PARTIAL tiles"
         np.testing.assert_array_equal(words.reshape(want.shape), want, err_msg=order)
+
+
+@pytest.mark.parametrize("name,params,S,orders", CASES, ids=IDS)
+def test_backward_builder_words_equal_the_dense_mask(name, params, S, orders):
+    for order in orders:
+        bound = load(name).bind(seq_len=S, **params)
+        options = Options(token_order=order, partial_tiles="stored", backward_engine="wgmma_tma")
+        q = randn(bound.batch, 2, S, 128, dtype="bf16").requires_grad_()
+        torch.autograd.grad(maskc.attention(q, q, q, bound, options=options).sum(), q)
+        torch.cuda.synchronize()
+        ordered = maskc.ordered.token_order(bound, order)
+        target = ordered.inner if ordered is not None else bound
+        block_m, block_n, words = _built_words(target, transposed=True)
+        want = expected_column_words(target, block_m, block_n)
+        assert want.shape[0] > 0, "the case has PARTIAL tiles"
+        np.testing.assert_array_equal(words.reshape(want.shape), want, err_msg=order)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("name,params,S,orders", CASES, ids=IDS)
+def test_stored_gradients_equal_float32(name, params, S, orders, deterministic):
+    bound = load(name).bind(seq_len=S, **params)
+    B, Hq, Hkv, D = 2, 4, 2, 128
+    q, k, v, dout = (randn(B, h, S, D, dtype="bf16") for h in (Hq, Hkv, Hkv, Hq))
+    want = reference_grads(q, k, v, dout, bound, 1 / math.sqrt(D))
+    for order in orders:
+        got = {}
+        for partial in ("bits", "stored"):
+            options = Options(token_order=order, partial_tiles=partial, backward_engine="wgmma_tma")
+            o, lse = maskc.attention(q, k, v, bound, enable_gqa=True, return_lse=True, options=options)
+            got[partial] = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=deterministic,
+                                                    options=options)
+            for grad, a, ref in zip("qkv", got[partial], want):
+                assert not torch.isnan(a).any(), f"{order} {partial} d{grad}"
+                assert rel(a.double(), ref.double()) <= 3e-2, f"{order} {partial}: d{grad}"
+        for grad, a, b in zip("qkv", got["stored"], got["bits"]):
+            assert rel(a.double(), b.double()) <= TOL["bf16"], f"{order}: d{grad} stored vs bits"
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

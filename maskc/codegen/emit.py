@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from maskc.codegen.plan import SMEM_LIMIT, plan_forward
+from maskc.codegen.plan import SMEM_LIMIT, TILE_WORDS_PARAMS, plan_forward
 from maskc.codegen.schedule import capability_of
 from maskc.codegen.tile_bits import ROOT_ENTRIES
 from maskc.kernel_ir import (BACKWARD_ENGINES, BACKWARD_ROW_PAD, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource,
@@ -279,7 +279,8 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
                              row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
-                             tile_bits=spec.partial_tiles == "bits", elements=spec.partial_tiles == "elements",
+                             tile_bits=spec.partial_tiles in ("bits", "stored"), elements=spec.partial_tiles == "elements",
+                             stored=spec.partial_tiles == "stored", tile_words_params=TILE_WORDS_PARAMS,
                              root_tables=backward_root_tables(spec), **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
                         entries=spec.entries)

@@ -64,11 +64,12 @@ STORED_PARAMS = _params("const int* __restrict__ run_slots, const unsigned* __re
 # The words of one row of a PARTIAL tile on the stored path: one per thread of a quad (column 8 nt + 2 t + e of
 # the tile is bit 2 nt + e of word t), so BLOCK_N is at most 128.
 STORED_WORDS = 4
-# The builder's parameters (KernelSpec.entry_tile_words): each slot's (row block, key block), their number, the
-# mask's tables, seq_len, and the words it writes.
+# The stored path's builders' parameters (KernelSpec.entry_tile_words, BackwardSpec.entry_tile_words): each slot's
+# tile (row block and key block, or column block and query block), their number, the mask's tables, the lengths,
+# and the words they write.
 TILE_WORDS_PARAMS = _params(
     "const int* __restrict__ tiles, int n_tiles, const int* __restrict__ mask_data, "
-    "const int* __restrict__ mask_offsets, int seq_len, unsigned* __restrict__ tile_words")
+    "const int* __restrict__ mask_offsets, int seq_len, int kv_len, unsigned* __restrict__ tile_words")
 # Per-call arguments: data pointers (and, for wgmma_tma, the tensor maps that hold them and the stream's counter).
 POINTERS = ("q", "k", "v", "o", "lse")
 TENSOR_MAPS = ("q_map", "k_map", "v_map")

@@ -32,14 +32,14 @@ import numpy as np
 from maskc.codegen.plan import POINTERS, TENSOR_MAPS
 from maskc.codegen.emit import dkdv_threads
 from maskc.codegen.schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
-from maskc.kernel_ir import BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec
+from maskc.kernel_ir import AUTO_STORED, BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec
 from maskc.options import Options
 from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
 from maskc.runtime.permute import from_order_all, ordered_for, to_order_all
 from maskc.runtime.loader import disk_cache, resolved_options
-from maskc.runtime.state import (backward_kernel, capability, device_descriptor, device_turns, l2_bytes, prepared,
-                                 refresh, sm_count, state_for, stored_words)
+from maskc.runtime.state import (backward_kernel, can_store, capability, device_descriptor, device_turns, l2_bytes,
+                                 prepared, refresh, sm_count, state_for, stored_words)
 from maskc.runtime.operands import (AttentionInputError, Operand, Outputs, check_layout, check_pointers, check_scale,
                                     float32_rows, on_device, operand, operand_key, validate)
 from maskc.runtime.tma import tile_map
@@ -332,10 +332,12 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
     block_m, block_n, dq_block_n = tiles.block_m, tiles.block_n, tiles.dq_block_n
 
     with on_device(qo.device):
+        cols = device_descriptor(bound, block_m, block_n, qo.device, options, transposed=True)
+        if options.partial_tiles in AUTO_STORED and not can_store(cols.descriptor, options, transposed=True):
+            options = options.replace(partial_tiles="bits")
         kernel = backward_kernel(bound, tiles, D, qo.dtype, qo.device, options)
         spec = kernel.source.spec
         assert isinstance(spec, BackwardSpec)
-        cols = device_descriptor(bound, block_m, block_n, qo.device, options, transposed=True)
         mask_batch = cols.descriptor.batch
         i64, i32, u64, f32 = np.int64, np.int32, np.uint64, np.float32
         strides = lambda op: tuple(i64(s) for s in op.strides[:3])   # noqa: E731
@@ -380,8 +382,11 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         order, rank_base, ranks = (device_turns(bound, block_m, block_n, qo.device, options, first_wave) if in_turns
                                    else (cols.work_order, None, None))
         maps = (("q", block_m), ("k", block_n), ("v", block_n), ("dout", block_m)) if warp_specialized else ()
-        # wgmma_tma's rank_base, ranks and dq_turns (set per call when it takes turns, else null)
+        # wgmma_tma's rank_base, ranks and dq_turns (set per call when it takes turns, else null), after the stored
+        # path's column slots and words
         turns = ((rank_base, ranks) if in_turns else (u64(0),) * 3) if warp_specialized else ()
+        if spec.partial_tiles == "stored":
+            turns = stored_words(bound, kernel, block_m, block_n, qo.device, options, transposed=True) + turns
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
             *common, i32(dkdv_sections), cols.run_offsets, cols.runs, order, cols.mask_data,
             cols.mask_offsets, *scales, *turns), (int(cols.work_order.size) * Hkv, batch_grid, 1),

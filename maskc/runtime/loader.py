@@ -71,7 +71,8 @@ def _shared_by_entry(src: KernelSource) -> dict[str, int]:
         layout, spec = backward_layout(src.spec), src.spec
         dkdv = {entry: layout["dkdv"]["total"] for entry in spec.entries
                 if entry in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered)}
-        return {spec.entry_prep: 0, **dkdv, spec.entry_dq: layout["dq"]["total"], spec.entry_dq_convert: 0}
+        return {spec.entry_prep: 0, **dkdv, spec.entry_dq: layout["dq"]["total"], spec.entry_dq_convert: 0,
+                spec.entry_tile_words: 0}
     assert src.plan is not None         # a forward source always has its plan
     # the forward's shared memory; the stored path's builder of visibility words (its other entry) takes none
     return {entry: src.plan.shared_bytes if entry == src.entry else 0 for entry in src.functions}

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from maskc.codegen.emit import emit_backward_kernel, emit_kernel
-from maskc.codegen.plan import STORED_WORDS
+from maskc.codegen.plan import STORED_WORDS, TILE_WORDS_PARAMS
 from maskc.codegen.schedule import BackwardTiles, Tiles, arch_for, capability_of
-from maskc.kernel_ir import AUTO_STORED, Descriptor
+from maskc.kernel_ir import AUTO_STORED, BackwardSpec, Descriptor, KernelSpec
 from maskc.options import Options
 from maskc.runtime.loader import LoadedKernel, load_kernel
 
@@ -94,43 +94,49 @@ def prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, option
     return ddesc, kernel
 
 
-def stored_bytes(desc: Descriptor) -> int:
-    """The bytes of the stored path's visibility words for ``desc``'s row view (ForwardPlan.stored)."""
-    return desc.tile_map.counts()["PARTIAL"] * desc.block_m * STORED_WORDS * 4
+def stored_bytes(desc: Descriptor, transposed: bool = False) -> int:
+    """The bytes of the stored path's visibility words for ``desc``'s row view (the forward: STORED_WORDS per row
+    of a PARTIAL tile) or, ``transposed``, its column view (the dK/dV kernel: a bit per pair)."""
+    row_bytes = desc.block_n // 8 if transposed else STORED_WORDS * 4
+    return desc.tile_map.counts()["PARTIAL"] * desc.block_m * row_bytes
 
 
-def can_store(desc: "Descriptor | DeviceShape", options: Options) -> bool:
-    """Whether the forward may take the stored path for this descriptor: built on the host (a mask bound on the
+def can_store(desc: "Descriptor | DeviceShape", options: Options, transposed: bool = False) -> bool:
+    """Whether a kernel may take the stored path for this descriptor: built on the host (a mask bound on the
     device changes its tiles with every update, and keeps the tile path), and its words, with the descriptor,
     within ``options.max_descriptor_bytes``."""
-    return isinstance(desc, Descriptor) and desc.nbytes + stored_bytes(desc) <= options.max_descriptor_bytes
+    return (isinstance(desc, Descriptor)
+            and desc.nbytes + stored_bytes(desc, transposed) <= options.max_descriptor_bytes)
 
 
-def stored_words(bound, kernel: LoadedKernel, block_m: int, block_n: int, device: int,
-                 options: Options) -> tuple[Any, Any]:
-    """(run_slots, tile_words) of the stored path (ForwardPlan.stored) for the bound mask's row view at these tiles
-    on ``device``: the words built by the kernel source's builder once per bound mask, on the current stream,
-    which is then synchronized, so that a launch on any stream may read them."""
+def stored_words(bound, kernel: LoadedKernel, block_m: int, block_n: int, device: int, options: Options,
+                 transposed: bool = False) -> tuple[Any, Any]:
+    """(slots, words) of the stored path for the bound mask's row view at these tiles on ``device`` (the forward:
+    ForwardPlan.stored) or its column view (``transposed``: the dK/dV kernel, BackwardSpec.partial_tiles
+    "stored"): the words built by the kernel source's builder once per bound mask, on the current stream, which
+    is then synchronized, so that a launch on any stream may read them."""
     import cupy
 
     state = state_for(bound)
-    key = ("tile_words", block_m, block_n, device)
+    key = ("tile_words", block_m, block_n, device, transposed)
     if key not in state:
-        desc = device_descriptor(bound, block_m, block_n, device, options).descriptor
+        ddesc = device_descriptor(bound, block_m, block_n, device, options, transposed)
+        desc = ddesc.descriptor
         assert isinstance(desc, Descriptor), "the stored path needs the host's descriptor (can_store)"
-        run_slots, tiles = desc.partial_slots
-        plan = kernel.source.plan
-        assert plan is not None and plan.stored, "a forward kernel on the stored path"
-        words = cupy.empty(max(1, len(tiles)) * block_m * STORED_WORDS, np.uint32)
+        slots, tiles = desc.col_partial_slots if transposed else desc.partial_slots
+        words = cupy.empty(max(1, stored_bytes(desc, transposed) // 4), np.uint32)
         if len(tiles):
-            ddesc = device_descriptor(bound, block_m, block_n, device, options)
             values = dict(tiles=device_int32(tiles), n_tiles=np.int32(len(tiles)), mask_data=ddesc.mask_data,
-                          mask_offsets=ddesc.mask_offsets, seq_len=np.int32(desc.seq_len), tile_words=words)
-            builder = kernel.functions[plan.spec.entry_tile_words]
-            builder((min(len(tiles), 1 << 16), 1, 1), (block_m, 1, 1),
-                    tuple(values[p.name] for p in plan.tile_words_params))
+                          mask_offsets=ddesc.mask_offsets, seq_len=np.int32(desc.seq_len),
+                          kv_len=np.int32(desc.kv_len), tile_words=words)
+            spec = kernel.source.spec
+            assert isinstance(spec, (KernelSpec, BackwardSpec)), "a forward or backward source"
+            builder = kernel.functions[spec.entry_tile_words]
+            # the forward's builder takes a thread per row of a tile, the backward's 128 threads per tile
+            builder((min(len(tiles), 1 << 16), 1, 1), (128 if transposed else block_m, 1, 1),
+                    tuple(values[p.name] for p in TILE_WORDS_PARAMS))
             cupy.cuda.get_current_stream().synchronize()
-        state[key] = (device_int32(run_slots), words)
+        state[key] = (device_int32(slots), words)
     return state[key]
 
 

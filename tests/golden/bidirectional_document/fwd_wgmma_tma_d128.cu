@@ -684,21 +684,26 @@ __device__ __forceinline__ void in_turn(int wg, Issue&& issue) {
     pass_turn(wg);
 }
 
-// The row block's kv tiles in order: the runs' blocks, one after the other.
+// The row block's kv tiles in order: the runs' blocks, one after the other. slots: the number of each run's
+// first PARTIAL tile (the stored path's run_slots), read by slot() alone.
 struct TileWalk {
     const int* runs;
-    int run, run_end, kv_block, kv_end, kind;
+    const int* slots;
+    int run, run_end, kv_block, kv_first, kv_end, kind;
 
-    __device__ __forceinline__ TileWalk(const int* runs_, int run_, int run_end_) : runs(runs_), run(run_), run_end(run_end_) {
+    __device__ __forceinline__ TileWalk(const int* runs_, int run_, int run_end_, const int* slots_ = nullptr)
+        : runs(runs_), slots(slots_), run(run_), run_end(run_end_) {
         if (run < run_end) load_run();
     }
     __device__ __forceinline__ void load_run() {
-        kv_block = runs[3 * run]; kv_end = runs[3 * run + 1]; kind = runs[3 * run + 2];
+        kv_block = kv_first = runs[3 * run]; kv_end = runs[3 * run + 1]; kind = runs[3 * run + 2];
     }
     __device__ __forceinline__ bool valid() const { return run < run_end; }
     __device__ __forceinline__ void next() {
         if (++kv_block == kv_end && ++run < run_end) load_run();
     }
+    // the number of the PARTIAL tile the walk is at, among the view's (maskc.runs.partial_slots)
+    __device__ __forceinline__ int slot() const { return slots[run] + kv_block - kv_first; }
 };
 
 }  // namespace maskc
