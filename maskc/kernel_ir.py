@@ -45,8 +45,9 @@ DQ_TURN_ORDERS = ("shortest", "wave")
 # kernel builds from mask_bits once per binding, where the mask does not read h and the binding's descriptor is
 # the host's: maskc.codegen.plan; the backward takes "bits"), "auto" (those of AUTO_STORED, else "bits").
 PARTIAL_TILES = ("auto", "bits", "elements", "stored")
-# the choices that take the stored path where it applies ("auto" joins once a GPU run has timed it)
-AUTO_STORED = ("stored",)
+# the choices that take the stored path where it applies ("auto" since run 73: 1.28-1.54x the tile path's forward
+# at 32K, bench/NOTES.md)
+AUTO_STORED = ("auto", "stored")
 # Options.exp2_emulation, ForwardPlan.exp2_emulation: 1 column tile of the softmax in N takes exp2 on the FMA pipe
 EXP2_EMULATION = (0, 1, 2, 4, 8)
 # Rows per (batch, head) of the backward's LSE_log2, delta and fp32 dQ buffers: seq_len rounded up to this, so

@@ -178,14 +178,15 @@ def test_random_chunk_masks_element_path_matches_dense(text, binding):
 def test_partial_tiles_option_reaches_the_plan_and_the_kernel_key():
     from maskc.options import Options
     bound = maskc.load(EXAMPLES / "clear.mask").bind(4096)
-    default, bits, elements = (bound.mask.kernel_source(o) for o in (Options(), Options(partial_tiles="bits"),
-                                                                     Options(partial_tiles="elements")))
-    assert default.plan.partial_tiles == bits.plan.partial_tiles == "bits"     # auto: bits until measured
-    assert default.source == bits.source and "mask_element_visible" not in bits.source
+    default, bits, elements, stored = (bound.mask.kernel_source(o) for o in (
+        Options(), Options(partial_tiles="bits"), Options(partial_tiles="elements"), Options(partial_tiles="stored")))
+    assert default.plan.partial_tiles == stored.plan.partial_tiles == "stored" and bits.plan.partial_tiles == "bits"
+    assert default.source == stored.source and "mask_element_visible" not in bits.source
+    assert "mask_stored(s, t, words," in stored.source and "mask_stored(" not in bits.source
     assert elements.plan.partial_tiles == "elements" and elements.plan.root_tables == 0
     assert "mask_bits(row, mask" in bits.source and "mask_bits(row, mask" not in elements.source
     assert "mask_element_visible(rows[half], col, mask)" in elements.source
-    assert Options(partial_tiles="bits").forward_switches != Options(partial_tiles="elements").forward_switches
+    assert len({Options(partial_tiles=p).forward_switches for p in ("bits", "elements", "stored")}) == 3
     with pytest.raises(ValueError, match="partial tiles"):
         Options(partial_tiles="pairs")
     # masks without a tile path keep their one path whatever is asked
@@ -195,12 +196,18 @@ def test_partial_tiles_option_reaches_the_plan_and_the_kernel_key():
         assert src.plan.partial_tiles == "" and src.source == mask.kernel_source().source
     mma = maskc.load(EXAMPLES / "clear.mask").kernel_source(Options(partial_tiles="elements", engine="mma"))
     assert mma.plan.partial_tiles == ""
-    # the backward takes the same choice on every engine (its visibility words), its root tables only for bits
+    # the backward takes the same choice on every engine (its visibility words), its root tables only for bits;
+    # "auto" is the stored path where the dK/dV kernel can read stored bits (wgmma_tma, two stages of them)
     for engine in ("mma", "wgmma", "wgmma_tma"):
-        bwd = {p: bound.mask.backward_source(Options(partial_tiles=p), engine=engine) for p in ("auto", "elements")}
-        assert bwd["auto"].spec.partial_tiles == "bits" and bwd["elements"].spec.partial_tiles == "elements"
+        bwd = {p: bound.mask.backward_source(Options(partial_tiles=p), engine=engine)
+               for p in ("auto", "bits", "elements")}
+        assert bwd["auto"].spec.partial_tiles == ("stored" if engine == "wgmma_tma" else "bits")
+        assert bwd["bits"].spec.partial_tiles == "bits" and bwd["elements"].spec.partial_tiles == "elements"
         assert "__ballot_sync(0xffffffffu, shown)" in bwd["elements"].source
-        assert "fill_root_tables(" in bwd["auto"].source and "fill_root_tables(" not in bwd["elements"].source
+        assert "fill_root_tables(" in bwd["bits"].source and "fill_root_tables(" not in bwd["elements"].source
+        assert ("col_words + (long long)slot * BITS_WORDS" in bwd["auto"].source) == (engine == "wgmma_tma")
+    d256 = bound.mask.backward_source(Options(), engine="wgmma_tma", head_dim=256)
+    assert d256.spec.partial_tiles == "bits"        # one stage of bits there: the consumers make them
 
 
 @pytest.mark.parametrize("name,order", [("clear", None), ("clear", "8x16"), ("clear", "16x8"), ("neighborhood", None),
@@ -226,3 +233,14 @@ def test_element_path_kernels_compile_without_spills(name, order):
     assert src.spec.partial_tiles == "elements"
     _, log = compile_with_log(src, ("--ptxas-options=-v",))
     assert set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}, log
+
+
+def test_the_stored_path_only_where_the_words_serve_every_head():
+    """Stored words are built once per tile for every head: a mask that reads h keeps the tile path, and so does a
+    kernel that cannot read them (the stored choice asked of the backward's other engines)."""
+    import dataclasses
+    pred = maskc.load(EXAMPLES / "clear.mask").kernel_spec().predicate
+    assert pred.partial_path("auto", stored=True) == pred.partial_path("stored", stored=True) == "stored"
+    assert pred.partial_path("stored", stored=False) == "bits"
+    assert dataclasses.replace(pred, reads_head=True).partial_path("stored", stored=True) == "bits"
+    assert pred.partial_path("elements", stored=True) == "elements"

@@ -985,6 +985,7 @@ __device__ __forceinline__ u32 q_empty_bar(u32 smem0, int stage) { return smem0 
 
 template <bool WITH_DQ, bool ORDERED = false>
 __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
+    const int* __restrict__ col_slots, const unsigned* __restrict__ col_words,
     const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int* __restrict__ dq_turns,
     const TensorMap& q_map, const TensorMap& k_map, const TensorMap& v_map, const TensorMap& do_map) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -1036,7 +1037,14 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
                 if (i >= 2) mbar_wait(q_empty_bar(smem0, stage), ((i >> 1) & 1) ^ 1);   // step i - 2 is done
                 const int h = hk * group + step.gi, q0 = step.qb * Q_BLOCK;
                 const u32 full = q_full_bar(smem0, stage);
-                mbar_arrive_expect_bytes(full, 2 * Q_TILE_BYTES + 2 * Q_BLOCK * 4);
+                // a PARTIAL step's visibility bits with its Q: the words the builder stored for it (the stored path)
+                const bool stored_bits = step.kind == KIND_PARTIAL;
+                mbar_arrive_expect_bytes(full, 2 * Q_TILE_BYTES + 2 * Q_BLOCK * 4 + (stored_bits ? BITS_WORDS * 4 : 0));
+                if (stored_bits) {
+                    const int slot = col_slots[step.run] + step.qb - col_runs[3 * step.run];
+                    bulk_load(smem0 + KV_SMEM_BITS + stage * BITS_WORDS * 4, col_words + (long long)slot * BITS_WORDS,
+                              BITS_WORDS * 4, full);
+                }
                 for (int cb = 0; cb < COL_BLOCKS; ++cb) {     // rows past seq_len arrive as zeros
                     tma_load_4d(q_tile(stage) + cb * Q_BLOCK * 128, q_map, cb * 64, q0, h, b, full);
                     tma_load_4d(do_tile(stage) + cb * Q_BLOCK * 128, do_map, cb * 64, q0, h, b, full);
@@ -1116,8 +1124,12 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
         transposed_scores(ds, v_smem, wg, do_smem);
         wgmma_commit();
         const bool masked = step.kind == KIND_PARTIAL;
-        if (masked) {
+        // Stored path: a PARTIAL step's bits came with its Q (the producer's copy of the words the builder stored);
+        // a FULL step masked for its rows past seq_len makes its own. The copy engine writes the stage next: the
+        // proxy fence orders these writes before its.
+        if (masked && step.kind != KIND_PARTIAL) {
             tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
+            fence_proxy_async();
             sync_warpgroups();
         }
 
@@ -1239,14 +1251,15 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sli
 // padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the prep kernel. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
 #define MASKC_DKDV_ENTRY_PARAMS                                                                                  \
-    MASKC_DKDV_PARAMS, const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks,                   \
+    MASKC_DKDV_PARAMS, const int* __restrict__ col_slots, const unsigned* __restrict__ col_words,                 \
+    const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks,                                      \
     int* __restrict__ dq_turns, const __grid_constant__ maskc::TensorMap q_map,                                  \
     const __grid_constant__ maskc::TensorMap k_map, const __grid_constant__ maskc::TensorMap v_map,              \
     const __grid_constant__ maskc::TensorMap do_map
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
-    col_runs, col_order, mask_data, mask_offsets, scale, scale_log2, dq_rank_base, dq_ranks,   \
+    col_runs, col_order, mask_data, mask_offsets, scale, scale_log2, col_slots, col_words, dq_rank_base, dq_ranks,   \
     dq_turns, q_map, k_map, v_map, do_map
 
 extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_sliding_tile(MASKC_DKDV_ENTRY_PARAMS) {
@@ -1394,4 +1407,27 @@ extern "C" __global__ void maskc_bwd_dq_convert_sliding_tile(const float* __rest
     const int col = (int)(i % HEAD_DIM), row = (int)((i / HEAD_DIM) % seq_len);
     const float2 x = *reinterpret_cast<const float2*>(dq_accum + dq_tile_index(i / HEAD_DIM / seq_len, seq_len, row, col));
     *reinterpret_cast<u32*>(dq + i) = pack2(x.x * scale, x.y * scale);
+}
+
+// The stored path's builder (BackwardSpec.partial_tiles "stored"): every PARTIAL tile of the column view, once per
+// binding: slot n (tiles[2 n] its column block, tiles[2 n + 1] its query block; maskc.runs.partial_slots numbers
+// them in the order the dK/dV kernel walks a column's runs) gets the step's visibility bits as tile_visibility
+// makes them (bits[row * (KV_BLOCK / 32) + word]; rows past seq_len and keys past kv_len hidden; h = 0: the mask
+// reads no h), which the dK/dV kernel's producer copies into the step's stage with its Q. Grid-stride over the slots.
+extern "C" __global__ void __launch_bounds__(128) maskc_bwd_tile_words_sliding_tile(
+    const int* __restrict__ tiles,
+    int n_tiles,
+    const int* __restrict__ mask_data,
+    const int* __restrict__ mask_offsets,
+    int seq_len,
+    int kv_len,
+    unsigned* __restrict__ tile_words) {
+    using namespace maskc;
+    const int kv_blocks = (kv_len + KV_BLOCK - 1) / KV_BLOCK;
+    for (int n = blockIdx.x; n < n_tiles; n += gridDim.x) {
+        const int column = tiles[2 * n], mb = column / kv_blocks;
+        tile_visibility<Q_BLOCK, KV_BLOCK, 128>(tile_words + (long long)n * Q_BLOCK * (KV_BLOCK / 32),
+                                                mask_data + mask_offsets[mb], mb, 0, tiles[2 * n + 1] * Q_BLOCK,
+                                                (column % kv_blocks) * KV_BLOCK, seq_len, kv_len, threadIdx.x, nullptr);
+    }
 }

@@ -71,6 +71,9 @@ constexpr int SMEM_IV_OFFSET  = SMEM_ITEM_OFFSET + 8;
 constexpr int MAILBOX_FULL = 8, MAILBOX_EMPTY = 9, MAILBOX_THREADS = CONSUMER_THREADS + 32;
 constexpr int SMEM_ALIGN      = 1024;           // the swizzle atom; the dynamic base is rounded up to it
 constexpr int SMEM_BYTES = SMEM_IV_OFFSET + SMEM_ALIGN;
+// Stored path: a PARTIAL tile's visibility, STORED_WORDS words per row (word t: this quad's thread t's columns).
+constexpr int STORED_WORDS = 4;
+static_assert(BLOCK_N <= 8 * 4 * STORED_WORDS, "a thread's columns of a row fit one word");
 
 constexpr int KIND_PARTIAL = 1;
 constexpr int KIND_FULL    = 2;
@@ -438,35 +441,36 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int rr = row16 + g + half * 8;   // row within the q_block
+        const int q = q0 + rr;
         if (MASKED && do_mask) {
-            // The tile's visibility for this row as 64-bit words, then this thread's bits.
-            unsigned long long bits[(N_TILES * 8 + 63) / 64];
-            // Tile path (exact masks with chunked regions): the row's intervals within this tile, one per
-            // region or chunk (mask_bits); rows past seq_len are clamped (computed, never stored). The quad's
-            // four threads hold the same rows: each computes every fourth 32-key word and the quad swaps them,
-            // so a tile's chunks are split four ways (eight patch rows in a token order's 8 x 16 tile). The chunk
-            // nests read their roots from the warp's tables (filled once per item) where the mask has any.
-            const int q = min(q0 + rr, seq_len - 1);
-            const MaskRow row = mask_row(mask, mb, h, q);
-            constexpr int WORDS32 = (N_TILES * 8 + 31) / 32;
-            unsigned mine[(WORDS32 + 3) / 4];
-            #pragma unroll
-            for (int i = 0; i < (WORDS32 + 3) / 4; ++i) {
-                unsigned word[1] = {0u};
-                if (4 * i + t < WORDS32) mask_bits(row, mask, mb, h, q, k0 + 32 * (4 * i + t), word, roots);
-                mine[i] = word[0];
-            }
-            #pragma unroll
-            for (int w = 0; w < (N_TILES * 8 + 63) / 64; ++w) bits[w] = 0ull;
-            #pragma unroll
-            for (int j = 0; j < WORDS32; ++j) {
-                const unsigned word = __shfl_sync(0xffffffffu, mine[j / 4], (g << 2) | (j % 4));
-                bits[j / 2] |= (unsigned long long)word << (32 * (j % 2));
-            }
-            hide_unset<BOUNDS>(s, half, bits, t, k0, kv_len, do_bounds);
+            const MaskRow row = mask_row(mask, mb, h, q < seq_len ? q : seq_len - 1);   // clamp: in-range reads
+            if (BOUNDS && do_bounds)
+                hide_keys<true>(s, half, k0 + 2 * t, kv_len, [&](int key) { return mask_visible(row, mask, key); });
+            else
+                hide_keys<false>(s, half, k0 + 2 * t, kv_len, [&](int key) { return mask_visible(row, mask, key); });
         } else {
             hide_keys<true>(s, half, k0 + 2 * t, kv_len, [](int) { return true; });
         }
+    }
+}
+
+// Stored path (ForwardPlan.stored): mask one 16-row score tile by this thread's visibility words on a PARTIAL tile
+// (do_mask; words[half]: bit 2 nt + e is column 8 nt + 2 t + e of row g + 8 half, as maskc_tile_words built them),
+// and hide the keys past kv_len on the ragged last tile (do_bounds).
+template <int N_TILES>
+__device__ __forceinline__ void mask_stored(float (&s)[N_TILES][4], int t, const u32 (&words)[2], int k0, int kv_len,
+                                            bool do_mask, bool do_bounds) {
+    static_assert(N_TILES <= 16, "a thread's columns of a row fit one word");
+    #pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        if (do_mask) {
+            #pragma unroll
+            for (int nt = 0; nt < N_TILES; ++nt)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (!((words[half] >> (2 * nt + e)) & 1u)) s[nt][half * 2 + e] = neg_inf();
+        }
+        if (do_bounds) hide_keys<true>(s, half, k0 + 2 * t, kv_len, [](int) { return true; });
     }
 }
 
@@ -841,7 +845,9 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
     int batch_grid,
     int n_work,
     int l2_heads,
-    int* __restrict__ schedule) {
+    int* __restrict__ schedule,
+    const int* __restrict__ run_slots,
+    const unsigned* __restrict__ tile_words) {
     using namespace maskc;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
 
@@ -996,7 +1002,17 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
 
-            TileWalk walk(runs, run_offsets[it.r], run_offsets[it.r + 1]);
+            TileWalk walk(runs, run_offsets[it.r], run_offsets[it.r + 1], run_slots);
+            // Stored path: this thread's visibility words (rows g and g + 8 of the warp) of the PARTIAL tile the
+            // walk is at, as maskc_tile_words built them once per binding; loaded before the wait for the tile's
+            // S product, so that the load's latency hides behind the product.
+            u32 words[2] = {0u, 0u};
+            auto load_words = [&] {
+                if (walk.kind == KIND_FULL) return;
+                const u32* tile = tile_words + (long long)walk.slot() * BLOCK_M * STORED_WORDS;
+                words[0] = __ldg(tile + (warp_row0 + g) * STORED_WORDS + t);
+                words[1] = __ldg(tile + (warp_row0 + g + 8) * STORED_WORDS + t);
+            };
             // Stage j of the ring and the parity of its use: use u = j / KV_STAGES completes phase u.
             auto k_tile = [&](int j) { return smem0 + SMEM_K_OFFSET + (j % KV_STAGES) * KV_TILE_BYTES; };
             auto v_tile = [&](int j) { return smem0 + SMEM_V_OFFSET + (j % KV_STAGES) * KV_TILE_BYTES; };
@@ -1023,27 +1039,49 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
             // mask (PARTIAL tiles and the ragged last tile only) the tile `walk` is at
             auto mask_tile = [&](float (&s)[N_TILES][4]) {
                 const int k0 = walk.kv_block * BLOCK_N;
-                mask_scores<true, true>(s, g, t, warp_row0, it.q0, k0, seq_len, kv_len, mask, it.mb, it.h, iv_smem, roots,
-                                        walk.kind != KIND_FULL, k0 + BLOCK_N > kv_len);
+                mask_stored(s, t, words, k0, kv_len, walk.kind != KIND_FULL, k0 + BLOCK_N > kv_len);
             };
 
             mbar_wait(q_full, n & 1);
-            for (; walk.valid(); ++tiles_done, walk.next()) {
-                const int j = tiles_done;
-                float s[N_TILES][4];
+            // Software pipeline: S of tile j + 1 is computed by the tensor cores while this warpgroup's P V of
+            // tile j is issued behind it, and its softmax runs while that P V is in flight; acc (under the
+            // online softmax) is rescaled only once P V has completed. Registers: S (next) + P (this) + O. A warpgroup waits for its
+            // operands before taking its turn, so it never holds the turn while the copy engine catches up.
+            if (walk.valid()) {
+                float s[N_TILES][4], alpha[2];
+                u32 p[BLOCK_N / 16][4];
+                int j = tiles_done;
                 mbar_wait(k_full(j % KV_STAGES), parity(j));
                 in_turn(wg, [&] { issue_qk(s, j); });
+                load_words();
                 wgmma_wait<0>();
                 fence_accumulators(s);
                 release(k_empty(j % KV_STAGES));
                 mask_tile(s);
-                online_softmax(s, acc, m, l, scale_log2);
-                u32 p[BLOCK_N / 16][4];
+                softmax_update(s, m, l, alpha, scale_log2);   // acc is 0: alpha needs no applying
                 pack_a_fragments(p, s);
-                in_turn(wg, [&] { issue_pv(p, j); });
+                // Steady state, while there is a tile j + 1 (no branches inside: ptxas then keeps the two
+                // products in flight together instead of serializing them).
+                for (walk.next(); walk.valid(); walk.next(), ++j) {
+                    mbar_wait(k_full((j + 1) % KV_STAGES), parity(j + 1));
+                    in_turn(wg, [&] { issue_qk(s, j + 1); issue_pv(p, j); });
+                    load_words();
+                    wgmma_wait<1>();            // S of tile j + 1 is done; P V of tile j may still run
+                    fence_accumulators(s);
+                    release(k_empty((j + 1) % KV_STAGES));
+                    mask_tile(s);
+                    softmax_update(s, m, l, alpha, scale_log2);
+                    wgmma_wait<0>();
+                    fence_accumulators(acc);
+                    release(v_empty(j % KV_STAGES));
+                    rescale_rows(acc, alpha);
+                    pack_a_fragments(p, s);
+                }
+                in_turn(wg, [&] { issue_pv(p, j); });   // the last tile
                 wgmma_wait<0>();
                 fence_accumulators(acc);
                 release(v_empty(j % KV_STAGES));
+                tiles_done = j + 1;
             }
 
             // Q is no longer read: the producer may bring the next item's (after the epilogue when O is staged
@@ -1065,3 +1103,45 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
         }
     }   // consumers
 }
+// ---- the stored path's visibility words (maskc.codegen.plan: ForwardPlan.stored) ---------------------------
+// Every PARTIAL tile of the row view, once per binding: slot n (tiles[2 n] its row block, tiles[2 n + 1] its key
+// block; maskc.runs.partial_slots numbers them in the order the forward walks them) gets BLOCK_M rows of
+// STORED_WORDS words, a thread per row: the row's visible keys of the tile from mask_bits, as the tile path
+// computes them (rows past seq_len clamped; h = 0, as the mask reads no h: the words serve every head), laid out
+// for the forward's quads: bit 2 nt + e of word t is column 8 nt + 2 t + e. Keys past kv_len are the forward's
+// to hide (the ragged tile's bound). Grid-stride over the slots.
+extern "C" __global__ void __launch_bounds__(BLOCK_M) maskc_tile_words_sliding_tile(
+    const int* __restrict__ tiles,
+    int n_tiles,
+    const int* __restrict__ mask_data,
+    const int* __restrict__ mask_offsets,
+    int seq_len,
+    int kv_len,
+    unsigned* __restrict__ tile_words) {
+    using namespace maskc;
+    (void)kv_len;                                         // keys past it: the forward's to hide
+    constexpr int NATURAL_WORDS = (BLOCK_N + 31) / 32;    // bit j of word w: key k0 + 32 w + j
+    const int q_blocks = (seq_len + BLOCK_M - 1) / BLOCK_M;
+    for (int n = blockIdx.x; n < n_tiles; n += gridDim.x) {
+        const int r = tiles[2 * n], k0 = tiles[2 * n + 1] * BLOCK_N;
+        const int mb = r / q_blocks;
+        const int* mask = mask_data + mask_offsets[mb];
+        const int q = min((r % q_blocks) * BLOCK_M + (int)threadIdx.x, seq_len - 1);
+        const MaskRow row = mask_row(mask, mb, 0, q);
+        u32 natural[NATURAL_WORDS];
+        #pragma unroll
+        for (int w = 0; w < NATURAL_WORDS; ++w) {
+            u32 word[1];
+            mask_bits(row, mask, mb, 0, q, k0 + 32 * w, word);
+            natural[w] = word[0];
+        }
+        u32 out[STORED_WORDS] = {};
+        #pragma unroll
+        for (int c = 0; c < BLOCK_N; ++c)          // column c = 8 nt + 2 t + e
+            out[(c % 8) / 2] |= ((natural[c / 32] >> (c % 32)) & 1u) << (2 * (c / 8) + c % 2);
+        u32* dst = tile_words + ((long long)n * BLOCK_M + threadIdx.x) * STORED_WORDS;
+        #pragma unroll
+        for (int t = 0; t < STORED_WORDS; ++t) dst[t] = out[t];
+    }
+}
+
