@@ -104,8 +104,9 @@ cli.add_command(run_cmd)
                    "what maskc.attention runs where Options(token_order=...) picks that order); default: raster")
 @click.option("--partial-tiles", "partial_tiles", type=click.Choice(PARTIAL_TILES),
               help="how the wgmma_tma forward (and --backward) masks PARTIAL tiles of exact masks with chunked "
-                   "regions: bits (interval bit words per row), elements (the mask's test per pair, hoisted by row and column), auto "
-                   "[default: $MASKC_PARTIAL_TILES, else auto]")
+                   "regions: bits (interval bit words per row), elements (the mask's test per pair, hoisted by row and column), "
+                   "stored (each tile's words built once per binding by the source's second kernel, then read), auto "
+                   "(stored where it applies, else bits) [default: $MASKC_PARTIAL_TILES, else auto]")
 @import_path_option
 @click.option("--param", "raw_params", multiple=True, metavar="NAME=VALUE",
               help="the value of a const parameter (compiled into the kernel; default: the file's); repeatable")

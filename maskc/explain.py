@@ -289,9 +289,31 @@ def schedule_text(head_dim: int, dtype: str, options: Options = DEFAULT, mask: C
                      f"{bwd.dq_block_n}, dK/dV engine {bwd.engine}")
     except ValueError as err:
         lines.append(f"backward: none ({err})")
+    if mask is not None:
+        partial = _partial_text(mask, bound, head_dim, dtype, options)
+        lines += [partial] if partial else []
     if mask is not None and mask.resolved.score is not None:
         lines.append(_softmax_text(mask, bound, head_dim, dtype, options))
     return "\n".join(lines)
+
+
+def _partial_text(mask: CompiledMask, bound: BoundMask | None, head_dim: int, dtype: str,
+                  options: Options) -> str | None:
+    """One line for a mask with a tile path: how the forward masks its PARTIAL tiles (ForwardPlan.partial_tiles),
+    with the stored words' bytes for ``bound``; None for other masks."""
+    from maskc.codegen.plan import plan_forward, stored_bytes
+
+    spec = (bound or mask).kernel_spec(head_dim=head_dim, dtype=dtype, engine=options.engine)
+    plan = plan_forward(spec, partial=options.partial_tiles)
+    if not plan.partial_tiles:
+        return None
+    if plan.stored:
+        size = "" if bound is None else (
+            f": {stored_bytes(bound.descriptor(spec.block_m, spec.block_n)) / 2**20:.1f} MiB at these tiles")
+        return ("PARTIAL tiles: stored (each tile's visibility words built once per binding, for every head, and "
+                f"read per tile{size})")
+    why = " (the mask reads h: its words would differ by head)" if spec.predicate.reads_head else ""
+    return f"PARTIAL tiles: {plan.partial_tiles}{why}"
 
 
 def _softmax_text(mask: CompiledMask, bound: BoundMask | None, head_dim: int, dtype: str, options: Options) -> str:

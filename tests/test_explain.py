@@ -90,3 +90,19 @@ def test_schedule_says_how_the_softmax_of_a_modifier_runs():
     assert "needs bf16" in line("fp16", mask=soft, bound=soft.bind(256, cap=30.0))
     assert "does not bound the scores" in line("bf16", mask=alibi, bound=alibi.bind(256, num_heads=2, slope=[0.5, 0.25]))
     assert "give --seq-len" in line("bf16", mask=soft) and "softmax" not in schedule_text(128, "bf16")
+
+
+def test_schedule_says_how_partial_tiles_are_masked():
+    """A mask with a tile path gets a line naming the forward's masking of PARTIAL tiles, the stored words' size
+    (from the PARTIAL tiles counted at the forward's tiles) for a binding; other masks get none."""
+    from maskc.explain import schedule_text
+    from maskc.options import Options
+
+    clear = maskc.load(EXAMPLES / "clear.mask")
+    bound = clear.bind(8192)
+    text = schedule_text(128, "bf16", mask=clear, bound=bound)
+    partial = bound.descriptor(128, 128).tile_map.counts()["PARTIAL"]
+    assert f"read per tile: {partial * 128 * 16 / 2**20:.1f} MiB at these tiles" in text
+    assert "PARTIAL tiles: bits" in schedule_text(128, "bf16", Options(partial_tiles="bits"), mask=clear)
+    causal = maskc.load(EXAMPLES / "causal.mask")
+    assert "PARTIAL tiles" not in schedule_text(128, "bf16", mask=causal, bound=causal.bind(4096))

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from maskc.codegen.tile_bits import ROOT_ENTRIES
-from maskc.kernel_ir import KernelSpec
+from maskc.kernel_ir import Descriptor, KernelSpec
 
 KV_STAGES = 2            # wgmma_tma: shared-memory stages of K and V
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory one CTA may have on sm_90
@@ -179,6 +179,13 @@ class ForwardPlan:
     def wgmma_widths(self) -> tuple[int, ...]:
         """The N of every wgmma product the kernel issues (S: BLOCK_N, O: HEAD_DIM)."""
         return tuple(sorted({self.spec.block_n, self.spec.head_dim}))
+
+
+def stored_bytes(desc: Descriptor, transposed: bool = False) -> int:
+    """The bytes of the stored path's visibility words for ``desc``'s row view (the forward: STORED_WORDS per row
+    of a PARTIAL tile) or, ``transposed``, its column view (the dK/dV kernel: a bit per pair)."""
+    row_bytes = desc.block_n // 8 if transposed else STORED_WORDS * 4
+    return desc.tile_map.counts()["PARTIAL"] * desc.block_m * row_bytes
 
 
 def tma_registers(spec: KernelSpec) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from maskc.codegen.emit import emit_backward_kernel, emit_kernel
-from maskc.codegen.plan import STORED_WORDS, TILE_WORDS_PARAMS
+from maskc.codegen.plan import TILE_WORDS_PARAMS, stored_bytes
 from maskc.codegen.schedule import BackwardTiles, Tiles, arch_for, capability_of
 from maskc.kernel_ir import AUTO_STORED, BackwardSpec, Descriptor, KernelSpec
 from maskc.options import Options
@@ -92,13 +92,6 @@ def prepared(bound, head_dim: int, dtype: str, tiles: Tiles, device: int, option
                                  num_warps=tiles.num_warps, engine=tiles.engine, arch=arch)
         kernel = mask_state[kkey] = load_kernel(emit_kernel(spec, options), options)
     return ddesc, kernel
-
-
-def stored_bytes(desc: Descriptor, transposed: bool = False) -> int:
-    """The bytes of the stored path's visibility words for ``desc``'s row view (the forward: STORED_WORDS per row
-    of a PARTIAL tile) or, ``transposed``, its column view (the dK/dV kernel: a bit per pair)."""
-    row_bytes = desc.block_n // 8 if transposed else STORED_WORDS * 4
-    return desc.tile_map.counts()["PARTIAL"] * desc.block_m * row_bytes
 
 
 def can_store(desc: "Descriptor | DeviceShape", options: Options, transposed: bool = False) -> bool:
