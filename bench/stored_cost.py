@@ -51,7 +51,8 @@ def builder_ms(w, q, options: Options, reps: int = 5) -> tuple[float, int, int]:
         del state.state_for(inner)[key]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        state.stored_words(inner, kernel, key[1], key[2], key[3], options)   # the forward's (row view)
+        state.stored_words(inner, kernel, key[1], key[2], key[3], options,    # the forward's (row view)
+                           torch.cuda.current_stream().cuda_stream)
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))

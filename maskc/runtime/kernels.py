@@ -38,8 +38,8 @@ from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
 from maskc.runtime.permute import from_order_all, ordered_for, to_order_all
 from maskc.runtime.loader import disk_cache, resolved_options
-from maskc.runtime.state import (backward_kernel, can_store, capability, device_descriptor, device_turns, l2_bytes,
-                                 prepared, refresh, sm_count, state_for, stored_words)
+from maskc.runtime.state import (StoredWords, backward_kernel, can_store, capability, device_descriptor, device_turns,
+                                 l2_bytes, prepared, refresh, sm_count, state_for, stored_words)
 from maskc.runtime.operands import (AttentionInputError, Operand, Outputs, check_layout, check_pointers, check_scale,
                                     float32_rows, on_device, operand, operand_key, validate)
 from maskc.runtime.tma import tile_map
@@ -60,6 +60,7 @@ class _ForwardCall:
     tensor_maps: tuple | None   # (rows per box) of q, k, v when the kernel takes tensor maps, else None
     slots: dict                 # kernel parameter name -> its position (maskc.codegen.plan), for per-call arguments
     views: tuple                # the descriptor views it reads: ((block_m, block_n, transposed),)
+    stored: StoredWords | None = None   # the stored path's words (ForwardPlan.stored)
     schedules: dict = field(default_factory=dict)   # stream -> the persistent kernel's work counter (int32[2])
 
     def schedule(self, stream: int) -> int:
@@ -129,6 +130,8 @@ def attention(q, k, v, bound, scale: float | None = None, return_lse: bool = Fal
                     for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), call.tensor_maps)]
             pointers.append((index("schedule"), call.schedule(outs.stream)))
         refresh(bound, call.views, outs.stream)
+        if call.stored is not None:
+            call.stored.ready_on(outs.stream)
         call.launch(outs.stream, pointers, maps)
         outs.synchronize_if_asked(options)
     return (o, lse) if return_lse else o
@@ -167,9 +170,10 @@ def _forward_call(q, k, v, qo: Operand, ko: Operand, vo: Operand, bound, scale, 
                       mask_batch=i32(desc.batch), run_offsets=ddesc.run_offsets, runs=ddesc.runs,
                       work_order=ddesc.work_order, mask_data=ddesc.mask_data, mask_offsets=ddesc.mask_offsets,
                       scale_log2=np.float32(scale * math.log2(math.e)))
+        stored = None
         if plan.stored:     # the PARTIAL tiles' visibility words, built once per bound mask
-            values["run_slots"], values["tile_words"] = stored_words(bound, kernel, tiles.block_m, tiles.block_n,
-                                                                     qo.device, options)
+            stored = stored_words(bound, kernel, tiles.block_m, tiles.block_n, qo.device, options, Outputs(qo).stream)
+            values["run_slots"], values["tile_words"] = stored.slots, stored.words
         grid = (n_work * Hq, batch_grid, 1)
         tensor_maps = None
         if "q_map" in {p.name for p in plan.params}:
@@ -186,7 +190,8 @@ def _forward_call(q, k, v, qo: Operand, ko: Operand, vo: Operand, bound, scale, 
         args = tuple(values[p.name] for p in plan.params)
         packed = PackedLaunch(kernel.function, args, grid, (plan.threads, 1, 1), kernel.shared_bytes)
     slots = {p.name: i for i, p in enumerate(plan.params)}
-    return _ForwardCall(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps, slots, ((tiles.block_m, tiles.block_n, False),))
+    return _ForwardCall(packed, (B, Hq, S, D), (B, Hq, S), tensor_maps, slots, ((tiles.block_m, tiles.block_n, False),),
+                        stored)
 
 
 def _tuned_tiles(q, k, v, qo: Operand, bound, scale: float, options: Options) -> Tiles:
@@ -260,7 +265,7 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
     planned = state.get(key)
     if planned is None:
         planned = state[key] = _backward_plan(qo, ko, vo, oo, do, bound, scale, deterministic, options)
-    plan, views = planned
+    plan, views, stored = planned
     check_pointers(qo, ko, vo, oo, do)
     B, Hq, S, D = qo.shape
     Hkv, Skv = ko.shape[1], ko.shape[2]
@@ -289,6 +294,8 @@ def attention_backward(dout, q, k, v, out, lse, bound, scale: float | None = Non
                     "dv": dv_ptr, "dq_accum": dq_accum_ptr, "dq_turns": dq_turns_ptr}
         operands = {"q": qo, "k": ko, "v": vo, "dout": do}
         refresh(bound, views, outs.stream)
+        if stored is not None:
+            stored.ready_on(outs.stream)
         for step in plan:
             maps = [(index, tile_map(operands[name].ptr, operands[name].shape, operands[name].strides, rows))
                     for index, name, rows in step.maps]
@@ -313,9 +320,11 @@ class _BackwardLaunch(NamedTuple):
 
 
 def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Operand, bound, scale,
-                   deterministic: bool, options: Options) -> tuple[list[_BackwardLaunch], tuple]:
+                   deterministic: bool, options: Options
+                   ) -> tuple[list[_BackwardLaunch], tuple, StoredWords | None]:
     """Validate, compile or fetch the backward kernels, upload the descriptor's views, and pack the launches in
-    launch order (prep, dK/dV, then dQ's conversion or deterministic kernel); with the views they read."""
+    launch order (prep, dK/dV, then dQ's conversion or deterministic kernel); with the views they read and the
+    stored path's words (None off it)."""
     validate(qo, ko, vo, bound)
     for op in (oo, do):
         check_layout(op)
@@ -385,8 +394,11 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         # wgmma_tma's rank_base, ranks and dq_turns (set per call when it takes turns, else null), after the stored
         # path's column slots and words
         turns = ((rank_base, ranks) if in_turns else (u64(0),) * 3) if warp_specialized else ()
+        stored = None
         if spec.partial_tiles == "stored":
-            turns = stored_words(bound, kernel, block_m, block_n, qo.device, options, transposed=True) + turns
+            stored = stored_words(bound, kernel, block_m, block_n, qo.device, options, Outputs(qo).stream,
+                                  transposed=True)
+            turns = (stored.slots, stored.words) + turns
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
             *common, i32(dkdv_sections), cols.run_offsets, cols.runs, order, cols.mask_data,
             cols.mask_offsets, *scales, *turns), (int(cols.work_order.size) * Hkv, batch_grid, 1),
@@ -402,4 +414,4 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
             plan.append(packed(spec.entry_dq_convert, ("dq_accum", "dq"), (f32(scale), i64(n), i32(S)),
                                ((n // 2 + 255) // 256, 1, 1), (256, 1, 1)))
     views = ((block_m, block_n, True),) + (((block_m, dq_block_n, False),) if deterministic and not in_turns else ())
-    return plan, views
+    return plan, views, stored

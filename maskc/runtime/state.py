@@ -102,12 +102,29 @@ def can_store(desc: "Descriptor | DeviceShape", options: Options, transposed: bo
             and desc.nbytes + stored_bytes(desc, transposed) <= options.max_descriptor_bytes)
 
 
+@dataclass
+class StoredWords:
+    """The stored path's words of one view of a bound mask on one device (:func:`stored_words`)."""
+
+    slots: Any          # int32 per run of the view: the number of its first PARTIAL tile
+    words: Any          # uint32: every PARTIAL tile's words, in that numbering
+    stream: int         # the stream the builder ran on
+    built: Any          # a CUDA event recorded after the builder; None: no PARTIAL tile, nothing built
+
+    def ready_on(self, stream: int) -> None:
+        """Make a launch on ``stream`` wait for the builder (a launch on the builder's stream follows it anyway)."""
+        if self.built is not None and stream != self.stream:
+            import cupy
+
+            cupy.cuda.runtime.streamWaitEvent(stream, self.built.ptr, 0)
+
+
 def stored_words(bound, kernel: LoadedKernel, block_m: int, block_n: int, device: int, options: Options,
-                 transposed: bool = False) -> tuple[Any, Any]:
-    """(slots, words) of the stored path for the bound mask's row view at these tiles on ``device`` (the forward:
+                 stream: int, transposed: bool = False) -> StoredWords:
+    """The stored path's words for the bound mask's row view at these tiles on ``device`` (the forward:
     ForwardPlan.stored) or its column view (``transposed``: the dK/dV kernel, BackwardSpec.partial_tiles
-    "stored"): the words built by the kernel source's builder once per bound mask, on the current stream, which
-    is then synchronized, so that a launch on any stream may read them."""
+    "stored"), built once per bound mask by the kernel source's builder on ``stream``, with no wait on the host:
+    a training step that binds a new mask keeps the GPU's queue full."""
     import cupy
 
     state = state_for(bound)
@@ -117,19 +134,22 @@ def stored_words(bound, kernel: LoadedKernel, block_m: int, block_n: int, device
         desc = ddesc.descriptor
         assert isinstance(desc, Descriptor), "the stored path needs the host's descriptor (can_store)"
         slots, tiles = desc.col_partial_slots if transposed else desc.partial_slots
-        words = cupy.empty(max(1, stored_bytes(desc, transposed) // 4), np.uint32)
-        if len(tiles):
-            values = dict(tiles=device_int32(tiles), n_tiles=np.int32(len(tiles)), mask_data=ddesc.mask_data,
-                          mask_offsets=ddesc.mask_offsets, seq_len=np.int32(desc.seq_len),
-                          kv_len=np.int32(desc.kv_len), tile_words=words)
-            spec = kernel.source.spec
-            assert isinstance(spec, (KernelSpec, BackwardSpec)), "a forward or backward source"
-            builder = kernel.functions[spec.entry_tile_words]
-            # the forward's builder takes a thread per row of a tile, the backward's 128 threads per tile
-            builder((min(len(tiles), 1 << 16), 1, 1), (128 if transposed else block_m, 1, 1),
-                    tuple(values[p.name] for p in TILE_WORDS_PARAMS))
-            cupy.cuda.get_current_stream().synchronize()
-        state[key] = (device_int32(slots), words)
+        with cupy.cuda.ExternalStream(stream):    # allocations and copies ordered on it, as the builder
+            words = cupy.empty(max(1, stored_bytes(desc, transposed) // 4), np.uint32)
+            built = None
+            if len(tiles):
+                spec = kernel.source.spec
+                assert isinstance(spec, (KernelSpec, BackwardSpec)), "a forward or backward source"
+                values = dict(tiles=device_int32(tiles), n_tiles=np.int32(len(tiles)), mask_data=ddesc.mask_data,
+                              mask_offsets=ddesc.mask_offsets, seq_len=np.int32(desc.seq_len),
+                              kv_len=np.int32(desc.kv_len), tile_words=words)
+                # the forward's builder takes a thread per row of a tile, the backward's 128 threads per tile
+                kernel.functions[spec.entry_tile_words]((min(len(tiles), 1 << 16), 1, 1),
+                                                        (128 if transposed else block_m, 1, 1),
+                                                        tuple(values[p.name] for p in TILE_WORDS_PARAMS))
+                built = cupy.cuda.Event(disable_timing=True)
+                built.record()
+            state[key] = StoredWords(device_int32(slots), words, stream, built)
     return state[key]
 
 
