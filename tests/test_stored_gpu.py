@@ -179,6 +179,8 @@ def test_a_launch_on_another_stream_waits_for_the_builder():
     q = randn(1, 4, 8192, 128, dtype="bf16")
     options = Options(token_order="raster", partial_tiles="stored")
     first, second = torch.cuda.Stream(), torch.cuda.Stream()
+    first.wait_stream(torch.cuda.current_stream())
+    second.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(first):
         torch.cuda._sleep(50_000_000)          # the builder queues behind a long wait on this stream
         maskc.attention(q, q, q, bound, options=options)
