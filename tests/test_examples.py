@@ -325,8 +325,10 @@ def test_backward_kernels_compile_through_nvrtc(name, engine):
     for entry in source.functions:
         assert entry.encode() in cubin
     ordered = {spec.entry_dkdv_ordered} if engine == "wgmma_tma" else set()     # dQ in turns: wgmma_tma only
+    stored = {spec.entry_tile_words} if spec.partial_tiles == "stored" else set()   # the stored path's builder
+    assert stored == set() or (engine == "wgmma_tma" and spec.predicate.tile_bits)
     assert set(source.functions) == {spec.entry_prep, spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dq,
-                                     spec.entry_dq_convert} | ordered
+                                     spec.entry_dq_convert} | ordered | stored
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
