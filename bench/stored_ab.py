@@ -1,7 +1,9 @@
 """The stored path of PARTIAL tiles against the tile path ("bits"), forward, backward and forward + backward through
 autograd, alternated in one process (bench/NOTES.md, session 13). B=1, H=16, D=128 bf16; the workloads' bindings
 in maskc's default token order; do_bench medians over ``--rounds`` alternations; effective TF/s over visible pairs
-(3.5x the forward's work for forward + backward, 2.5x for the backward).
+(3.5x the forward's work for forward + backward, 2.5x for the backward). ``fwd_bwd_calls``: forward + backward as two
+runtime calls, each moving its arrays into the token order (q, k and v twice), beside autograd's ``fwd_bwd``, whose
+backward reuses the forward's moved q, k, v.
 
     python bench/stored_ab.py [--lengths 32768,4096] [--masks clear,neighborhood,video] [--rounds 2] [--out F]
 """
@@ -19,15 +21,21 @@ import workloads as W  # noqa: E402  (puts the checkout first on sys.path)
 
 import maskc  # noqa: E402
 from maskc import Options  # noqa: E402
+from maskc.runtime import kernels as runtime  # noqa: E402
 
-WORK = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
+WORK = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5, "fwd_bwd_calls": 3.5}
 
 
 def steps(bound, q, k, v, dout, options: Options) -> dict:
     """The three timed steps for ``options``."""
     qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
     out = maskc.attention(qg, kg, vg, bound, options=options)
+    def calls():
+        o, lse = runtime.attention(q, k, v, bound, return_lse=True, options=options)
+        return runtime.attention_backward(dout, q, k, v, o, lse, bound, options=options)
+
     return {"fwd": lambda: maskc.attention(q, k, v, bound, options=options),
+            "fwd_bwd_calls": calls,
             "bwd": lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True),
             "fwd_bwd": lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=options),
                                                    (qg, kg, vg), dout)}

@@ -33,7 +33,7 @@ import torch
 
 from maskc.options import Options, from_token, options_of
 from maskc.runtime import handles
-from maskc.runtime.permute import from_order, ordered_for, to_order
+from maskc.runtime.permute import from_order, from_order_all, ordered_for, to_order, to_order_all
 
 _dense_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -178,10 +178,23 @@ def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic, opt
 # ---- eager autograd: an autograd.Function (the custom ops' Python dispatch costs ~1 ms a training step) ----
 
 class _Attention(torch.autograd.Function):
+    """On CUDA, a mask run in a token order (maskc.ordered) keeps q, k, v and LSE as the forward moved them into
+    the order, instead of the caller's: the backward then moves only dO and O in (not q, k and v again), and the
+    memory held is the same where the caller's q, k, v are not kept otherwise (the usual case: a projection's
+    backward needs its input, not q)."""
+
     @staticmethod
     def forward(ctx, q, k, v, bound, scale, deterministic, options):
-        out, lse = _forward(q, k, v, bound, scale, options)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.ordered = ordered_for(bound, options, q, k) if q.is_cuda else None
+        if ctx.ordered is not None:
+            from maskc.runtime.kernels import attention as kernel
+            qp, kp, vp = to_order_all((q, k, v), ctx.ordered, options)
+            op, lp = kernel(qp, kp, vp, ctx.ordered.inner, scale=scale, return_lse=True, options=options)
+            out, lse = from_order_all((op, lp), ctx.ordered, options)
+            ctx.save_for_backward(qp, kp, vp, out, lp)
+        else:
+            out, lse = _forward(q, k, v, bound, scale, options)
+            ctx.save_for_backward(q, k, v, out, lse)
         ctx.bound, ctx.scale, ctx.deterministic = bound, scale, deterministic   # ctx keeps the mask alive
         ctx.options = options
         ctx.set_materialize_grads(False)   # an unused LSE stays None: no zero tensor to build and read
@@ -190,8 +203,16 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_of(dout, q, k, v, out, lse, dlse, ctx.bound, ctx.scale, ctx.deterministic,
-                                  ctx.options)
+        if ctx.ordered is not None:        # q, k, v and LSE are in the order already
+            if dout is None:
+                dout = torch.zeros_like(out)
+            dp, op, dlp = to_order_all((_kernel_layout(dout), out, dlse), ctx.ordered, ctx.options)
+            grads = _backward_of(dp, q, k, v, op, lse, dlp, ctx.ordered.inner, ctx.scale, ctx.deterministic,
+                                 ctx.options)
+            dq, dk, dv = from_order_all(grads, ctx.ordered, ctx.options)
+        else:
+            dq, dk, dv = _backward_of(dout, q, k, v, out, lse, dlse, ctx.bound, ctx.scale, ctx.deterministic,
+                                      ctx.options)
         return dq, dk, dv, None, None, None, None
 
 
