@@ -267,6 +267,9 @@ def test_attention_in_order_equals_the_original_reference():
     for order in ("raster", "8x16", "16x8", "4x1"):
         out, lse = maskc.attention(q, k, v, bound, enable_gqa=True, return_lse=True,
                                    options=Options(token_order=order))
+        if order != "raster":      # the graph keeps q as the forward moved it, for the backward not to move it again
+            perm = torch.from_numpy(maskc.ordered.token_order(bound, order).permutation)
+            assert torch.equal(out.grad_fn.saved_tensors[0], q.detach()[:, :, perm])
         grads = torch.autograd.grad((out * out).sum() + lse.sum(), (q, k, v))
         runs[order] = (out, lse, grads)
         assert np.abs(out.detach().numpy() - ref).max() < 1e-10

@@ -178,18 +178,17 @@ def _backward_of(dout, q, k, v, out, lse, dlse, bound, scale, deterministic, opt
 # ---- eager autograd: an autograd.Function (the custom ops' Python dispatch costs ~1 ms a training step) ----
 
 class _Attention(torch.autograd.Function):
-    """On CUDA, a mask run in a token order (maskc.ordered) keeps q, k, v and LSE as the forward moved them into
-    the order, instead of the caller's: the backward then moves only dO and O in (not q, k and v again), and the
-    memory held is the same where the caller's q, k, v are not kept otherwise (the usual case: a projection's
-    backward needs its input, not q)."""
+    """A mask run in a token order (maskc.ordered) keeps q, k, v and LSE as the forward moved them into the order,
+    instead of the caller's: the backward then moves only dO and O in (not q, k and v again), and the memory held
+    is the same where the caller's q, k, v are not kept otherwise (the usual case: a projection's backward needs
+    its input, not q). The CPU's reference path takes the same steps."""
 
     @staticmethod
     def forward(ctx, q, k, v, bound, scale, deterministic, options):
-        ctx.ordered = ordered_for(bound, options, q, k) if q.is_cuda else None
+        ctx.ordered = ordered_for(bound, options, q, k)
         if ctx.ordered is not None:
-            from maskc.runtime.kernels import attention as kernel
             qp, kp, vp = to_order_all((q, k, v), ctx.ordered, options)
-            op, lp = kernel(qp, kp, vp, ctx.ordered.inner, scale=scale, return_lse=True, options=options)
+            op, lp = _forward(qp, kp, vp, ctx.ordered.inner, scale, options)
             out, lse = from_order_all((op, lp), ctx.ordered, options)
             ctx.save_for_backward(qp, kp, vp, out, lp)
         else:
