@@ -798,6 +798,8 @@ struct TileWalk {
 // [B, Hq, S] float32 or null, element strides (batch, head, row) with the last dim contiguous, the
 // descriptor's arrays; q_map, k_map, v_map: 4-D tensor maps over (D, rows, heads, batch) of q, k, v, boxes of
 // 64 x BLOCK_M (q) or 64 x BLOCK_N (k, v) elements, 128B swizzle (maskc.runtime.tma).
+// run_slots, tile_words: the stored path's, the number of each run's first PARTIAL tile and the tiles' words, which
+// maskc_tile_words_video (after this kernel) builds once per binding.
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_video(
     const unsigned short* __restrict__ q,
     const unsigned short* __restrict__ k,
