@@ -208,17 +208,17 @@ class Descriptor:
         """The row view's PARTIAL tiles numbered in the order the forward walks them: ``(run_slots, tiles)`` of
         :func:`maskc.runs.partial_slots`, which the forward's stored path indexes each tile's visibility words
         by (ForwardPlan.partial_tiles "stored"); built on first use."""
-        slots = partial_slots(self.run_offsets, self.runs)
-        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
-        RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in slots))
-        return slots
+        return self._budgeted_slots(self.run_offsets, self.runs)
 
     @functools.cached_property
     def col_partial_slots(self) -> tuple[np.ndarray, np.ndarray]:
         """The column view's PARTIAL tiles numbered in the order the dK/dV kernel walks a column's runs
         (:func:`maskc.runs.partial_slots` of col_offsets and col_runs: tiles[n] is (column block, query block));
         the backward's stored path indexes each step's bits by them (BackwardSpec.partial_tiles "stored")."""
-        slots = partial_slots(self.col_offsets, self.col_runs)
+        return self._budgeted_slots(self.col_offsets, self.col_runs)
+
+    def _budgeted_slots(self, offsets: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        slots = partial_slots(offsets, runs)
         what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
         RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in slots))
         return slots
