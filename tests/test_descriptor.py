@@ -344,3 +344,7 @@ def test_partial_slots_count_against_the_descriptor_budget():
     with pytest.raises(BindError, match="max_bytes"):
         tight.partial_slots
     assert dataclasses.replace(desc, max_bytes=desc.nbytes).partial_slots[1].tolist() == tiles.tolist()
+    # the column view's: (column block, query block) of every PARTIAL tile, column by column
+    _, col_tiles = desc.col_partial_slots
+    grid = desc.tile_map.classes[0]                    # (QT, KT), batch 1
+    assert col_tiles.tolist() == np.argwhere(grid.T == PARTIAL).tolist()
