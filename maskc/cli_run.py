@@ -230,7 +230,7 @@ def _token_order(bound, options):
     that the mask does not admit."""
     from maskc.ordered import token_order
     try:
-        return token_order(bound, options.token_order)
+        return token_order(bound, options)
     except MaskError as err:
         raise CliError(err.message) from None
 

@@ -243,7 +243,7 @@ def order_text(mask: CompiledMask, bound: BoundMask | None, options: Options = D
     lines = [f"image: rows {grid.width} wide from position {grid.origin}; patch orders tried at bind: {tried}"]
     if bound is not None:
         try:
-            ordered = token_order(bound, options.token_order)
+            ordered = token_order(bound, options)
         except MaskError as err:
             return "\n".join(lines + [f"token_order={options.token_order}: {err.message}"])
         raster = legend(bound.tile_map(*TILE).counts())

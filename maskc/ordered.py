@@ -16,13 +16,14 @@ mask's are (its kernel's source names the order).
 
 ``"auto"`` picks, per binding, the order whose tiles promise the least work: for a sample of q_blocks (in each
 order's coordinates) the FULL and PARTIAL tiles are counted exactly (:func:`maskc.analysis.order_tiles.block_costs`)
-and weighed as the forward kernel spends on them (a PARTIAL tile :data:`CHUNKED_PARTIAL_COST` FULL ones in raster,
-:data:`ORDERED_PARTIAL_COST` in an order), an order also paying :data:`GATHER_COST` per q_block for gathering q, k
-and v and scattering the output; it must save at least :data:`MIN_SAVING` of the raster order's work to be
-taken. An order applies only to a bound mask (not a sub-block) with kv_len == seq_len, whose mask
-:func:`~maskc.analysis.order.image_grid` finds an image in, whose tiles are exact in raster and in the order,
-and whose length holds a whole band; ``"auto"`` falls back to raster otherwise, a patch shape
-asked for is a MaskError naming why.
+and weighed as the forward kernel spends on them (a PARTIAL tile on the stored path, what the kernels take for
+a mask that reads no h: :data:`STORED_PARTIAL_COST` FULL ones in raster, :data:`STORED_ORDERED_PARTIAL_COST` in an
+order; on the tile path :data:`CHUNKED_PARTIAL_COST` and :data:`ORDERED_PARTIAL_COST`), an order also paying
+:data:`GATHER_COST` per q_block for gathering q, k and v and scattering the output; it must save at least
+:data:`MIN_SAVING` of the raster order's work to be taken. An order applies only to a bound mask (not a
+sub-block) with kv_len == seq_len, whose mask :func:`~maskc.analysis.order.image_grid` finds an image in, whose
+tiles are exact in raster and in the order, and whose length holds a whole band; ``"auto"`` falls back to raster
+otherwise, a patch shape asked for is a MaskError naming why.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from maskc.analysis.order_tiles import block_costs
 from maskc.bound import BoundMask
 from maskc.compiled import CompiledMask
 from maskc.errors import MaskError
+from maskc.kernel_ir import AUTO_STORED
 from maskc.options import Options
 from maskc.pipeline import compile_ordered
 
@@ -47,6 +49,14 @@ on inputs already in the order, 2032 FULL and 3422 PARTIAL tiles in 2.79 ms (43 
 FULL tile's 13.2 ns; 30-43 ns across clear and neighborhood at 4K and 32K). Fitted before the disc's root tables
 (run 55), which made PARTIAL tiles cheaper in both orders: clear at 32K is now near break-even (139 TF/s in
 8 x 16 with the gathers, 136 raster)."""
+STORED_PARTIAL_COST = 1.24
+"""A PARTIAL tile of the stored path (``Options.partial_tiles``, maskc.runtime.state.stored_words) in raster, in
+FULL tiles: run 73 (bench/NOTES.md, H100), CLEAR at 32K in raster, 2032 FULL and 7572 PARTIAL tiles, 2.409 ms for 16
+heads: 16.3 ns a PARTIAL tile and head against a FULL tile's 13.2 ns."""
+STORED_ORDERED_PARTIAL_COST = 1.55
+"""A PARTIAL tile of the stored path in an order, in FULL tiles: run 73, CLEAR at 32K in 8 x 16 patches on inputs
+already in the order, 2032 FULL and 3422 PARTIAL tiles in 1.547 ms (20.4 ns a tile and head). Why it is above the
+raster order's was not profiled."""
 GATHER_COST = 5
 """The gathers and the scatter of a call in an order, per q_block, in FULL tiles: run 53 timed 0.79-0.81 ms
 of them at 32K as torch copies (B=1, H=16, D=128: 195 ns per q_block and head, 15 FULL tiles); run 58 the moves
@@ -91,39 +101,54 @@ def token_order(bound, choice: str | Options = "auto") -> OrderedMask | None:
     the bound mask per choice, and on its compiled mask per values: a mask bound again to the same lengths and
     values (a training loop that binds every step) reuses the choice and the rewritten mask's tiles. ``choice``:
     ``"auto"``, ``"raster"`` or a patch shape, or an :class:`~maskc.options.Options` (its ``token_order``: the
-    order the runtime runs ``bound`` in with those options)."""
+    order the runtime runs ``bound`` in with those options; ``"auto"`` weighs PARTIAL tiles as the kernels
+    those options build spend on them, a string as the default Options' do)."""
     if isinstance(choice, Options):
-        choice = choice.token_order
-    elif not isinstance(choice, str):
+        options = choice
+    elif isinstance(choice, str):
+        options = Options(token_order=choice)           # a ValueError for a choice it does not know
+    else:
         raise TypeError(f"token_order() takes 'auto', 'raster', a patch shape such as '8x16', or a maskc.Options; "
                         f"not {type(choice).__name__} {choice!r}")
+    # Only "auto" weighs tiles, so only its choice depends on the path of PARTIAL tiles
+    asked = (options.token_order, options.token_order == "auto" and _weighs_stored(bound, options))
     cache = bound.__dict__.setdefault("_token_orders", {})
-    if choice not in cache:
-        key = _values_key(bound, choice)
+    if asked not in cache:
+        key = _values_key(bound, asked)
         seen = bound.mask.__dict__.setdefault("_token_orders", {}) if key is not None else {}
         if key in seen:
             order, inner = seen[key]
-            cache[choice] = None if order is None else OrderedMask(bound, order, inner)
+            cache[asked] = None if order is None else OrderedMask(bound, order, inner)
         else:
-            cache[choice] = found = _token_order(bound, choice)
+            cache[asked] = found = _token_order(bound, *asked)
             if key is not None:
                 if len(seen) >= _SEEN:
                     seen.pop(next(iter(seen)))
                 seen[key] = (None, None) if found is None else (found.order, found.inner)
-    return cache[choice]
+    return cache[asked]
+
+
+def _weighs_stored(bound, options: Options) -> bool:
+    """Whether ``"auto"`` weighs PARTIAL tiles as the stored path spends on them: the kernels take it where the
+    options leave it to them (maskc.kernel_ir.AUTO_STORED) and the mask's visibility is the same for every head.
+    Where the words would pass ``max_descriptor_bytes`` the kernels take the tile path; the order is still the
+    one chosen for the stored path (the words' size is known only once the order's tiles are)."""
+    return (options.partial_tiles in AUTO_STORED and isinstance(bound, BoundMask)
+            and not bound.mask.ranges.uses_head)
 
 
 _SEEN = 16      # bindings whose choice a compiled mask keeps
 
 
-def _values_key(bound, choice: str):
+def _values_key(bound, asked: tuple[str, bool]):
     """What a binding's choice depends on, hashable; None for what never gets an order (no values to read)."""
     if _refused(bound) is not None or any(p.kind in ("segments", "per") for p in bound.mask.params):
         return None
-    return (choice, bound.seq_len, bound.kv_len, bound.num_heads, repr(sorted(_values(bound).items())))
+    return (asked, bound.seq_len, bound.kv_len, bound.num_heads, repr(sorted(_values(bound).items())))
 
 
-def _token_order(bound, choice: str) -> OrderedMask | None:
+def _token_order(bound, choice: str, stored: bool) -> OrderedMask | None:
+    """The order ``choice`` gives ``bound`` (None: raster); ``stored``: "auto" weighs the stored path's tiles."""
     if choice == "raster":
         return None
     shape = parse_order(choice)
@@ -146,7 +171,7 @@ def _token_order(bound, choice: str) -> OrderedMask | None:
             raise MaskError(f"token order {choice}: seq_len = {bound.seq_len} holds no whole band of {order.rows} "
                             f"image rows (from position {order.origin}, {order.width} wide)", mask.resolved.span)
         return _bind(bound, order)
-    return _auto(bound, [o for o in candidates(grid, TILE[1]) if o.applies(bound.seq_len)])
+    return _auto(bound, [o for o in candidates(grid, TILE[1]) if o.applies(bound.seq_len)], stored)
 
 
 def in_order(mask: CompiledMask, shape: str, constants=()) -> CompiledMask:
@@ -210,8 +235,9 @@ def _values(bound) -> dict:
     return out
 
 
-def _auto(bound, orders: list[TokenOrder]) -> OrderedMask | None:
-    """The order among ``orders`` whose sampled tiles weigh least, if it saves MIN_SAVING of raster's."""
+def _auto(bound, orders: list[TokenOrder], stored: bool) -> OrderedMask | None:
+    """The order among ``orders`` whose sampled tiles weigh least, if it saves MIN_SAVING of raster's; PARTIAL
+    tiles weighed as the stored path's (``stored``) or the tile path's."""
     if not orders:
         return None
     block_m, block_n = TILE
@@ -222,8 +248,9 @@ def _auto(bound, orders: list[TokenOrder]) -> OrderedMask | None:
     def cost(order):
         full, partial = block_costs(ranges, bound.params.batch[0], order, bound.seq_len, block_m, block_n, sample)
         if order is None:
-            return full + CHUNKED_PARTIAL_COST * partial
-        return full + ORDERED_PARTIAL_COST * partial + GATHER_COST * len(sample)
+            return full + (STORED_PARTIAL_COST if stored else CHUNKED_PARTIAL_COST) * partial
+        partial_cost = STORED_ORDERED_PARTIAL_COST if stored else ORDERED_PARTIAL_COST
+        return full + partial_cost * partial + GATHER_COST * len(sample)
 
     best, best_cost = None, (1 - MIN_SAVING) * cost(None)
     for order in orders:

@@ -30,7 +30,7 @@ def ordered_for(bound, options: Options, q, k):
     if len(q_shape) != 4 or len(k_shape) != 4 or (q_shape[2], k_shape[2]) != (bound.seq_len, bound.kv_len):
         return None
     from maskc.ordered import token_order
-    return token_order(bound, options.token_order)
+    return token_order(bound, options)
 
 
 def to_order_all(xs: Sequence, ordered, options: Options | None = None) -> tuple:
