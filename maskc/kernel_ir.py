@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from maskc.errors import BindError
-from maskc.runs import (MAX_TILES, RunBudget, dense_of, heaviest_first, ordered_columns, partial_slots, sizes_text,
-                        transposed)
+from maskc.runs import (MAX_TILES, RunBudget, dense_of, front_rows, heaviest_first, ordered_columns, partial_slots,
+                        row_costs, sizes_text, transposed)
 from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as the IR's users import them)
 
 if TYPE_CHECKING:
@@ -222,6 +222,18 @@ class Descriptor:
         what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
         RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in slots))
         return slots
+
+    def front(self, pairs: int, section_pairs: int, sms: int, transposed: bool = False) -> int:
+        """:func:`maskc.runs.front_rows` of the row view's work order (the column view's, ``transposed``) for a
+        launch over ``pairs`` (batch, head) pairs in L2 sections of ``section_pairs`` on ``sms`` SMs: how many of
+        its first rows go for every pair before the sections; remembered per value."""
+        cache = self.__dict__.setdefault("_front", {})
+        key = (pairs, section_pairs, sms, transposed)
+        if key not in cache:
+            offsets, runs, order = ((self.col_offsets, self.col_runs, self.col_work_order) if transposed
+                                    else (self.run_offsets, self.runs, self.work_order))
+            cache[key] = front_rows(row_costs(offsets, runs), order, pairs, section_pairs, sms)
+        return cache[key]
 
     def turns(self, first_wave: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The column view for a deterministic backward whose dQ additions take turns: (order, rank_base, ranks) of

@@ -48,6 +48,7 @@ ENVIRONMENT = {
     "MASKC_PARTIAL_TILES": "partial_tiles",
     "MASKC_EXP2_EMULATION": "exp2_emulation",
     "MASKC_DQ_TURN_ORDER": "dq_turn_order",
+    "MASKC_LONG_ROWS_FIRST": "long_rows_first",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -78,8 +79,9 @@ class Options:
     token_order: str = "auto"
     # how the wgmma_tma forward and the backward mask the PARTIAL tiles of an exact mask with chunked regions:
     # "bits" (the tile path: each row's visible keys as interval bit words, maskc.codegen.tile_bits), "elements"
-    # (the element path: the raster mask's test per pair from row and key-column values, maskc.codegen.elements)
-    # or "auto" (bits, until a GPU run decides); other masks and engines keep their one path
+    # (the element path: the raster mask's test per pair from row and key-column values, maskc.codegen.elements),
+    # "stored" (every PARTIAL tile's visibility built once per binding, where the mask reads no h) or "auto"
+    # (stored where it applies, else bits: kernel_ir.AUTO_STORED); other masks and engines keep their one path
     partial_tiles: str = "auto"
     # the wgmma_tma forward's softmax computes 2^x on the FMA pipe (a polynomial) for 1 column tile (8 keys) in
     # this many, on the SFU for the others: 0 (never: the default), 1, 2, 4 or 8. An experiment: slower on the
@@ -87,8 +89,12 @@ class Options:
     exp2_emulation: int = 0
     # the deterministic wgmma_tma backward's launch order, which its dQ turns follow (kernel_ir.DQ_TURN_ORDERS):
     # "shortest" (every column shortest first) or "wave" (one wave of CTAs shortest first, then longest first:
-    # modelled 0.80x -> 0.97x of the fast mode at 4K, bench/turns_model.py; not yet timed on a GPU)
+    # modelled 0.80x -> 0.97x of the fast mode at 4K, bench/turns_model.py; slower on CLEAR at 32K, run 73)
     dq_turn_order: str = "shortest"
+    # the launches in L2 sections of heads (the wgmma_tma forward, the dK/dV kernels outside the deterministic
+    # turns) take the rows (columns) that would end well after the last section first, for every head
+    # (maskc.runs.front_rows: CLEAR's text rows); False: every row in its section
+    long_rows_first: bool = True
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.

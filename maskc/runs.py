@@ -52,14 +52,46 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
-    """int32 permutation of the CSR rows by non-increasing cost (FULL + PARTIAL_COST * PARTIAL tiles),
-    ties in row order: the launch order that finishes the longest rows first (LPT)."""
+def row_costs(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """float64 per CSR row: its FULL tiles + PARTIAL_COST * its PARTIAL tiles, what launch orders weigh it by."""
     rows = len(offsets) - 1
     row_of_run = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
     weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
-    cost = np.bincount(row_of_run, weight, minlength=rows)
-    return np.argsort(-cost, kind="stable").astype(np.int32)          # stable: ties stay in row order
+    return np.bincount(row_of_run, weight, minlength=rows)
+
+
+def heaviest_first(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """int32 permutation of the CSR rows by non-increasing cost (:func:`row_costs`), ties in row order: the launch
+    order that finishes the longest rows first (LPT)."""
+    return np.argsort(-row_costs(offsets, runs), kind="stable").astype(np.int32)   # stable: ties stay in row order
+
+
+FRONT_SLACK = 1.25
+"""How many times a section's share of an SM's work a row may take and still run inside its section
+(:func:`front_rows`). Within a section the heaviest rows go first, so a row a little longer than the share still
+ends about when the section's others do: causal's longest column is 1.02-1.03 shares in the backward at 16K and
+32K, and a list-scheduling model of the launch puts it within 0.2% of a perfect balance; CLEAR's text rows are
+1.4-1.5 shares in the forward and about 3 in the backward, and there the model's tail is 10-30% (bench/NOTES.md,
+session 14)."""
+
+
+def front_rows(costs: np.ndarray, order: np.ndarray, pairs: int, section_pairs: int, sms: int) -> int:
+    """How many of the first rows of ``order`` (heaviest first; ``costs`` per row, :func:`row_costs`) a launch
+    should run for all its ``pairs`` (batch, head) pairs before it goes on in L2 sections of ``section_pairs``
+    pairs: the rows heavier than FRONT_SLACK times a section's share of an SM's work (the work of all rows and
+    pairs over ``sms`` SMs, divided by the number of sections).
+
+    Why: sections run one after another (the CTAs resident together read the K and V, or Q and dO, of few heads),
+    so the last starts at about (n - 1) / n of the launch's time on ``sms`` SMs, and a row longer than 1/n of that
+    time, started then, ends past every other: CLEAR's text rows and columns, which see every key (or query), made
+    the last section's tail 20-30% of its forward and backward at 32K (bench/NOTES.md, session 14). Started first
+    for every pair, they overlap the sections. 0 with one section (the whole launch is longest first already) and
+    for masks whose rows are alike (causal's longest column is about a section's share: no tail to remove)."""
+    sections = -(-pairs // max(1, section_pairs))
+    if sections <= 1 or len(order) == 0:
+        return 0
+    per_sm = float(costs.sum()) * pairs / max(1, sms)
+    return int(np.count_nonzero(costs[order] > FRONT_SLACK * per_sm / sections))   # a prefix: order is heaviest first
 
 
 def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,9 +236,7 @@ def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, 
     cols = len(offsets) - 1
     col_of_run = np.repeat(np.arange(cols), offsets[1:] - offsets[:-1])
     lengths = (runs[:, 1] - runs[:, 0]).astype(np.int64)
-    weight = lengths * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
-    cost = np.bincount(col_of_run, weight, minlength=cols)
-    order = np.lexsort((-np.arange(cols), cost)).astype(np.int32)
+    order = np.lexsort((-np.arange(cols), row_costs(offsets, runs))).astype(np.int32)
     if first_wave is not None:
         order = np.concatenate([order[:first_wave], order[first_wave:][::-1]])
     position = np.empty(cols, np.int64)

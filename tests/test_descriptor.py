@@ -348,3 +348,51 @@ def test_partial_slots_count_against_the_descriptor_budget():
     _, col_tiles = desc.col_partial_slots
     grid = desc.tile_map.classes[0]                    # (QT, KT), batch 1
     assert col_tiles.tolist() == np.argwhere(grid.T == PARTIAL).tolist()
+
+
+def _launch_makespan(costs, order, pairs: int, section: int, sms: int, front: int) -> float:
+    """When the last of a launch's items ends, each taking its row's cost on the first SM free (one CTA per SM,
+    items in launch order): the first ``front`` rows of ``order`` for every pair, then the rest in sections of
+    ``section`` pairs, a section's rows in order with its pairs inner (the kernels' launch order)."""
+    import heapq
+    items = [order[w] for w in range(front) for _ in range(pairs)]
+    for first in range(0, pairs, section):
+        items += [order[w] for w in range(front, len(order)) for _ in range(first, min(pairs, first + section))]
+    free = [0.0] * sms
+    for row in items:
+        heapq.heappush(free, heapq.heappop(free) + costs[row])
+    return max(free)
+
+
+@pytest.mark.parametrize("name,seq_len,order,block_m,pairs,section,front_wanted,gain", [
+    ("clear", 32768, "8x16", 128, 16, 2, 4, 1.15),      # the forward: 4 text rows see every key
+    ("clear", 32768, "8x16", 64, 16, 1, 4, 1.2),        # the dK/dV kernel's column view (transposed)
+    ("clear", 16384, "8x16", 64, 16, 2, 4, 1.15),
+    ("clear", 32768, "raster", 128, 16, 2, 4, 1.03),
+    ("causal", 32768, "raster", 128, 16, 2, 0, None),   # the longest row is a section's share or less: no tail
+    ("causal", 32768, "raster", 64, 16, 1, 0, None),
+    ("causal", 16384, "raster", 64, 16, 2, 0, None),
+    ("causal", 4096, "raster", 128, 16, 16, 0, None),   # one section
+])
+def test_long_rows_run_first_where_the_last_section_would_leave_a_tail(name, seq_len, order, block_m, pairs, section,
+                                                                        front_wanted, gain):
+    """Descriptor.front counts the rows launched for every pair before the L2 sections; the launch (list-scheduled,
+    each item a row's cost) then ends within 3% of a perfect balance, and where the count is not 0, ``gain`` times
+    sooner than with every row in its section."""
+    from maskc.ordered import token_order
+    from maskc.runs import row_costs
+    params = {"text": 512, "width": 128, "radius": 16} if name == "clear" else {}       # the benchmark's CLEAR
+    bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len, **params)
+    if order != "raster":
+        bound = token_order(bound, order).inner
+    desc = bound.descriptor(block_m, 128)
+    transposed = block_m == 64
+    offsets, runs, work = ((desc.col_offsets, desc.col_runs, desc.col_work_order) if transposed
+                           else (desc.run_offsets, desc.runs, desc.work_order))
+    costs, sms = row_costs(offsets, runs), 132
+    front = desc.front(pairs, section, sms, transposed)
+    assert front == front_wanted
+    with_front = _launch_makespan(costs, work, pairs, section, sms, front)
+    assert with_front <= 1.03 * costs.sum() * pairs / sms
+    if gain is not None:
+        assert _launch_makespan(costs, work, pairs, section, sms, 0) >= gain * with_front

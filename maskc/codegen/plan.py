@@ -53,10 +53,11 @@ COMMON_PARAMS = _params(
     "const int* __restrict__ run_offsets, const int* __restrict__ runs, const int* __restrict__ work_order, "
     "const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale_log2")
 # The warp-specialized kernel's: tensor maps of q, k, v (by value), the data's batch elements per mask batch
-# element, the work order's length, heads per L2 section, and the work counter (int[2], per stream).
+# element, the work order's length, heads per L2 section, the row blocks taken for every head before the sections
+# (maskc.runs.front_rows), and the work counter (int[2], per stream).
 TMA_PARAMS = _params(
     "const __grid_constant__ maskc::TensorMap q_map, const __grid_constant__ maskc::TensorMap k_map, "
-    "const __grid_constant__ maskc::TensorMap v_map, int batch_grid, int n_work, int l2_heads, "
+    "const __grid_constant__ maskc::TensorMap v_map, int batch_grid, int n_work, int l2_heads, int front_rows, "
     "int* __restrict__ schedule")
 # The stored path's (ForwardPlan.stored): the row view's number of each run's first PARTIAL tile
 # (Descriptor.partial_slots) and the PARTIAL tiles' visibility words, STORED_WORDS per row, in that order.

@@ -32,7 +32,7 @@ import numpy as np
 from maskc.codegen.plan import POINTERS, TENSOR_MAPS
 from maskc.codegen.emit import dkdv_threads
 from maskc.codegen.schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
-from maskc.kernel_ir import AUTO_STORED, BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec
+from maskc.kernel_ir import AUTO_STORED, BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec, Descriptor
 from maskc.options import Options
 from maskc.runtime import autotune
 from maskc.runtime.launch import PackedLaunch
@@ -84,6 +84,15 @@ def _l2_heads(ko: Operand, mask_batch: int, pairs: int, device: int) -> int:
     budget = 0.8 * l2_bytes(device)
     fit = max(1, int(budget // max(1.0, bytes_per_pair)))
     return max(1, min(pairs, 1 << (fit.bit_length() - 1)))
+
+
+def _front(desc, pairs: int, section_pairs: int, device: int, options: Options, transposed: bool = False) -> int:
+    """The rows (columns, ``transposed``) of the view's work order that a launch in L2 sections takes for every pair
+    first (:meth:`Descriptor.front`); 0 where the options say so, and for a descriptor built on the device (its
+    costs stay there)."""
+    if not options.long_rows_first or not isinstance(desc, Descriptor):
+        return 0
+    return desc.front(pairs, section_pairs, sm_count(device), transposed)
 
 
 def _l2_section_heads(heads: int, bytes_per_head: int, device: int) -> int:
@@ -184,8 +193,9 @@ def _forward_call(q, k, v, qo: Operand, ko: Operand, vo: Operand, bound, scale, 
             tensor_maps = (plan.spec.block_m, plan.spec.block_n, plan.spec.block_n)
             for name, op, rows in zip(TENSOR_MAPS, (qo, ko, vo), tensor_maps):
                 values[name] = tile_map(op.ptr, op.shape, op.strides, rows)
-            values.update(batch_grid=i32(batch_grid), n_work=i32(n_work),
-                          l2_heads=i32(_l2_heads(ko, desc.batch, pairs, qo.device)), schedule=u64(0))
+            l2_heads = _l2_heads(ko, desc.batch, pairs, qo.device)
+            values.update(batch_grid=i32(batch_grid), n_work=i32(n_work), l2_heads=i32(l2_heads),
+                          front_rows=i32(_front(desc, pairs, l2_heads, qo.device, options)), schedule=u64(0))
             grid = (min(n_work * pairs, sm_count(qo.device)), 1, 1)
         args = tuple(values[p.name] for p in plan.params)
         packed = PackedLaunch(kernel.function, args, grid, (plan.threads, 1, 1), kernel.shared_bytes)
@@ -399,8 +409,12 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
             stored = stored_words(bound, kernel, block_m, block_n, qo.device, options, Outputs(qo).stream,
                                   transposed=True)
             turns = (stored.slots, stored.words) + turns
+        # the longest columns first for every head where they would end well after the sections (not in turns:
+        # their order is the turns')
+        front = 0 if in_turns else _front(cols.descriptor, Hkv * batch_grid, dkdv_sections, qo.device, options,
+                                           transposed=True)
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
-            *common, i32(dkdv_sections), cols.run_offsets, cols.runs, order, cols.mask_data,
+            *common, i32(dkdv_sections), i32(front), cols.run_offsets, cols.runs, order, cols.mask_data,
             cols.mask_offsets, *scales, *turns), (int(cols.work_order.size) * Hkv, batch_grid, 1),
             (dkdv_threads(spec), 1, 1), maps, late=("dq_turns",) if in_turns else ()))
         if deterministic and not in_turns:

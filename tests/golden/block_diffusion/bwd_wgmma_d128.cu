@@ -603,26 +603,30 @@ struct KeyBlock {
     int hk, column, mb, b, k0, group;
 };
 
-// This CTA's (head, block) when the grid's x covers `blocks` blocks of `heads` heads in L2 sections of
-// `section_heads` heads: a section's blocks in the order given (heaviest first), each for the section's heads in
-// turn. The CTAs resident together then read the Q, dO and dQ (or K and V) of few heads, which stay in L2.
+// This CTA's (head, block) when the grid's x covers `blocks` blocks of `heads` heads: first the `front` first
+// blocks of the order given (heaviest first), each for every head (blocks so long that, started in the last
+// section, they would end well after the rest: maskc.runs.front_rows), then the others in L2 sections of
+// `section_heads` heads: a section's blocks in the order given, each for the section's heads in turn. The CTAs
+// resident together then read the Q, dO and dQ (or K and V) of few heads, which stay in L2.
 struct HeadSlot {
     int head, slot;
 };
 
-__device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads) {
-    const int blocks = gridDim.x / heads, cta = blockIdx.x;
-    const int section = cta / (blocks * section_heads);
+__device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads, int front) {
+    const int cta = blockIdx.x;
+    if (cta < front * heads) return {cta % heads, cta / heads};
+    const int blocks = gridDim.x / heads - front, rest = cta - front * heads;
+    const int section = rest / (blocks * section_heads);
     const int first = section * section_heads;
     const int here = min(section_heads, heads - first);
-    const int j = cta - section * blocks * section_heads;
-    return {first + j % here, j / here};
+    const int j = rest - section * blocks * section_heads;
+    return {first + j % here, front + j / here};
 }
 
 __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order, int num_heads, int num_kv_heads,
-                                              int kv_len, int mask_batch, int section_heads) {
+                                              int kv_len, int mask_batch, int section_heads, int front_columns) {
     KeyBlock kb;
-    const HeadSlot hs = head_and_slot(num_kv_heads, section_heads);
+    const HeadSlot hs = head_and_slot(num_kv_heads, section_heads, front_columns);
     kb.hk = hs.head;
     kb.column = col_order[hs.slot];
     const int kv_blocks = (kv_len + KV_BLOCK - 1) / KV_BLOCK;
@@ -726,8 +730,9 @@ __device__ __forceinline__ long long dq_tile_index(long long bh, int seq_len, in
     long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss,              \
     long long v_sb, long long v_sh, long long v_ss, long long do_sb, long long do_sh, long long do_ss,           \
     int num_heads, int num_kv_heads, int seq_len, int kv_len, int mask_batch, int section_heads,                 \
-    const int* __restrict__ col_offsets, const int* __restrict__ col_runs, const int* __restrict__ col_order,    \
-    const int* __restrict__ mask_data, const int* __restrict__ mask_offsets, float scale, float scale_log2
+    int front_columns, const int* __restrict__ col_offsets, const int* __restrict__ col_runs,                    \
+    const int* __restrict__ col_order, const int* __restrict__ mask_data, const int* __restrict__ mask_offsets,  \
+    float scale, float scale_log2
 
 // ---- dK/dV with wgmma, loads by all threads (cp.async) ---------------------------------------------
 // The same walk, masking and arithmetic as the mma.sync kernel, on the products of bwd_wgmma_products.cu.j2;
@@ -847,7 +852,7 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS) {
     // and addresses derived from it in uniform registers (no conversion before each wgmma)
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), wg = warp >> 2;
     const auto [hk, column, mb, b, k0, group] =
-        key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch, section_heads);
+        key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch, section_heads, front_columns);
     const int* mask = mask_data + mask_offsets[mb];
     const int key_row0 = warp * 16;                               // this warp's key rows in the tile
 
@@ -1020,16 +1025,16 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_blo
     }
 }
 
-// Grid: x = column work items (len(col_order) * Hkv: in L2 sections of section_heads kv heads, heaviest column
-// blocks first in each), y = batch elements when the mask is broadcast over the batch, else 1. Block:
+// Grid: x = column work items (len(col_order) * Hkv: the first front_columns column blocks for every kv head,
+// then the rest in L2 sections of section_heads kv heads, heaviest first in each), y = batch elements when the mask is broadcast over the batch, else 1. Block:
 // DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
 // padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the prep kernel. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
 #define MASKC_DKDV_ENTRY_PARAMS MASKC_DKDV_PARAMS
 #define MASKC_DKDV_ARGS                                                                                          \
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
-    do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, col_offsets,       \
-    col_runs, col_order, mask_data, mask_offsets, scale, scale_log2
+    do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, front_columns,     \
+    col_offsets, col_runs, col_order, mask_data, mask_offsets, scale, scale_log2
 
 extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_block_diffusion(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
@@ -1053,7 +1058,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_block_diff
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const HeadSlot hs = head_and_slot(num_heads, section_heads);
+    const HeadSlot hs = head_and_slot(num_heads, section_heads, 0);
     const int h = hs.head;
     const int r = work_order[hs.slot];                          // row block
     const int q_blocks = (seq_len + Q_BLOCK - 1) / Q_BLOCK;

@@ -897,7 +897,9 @@ struct TileWalk {
 // that one section's K and V fit in L2; items go section by section, and within a section row block by row
 // block in the descriptor's heaviest-first order (work_order[w]), the section's pairs next to each other:
 // the CTAs running at one time read the K and V of a few heads, which stay in L2 (the scheduler of FA4's
-// Hopper kernel does the same). CTAs take items dynamically: the producer warp of each CTA fetches the next
+// Hopper kernel does the same). Before the sections, the first front_rows row blocks of that order go for
+// every pair: rows so long that, started in the last section, they would end well after the rest
+// (maskc.runs.front_rows: CLEAR's text rows, which see every key). CTAs take items dynamically: the producer warp of each CTA fetches the next
 // index from schedule[0] (an atomic counter) ahead of time and hands it to the consumers through a one-int
 // mailbox in shared memory, guarded by two named barriers (full, read); the last CTA to run out resets
 // schedule[0..1] to 0 for the next launch on the stream (the runtime keeps one schedule buffer per stream).
@@ -941,6 +943,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
     int batch_grid,
     int n_work,
     int l2_heads,
+    int front_rows,
     int* __restrict__ schedule) {
     using namespace maskc;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -964,12 +967,19 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_sliding_t
     // What one work item is about (both roles decode it the same way).
     struct Item { int h, b, mb, q0, hk, r; };
     auto decode = [&](int item) {
-        const int per_section = l2_heads * n_work;
-        const int section = item / per_section, within = item - section * per_section;
-        const int full_sections = pairs / l2_heads;
-        const int width = section < full_sections ? l2_heads : pairs - full_sections * l2_heads;
-        const int w = within / width;
-        const int hb = section * l2_heads + (within - w * width);
+        int w, hb;
+        if (item < front_rows * pairs) {                          // the long rows, for every pair
+            w = item / pairs;
+            hb = item - w * pairs;
+        } else {
+            const int rest = item - front_rows * pairs;
+            const int per_section = l2_heads * (n_work - front_rows);
+            const int section = rest / per_section, within = rest - section * per_section;
+            const int full_sections = pairs / l2_heads;
+            const int width = section < full_sections ? l2_heads : pairs - full_sections * l2_heads;
+            w = front_rows + within / width;
+            hb = section * l2_heads + (within - (w - front_rows) * width);
+        }
         Item it;
         it.h = hb % num_heads;
         it.r = work_order[w];                                     // row block
