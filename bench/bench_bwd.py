@@ -229,7 +229,7 @@ def main():
 
 def _order_name(bound, options) -> str:
     """The token order maskc runs ``bound`` in under ``options`` (maskc.ordered)."""
-    ordered = token_order(bound, options.token_order)
+    ordered = token_order(bound, options)
     return "raster" if ordered is None else ordered.order.name
 
 
@@ -237,7 +237,7 @@ def _order_variants(bound, options, q, k, v, dout):
     """Where ``options`` pick a token order for ``bound``: (impl, forward + backward step, index back to raster or
     None) of maskc in the raster order (``maskc_raster``) and on inputs already in maskc's order
     (``maskc_preordered``: a model that keeps its image tokens in patch order; no gathers per call)."""
-    ordered = token_order(bound, options.token_order)
+    ordered = token_order(bound, options)
     if ordered is not None:
         raster = options.replace(token_order="raster")
         qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))

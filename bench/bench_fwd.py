@@ -78,7 +78,7 @@ def run(args) -> list[dict]:
         after = {}          # impl -> what turns its output back into raster order (a pre-ordered run's)
         if "maskc" in impls:
             runners["maskc"] = lambda: attention(q, k, v, bound)
-        ordered = token_order(bound, Options.from_environment().token_order)
+        ordered = token_order(bound, Options.from_environment())
         if "maskc_raster" in impls and ordered is not None:     # the raster order, where maskc's is another
             raster = Options.from_environment().replace(token_order="raster")
             runners["maskc_raster"] = lambda: attention(q, k, v, bound, options=raster)
@@ -192,7 +192,7 @@ def moves_records(q, k, v, ordered, base: dict, long: bool) -> list[dict]:
 
 def _order_name(bound) -> str:
     """The token order maskc runs ``bound`` in under the environment's options (maskc.ordered)."""
-    ordered = token_order(bound, Options.from_environment().token_order)
+    ordered = token_order(bound, Options.from_environment())
     return "raster" if ordered is None else ordered.order.name
 
 
