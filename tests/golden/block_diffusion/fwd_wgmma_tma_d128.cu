@@ -732,11 +732,12 @@ struct TileWalk {
 // the CTAs running at one time read the K and V of a few heads, which stay in L2 (the scheduler of FA4's
 // Hopper kernel does the same). Before the sections, the first front_rows row blocks of that order go for
 // every pair: rows so long that, started in the last section, they would end well after the rest
-// (maskc.runs.front_rows: CLEAR's text rows, which see every key). CTAs take items dynamically: the producer warp of each CTA fetches the next
-// index from schedule[0] (an atomic counter) ahead of time and hands it to the consumers through a one-int
-// mailbox in shared memory, guarded by two named barriers (full, read); the last CTA to run out resets
-// schedule[0..1] to 0 for the next launch on the stream (the runtime keeps one schedule buffer per stream).
-// With one CTA per SM this is a longest-processing-time-first schedule within each section.
+// (maskc.runs.front_rows: CLEAR's text rows, which see every key). CTAs take items dynamically: the producer
+// warp of each CTA fetches the next index from schedule[0] (an atomic counter) ahead of time and hands it to
+// the consumers through a one-int mailbox in shared memory, guarded by two named barriers (full, read); the
+// last CTA to run out resets schedule[0..1] to 0 for the next launch on the stream (the runtime keeps one
+// schedule buffer per stream). With one CTA per SM this is a longest-processing-time-first schedule within
+// each section.
 // Block: NUM_THREADS. Dynamic smem: SMEM_BYTES. Parameters (maskc.codegen.plan): q, k, v, o (B, H, S, D) 16-bit and lse
 // [B, Hq, S] float32 or null, element strides (batch, head, row) with the last dim contiguous, the
 // descriptor's arrays; q_map, k_map, v_map: 4-D tensor maps over (D, rows, heads, batch) of q, k, v, boxes of
