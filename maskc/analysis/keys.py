@@ -35,9 +35,14 @@ class EndBounds:
     """Every level-0 bound of a two-point enumeration's intervals (:func:`enumerate_keys`), each rounded inward:
     ``of(pick)`` is ``[lows at the first point, highs at the first, lows at the second, highs at the second]``,
     lists of arrays over the intervals ``pick`` (the clip to [0, kv_len - 1] last in each list); ``peak`` is the
-    most chunks one level enumerated (what its budget was checked against)."""
+    most chunks one level enumerated (what its budget was checked against). ``empty`` are the intervals empty at
+    one point at least (ascending) and ``of_empty`` their bounds, ``of(empty)`` stacked as four int64[bounds,
+    len(empty)] arrays: evaluated once for :func:`_blind_and_cuts` and kept for the caller, who reads the
+    intervals that empty between the points (:func:`~maskc.analysis.piece_tiles._emptying_hulls`)."""
     of: Callable[[np.ndarray], list]
     peak: int
+    empty: np.ndarray
+    of_empty: tuple
 
 
 def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
@@ -201,28 +206,30 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
                            + [zero + clip] for each, lower, fn, clip in zip(program.each, (True, False),
                                                                             (np.maximum, np.minimum), (0, kv_len - 1)))
             return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
-        _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut)
-        ends = EndBounds(bounds_at, peak)
+        empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
+        of_empty = tuple(np.array(v) for v in bounds_at(empty)) if len(empty) else ()
+        if len(empty):
+            _blind_and_cuts(points, owner, lo, hi, empty, of_empty, blind, cut)
+        ends = EndBounds(bounds_at, peak, empty, of_empty)
     return owner, lo, hi, unsure, blind, cut, ends
 
 
-def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
-    """``blind`` and ``cut`` of :func:`enumerate_keys` (filled in place) for the intervals empty at one point
-    at least; ``bounds_at(pick)`` gives every lower and upper bound of those intervals at both points.
+def _blind_and_cuts(points, owner, lo, hi, pick, bounds, blind, cut) -> None:
+    """``blind`` and ``cut`` of :func:`enumerate_keys` (filled in place) for the intervals ``pick``, those empty
+    at one point at least; ``bounds`` are every lower and upper bound of them at both points (lows at the
+    first, highs at the first, lows at the second, highs at the second: int64[bounds, len(pick)]).
 
     An interval is non-empty where every difference ``d = upper - lower`` of one of its upper and one of its
     lower bounds is >= 0. Interpolating each difference between the two points gives, for an interval
     non-empty at the first point only, the first row where some difference turns negative, and for one
     non-empty at the second only, the first row from which all are >= 0: the row where a piece would be cut
     so that the interval is empty at both ends of each part or at neither. Only a proposal: the caller
-    finds the parts' intervals again (interpolated, or enumerated) and checks them as any piece (bounds
-    that are not affine there just leave the parts flagged).
+    keeps the hull of the non-empty rows where the bounds are affine, or finds the parts' intervals again
+    (interpolated, or enumerated) and checks them as any piece (bounds that are not affine there just leave
+    the parts flagged).
     """
     live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
-    pick = (~(live_a & live_b)).nonzero()[0]
-    if not len(pick):
-        return
-    lows_a, highs_a, lows_b, highs_b = (np.array(v) for v in bounds_at(pick))
+    lows_a, highs_a, lows_b, highs_b = bounds
     d_a = (highs_a[:, None] - lows_a[None]).reshape(-1, len(pick))     # every (upper, lower) pair
     d_b = (highs_b[:, None] - lows_b[None]).reshape(-1, len(pick))
     start, end = points[0][owner[pick]], points[1][owner[pick]]

@@ -19,8 +19,13 @@ Families (one per region, piece and chunk tuple) of one region lie in disjoint c
 piece whose hulls lie inside a family constant over the piece are dropped (a row sees them anyway); the
 others must have disjoint hulls, and consecutive ones that abut at both end rows abut at every row (a
 *chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
-families' hulls reach, and covered where every piece has a chain covering. A piece where an interval is
-empty at one end only (an image's short last row) is cut once where the interval empties (interpolated
+families' hulls reach, and covered where every piece has a chain covering. A family whose interval is
+empty at one end only (an image's short last row) is kept as ``(piece, h0, h0, h1, h1)``, empty at both
+ends as written, where its bounds are affine on the piece: ``[h0, h1)`` is the hull of its keys over the
+rows where it is non-empty (:func:`_emptying_hulls`) and its intersection over the rows is empty, so it
+touches its hull's blocks, covers none, joins no chain and is never constant (exact: at the rows where it is
+empty no other family of its piece, their hulls disjoint from its own, holds a key of its hull). Elsewhere
+such a piece is cut once where the interval empties (interpolated
 from its bounds at the two ends) and its q_block's pieces found again: each part has its piece's chunk
 tuples, and their bounds at the part's ends lie on the line through the piece's ends (affine), where the
 piece's guards and chunk ranges agree (else the parts are enumerated again). Pieces that still break a
@@ -235,7 +240,8 @@ def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: 
 
 def _families(regions, make, starts, ends, kv_len: int, budget: int):
     """The families of the pieces ``[starts, ends]`` (``(piece, lo, hi)`` at the start row, ``(lo, hi)`` at the
-    end row: those non-empty at both), which pieces break a condition, the rows where cutting such a piece
+    end row: those non-empty at both, and those that empty inside their piece as ``(piece, h0, h0, h1, h1)``:
+    module docstring), which pieces break a condition, the rows where cutting such a piece
     may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), the budget left, and each region's
     enumeration as it came."""
     bad_piece = np.zeros(len(starts), bool)
@@ -251,11 +257,53 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int):
             parts.append((owner, lo[0], hi[0], lo[1], hi[1]))
             continue
         dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
-        bad_piece[owner[~live & ~dead]] = True
-        parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
-        cuts.append(cut[cut >= 0])
+        emptying, h0, h1 = _emptying_hulls(found, starts, ends)
+        hull = np.zeros(len(owner), bool)
+        hull[emptying] = True
+        bad_piece[owner[~live & ~dead & ~hull]] = True
+        keep = live | hull
+        la, ha, lb, hb = lo[0][keep], hi[0][keep], lo[1][keep], hi[1][keep]
+        at = hull[keep].nonzero()[0]              # in place: each piece's families stay in hull order, usually
+        la[at], ha[at], lb[at], hb[at] = h0, h0, h1, h1
+        parts.append((owner[keep], la, ha, lb, hb))
+        cuts.append(cut[(cut >= 0) & ~hull])
     families = parts[0] if len(parts) == 1 else tuple(np.concatenate(x) for x in zip(*parts))
     return families, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
+
+
+def _emptying_hulls(found, starts, ends):
+    """``(family, h0, h1)``: of one region's enumeration ``found`` on the pieces ``[starts, ends]``, the families
+    non-empty at one end of their piece only whose level-0 bounds are affine on it (their change over the
+    piece a multiple of its length, as :func:`_parts_by_interpolation` asks), and the hull ``[h0, h1)`` of the
+    keys they hold over the piece's rows.
+
+    Those rows run from the non-empty end to the row next to the family's ``cut`` (where its interval
+    empties, :func:`~maskc.analysis.keys.enumerate_keys`): an interval with monotone ends is non-empty between
+    two rows where it is, and consecutive rows' intervals meet (module docstring), so the keys are the hull of
+    the intervals at the non-empty end and at that row, the latter on the line through the piece's ends."""
+    owner, lo, hi, _, _, cut, bounds = found
+    none = np.zeros(0, np.int64)
+    if not len(bounds.empty):
+        return none, none, none
+    with_cut = (cut[bounds.empty] >= 0).nonzero()[0]
+    if not len(with_cut):
+        return none, none, none
+    family = bounds.empty[with_cut]
+    lows_a, highs_a, lows_b, highs_b = (v[:, with_cut] for v in bounds.of_empty)
+    a, b = np.concatenate([lows_a, highs_a]), np.concatenate([lows_b, highs_b])     # [bounds, families]
+    start = starts[owner[family]]
+    span = ends[owner[family]] - start                 # > 0: a cut lies in (start, end]
+    slope = (b - a) // span
+    affine = (slope * span == b - a).all(axis=0)
+    first_live = lo[0][family] < hi[0][family]
+    near = np.where(first_live, cut[family] - 1, cut[family])          # the non-empty row next to the cut
+    at_near = a + slope * (near - start)
+    n = len(lows_a)
+    near_lo, near_hi = at_near[:n].max(axis=0), at_near[n:].min(axis=0) + 1
+    end_lo = np.where(first_live, lo[0][family], lo[1][family])
+    end_hi = np.where(first_live, hi[0][family], hi[1][family])
+    ok = affine & (near_lo < near_hi)
+    return family[ok], np.minimum(end_lo, near_lo)[ok], np.maximum(end_hi, near_hi)[ok]
 
 
 def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, block_m: int, budget: int,
