@@ -252,21 +252,24 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int):
         owner, lo, hi, unsure, blind, cut, _ = found
         budget -= len(owner)
         bad_piece |= unsure
-        live = (lo[0] < hi[0]) & (lo[1] < hi[1])
-        if live.all():                             # usual: nothing to drop, no cut proposed (cut < 0 throughout)
+        empty = found[-1].empty                     # the families empty at one end at least (few)
+        if not len(empty):                          # usual: nothing to drop, no cut proposed (cut < 0 throughout)
             parts.append((owner, lo[0], hi[0], lo[1], hi[1]))
             continue
-        dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
         emptying, h0, h1 = _emptying_hulls(found, starts, ends)
-        hull = np.zeros(len(owner), bool)
-        hull[emptying] = True
-        bad_piece[owner[~live & ~dead & ~hull]] = True
-        keep = live | hull
+        hull = np.zeros(len(empty), bool)
+        hull[empty.searchsorted(emptying)] = True
+        dead = (lo[0][empty] >= hi[0][empty]) & (lo[1][empty] >= hi[1][empty]) & blind[empty]
+        bad_piece[owner[empty[~dead & ~hull]]] = True
+        dropped = empty[~hull]
+        keep = np.ones(len(owner), bool)
+        keep[dropped] = False
         la, ha, lb, hb = lo[0][keep], hi[0][keep], lo[1][keep], hi[1][keep]
-        at = hull[keep].nonzero()[0]              # in place: each piece's families stay in hull order, usually
+        at = emptying - dropped.searchsorted(emptying)     # in place: a piece's families stay in hull order, usually
         la[at], ha[at], lb[at], hb[at] = h0, h0, h1, h1
         parts.append((owner[keep], la, ha, lb, hb))
-        cuts.append(cut[(cut >= 0) & ~hull])
+        proposed = cut[dropped]
+        cuts.append(proposed[proposed >= 0])
     families = parts[0] if len(parts) == 1 else tuple(np.concatenate(x) for x in zip(*parts))
     return families, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
 
