@@ -279,6 +279,18 @@ def test_families_that_empty_inside_their_piece_keep_their_hull(kind, width, dat
         np.testing.assert_array_equal(a, b)
 
 
+@settings(max_examples=60)
+@given(st.integers(8, 40), st.integers(0, 3), st.data(), tile_shape)
+def test_families_empty_at_both_ends_of_their_piece_but_not_between_are_kept(width, c, data, shape):
+    """An image row's window ``[max(5, x), min(x + c, 6)]`` along the row is empty at the row's first and last
+    columns and not between (neither bound keeps it empty at both ends, so it is not blind): its piece is left
+    to the rows, not dropped with the families empty throughout. Classes against brute force."""
+    seq_len = data.draw(st.integers(width, 4 * width), label="seq_len")
+    mask = maskc.compile_mask("mask m(w: int, c: int)\n  allow k // w == q // w, k % w >= 5, k % w >= q % w,"
+                              " k % w <= q % w + c, k % w <= 6\n")
+    _check_classes(mask.bind(seq_len=seq_len, w=width, c=c), *shape, exact=True)
+
+
 @settings(max_examples=80)
 @given(st.booleans(), st.integers(2, 20), st.data(), st.tuples(st.integers(8, 64), st.integers(1, 24)))
 def test_cut_pieces_interpolated_as_enumerated(image, width, data, shape):
