@@ -296,8 +296,6 @@ def covered_by_all(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, need: np.nda
     the points every owner covers."""
     if not len(row):
         return row, lo, hi
-    if need.max() == 1:                 # one owner a row (clear's pieces are its q_blocks): its disjoint ranges
-        return union(row, lo, hi, width)
     stride = width + 1
     at, inverse = sorted_unique(np.concatenate([row * stride + lo, row * stride + hi]), return_inverse=True)
     count = np.bincount(inverse, np.concatenate([np.ones(len(row)), -np.ones(len(row))]), minlength=len(at)).cumsum()
