@@ -52,14 +52,26 @@ def test_subtract_is_the_set_difference(a, b):
     assert keys_of(*out) == keys_of(*keys) - keys_of(*deny)
 
 
+def split_at(flat, cuts):
+    """The intervals of ``flat`` each cut in two at a key inside it (``cuts``, fractions): adjacent, disjoint."""
+    row, lo, hi = flat
+    at = lo + ((hi - lo) * np.resize(np.array(cuts or [0.0]), len(lo))).astype(np.int64)
+    inner = (at > lo) & (at < hi)
+    return (np.concatenate([row, row[inner]]), np.concatenate([np.where(inner, at, lo), lo[inner]]),
+            np.concatenate([hi, at[inner]]))
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(intervals(max_rows=3, max_size=6), min_size=1, max_size=4))
-def test_covered_by_all_is_the_intersection_over_owners(owners):
-    """Each owner's intervals disjoint (a union), every owner of one row: the keys all of them cover."""
-    parts = [union(*o, KV) for o in owners]
+@given(st.lists(intervals(max_rows=3, max_size=6), min_size=1, max_size=4),
+       st.lists(st.floats(0, 1), max_size=6))
+def test_covered_by_all_is_the_intersection_over_owners(owners, cuts):
+    """Each owner's intervals disjoint (a union, its intervals cut in adjacent parts, out of order), every owner
+    of one row: the keys all of them cover, as union returns them (one owner: its ranges merged)."""
+    parts = [split_at(union(*o, KV), cuts) for o in owners]
     row, lo, hi = (np.concatenate(x) for x in zip(*parts))
     need = np.full(3, len(owners))
     out = covered_by_all(row, lo, hi, need, KV)
+    check_canonical(*out)
     assert keys_of(*out) == set.intersection(*[keys_of(*p) for p in parts])
 
 

@@ -216,7 +216,11 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     ok = k0 < k1
     if bad.any():
         ok &= ~bad[block[c_piece]]
-    covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
+    need = np.bincount(block, minlength=qt)
+    if need.max() == 1:             # a piece a q_block (clear's): its chains' blocks, disjoint, are what it covers
+        covered = union(block[c_piece[ok]], k0[ok], k1[ok], kt)
+    else:
+        covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], need, kt)
     partial = subtract(touched, covered, kt)
     return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
                                                         partial + (np.full(len(partial[0]), PARTIAL),))), bad
