@@ -5,7 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskc.analysis.keys import covered_by_all, subtract, union
-from maskc.analysis.piece_tiles import _drop_covered
+from maskc.analysis.piece_tiles import _drop_covered, _split_at_covered
+from maskc.analysis.tiles import merge_runs
+from maskc.runs import FULL, PARTIAL
 
 KV = 40
 
@@ -100,3 +102,25 @@ def test_drop_covered_keeps_every_piece_keys(drawn):
     for p, a, b, x, y in zip(*(v[~constant] for v in out)):
         inside = (c[0] == p) & (c[1] <= min(a, x)) & (c[2] >= max(b, y))
         assert not inside.any()
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals(), intervals())
+def test_touched_split_at_covered_is_the_runs_of_both(a, b):
+    """Touched ranges cut at the covered ones inside them (any ranges of b, intersected with a's): FULL runs
+    where covered, PARTIAL elsewhere, in row and key order, none empty, as merge_runs makes them from the
+    covered ranges and the rest of the touched ones (subtract)."""
+    touched = union(*a, KV)
+    drawn = union(*b, KV)
+    covered = subtract(drawn, subtract(drawn, touched, KV), KV)
+    row, begin, end, kind = _split_at_covered(touched, covered, KV)
+    assert np.all(begin < end)
+    assert np.all((row[1:] > row[:-1]) | ((row[1:] == row[:-1]) & (begin[1:] >= end[:-1])))
+    assert keys_of(row[kind == FULL], begin[kind == FULL], end[kind == FULL]) == keys_of(*covered)
+    assert keys_of(row, begin, end) == keys_of(*touched)
+    partial = subtract(touched, covered, KV)
+    expected = merge_runs(*(np.concatenate([c, p]) for c, p in zip(
+        covered + (np.full(len(covered[0]), FULL),), partial + (np.full(len(partial[0]), PARTIAL),))), 8)
+    got = merge_runs(row, begin, end, kind, 8)
+    for x, y in zip(got, expected):
+        np.testing.assert_array_equal(x, y)

@@ -39,7 +39,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, subtract, union
+from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
 from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
@@ -174,7 +174,8 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
 def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
                block_m: int, block_n: int, budget: int):
     """Tile runs ``(q_block, kv_begin, kv_end, kind)`` of the allow ``regions``' union, exact on every q_block
-    not flagged in ``bad`` (bool[QT]; those have no runs here), and ``bad``. See the module docstring."""
+    not flagged in ``bad`` (bool[QT]; those have no runs here), sorted by q_block and kv_begin, none empty, and
+    ``bad``. See the module docstring."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
     ends = last_rows(starts, seq_len)
@@ -221,9 +222,32 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         covered = union(block[c_piece[ok]], k0[ok], k1[ok], kt)
     else:
         covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], need, kt)
-    partial = subtract(touched, covered, kt)
-    return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
-                                                        partial + (np.full(len(partial[0]), PARTIAL),))), bad
+    return _split_at_covered(touched, covered, kt), bad
+
+
+def _split_at_covered(touched, covered, kt: int):
+    """Runs ``(q_block, begin, end, kind)`` of the ``touched`` key blocks, FULL where ``covered`` and PARTIAL
+    elsewhere, sorted by q_block and begin, none empty, where every covered range lies inside a touched one
+    (both as :func:`~maskc.analysis.keys.union` returns them: sorted, disjoint, not adjacent).
+
+    Then a touched range's boundaries and those of the covered ranges inside it, in key order, are its start,
+    each covered range's start and end, its end (a covered range may start at its start or end at its end):
+    one stable sort of the four lists (in that order, for those ties) gives every run in order, each from one
+    boundary to the next, FULL from a covered start, PARTIAL from a touched start or a covered end, none from
+    a touched end (the gap to the next range)."""
+    t_row, t_lo, t_hi = touched
+    if not len(covered[0]):
+        return t_row, t_lo, t_hi, np.full(len(t_row), PARTIAL)
+    c_row, c_lo, c_hi = covered
+    stride = kt + 1
+    at = np.concatenate([t_row * stride + t_lo, c_row * stride + c_lo, c_row * stride + c_hi, t_row * stride + t_hi])
+    order = at.argsort(kind="stable")
+    at = at[order]
+    n, m = len(t_row), len(c_row)
+    role = np.repeat(np.array([PARTIAL, FULL, PARTIAL, -1]), [n, m, m, n])[order]   # the run a boundary starts
+    run = ((role[:-1] >= 0) & (at[1:] > at[:-1])).nonzero()[0]
+    row = at[run] // stride
+    return row, at[run] - row * stride, at[run + 1] - row * stride, role[run]
 
 
 def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: int):
