@@ -36,13 +36,17 @@ class EndBounds:
     ``of(pick)`` is ``[lows at the first point, highs at the first, lows at the second, highs at the second]``,
     lists of arrays over the intervals ``pick`` (the clip to [0, kv_len - 1] last in each list); ``peak`` is the
     most chunks one level enumerated (what its budget was checked against). ``empty`` are the intervals empty at
-    one point at least (ascending) and ``of_empty`` their bounds, ``of(empty)`` stacked as four int64[bounds,
-    len(empty)] arrays: evaluated once for :func:`_blind_and_cuts` and kept for the caller, who reads the
-    intervals that empty between the points (:func:`~maskc.analysis.piece_tiles._emptying_hulls`)."""
+    one point at least (ascending); ``monotone`` (bool over ``empty``) those whose ends settle them, lo and hi
+    moving in opposite directions between the points or staying (:func:`enumerate_keys`); ``pending`` the
+    others and ``of_pending`` their bounds, ``of(pending)`` stacked as four int64[bounds, len(pending)] arrays:
+    evaluated once for :func:`_blind_and_cuts` and kept for the caller, who reads the intervals that empty
+    between the points (:func:`~maskc.analysis.piece_tiles._emptying_hulls`)."""
     of: Callable[[np.ndarray], list]
     peak: int
     empty: np.ndarray
-    of_empty: tuple
+    monotone: np.ndarray
+    pending: np.ndarray
+    of_pending: tuple
 
 
 def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
@@ -137,11 +141,16 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     region's forms are compiled once (:class:`_NestProgram`). Returns ``(owner, lo, hi, unsure,
     blind, cut, ends)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
-    intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
-    bound at both points, and ``cut`` (-1 where none) for intervals empty at one point only, the row where
-    they would change from empty to not or back if every bound were affine between the points (see
-    :func:`_blind_and_cuts`), and ``ends``, the intervals' bounds at both points (:class:`EndBounds`; None with
-    one point).
+    intervals are left out), ``blind`` the intervals empty at both points and between (some upper bound keeps
+    them below some lower bound at both points, or their width is monotone), and ``cut`` (-1 where none) for
+    intervals empty at one point only and whose width is not monotone, the row where they would change from
+    empty to not or back if every bound were affine between the points (see :func:`_blind_and_cuts`), and
+    ``ends``, the intervals' bounds at both points (:class:`EndBounds`; None with one point).
+
+    With two points, the points are a piece's end rows (:mod:`maskc.analysis.piece_tiles`), where lo and hi are
+    monotone: where they move in opposite directions or stay (``monotone``), the width is monotone, so an
+    interval empty at both points is empty between, and one empty at one point only narrows towards it (its
+    keys at every row lie inside its interval at the other point): no bound is read for those.
     """
     nest = nest_of(region)
     program = _nest_program(region, nest)
@@ -207,10 +216,17 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
                                                                             (np.maximum, np.minimum), (0, kv_len - 1)))
             return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
         empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
-        of_empty = tuple(np.array(v) for v in bounds_at(empty)) if len(empty) else ()
-        if len(empty):
-            _blind_and_cuts(points, owner, lo, hi, empty, of_empty, blind, cut)
-        ends = EndBounds(bounds_at, peak, empty, of_empty)
+        monotone, pending = np.zeros(0, bool), empty
+        of_pending: tuple = ()
+        if len(empty):                   # usual: none
+            lo_a, hi_a, lo_b, hi_b = lo[0][empty], hi[0][empty], lo[1][empty], hi[1][empty]
+            monotone = (lo_b - lo_a) * (hi_b - hi_a) <= 0
+            blind[empty[monotone & (lo_a >= hi_a) & (lo_b >= hi_b)]] = True
+            pending = empty[~monotone]
+            if len(pending):
+                of_pending = tuple(np.array(v) for v in bounds_at(pending))
+                _blind_and_cuts(points, owner, lo, hi, pending, of_pending, blind, cut)
+        ends = EndBounds(bounds_at, peak, empty, monotone, pending, of_pending)
     return owner, lo, hi, unsure, blind, cut, ends
 
 

@@ -303,38 +303,47 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int):
 
 
 def _emptying_hulls(found, starts, ends):
-    """``(family, h0, h1)``: of one region's enumeration ``found`` on the pieces ``[starts, ends]``, the families
-    non-empty at one end of their piece only whose level-0 bounds are affine on it (their change over the
-    piece a multiple of its length, as :func:`_parts_by_interpolation` asks), and the hull ``[h0, h1)`` of the
-    keys they hold over the piece's rows.
+    """``(family, h0, h1)``, ascending by family: of one region's enumeration ``found`` on the pieces ``[starts,
+    ends]``, the families non-empty at one end of their piece only whose keys over the piece's rows are known,
+    and the hull ``[h0, h1)`` of those keys.
 
-    Those rows run from the non-empty end to the row next to the family's ``cut`` (where its interval
-    empties, :func:`~maskc.analysis.keys.enumerate_keys`): an interval with monotone ends is non-empty between
-    two rows where it is, and consecutive rows' intervals meet (module docstring), so the keys are the hull of
-    the intervals at the non-empty end and at that row, the latter on the line through the piece's ends."""
+    Where the family's width is monotone (:class:`~maskc.analysis.keys.EndBounds`' ``monotone``) it narrows
+    towards its empty end: the hull is its interval at the other. Elsewhere, where its level-0 bounds are affine
+    on the piece (their change over the piece a multiple of its length, as :func:`_parts_by_interpolation`
+    asks), its rows run from the non-empty end to the row next to its ``cut`` (where its interval empties,
+    :func:`~maskc.analysis.keys.enumerate_keys`): an interval with monotone ends is non-empty between two rows
+    where it is, and consecutive rows' intervals meet (module docstring), so the keys are the hull of the
+    intervals at the non-empty end and at that row, the latter on the line through the piece's ends."""
     owner, lo, hi, _, _, cut, bounds = found
-    none = np.zeros(0, np.int64)
-    if not len(bounds.empty):
-        return none, none, none
-    with_cut = (cut[bounds.empty] >= 0).nonzero()[0]
-    if not len(with_cut):
-        return none, none, none
-    family = bounds.empty[with_cut]
-    lows_a, highs_a, lows_b, highs_b = (v[:, with_cut] for v in bounds.of_empty)
-    a, b = np.concatenate([lows_a, highs_a]), np.concatenate([lows_b, highs_b])     # [bounds, families]
-    start = starts[owner[family]]
-    span = ends[owner[family]] - start                 # > 0: a cut lies in (start, end]
-    slope = (b - a) // span
-    affine = (slope * span == b - a).all(axis=0)
-    first_live = lo[0][family] < hi[0][family]
-    near = np.where(first_live, cut[family] - 1, cut[family])          # the non-empty row next to the cut
-    at_near = a + slope * (near - start)
-    n = len(lows_a)
-    near_lo, near_hi = at_near[:n].max(axis=0), at_near[n:].min(axis=0) + 1
-    end_lo = np.where(first_live, lo[0][family], lo[1][family])
-    end_hi = np.where(first_live, hi[0][family], hi[1][family])
-    ok = affine & (near_lo < near_hi)
-    return family[ok], np.minimum(end_lo, near_lo)[ok], np.maximum(end_hi, near_hi)[ok]
+    empty = bounds.empty
+    first_live = lo[0][empty] < hi[0][empty]
+    narrows = (bounds.monotone & (first_live != (lo[1][empty] < hi[1][empty]))).nonzero()[0]
+    live = first_live[narrows]
+    parts = [(empty[narrows], np.where(live, lo[0][empty[narrows]], lo[1][empty[narrows]]),
+              np.where(live, hi[0][empty[narrows]], hi[1][empty[narrows]]))]
+    with_cut = (cut[bounds.pending] >= 0).nonzero()[0] if len(bounds.pending) else []
+    if len(with_cut):
+        family = bounds.pending[with_cut]
+        lows_a, highs_a, lows_b, highs_b = (v[:, with_cut] for v in bounds.of_pending)
+        a, b = np.concatenate([lows_a, highs_a]), np.concatenate([lows_b, highs_b])     # [bounds, families]
+        start = starts[owner[family]]
+        span = ends[owner[family]] - start                 # > 0: a cut lies in (start, end]
+        slope = (b - a) // span
+        affine = (slope * span == b - a).all(axis=0)
+        first_live = lo[0][family] < hi[0][family]
+        near = np.where(first_live, cut[family] - 1, cut[family])          # the non-empty row next to the cut
+        at_near = a + slope * (near - start)
+        n = len(lows_a)
+        near_lo, near_hi = at_near[:n].max(axis=0), at_near[n:].min(axis=0) + 1
+        end_lo = np.where(first_live, lo[0][family], lo[1][family])
+        end_hi = np.where(first_live, hi[0][family], hi[1][family])
+        ok = affine & (near_lo < near_hi)
+        parts.append((family[ok], np.minimum(end_lo, near_lo)[ok], np.maximum(end_hi, near_hi)[ok]))
+    if len(parts) == 1:
+        return parts[0]
+    family, h0, h1 = (np.concatenate(x) for x in zip(*parts))
+    order = family.argsort()
+    return family[order], h0[order], h1[order]
 
 
 def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, block_m: int, budget: int,
