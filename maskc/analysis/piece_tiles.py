@@ -211,14 +211,19 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if bad.any():
         ok = ~bad[block[piece]]
         piece, h0, h1 = piece[ok], h0[ok], h1[ok]
+    need = np.bincount(block, minlength=qt)
     by_piece = _touched_blocks(piece, h0, h1, block_n)
-    touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
+    # a piece a q_block (clear's): its touched blocks are the q_block's already (union's form), its chains' blocks,
+    # disjoint, what it covers
+    alone = need.max() == 1
+    touched = (block[by_piece[0]], by_piece[1], by_piece[2])
+    if not alone:
+        touched = union(*touched, kt)
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
     if bad.any():
         ok &= ~bad[block[c_piece]]
-    need = np.bincount(block, minlength=qt)
-    if need.max() == 1:             # a piece a q_block (clear's): its chains' blocks, disjoint, are what it covers
+    if alone:
         covered = union(block[c_piece[ok]], k0[ok], k1[ok], kt)
     else:
         covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], need, kt)
