@@ -129,7 +129,9 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
         found = [] if clip is None else [clip[0 if lower else 1]]
         found += [_group_values(group, lower, owner_values, family_values, index, fn) for group in side]
         acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
-        out.append(np.broadcast_to(acc, index.shape) if np.shape(acc) != index.shape else acc)
+        if np.shape(acc) != index.shape:           # equal at every point: repeated (a C call; broadcast_to is Python)
+            acc = np.full(index.shape, acc) if not np.ndim(acc) else acc.reshape(1, -1).repeat(index.shape[0], axis=0)
+        out.append(acc)
     return out
 
 
