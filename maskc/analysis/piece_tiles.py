@@ -184,7 +184,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
                                                  block_m, budget, enumerated)
     block = starts // block_m
-    ordered = _hull_order(families, kv_len, sort=False)       # one region's come sorted, usually all kept
+    # One region's come sorted, usually all kept; several regions' whose pieces interleave (clear's) are out of
+    # hull order for certain: no check (a choice of path only: the drop keeps what _nothing_covered passes)
+    interleaved = any(len(a[0]) and len(b[0]) and a[0][-1] > b[0][0] for a, b in zip(enumerated, enumerated[1:]))
+    ordered = None if interleaved else _hull_order(families, kv_len, sort=False)
     if ordered is None or not _nothing_covered(*ordered):
         piece, la, ha, lb, hb = families
         ordered = _hull_order(_drop_covered(piece, la, ha, lb, hb, kv_len), kv_len)
