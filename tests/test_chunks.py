@@ -222,6 +222,75 @@ def test_pieces_cut_where_a_chunk_interval_empties(width, data, shape):
         classify_module._piece_breaks = saved
 
 
+_EMPTIES_INSIDE = {      # windows along an image row, ended by a key bound: a row's interval empties inside a piece
+    "at its last rows": """
+mask m(w: int, c: int, e: int)
+  allow k // w == q // w, k % w >= q % w, k % w <= q % w + c, k <= e
+""",
+    "at its first rows": """
+mask m(w: int, c: int, e: int)
+  allow k // w == q // w, k % w <= q % w, k % w >= q % w - c, k >= e
+""",
+}
+
+
+@settings(max_examples=60)
+@pytest.mark.parametrize("kind", ["image", *_EMPTIES_INSIDE])
+@given(width=st.integers(2, 20), data=st.data())
+def test_families_that_empty_inside_their_piece_keep_their_hull(kind, width, data):
+    """A family whose interval empties inside its piece is kept with the hull of its keys over the piece's rows
+    (piece_tiles._emptying_hulls) instead of the piece being cut: the classes equal brute force, and the runs
+    equal bit for bit those of the pieces cut (the hulls left out). Windows ended by a key bound inside an image
+    row (the hull's far end read at the row next to the cut), and NATTEN's short last row (in tall q_blocks, where
+    its pieces hold the cuts)."""
+    shape = data.draw(st.tuples(st.integers(8, 64), st.integers(1, 24)) if kind == "image" else tile_shape,
+                      label="shape")
+    if kind == "image":
+        window = data.draw(st.integers(1, width), label="window")
+        rows, last = data.draw(st.integers(window, window + 6), label="rows"), data.draw(st.integers(1, width - 1))
+        seq_len = (rows - 1) * width + last
+        text, params = _NEIGHBORHOOD, {"width": width, "window": window}
+    else:
+        seq_len = data.draw(st.integers(width, 6 * width), label="seq_len")
+        params = {"w": width, "c": data.draw(st.integers(0, width), label="c"),
+                  "e": data.draw(st.integers(0, seq_len), label="e")}
+        text = _EMPTIES_INSIDE[kind]
+    kept = []
+    real = piece_tiles._emptying_hulls
+
+    def counted(*args):
+        found = real(*args)
+        kept.append(len(found[0]))
+        return found
+
+    def runs(hulls):
+        piece_tiles._emptying_hulls = hulls
+        try:
+            bound = maskc.compile_mask(text).bind(seq_len=seq_len, **params)
+            _check_classes(bound, *shape, exact=True)
+            tile_map = bound.tile_map(*shape)
+            return tile_map.run_offsets, tile_map.runs
+        finally:
+            piece_tiles._emptying_hulls = real
+    got = runs(counted)
+    event(f"{kind}: hulls kept: {sum(kept) > 0}")
+    none = np.zeros(0, np.int64)
+    for a, b in zip(got, runs(lambda *args: (none, none, none))):
+        np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=60)
+@given(st.integers(8, 40), st.integers(0, 3), st.data(), tile_shape)
+def test_families_empty_at_both_ends_of_their_piece_but_not_between_are_kept(width, c, data, shape):
+    """An image row's window ``[max(5, x), min(x + c, 6)]`` along the row is empty at the row's first and last
+    columns and not between (neither bound keeps it empty at both ends, so it is not blind): its piece is left
+    to the rows, not dropped with the families empty throughout. Classes against brute force."""
+    seq_len = data.draw(st.integers(width, 4 * width), label="seq_len")
+    mask = maskc.compile_mask("mask m(w: int, c: int)\n  allow k // w == q // w, k % w >= 5, k % w >= q % w,"
+                              " k % w <= q % w + c, k % w <= 6\n")
+    _check_classes(mask.bind(seq_len=seq_len, w=width, c=c), *shape, exact=True)
+
+
 @settings(max_examples=80)
 @given(st.booleans(), st.integers(2, 20), st.data(), st.tuples(st.integers(8, 64), st.integers(1, 24)))
 def test_cut_pieces_interpolated_as_enumerated(image, width, data, shape):

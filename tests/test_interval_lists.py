@@ -5,7 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskc.analysis.keys import covered_by_all, subtract, union
-from maskc.analysis.piece_tiles import _drop_covered
+from maskc.analysis.piece_tiles import _drop_covered, _split_at_covered
+from maskc.analysis.tiles import merge_runs
+from maskc.runs import FULL, PARTIAL
 
 KV = 40
 
@@ -52,14 +54,26 @@ def test_subtract_is_the_set_difference(a, b):
     assert keys_of(*out) == keys_of(*keys) - keys_of(*deny)
 
 
+def split_at(flat, cuts):
+    """The intervals of ``flat`` each cut in two at a key inside it (``cuts``, fractions): adjacent, disjoint."""
+    row, lo, hi = flat
+    at = lo + ((hi - lo) * np.resize(np.array(cuts or [0.0]), len(lo))).astype(np.int64)
+    inner = (at > lo) & (at < hi)
+    return (np.concatenate([row, row[inner]]), np.concatenate([np.where(inner, at, lo), lo[inner]]),
+            np.concatenate([hi, at[inner]]))
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(intervals(max_rows=3, max_size=6), min_size=1, max_size=4))
-def test_covered_by_all_is_the_intersection_over_owners(owners):
-    """Each owner's intervals disjoint (a union), every owner of one row: the keys all of them cover."""
-    parts = [union(*o, KV) for o in owners]
+@given(st.lists(intervals(max_rows=3, max_size=6), min_size=1, max_size=4),
+       st.lists(st.floats(0, 1), max_size=6))
+def test_covered_by_all_is_the_intersection_over_owners(owners, cuts):
+    """Each owner's intervals disjoint (a union, its intervals cut in adjacent parts, out of order), every owner
+    of one row: the keys all of them cover, as union returns them (one owner: its ranges merged)."""
+    parts = [split_at(union(*o, KV), cuts) for o in owners]
     row, lo, hi = (np.concatenate(x) for x in zip(*parts))
     need = np.full(3, len(owners))
     out = covered_by_all(row, lo, hi, need, KV)
+    check_canonical(*out)
     assert keys_of(*out) == set.intersection(*[keys_of(*p) for p in parts])
 
 
@@ -88,3 +102,25 @@ def test_drop_covered_keeps_every_piece_keys(drawn):
     for p, a, b, x, y in zip(*(v[~constant] for v in out)):
         inside = (c[0] == p) & (c[1] <= min(a, x)) & (c[2] >= max(b, y))
         assert not inside.any()
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals(), intervals())
+def test_touched_split_at_covered_is_the_runs_of_both(a, b):
+    """Touched ranges cut at the covered ones inside them (any ranges of b, intersected with a's): FULL runs
+    where covered, PARTIAL elsewhere, in row and key order, none empty, as merge_runs makes them from the
+    covered ranges and the rest of the touched ones (subtract)."""
+    touched = union(*a, KV)
+    drawn = union(*b, KV)
+    covered = subtract(drawn, subtract(drawn, touched, KV), KV)
+    row, begin, end, kind = _split_at_covered(touched, covered, KV)
+    assert np.all(begin < end)
+    assert np.all((row[1:] > row[:-1]) | ((row[1:] == row[:-1]) & (begin[1:] >= end[:-1])))
+    assert keys_of(row[kind == FULL], begin[kind == FULL], end[kind == FULL]) == keys_of(*covered)
+    assert keys_of(row, begin, end) == keys_of(*touched)
+    partial = subtract(touched, covered, KV)
+    expected = merge_runs(*(np.concatenate([c, p]) for c, p in zip(
+        covered + (np.full(len(covered[0]), FULL),), partial + (np.full(len(partial[0]), PARTIAL),))), 8)
+    for got in (merge_runs(row, begin, end, kind, 8), merge_runs(row, begin, end, kind, 8, ordered=True)):
+        for x, y in zip(got, expected):
+            np.testing.assert_array_equal(x, y)

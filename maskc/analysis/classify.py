@@ -118,6 +118,9 @@ def _chunked_runs(mask: ir.RangeMask, params, b, head, S, K, block_m, block_n):
     else:
         bad = np.ones(qt, bool)
     blocks = bad.nonzero()[0]
+    if breaks is not None and not len(blocks):         # the pieces' runs alone, in order already
+        q_block, begin, end, kind = found
+        return merge_runs(q_block, begin, end, kind, qt, ordered=True)
     step = max(1, _CHUNK_ROWS // block_m)           # a group of q_blocks at a time: bounded rows (intervals)
     for i in range(0, len(blocks), step):
         group = blocks[i:i + step]

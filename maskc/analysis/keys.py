@@ -35,9 +35,18 @@ class EndBounds:
     """Every level-0 bound of a two-point enumeration's intervals (:func:`enumerate_keys`), each rounded inward:
     ``of(pick)`` is ``[lows at the first point, highs at the first, lows at the second, highs at the second]``,
     lists of arrays over the intervals ``pick`` (the clip to [0, kv_len - 1] last in each list); ``peak`` is the
-    most chunks one level enumerated (what its budget was checked against)."""
+    most chunks one level enumerated (what its budget was checked against). ``empty`` are the intervals empty at
+    one point at least (ascending); ``monotone`` (bool over ``empty``) those whose ends settle them, lo and hi
+    moving in opposite directions between the points or staying (:func:`enumerate_keys`); ``pending`` the
+    others and ``of_pending`` their bounds, ``of(pending)`` stacked as four int64[bounds, len(pending)] arrays:
+    evaluated once for :func:`_blind_and_cuts` and kept for the caller, who reads the intervals that empty
+    between the points (:func:`~maskc.analysis.piece_tiles._emptying_hulls`)."""
     of: Callable[[np.ndarray], list]
     peak: int
+    empty: np.ndarray
+    monotone: np.ndarray
+    pending: np.ndarray
+    of_pending: tuple
 
 
 def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
@@ -120,7 +129,9 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
         found = [] if clip is None else [clip[0 if lower else 1]]
         found += [_group_values(group, lower, owner_values, family_values, index, fn) for group in side]
         acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
-        out.append(np.broadcast_to(acc, index.shape) if np.shape(acc) != index.shape else acc)
+        if np.shape(acc) != index.shape:           # equal at every point: repeated (a C call; broadcast_to is Python)
+            acc = np.full(index.shape, acc) if not np.ndim(acc) else acc.reshape(1, -1).repeat(index.shape[0], axis=0)
+        out.append(acc)
     return out
 
 
@@ -132,11 +143,16 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     region's forms are compiled once (:class:`_NestProgram`). Returns ``(owner, lo, hi, unsure,
     blind, cut, ends)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
     two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
-    intervals are left out), ``blind`` the intervals that some upper bound keeps below some lower
-    bound at both points, and ``cut`` (-1 where none) for intervals empty at one point only, the row where
-    they would change from empty to not or back if every bound were affine between the points (see
-    :func:`_blind_and_cuts`), and ``ends``, the intervals' bounds at both points (:class:`EndBounds`; None with
-    one point).
+    intervals are left out), ``blind`` the intervals empty at both points and between (some upper bound keeps
+    them below some lower bound at both points, or their width is monotone), and ``cut`` (-1 where none) for
+    intervals empty at one point only and whose width is not monotone, the row where they would change from
+    empty to not or back if every bound were affine between the points (see :func:`_blind_and_cuts`), and
+    ``ends``, the intervals' bounds at both points (:class:`EndBounds`; None with one point).
+
+    With two points, the points are a piece's end rows (:mod:`maskc.analysis.piece_tiles`), where lo and hi are
+    monotone: where they move in opposite directions or stay (``monotone``), the width is monotone, so an
+    interval empty at both points is empty between, and one empty at one point only narrows towards it (its
+    keys at every row lie inside its interval at the other point): no bound is read for those.
     """
     nest = nest_of(region)
     program = _nest_program(region, nest)
@@ -201,28 +217,37 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
                            + [zero + clip] for each, lower, fn, clip in zip(program.each, (True, False),
                                                                             (np.maximum, np.minimum), (0, kv_len - 1)))
             return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
-        _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut)
-        ends = EndBounds(bounds_at, peak)
+        empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
+        monotone, pending = np.zeros(0, bool), empty
+        of_pending: tuple = ()
+        if len(empty):                   # usual: none
+            lo_a, hi_a, lo_b, hi_b = lo[0][empty], hi[0][empty], lo[1][empty], hi[1][empty]
+            monotone = (lo_b - lo_a) * (hi_b - hi_a) <= 0
+            blind[empty[monotone & (lo_a >= hi_a) & (lo_b >= hi_b)]] = True
+            pending = empty[~monotone]
+            if len(pending):
+                of_pending = tuple(np.array(v) for v in bounds_at(pending))
+                _blind_and_cuts(points, owner, lo, hi, pending, of_pending, blind, cut)
+        ends = EndBounds(bounds_at, peak, empty, monotone, pending, of_pending)
     return owner, lo, hi, unsure, blind, cut, ends
 
 
-def _blind_and_cuts(points, owner, lo, hi, bounds_at, blind, cut) -> None:
-    """``blind`` and ``cut`` of :func:`enumerate_keys` (filled in place) for the intervals empty at one point
-    at least; ``bounds_at(pick)`` gives every lower and upper bound of those intervals at both points.
+def _blind_and_cuts(points, owner, lo, hi, pick, bounds, blind, cut) -> None:
+    """``blind`` and ``cut`` of :func:`enumerate_keys` (filled in place) for the intervals ``pick``, those empty
+    at one point at least; ``bounds`` are every lower and upper bound of them at both points (lows at the
+    first, highs at the first, lows at the second, highs at the second: int64[bounds, len(pick)]).
 
     An interval is non-empty where every difference ``d = upper - lower`` of one of its upper and one of its
     lower bounds is >= 0. Interpolating each difference between the two points gives, for an interval
     non-empty at the first point only, the first row where some difference turns negative, and for one
     non-empty at the second only, the first row from which all are >= 0: the row where a piece would be cut
     so that the interval is empty at both ends of each part or at neither. Only a proposal: the caller
-    finds the parts' intervals again (interpolated, or enumerated) and checks them as any piece (bounds
-    that are not affine there just leave the parts flagged).
+    keeps the hull of the non-empty rows where the bounds are affine, or finds the parts' intervals again
+    (interpolated, or enumerated) and checks them as any piece (bounds that are not affine there just leave
+    the parts flagged).
     """
     live_a, live_b = lo[0] < hi[0], lo[1] < hi[1]
-    pick = (~(live_a & live_b)).nonzero()[0]
-    if not len(pick):
-        return
-    lows_a, highs_a, lows_b, highs_b = (np.array(v) for v in bounds_at(pick))
+    lows_a, highs_a, lows_b, highs_b = bounds
     d_a = (highs_a[:, None] - lows_a[None]).reshape(-1, len(pick))     # every (upper, lower) pair
     d_b = (highs_b[:, None] - lows_b[None]).reshape(-1, len(pick))
     start, end = points[0][owner[pick]], points[1][owner[pick]]

@@ -19,8 +19,13 @@ Families (one per region, piece and chunk tuple) of one region lie in disjoint c
 piece whose hulls lie inside a family constant over the piece are dropped (a row sees them anyway); the
 others must have disjoint hulls, and consecutive ones that abut at both end rows abut at every row (a
 *chain*, whose intersection over the rows is exact again). A q_block is then touched where any of its
-families' hulls reach, and covered where every piece has a chain covering. A piece where an interval is
-empty at one end only (an image's short last row) is cut once where the interval empties (interpolated
+families' hulls reach, and covered where every piece has a chain covering. A family whose interval is
+empty at one end only (an image's short last row) is kept as ``(piece, h0, h0, h1, h1)``, empty at both
+ends as written, where its bounds are affine on the piece: ``[h0, h1)`` is the hull of its keys over the
+rows where it is non-empty (:func:`_emptying_hulls`) and its intersection over the rows is empty, so it
+touches its hull's blocks, covers none, joins no chain and is never constant (exact: at the rows where it is
+empty no other family of its piece, their hulls disjoint from its own, holds a key of its hull). Elsewhere
+such a piece is cut once where the interval empties (interpolated
 from its bounds at the two ends) and its q_block's pieces found again: each part has its piece's chunk
 tuples, and their bounds at the part's ends lie on the line through the piece's ends (affine), where the
 piece's guards and chunk ranges agree (else the parts are enumerated again). Pieces that still break a
@@ -34,7 +39,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, subtract, union
+from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
 from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
@@ -169,7 +174,8 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
 def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
                block_m: int, block_n: int, budget: int):
     """Tile runs ``(q_block, kv_begin, kv_end, kind)`` of the allow ``regions``' union, exact on every q_block
-    not flagged in ``bad`` (bool[QT]; those have no runs here), and ``bad``. See the module docstring."""
+    not flagged in ``bad`` (bool[QT]; those have no runs here), sorted by q_block and kv_begin, none empty, and
+    ``bad``. See the module docstring."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
     ends = last_rows(starts, seq_len)
@@ -178,7 +184,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
                                                  block_m, budget, enumerated)
     block = starts // block_m
-    ordered = _hull_order(families, kv_len, sort=False)       # one region's come sorted, usually all kept
+    # One region's come sorted, usually all kept; several regions' whose pieces interleave (clear's) are out of
+    # hull order for certain: no check (a choice of path only: the drop keeps what _nothing_covered passes)
+    interleaved = any(len(a[0]) and len(b[0]) and a[0][-1] > b[0][0] for a, b in zip(enumerated, enumerated[1:]))
+    ordered = None if interleaved else _hull_order(families, kv_len, sort=False)
     if ordered is None or not _nothing_covered(*ordered):
         piece, la, ha, lb, hb = families
         ordered = _hull_order(_drop_covered(piece, la, ha, lb, hb, kv_len), kv_len)
@@ -205,16 +214,48 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if bad.any():
         ok = ~bad[block[piece]]
         piece, h0, h1 = piece[ok], h0[ok], h1[ok]
+    need = np.bincount(block, minlength=qt)
     by_piece = _touched_blocks(piece, h0, h1, block_n)
-    touched = union(block[by_piece[0]], by_piece[1], by_piece[2], kt)
+    # a piece a q_block (clear's): its touched blocks are the q_block's already (union's form), its chains' blocks,
+    # disjoint, what it covers
+    alone = need.max() == 1
+    touched = (block[by_piece[0]], by_piece[1], by_piece[2])
+    if not alone:
+        touched = union(*touched, kt)
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
     if bad.any():
         ok &= ~bad[block[c_piece]]
-    covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], np.bincount(block, minlength=qt), kt)
-    partial = subtract(touched, covered, kt)
-    return tuple(np.concatenate([f, p]) for f, p in zip(covered + (np.full(len(covered[0]), FULL),),
-                                                        partial + (np.full(len(partial[0]), PARTIAL),))), bad
+    if alone:
+        covered = union(block[c_piece[ok]], k0[ok], k1[ok], kt)
+    else:
+        covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], need, kt)
+    return _split_at_covered(touched, covered, kt), bad
+
+
+def _split_at_covered(touched, covered, kt: int):
+    """Runs ``(q_block, begin, end, kind)`` of the ``touched`` key blocks, FULL where ``covered`` and PARTIAL
+    elsewhere, sorted by q_block and begin, none empty, where every covered range lies inside a touched one
+    (both as :func:`~maskc.analysis.keys.union` returns them: sorted, disjoint, not adjacent).
+
+    Then a touched range's boundaries and those of the covered ranges inside it, in key order, are its start,
+    each covered range's start and end, its end (a covered range may start at its start or end at its end):
+    one stable sort of the four lists (in that order, for those ties) gives every run in order, each from one
+    boundary to the next, FULL from a covered start, PARTIAL from a touched start or a covered end, none from
+    a touched end (the gap to the next range)."""
+    t_row, t_lo, t_hi = touched
+    if not len(covered[0]):
+        return t_row, t_lo, t_hi, np.full(len(t_row), PARTIAL)
+    c_row, c_lo, c_hi = covered
+    stride = kt + 1
+    at = np.concatenate([t_row * stride + t_lo, c_row * stride + c_lo, c_row * stride + c_hi, t_row * stride + t_hi])
+    order = at.argsort(kind="stable")
+    at = at[order]
+    n, m = len(t_row), len(c_row)
+    role = np.repeat(np.array([PARTIAL, FULL, PARTIAL, -1]), [n, m, m, n])[order]   # the run a boundary starts
+    run = ((role[:-1] >= 0) & (at[1:] > at[:-1])).nonzero()[0]
+    row = at[run] // stride
+    return row, at[run] - row * stride, at[run + 1] - row * stride, role[run]
 
 
 def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: int):
@@ -235,7 +276,8 @@ def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: 
 
 def _families(regions, make, starts, ends, kv_len: int, budget: int):
     """The families of the pieces ``[starts, ends]`` (``(piece, lo, hi)`` at the start row, ``(lo, hi)`` at the
-    end row: those non-empty at both), which pieces break a condition, the rows where cutting such a piece
+    end row: those non-empty at both, and those that empty inside their piece as ``(piece, h0, h0, h1, h1)``:
+    module docstring), which pieces break a condition, the rows where cutting such a piece
     may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), the budget left, and each region's
     enumeration as it came."""
     bad_piece = np.zeros(len(starts), bool)
@@ -246,16 +288,70 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int):
         owner, lo, hi, unsure, blind, cut, _ = found
         budget -= len(owner)
         bad_piece |= unsure
-        live = (lo[0] < hi[0]) & (lo[1] < hi[1])
-        if live.all():                             # usual: nothing to drop, no cut proposed (cut < 0 throughout)
+        empty = found[-1].empty                     # the families empty at one end at least (few)
+        if not len(empty):                          # usual: nothing to drop, no cut proposed (cut < 0 throughout)
             parts.append((owner, lo[0], hi[0], lo[1], hi[1]))
             continue
-        dead = (lo[0] >= hi[0]) & (lo[1] >= hi[1]) & blind
-        bad_piece[owner[~live & ~dead]] = True
-        parts.append((owner[live], lo[0][live], hi[0][live], lo[1][live], hi[1][live]))
-        cuts.append(cut[cut >= 0])
+        emptying, h0, h1 = _emptying_hulls(found, starts, ends)
+        hull = np.zeros(len(empty), bool)
+        hull[empty.searchsorted(emptying)] = True
+        dead = (lo[0][empty] >= hi[0][empty]) & (lo[1][empty] >= hi[1][empty]) & blind[empty]
+        bad_piece[owner[empty[~dead & ~hull]]] = True
+        dropped = empty[~hull]
+        keep = np.ones(len(owner), bool)
+        keep[dropped] = False
+        la, ha, lb, hb = lo[0][keep], hi[0][keep], lo[1][keep], hi[1][keep]
+        at = emptying - dropped.searchsorted(emptying)     # in place: a piece's families stay in hull order, usually
+        la[at], ha[at], lb[at], hb[at] = h0, h0, h1, h1
+        parts.append((owner[keep], la, ha, lb, hb))
+        proposed = cut[dropped]
+        cuts.append(proposed[proposed >= 0])
     families = parts[0] if len(parts) == 1 else tuple(np.concatenate(x) for x in zip(*parts))
     return families, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
+
+
+def _emptying_hulls(found, starts, ends):
+    """``(family, h0, h1)``, ascending by family: of one region's enumeration ``found`` on the pieces ``[starts,
+    ends]``, the families non-empty at one end of their piece only whose keys over the piece's rows are known,
+    and the hull ``[h0, h1)`` of those keys.
+
+    Where the family's width is monotone (:class:`~maskc.analysis.keys.EndBounds`' ``monotone``) it narrows
+    towards its empty end: the hull is its interval at the other. Elsewhere, where its level-0 bounds are affine
+    on the piece (their change over the piece a multiple of its length, as :func:`_parts_by_interpolation`
+    asks), its rows run from the non-empty end to the row next to its ``cut`` (where its interval empties,
+    :func:`~maskc.analysis.keys.enumerate_keys`): an interval with monotone ends is non-empty between two rows
+    where it is, and consecutive rows' intervals meet (module docstring), so the keys are the hull of the
+    intervals at the non-empty end and at that row, the latter on the line through the piece's ends."""
+    owner, lo, hi, _, _, cut, bounds = found
+    empty = bounds.empty
+    first_live = lo[0][empty] < hi[0][empty]
+    narrows = (bounds.monotone & (first_live != (lo[1][empty] < hi[1][empty]))).nonzero()[0]
+    live = first_live[narrows]
+    parts = [(empty[narrows], np.where(live, lo[0][empty[narrows]], lo[1][empty[narrows]]),
+              np.where(live, hi[0][empty[narrows]], hi[1][empty[narrows]]))]
+    with_cut = (cut[bounds.pending] >= 0).nonzero()[0] if len(bounds.pending) else []
+    if len(with_cut):
+        family = bounds.pending[with_cut]
+        lows_a, highs_a, lows_b, highs_b = (v[:, with_cut] for v in bounds.of_pending)
+        a, b = np.concatenate([lows_a, highs_a]), np.concatenate([lows_b, highs_b])     # [bounds, families]
+        start = starts[owner[family]]
+        span = ends[owner[family]] - start                 # > 0: a cut lies in (start, end]
+        slope = (b - a) // span
+        affine = (slope * span == b - a).all(axis=0)
+        first_live = lo[0][family] < hi[0][family]
+        near = np.where(first_live, cut[family] - 1, cut[family])          # the non-empty row next to the cut
+        at_near = a + slope * (near - start)
+        n = len(lows_a)
+        near_lo, near_hi = at_near[:n].max(axis=0), at_near[n:].min(axis=0) + 1
+        end_lo = np.where(first_live, lo[0][family], lo[1][family])
+        end_hi = np.where(first_live, hi[0][family], hi[1][family])
+        ok = affine & (near_lo < near_hi)
+        parts.append((family[ok], np.minimum(end_lo, near_lo)[ok], np.maximum(end_hi, near_hi)[ok]))
+    if len(parts) == 1:
+        return parts[0]
+    family, h0, h1 = (np.concatenate(x) for x in zip(*parts))
+    order = family.argsort()
+    return family[order], h0[order], h1[order]
 
 
 def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, block_m: int, budget: int,

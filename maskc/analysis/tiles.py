@@ -9,13 +9,16 @@ from maskc.analysis.keys import covered_by_all, subtract, union
 from maskc.runs import EMPTY, FULL, PARTIAL, ceil_blocks, floor_blocks, runs_of, sorted_unique
 
 
-def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
+def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int,
+               ordered: bool = False):
     """CSR from unsorted, non-overlapping runs: sorted per row, empty ones dropped, adjacent runs of
-    one kind merged."""
-    keep = begin < end
-    row, begin, end, kind = row[keep], begin[keep], end[keep], kind[keep]
-    order = np.lexsort((begin, row))
-    return _joined(row[order], begin[order], end[order], kind[order], rows)
+    one kind merged; ``ordered``: they come sorted by row and begin and none empty already (no sort)."""
+    if not ordered:
+        keep = begin < end
+        row, begin, end, kind = row[keep], begin[keep], end[keep], kind[keep]
+        order = np.lexsort((begin, row))
+        row, begin, end, kind = row[order], begin[order], end[order], kind[order]
+    return _joined(row, begin, end, kind, rows)
 
 
 def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int):
