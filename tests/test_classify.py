@@ -180,12 +180,18 @@ def test_exact_when_rows_are_classified_in_small_chunks(text, bind_args, shape, 
 
 @given(mask_text(exact=False), binding(), tile_shape, st.integers(1, 3))
 def test_sound_when_rows_are_classified_in_small_chunks(text, bind_args, shape, chunk_blocks):
+    """Chunk boundaries keep an opaque mask's classes sound. They may make them tighter: an opaque region's
+    bounds are taken over a chunk's rows, so fewer rows can settle a tile that more leave PARTIAL (hypothesis
+    found `allow k < 0` / `allow (k >> (q % 4)) < q` at 17 tokens, 9 x 1 tiles: three tiles FULL in chunks of
+    one q_block, PARTIAL whole; FULL is right)."""
     mask = _compile_or_skip(text)
     bound = _bind(mask, *bind_args)
     if bound is not None:
         got = _classes_in_chunks(mask, bound, shape, chunk_blocks)
         _check(bound, *shape, expect_exact=False)
-        np.testing.assert_array_equal(got, bound.tiles(*shape))     # chunking changes nothing
+        truth = tile_truth(bound.dense(0, 0), *shape)
+        assert not np.any((got == maskc.FULL) & (truth != maskc.FULL)), "a FULL tile has a hidden pair"
+        assert not np.any((got == maskc.EMPTY) & (truth != maskc.EMPTY)), "an EMPTY tile has a visible pair"
 
 
 # Masks whose bounds are affine in q between segment boundaries, floor steps and the crossings of min/max
