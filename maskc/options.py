@@ -93,8 +93,9 @@ class Options:
     dq_turn_order: str = "shortest"
     # the launches in L2 sections of heads (the wgmma_tma forward, the dK/dV kernels outside the deterministic
     # turns) take the rows (columns) that would end well after the last section first, for every head
-    # (maskc.runs.front_rows: CLEAR's text rows); False: every row in its section
-    long_rows_first: bool = True
+    # (maskc.runs.front_rows: CLEAR's text rows; modelled 15-19% off its 32K forward and backward). Off (every row
+    # in its section) until a GPU run has checked it against the sections' order and timed it (bench/NOTES.md)
+    long_rows_first: bool = False
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.
