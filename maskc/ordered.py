@@ -148,12 +148,11 @@ def _values_key(bound, asked: tuple[str, bool]):
 
 
 def _token_order(bound, choice: str, stored: bool) -> OrderedMask | None:
-    """The order ``choice`` gives ``bound`` (None: raster); ``stored``: "auto" weighs the stored path's tiles."""
+    """The order ``choice`` (an Options' token_order, checked there) gives ``bound`` (None: raster); ``stored``:
+    "auto" weighs the stored path's tiles."""
     if choice == "raster":
         return None
-    shape = parse_order(choice)
-    if choice != "auto" and shape is None:
-        raise ValueError(f"token order {choice!r}: expected 'auto', 'raster' or a patch shape such as '8x16'")
+    shape = parse_order(choice)             # None for "auto"
     mask: CompiledMask = bound.mask
     why = _refused(bound)
     grid = None
