@@ -8,7 +8,8 @@ each of --engines.
 Median of triton.testing.do_bench of
 - `bwd`: the backward alone. maskc: ``runtime.attention_backward`` from a stored O and LSE (the fast mode,
   impl `maskc`, and the deterministic one, `maskc_det`, and `maskc_det_wave` in its other launch order,
-  ``Options(dq_turn_order="wave")``); Flex and cuDNN: ``torch.autograd.grad`` of a stored
+  ``Options(dq_turn_order="wave")``, and `maskc_det_kernel` with dQ by its own kernel,
+  ``Options(deterministic_dq="kernel")``); Flex and cuDNN: ``torch.autograd.grad`` of a stored
   forward output with ``retain_graph``;
 - `fwd_bwd`: forward and backward through autograd (``maskc.attention`` on torch tensors; Flex-FA4 and FA4
   only here).
@@ -143,12 +144,16 @@ def main():
             grads_det = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=default)
             waves = default.replace(dq_turn_order="wave")      # the deterministic mode's other launch order
             grads_wave = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=waves)
+            own_dq = default.replace(deterministic_dq="kernel")   # the deterministic mode with dQ's own kernel
+            grads_own = runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=own_dq)
             torch.cuda.synchronize()
             ms = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, options=default), **reps)
             ms_det = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True,
                                                                  options=default), **reps)
             ms_wave = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True,
                                                                   options=waves), **reps)
+            ms_own = bench_ms(lambda: runtime.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True,
+                                                                 options=own_dq), **reps)
             ms_fb = bench_ms(lambda: torch.autograd.grad(maskc.attention(qg, kg, vg, bound, options=default),
                                                          (qg, kg, vg), dout), **reps)
 
@@ -162,10 +167,12 @@ def main():
             errs, ok = _against(grads, flex_grads)
             errs_det, ok_det = _against(grads_det, flex_grads)
             errs_wave, ok_wave = _against(grads_wave, flex_grads)
+            errs_own, ok_own = _against(grads_own, flex_grads)
             extra = {"params": w.short_params()}
             record(name, S, "maskc", "bwd", ms, pairs, ok, rel_err_vs_flex=errs, **extra)
             record(name, S, "maskc_det", "bwd", ms_det, pairs, ok_det, rel_err_vs_flex=errs_det)
             record(name, S, "maskc_det_wave", "bwd", ms_wave, pairs, ok_wave, rel_err_vs_flex=errs_wave)
+            record(name, S, "maskc_det_kernel", "bwd", ms_own, pairs, ok_own, rel_err_vs_flex=errs_own)
             if o_flex is not None:
                 ms_flex = bench_ms(lambda: torch.autograd.grad(o_flex, (qg, kg, vg), dout, retain_graph=True), **reps)
                 ms_flex_fb = bench_ms(lambda: torch.autograd.grad(flex(qg, kg, vg, block_mask=bm), (qg, kg, vg), dout),
@@ -219,7 +226,7 @@ def main():
                         del o_c
                     except RuntimeError as exc:
                         print(f"# cuDNN failed: {exc}", flush=True)
-            del bound, o, lse, grads, grads_det, grads_wave
+            del bound, o, lse, grads, grads_det, grads_wave, grads_own
         del q, k, v, dout, qg, kg, vg
         torch.cuda.empty_cache()
 

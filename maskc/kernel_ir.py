@@ -39,6 +39,10 @@ DQ_REDUCTIONS = ("bulk_tile", "red2")
 # the deterministic wgmma_tma backward's launch order, which its dQ turns follow (maskc.runs.ordered_columns):
 # "shortest" first, or "wave": the first wave shortest first and the other columns longest first
 DQ_TURN_ORDERS = ("shortest", "wave")
+# how the deterministic wgmma_tma backward computes dQ (Options.deterministic_dq): "turns" (the dK/dV kernel adds
+# each query block's dQ in turns, in the launch order) or "kernel" (dK/dV without dQ, then its own dQ kernel over
+# the rows' view: two more products per tile, no waiting in turns)
+DETERMINISTIC_DQ = ("turns", "kernel")
 # How the wgmma_tma forward and the backward mask PARTIAL tiles of exact masks with chunked regions
 # (Options.partial_tiles, ForwardPlan.partial_tiles, BackwardSpec.partial_tiles): "bits" (maskc.codegen.tile_bits),
 # "elements" (maskc.codegen.elements), "stored" (the forward reads each PARTIAL tile's visibility words, which a

@@ -28,8 +28,8 @@ from typing import Any, Mapping
 
 from maskc.analysis.order import parse_order
 from maskc.codegen.schedule import Tiles, capability_of
-from maskc.kernel_ir import (BACKWARD_ENGINES, DQ_REDUCTIONS, DQ_TURN_ORDERS, ENGINES, EXP2_EMULATION,
-                             MAX_DESCRIPTOR_BYTES, PARTIAL_TILES)
+from maskc.kernel_ir import (BACKWARD_ENGINES, DETERMINISTIC_DQ, DQ_REDUCTIONS, DQ_TURN_ORDERS, ENGINES,
+                             EXP2_EMULATION, MAX_DESCRIPTOR_BYTES, PARTIAL_TILES)
 
 # variable -> the Options field it sets
 ENVIRONMENT = {
@@ -48,6 +48,7 @@ ENVIRONMENT = {
     "MASKC_PARTIAL_TILES": "partial_tiles",
     "MASKC_EXP2_EMULATION": "exp2_emulation",
     "MASKC_DQ_TURN_ORDER": "dq_turn_order",
+    "MASKC_DETERMINISTIC_DQ": "deterministic_dq",
     "MASKC_LONG_ROWS_FIRST": "long_rows_first",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -91,6 +92,10 @@ class Options:
     # "shortest" (every column shortest first) or "wave" (one wave of CTAs shortest first, then longest first:
     # modelled 0.80x -> 0.97x of the fast mode at 4K, bench/turns_model.py; slower on CLEAR at 32K, run 73)
     dq_turn_order: str = "shortest"
+    # how the deterministic wgmma_tma backward computes dQ (kernel_ir.DETERMINISTIC_DQ): "turns" (in the dK/dV
+    # kernel, each query block's contributions added in launch order) or "kernel" (its own kernel: no waits, two
+    # more products per tile; for masks whose query blocks gather many columns at once, such as CLEAR's text rows)
+    deterministic_dq: str = "turns"
     # the launches in L2 sections of heads (the wgmma_tma forward, the dK/dV kernels outside the deterministic
     # turns) take the rows (columns) that would end well after the last section first, for every head
     # (maskc.runs.front_rows: CLEAR's text rows; modelled 15-19% off its 32K forward and backward). Off (every row
@@ -107,6 +112,7 @@ class Options:
         _check_choice("dQ reduction", self.dq_reduction, DQ_REDUCTIONS)
         _check_choice("partial tiles", self.partial_tiles, PARTIAL_TILES)
         _check_choice("dQ turn order", self.dq_turn_order, DQ_TURN_ORDERS)
+        _check_choice("deterministic dQ", self.deterministic_dq, DETERMINISTIC_DQ)
         if self.exp2_emulation not in EXP2_EMULATION or isinstance(self.exp2_emulation, bool):
             raise ValueError(f"exp2 emulation {self.exp2_emulation!r}: expected one of "
                              f"{', '.join(map(str, EXP2_EMULATION))} (1 column tile in that many; 0: none)")

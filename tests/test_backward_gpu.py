@@ -179,19 +179,21 @@ def test_deterministic_is_bitwise_repeatable(name, S, H):
         assert rel(a.double(), b.double()) <= 1e-2
 
 
-@pytest.mark.parametrize("name,S", [("causal", 4096), ("hstu", 8192), ("document", 2000)])
-def test_deterministic_in_waves_is_bitwise_repeatable(name, S, backward_engine):
-    """Options(dq_turn_order="wave"), the launch order whose first wave goes shortest first and the rest longest
-    first (the turns follow it: no deadlock, whatever stays resident): bitwise equal call after call, and within
-    bf16 tolerance of the fast mode."""
+@pytest.mark.parametrize("variant", [{"dq_turn_order": "wave"}, {"deterministic_dq": "kernel"}], ids=str)
+@pytest.mark.parametrize("name,S", [("causal", 4096), ("hstu", 8192), ("document", 2000), ("clear", 8192)])
+def test_deterministic_variants_are_bitwise_repeatable(name, S, variant, backward_engine):
+    """The deterministic mode's other ways on wgmma_tma: Options(dq_turn_order="wave"), the launch order whose
+    first wave goes shortest first and the rest longest first (the turns follow it: no deadlock, whatever stays
+    resident), and Options(deterministic_dq="kernel"), dQ by its own kernel instead of in turns: bitwise equal call
+    after call, and within bf16 tolerance of the fast mode."""
     if backward_engine != "wgmma_tma":
-        pytest.skip("dQ in turns: the wgmma_tma kernel only")
+        pytest.skip("dQ in turns or by its own kernel: a choice of the wgmma_tma kernel only")
     bound = bind(name, S, seed=9)
     q, k, v, dout = (randn(1, 16, S, 128, dtype="bf16") for _ in range(4))
     o, lse = maskc.attention(q, k, v, bound, return_lse=True)
-    waves = maskc.Options(dq_turn_order="wave")
-    first = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=waves)
-    again = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=waves)
+    options = maskc.Options(**variant)
+    first = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=options)
+    again = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True, options=options)
     fast = maskc.attention_backward(dout, q, k, v, o, lse, bound)
     for a, b, c in zip(first, again, fast):
         assert torch.equal(a, b) and rel(a.double(), c.double()) <= 1e-2

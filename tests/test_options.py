@@ -33,6 +33,7 @@ SETTINGS = [
     ("MASKC_PARTIAL_TILES", "elements", "partial_tiles", "elements"),
     ("MASKC_EXP2_EMULATION", "4", "exp2_emulation", 4),
     ("MASKC_DQ_TURN_ORDER", "wave", "dq_turn_order", "wave"),
+    ("MASKC_DETERMINISTIC_DQ", "kernel", "deterministic_dq", "kernel"),
     ("MASKC_LONG_ROWS_FIRST", "1", "long_rows_first", True),
 ]
 
@@ -66,7 +67,7 @@ def test_switches_read_the_usual_words(word, value):
                                             ("MASKC_ARCH", "sm90"), ("MASKC_BWD_ENGINE", "tma"),
                                             ("MASKC_MAX_DESCRIPTOR_BYTES", "1GiB"), ("MASKC_MAX_DESCRIPTOR_BYTES", "0"),
                                             ("MASKC_TOKEN_ORDER", "patches"), ("MASKC_EXP2_EMULATION", "3"),
-                                            ("MASKC_EXP2_EMULATION", "half")])
+                                            ("MASKC_EXP2_EMULATION", "half"), ("MASKC_DETERMINISTIC_DQ", "own")])
 def test_a_bad_value_is_an_error_that_names_the_variable(variable, value):
     others = {"MASKC_SYNC": "1"} if variable != "MASKC_SYNC" else {}    # a good one beside it is not blamed
     with pytest.raises(ValueError, match=f"^{variable}={value!r}: "):

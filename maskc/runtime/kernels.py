@@ -394,7 +394,8 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         warp_specialized = spec.engine == "wgmma_tma"
         # the deterministic mode on wgmma_tma: dQ added in turns (columns shortest first), else by its own kernel;
         # a mask bound on the device (maskc.DeviceMask) has no turns (the host orders them): its own kernel
-        in_turns = deterministic and spec.dq_in_turns and not hasattr(bound, "build_views")
+        in_turns = (deterministic and spec.dq_in_turns and options.deterministic_dq == "turns"
+                    and not hasattr(bound, "build_views"))
         entry = spec.entry_dkdv_ordered if in_turns else spec.entry_dkdv_det if deterministic else spec.entry_dkdv
         # "wave": the CTAs of the grid's first wave (one per SM, dkdv_sections kv heads to a column) shortest first
         first_wave = -(-sm_count(qo.device) // dkdv_sections) if options.dq_turn_order == "wave" else None
