@@ -15,7 +15,7 @@ import numpy as np
 
 from maskc.errors import BindError
 from maskc.runs import (MAX_TILES, RunBudget, dense_of, front_rows, heaviest_first, ordered_columns, partial_slots,
-                        row_costs, sizes_text, transposed)
+                        row_costs, sizes_text, transposed, turn_section_pairs)
 from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as the IR's users import them)
 
 if TYPE_CHECKING:
@@ -237,6 +237,16 @@ class Descriptor:
             offsets, runs, order = ((self.col_offsets, self.col_runs, self.col_work_order) if transposed
                                     else (self.run_offsets, self.runs, self.work_order))
             cache[key] = front_rows(row_costs(offsets, runs), order, pairs, section_pairs, sms)
+        return cache[key]
+
+    def turn_sections(self, pairs: int, section_pairs: int, sms: int, group: int = 1) -> int:
+        """:func:`maskc.runs.turn_section_pairs` of the column view: the pairs per section of a deterministic
+        backward whose dQ additions take turns, at least ``section_pairs``; remembered per value."""
+        cache = self.__dict__.setdefault("_turn_sections", {})
+        key = (pairs, section_pairs, sms, group)
+        if key not in cache:
+            cache[key] = turn_section_pairs(self.col_offsets, self.col_runs, self.batch, self.n_q_blocks, pairs,
+                                            section_pairs, sms, group)
         return cache[key]
 
     def turns(self, first_wave: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -220,6 +220,22 @@ def partial_slots(offsets: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np
     return starts.astype(np.int32), tiles
 
 
+def _column_steps(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int):
+    """Every step of a column view (CSR of query-block runs per key column), in walking order: ``(column, key,
+    first)``, the step's column and query block key ``b * qt + qb`` (b its batch element), and each run's first step
+    index (length len(runs) + 1)."""
+    cols = len(offsets) - 1
+    col_of_run = np.repeat(np.arange(cols), offsets[1:] - offsets[:-1])
+    lengths = (runs[:, 1] - runs[:, 0]).astype(np.int64)
+    first = np.zeros(len(runs) + 1, np.int64)
+    np.cumsum(lengths, out=first[1:])
+    run_of_step = np.repeat(np.arange(len(runs)), lengths)
+    qb = runs[run_of_step, 0] + (np.arange(int(first[-1])) - first[run_of_step])
+    column = col_of_run[run_of_step]
+    key = (column // max(cols // max(batch, 1), 1)) * qt + qb
+    return column, key, first
+
+
 def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, first_wave: int | None = None):
     """The column view's launch order and dQ turns for a backward whose dQ additions happen in a fixed order
     (deterministic): ``(order, rank_base, ranks)``.
@@ -234,20 +250,14 @@ def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, 
     covers qb): how many of those columns come before it in ``order``. Turns follow the launch order, so a
     column waits only for columns launched before it (no deadlock, whatever stays resident)."""
     cols = len(offsets) - 1
-    col_of_run = np.repeat(np.arange(cols), offsets[1:] - offsets[:-1])
-    lengths = (runs[:, 1] - runs[:, 0]).astype(np.int64)
     order = np.lexsort((-np.arange(cols), row_costs(offsets, runs))).astype(np.int32)
     if first_wave is not None:
         order = np.concatenate([order[:first_wave], order[first_wave:][::-1]])
     position = np.empty(cols, np.int64)
     position[order] = np.arange(cols)
     # one entry per step: (query block key b * qt + qb, the column's position in the order)
-    first = np.zeros(len(runs) + 1, np.int64)
-    np.cumsum(lengths, out=first[1:])
-    run_of_step = np.repeat(np.arange(len(runs)), lengths)
-    qb = runs[run_of_step, 0] + (np.arange(int(first[-1])) - first[run_of_step])
-    key = (col_of_run[run_of_step] // max(cols // max(batch, 1), 1)) * qt + qb
-    by_key = np.lexsort((position[col_of_run[run_of_step]], key))
+    column, key, first = _column_steps(offsets, runs, batch, qt)
+    by_key = np.lexsort((position[column], key))
     starts = np.ones(len(by_key), bool)
     starts[1:] = key[by_key][1:] != key[by_key][:-1]
     group_start = np.maximum.accumulate(np.where(starts, np.arange(len(by_key)), 0))
@@ -255,3 +265,33 @@ def ordered_columns(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, 
     ranks[by_key] = np.arange(len(by_key)) - group_start
     rank_base = (first[:-1] - runs[:, 0]).astype(np.int32)
     return order, rank_base, ranks
+
+
+TURN_HOLD = 1.0
+"""How long a deterministic dQ turn holds its query block, in steps (a step: one column's products over one query
+block): the staged tile's bulk reduce-add, the wait for it to land and the counter the next turn polls. With it a
+list-scheduling model of the turns (bench/turns_model.py) gives CLEAR's deterministic backward at 32K 0.51x the
+fast mode's time, measured 0.54x (run 73); a hold of 0.05 gives 0.96x."""
+
+
+def turn_section_pairs(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, pairs: int, section_pairs: int,
+                       sms: int, group: int = 1) -> int:
+    """How many (batch, head) pairs a deterministic backward whose dQ additions take turns should launch per
+    section: ``section_pairs`` (what the L2 holds), or more where the longest chain of turns would outlast a
+    section.
+
+    Why: a query block's additions happen one after another, each holding it TURN_HOLD steps, so a block that
+    ``chain`` columns add to takes at least ``chain * TURN_HOLD`` steps, while a section of ``s`` pairs lasts about
+    ``s * group * steps / sms`` (``steps``: the view's steps, which a CTA takes once for each of the ``group``
+    query heads of its kv head). Sections run one after another, so where the
+    chains are longer the pairs' chains run one after another too: CLEAR's text rows, which every one of its 256 key
+    columns adds to at 32K against 82 steps per head and SM, made the deterministic backward 0.51x the fast one's
+    speed in the model with one head per section, 0.96x with 4 (bench/NOTES.md, session 15). Widening changes only
+    where work runs: the turns, and so every bit of dQ, stay as they are. Causal, document, sliding windows: the
+    chains fit in a section, nothing changes."""
+    needed = 0
+    if len(runs):
+        _, key, first = _column_steps(offsets, runs, batch, qt)
+        chain, steps = int(np.bincount(key).max()), int(first[-1])
+        needed = -(-int(chain * TURN_HOLD * sms) // max(1, steps * group))
+    return max(1, min(pairs, max(section_pairs, needed)))

@@ -199,6 +199,30 @@ def test_deterministic_variants_are_bitwise_repeatable(name, S, variant, backwar
         assert torch.equal(a, b) and rel(a.double(), c.double()) <= 1e-2
 
 
+def test_deterministic_sections_change_no_bit(monkeypatch, backward_engine):
+    """The benchmark's CLEAR at 16K, 16 heads: its deterministic turns launch in wider sections than the L2's (4 heads
+    against 2: Descriptor.turn_sections, the chains of its text rows); the turns, and so dQ, dK and dV, are bit for
+    bit those of the L2's sections."""
+    if backward_engine != "wgmma_tma":
+        pytest.skip("dQ in turns: the wgmma_tma kernel only")
+    from maskc.kernel_ir import Descriptor
+    from maskc.ordered import token_order
+    from maskc.runtime import kernels
+    from maskc.runtime.state import sm_count
+    S, params = 16384, {"text": 512, "width": 128, "radius": 16}
+    q, k, v, dout = (randn(1, 16, S, 128, dtype="bf16") for _ in range(4))
+    bound = load("clear").bind(seq_len=S, **params)
+    l2 = kernels._l2_section_heads(16, S * (128 * (2 + 2 + 4) + 8), 0)       # as the runtime asks the L2
+    assert token_order(bound).inner.descriptor(64, 128).turn_sections(16, l2, sm_count(0)) > l2
+    o, lse = maskc.attention(q, k, v, bound, return_lse=True)
+    wider = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True)
+    monkeypatch.setattr(Descriptor, "turn_sections", lambda self, pairs, section_pairs, sms, group=1: section_pairs)
+    again = load("clear").bind(seq_len=S, **params)     # a new binding: its plan is made with the L2's sections
+    in_l2_sections = maskc.attention_backward(dout, q, k, v, o, lse, again, deterministic=True)
+    for a, b in zip(wider, in_l2_sections):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_dq_buffers_need_no_zeroed_memory(deterministic):
     """The prep kernel zeroes the fp32 dQ buffer and the dQ turn counters (the runtime allocates them

@@ -396,3 +396,78 @@ def test_long_rows_run_first_where_the_last_section_would_leave_a_tail(name, seq
     assert with_front <= 1.03 * costs.sum() * pairs / sms
     if gain is not None:
         assert _launch_makespan(costs, work, pairs, section, sms, 0) >= gain * with_front
+
+
+@given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 16), st.integers(1, 16),
+       st.integers(1, 200), st.integers(1, 4), st.data())
+def test_turn_sections_outlast_the_longest_chain_of_turns(batch, qt, kt, pairs, section, sms, group, data):
+    """turn_section_pairs against the grid: the fewest pairs per section, at least ``section`` (and at most
+    ``pairs``), whose work on ``sms`` SMs (s * group * steps / sms, steps the visible tiles) lasts as long as the
+    longest chain of turns (the most columns of one batch element that see one query block, TURN_HOLD steps each)."""
+    from maskc.runs import TURN_HOLD, turn_section_pairs
+    classes = np.array(data.draw(st.lists(st.sampled_from([EMPTY, PARTIAL, FULL]), min_size=batch * qt * kt,
+                                          max_size=batch * qt * kt)), np.int8).reshape(batch, qt, kt)
+    offsets, runs = runs_of(classes.transpose(0, 2, 1).reshape(batch * kt, qt))      # the column view
+    chosen = turn_section_pairs(offsets, runs, batch, qt, pairs, section, sms, group)
+    steps = int(np.count_nonzero(classes))
+    chain = int((classes != EMPTY).sum(axis=2).max())
+    outlasts = lambda s: s * group * steps >= chain * TURN_HOLD * sms      # noqa: E731
+    assert 1 <= chosen <= max(1, pairs)
+    if steps == 0:
+        assert chosen == max(1, min(pairs, section))
+    elif chosen < pairs:
+        assert chosen >= section and outlasts(chosen)
+    assert chosen <= section or not outlasts(chosen - 1)
+
+
+def _turns_makespan(columns, order, heads: int, section: int, sms: int, turns: bool) -> float:
+    """When the last CTA of a deterministic backward ends (bench/turns_model.py's model on any column view): one CTA
+    per (column, head), one per SM, launched in sections of ``section`` heads, columns outer in ``order``; a step
+    takes 1, its dQ addition TURN_HOLD after every earlier-launched column of the head has added to that query block
+    (with ``turns``) and after the CTA's own previous addition; a staging tile is free again two steps later."""
+    import heapq
+    from maskc.runs import TURN_HOLD
+    launch = [(h, c) for first in range(0, heads, section) for c in order
+              for h in range(first, min(heads, first + section))]
+    added: dict = {}                    # (head, query block) -> when its last addition landed
+    free, end_all = [0.0] * sms, 0.0
+    for h, c in launch:
+        start = heapq.heappop(free)
+        computed = last_add = add_before = start
+        for qb in columns[c]:
+            computed = max(computed, add_before) + 1.0
+            add = max(computed, added.get((h, qb), 0.0) if turns else 0.0, last_add) + TURN_HOLD
+            added[(h, qb)] = add
+            add_before, last_add = last_add, add
+        end_all = max(end_all, computed, last_add)
+        heapq.heappush(free, max(computed, last_add))
+    return end_all
+
+
+@pytest.mark.parametrize("seq_len,l2_sections", [(16384, 2), (32768, 1)])
+def test_wider_sections_keep_clear_deterministic_backward_near_the_fast_one(seq_len, l2_sections):
+    """CLEAR (the benchmark's, 8 x 16 order, 16 heads, 132 SMs): in the L2's sections the turns of its text rows,
+    which every key column adds to, run head after head and the modelled deterministic backward takes 1.4x (16K) to
+    2x (32K) the fast one's time (measured 1.85x at 32K, run 73); in turn_sections' wider sections within 10%."""
+    from maskc.ordered import token_order
+    bound = token_order(maskc.load(EXAMPLES / "clear.mask").bind(seq_len, text=512, width=128, radius=16), "8x16")
+    desc = bound.inner.descriptor(64, 128)
+    columns = [[qb for r in range(desc.col_offsets[c], desc.col_offsets[c + 1])
+                for qb in range(desc.col_runs[r, 0], desc.col_runs[r, 1])] for c in range(len(desc.col_offsets) - 1)]
+    order = desc.turns()[0]
+    wider = desc.turn_sections(16, l2_sections, 132)
+    assert wider > l2_sections
+    fast = _turns_makespan(columns, desc.col_work_order, 16, l2_sections, 132, turns=False)
+    assert _turns_makespan(columns, order, 16, l2_sections, 132, turns=True) >= 1.35 * fast
+    assert _turns_makespan(columns, order, 16, wider, 132, turns=True) <= 1.1 * fast
+
+
+@pytest.mark.parametrize("name,seq_len,params,l2_sections", [
+    ("causal", 32768, {}, 1), ("causal", 4096, {}, 9), ("sliding_window", 32768, {"window": 1024}, 1),
+    ("document", 32768, {"docs": [2731] * 11 + [2727]}, 1),
+    ("shared_prompt", 32768, {"prompt": 8192, "responses": [6144] * 4}, 1)])
+def test_turn_sections_keep_the_l2_sections_where_chains_are_short(name, seq_len, params, l2_sections):
+    """Masks whose longest chain of turns fits in a section (causal's last query block: 256 columns at 32K against
+    ~500 steps per head and SM) keep the sections the L2 asks for."""
+    desc = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len, **params).descriptor(64, 128)
+    assert desc.turn_sections(16, l2_sections, 132) == l2_sections

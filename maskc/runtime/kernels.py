@@ -397,6 +397,9 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         in_turns = (deterministic and spec.dq_in_turns and options.deterministic_dq == "turns"
                     and not hasattr(bound, "build_views"))
         entry = spec.entry_dkdv_ordered if in_turns else spec.entry_dkdv_det if deterministic else spec.entry_dkdv
+        if in_turns:        # more heads per section where a section would not outlast the longest chain of turns
+            assert isinstance(cols.descriptor, Descriptor)       # turns are the host's (not a DeviceMask's)
+            dkdv_sections = cols.descriptor.turn_sections(Hkv, dkdv_sections, sm_count(qo.device), group)
         # "wave": the CTAs of the grid's first wave (one per SM, dkdv_sections kv heads to a column) shortest first
         first_wave = -(-sm_count(qo.device) // dkdv_sections) if options.dq_turn_order == "wave" else None
         order, rank_base, ranks = (device_turns(bound, block_m, block_n, qo.device, options, first_wave) if in_turns
