@@ -98,9 +98,9 @@ class Options:
     deterministic_dq: str = "turns"
     # the launches in L2 sections of heads (the wgmma_tma forward, the dK/dV kernels outside the deterministic
     # turns) take the rows (columns) that would end well after the last section first, for every head
-    # (maskc.runs.front_rows: CLEAR's text rows; modelled 15-19% off its 32K forward and backward). Off (every row
-    # in its section) until a GPU run has checked it against the sections' order and timed it (bench/NOTES.md)
-    long_rows_first: bool = False
+    # (maskc.runs.front_rows: CLEAR's text rows; measured 1.07x its 32K forward, 1.13x its backward, run 76); the
+    # other masks have no such rows, so nothing changes for them. False: every row in its section
+    long_rows_first: bool = True
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.

@@ -29,7 +29,7 @@ def test_long_rows_first_changes_only_the_launch_order(engine):
     those of the launch with every row in its section; dQ, added by atomics in another order, within rounding."""
     S, H, D = 32768, 16, 128
     inner = token_order(load("clear").bind(seq_len=S, text=512, width=128, radius=16)).inner
-    on, off = Options(backward_engine=engine, long_rows_first=True), Options(backward_engine=engine)
+    on, off = Options(backward_engine=engine), Options(backward_engine=engine, long_rows_first=False)
     shape = SimpleNamespace(shape=(1, H, S, D))
     forward_sections = runtime._l2_heads(shape, 1, H, 0)
     backward_sections = runtime._l2_section_heads(H, S * (D * (2 + 2 + 4) + 8), 0)

@@ -34,7 +34,7 @@ SETTINGS = [
     ("MASKC_EXP2_EMULATION", "4", "exp2_emulation", 4),
     ("MASKC_DQ_TURN_ORDER", "wave", "dq_turn_order", "wave"),
     ("MASKC_DETERMINISTIC_DQ", "kernel", "deterministic_dq", "kernel"),
-    ("MASKC_LONG_ROWS_FIRST", "1", "long_rows_first", True),
+    ("MASKC_LONG_ROWS_FIRST", "0", "long_rows_first", False),
 ]
 
 
