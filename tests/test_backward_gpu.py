@@ -217,8 +217,10 @@ def test_deterministic_sections_change_no_bit(monkeypatch, backward_engine):
     o, lse = maskc.attention(q, k, v, bound, return_lse=True)
     wider = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True)
     monkeypatch.setattr(Descriptor, "turn_sections", lambda self, pairs, section_pairs, sms, group=1: section_pairs)
-    again = load("clear").bind(seq_len=S, **params)     # a new binding: its plan is made with the L2's sections
-    in_l2_sections = maskc.attention_backward(dout, q, k, v, o, lse, again, deterministic=True)
+    # other options (sync: nothing in the kernels), so another plan, made with the L2's sections (a new binding of
+    # the same parameters would share the ordered mask's plans)
+    in_l2_sections = maskc.attention_backward(dout, q, k, v, o, lse, bound, deterministic=True,
+                                              options=maskc.Options.from_environment().replace(sync=True))
     for a, b in zip(wider, in_l2_sections):
         assert torch.equal(a, b)
 
