@@ -2,7 +2,7 @@
 discs: their keys per row are one interval per chunk, and their tile classes exact, against brute force."""
 import numpy as np
 import pytest
-from hypothesis import assume, event, given, settings, strategies as st
+from hypothesis import assume, event, example, given, settings, strategies as st
 
 import maskc
 import maskc.analysis.classify as classify_module
@@ -411,3 +411,109 @@ def test_families_inside_constant_ones_are_dropped(drawn, doubled):
     event(f"several constant intervals in a piece: {len(set(constants)) < len(constants)}")
     event(f"fewer families: {len(expected) < len(rows)}")
     assert got == expected
+
+
+_COLUMN_CHUNKED = {      # the rule beside the columns: windows along image rows (those after t, or from 0), clear's disc
+    "row window": "y(k) == y(q) and x(k) <= x(q) + c",
+    "two rows": "y(k) >= y(q) - 1 and y(k) <= y(q) and x(k) >= x(q) - c",
+    "own row from c": "y(k) == y(q) and x(k) >= c",         # constant over a piece: a column of its own
+    "disc": "(y(q) - y(k)) ** 2 + (x(q) - x(k)) ** 2 < c ** 2",
+    "unaligned window": "k // w == q // w and k % w >= q % w - c",
+    "unaligned rows": "k // w >= q // w - 1 and k // w <= q // w and k % w <= q % w + c",
+}
+_COLUMN_BOUNDS = ["", " and k >= q - c", " and k >= t", " and k <= q", " and k >= t and k <= q", " and k >= t - c",
+                  " and q >= t + c"]     # the last: a guard whose truth changes inside a piece (flagged)
+_COLUMNS = ["q < t", "k < t", "k >= kv_len - c"]
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(sorted(_COLUMN_CHUNKED)), st.sampled_from(_COLUMN_BOUNDS),
+       st.sets(st.sampled_from(_COLUMNS), min_size=1), st.integers(1, 100), st.integers(0, 100), st.integers(2, 16),
+       st.integers(0, 6), st.one_of(st.none(), st.integers(1, 120)), st.tuples(st.integers(4, 24), st.integers(1, 24)))
+@example("unaligned rows", "", {"q < t"}, 4, 3, 2, 0, None, (4, 1))    # a flagged q_block on the column path
+def test_columns_join_the_other_families_blocks(kind, bounds, columns, seq_len, t, w, c, kv_len, shape):
+    """Masks with regions free of q (clear's ``q < t`` and ``k < t``, and ``k >= kv_len - c``: columns, whose
+    blocks piece_runs joins to the other families' at the end) beside a chunked rule whose families lie inside a
+    column, across its end (chunks from 0, not from t), abut it at one end row or at both (a block across the
+    column's end then covered at every row), or lie apart: classes against brute force, and runs bit for bit
+    against the path that drops the families inside the columns; q_blocks that the pieces flag get no runs
+    from them."""
+    t = min(t, seq_len)
+    kv_len = kv_len or seq_len
+    text = f"""
+mask m(t: int, w: int, c: int)
+  let y(i) = (i - t) // w
+  let x(i) = (i - t) % w
+  allow {" or ".join(sorted(columns) + [_COLUMN_CHUNKED[kind] + bounds])}
+"""
+    mask = maskc.compile_mask(text)
+    assume(mask.exact and not mask.ranges.linear)
+    taken = []
+    real, real_runs = piece_tiles._column_apart, classify_module.piece_runs
+
+    def spy(*args):
+        found = real(*args)
+        taken.append(found[0] is not None)
+        return found
+
+    def runs_spy(*args):
+        (q_block, _, _, _), bad = found = real_runs(*args)
+        assert not bad[q_block].any(), "a flagged q_block has runs from the pieces"
+        event(f"flagged q_blocks: {bad.any()}")
+        return found
+    piece_tiles._column_apart, classify_module.piece_runs = spy, runs_spy
+    try:
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, t=t, w=w, c=c)
+        _check_classes(bound, *shape, exact=True)
+    finally:
+        piece_tiles._column_apart, classify_module.piece_runs = real, real_runs
+    event(f"column path: {taken}")
+    piece_tiles._column_apart = lambda *args: (None, None)
+    try:
+        dropped = maskc.compile_mask(text).bind(seq_len=seq_len, kv_len=kv_len, t=t, w=w, c=c).tile_map(*shape)
+    finally:
+        piece_tiles._column_apart = real
+    got = bound.tile_map(*shape)
+    np.testing.assert_array_equal(got.run_offsets, dropped.run_offsets)
+    np.testing.assert_array_equal(got.runs, dropped.runs)
+
+
+@settings(max_examples=600)
+@example([(False, 0, 3, 0, "right"), (False, 0, 2, 0, "constant")], [(0, "around", 0, 3)])  # abuts after one inside
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 4), st.integers(1, 6), st.integers(0, 2),
+                          st.sampled_from(["constant", "right", "left", "emptying"])), min_size=1, max_size=12),
+       st.lists(st.tuples(st.integers(0, 11), st.sampled_from(["after", "before", "from inside", "around"]),
+                          st.integers(0, 2), st.integers(1, 8)), max_size=6))
+def test_families_apart_from_the_column_by_hand(drawn, columns):
+    """_apart against its definition written out: no family's hull across an end of a column interval of its
+    piece (``h0 < end < h1``), none abutting one at both end rows (``ha == hb == lo`` or ``la == lb == hi``).
+    Families of a few pieces with disjoint hulls in hull order, small gaps; column intervals placed 0 to 2 keys
+    after a family's hull, before it, from inside it, or around it (so that ends meet often), disjoint and not
+    adjacent within a piece."""
+    rows, piece, end = [], 0, 0
+    for next_piece, gap, width, inset, form in drawn:
+        piece, end = (piece + 1, 0) if next_piece else (piece, end)
+        h0, h1 = end + gap, end + gap + width
+        end = h1
+        inner = min(inset, width - 1)
+        rows.append({"constant": (piece, h0, h1, h0, h1), "right": (piece, h0, h1 - inner, h0 + inner, h1),
+                     "left": (piece, h0 + inner, h1, h0, h1 - inner), "emptying": (piece, h0, h0, h1, h1)}[form])
+    families = tuple(np.array(x, np.int64) for x in zip(*rows))
+    placed = []
+    for i, where, gap, width in columns:
+        p, la, ha, lb, hb = rows[i % len(rows)]
+        h0, h1 = min(la, lb), max(ha, hb)
+        placed.append({"after": (p, h1 + gap, h1 + gap + width), "before": (p, max(0, h0 - gap - width), h0 - gap),
+                       "from inside": (p, h0 + 1 + gap, h0 + 1 + gap + width),
+                       "around": (p, max(0, h0 - gap), h1 + width % 3)}[where])
+    col: list = []
+    for p, lo, hi in sorted(placed):
+        if lo < hi and not (col and col[-1][0] == p and lo <= col[-1][2]):
+            col.append((p, lo, hi))
+    c_piece, c_lo, c_hi = (np.array(x, np.int64) for x in zip(*col)) if col else (np.zeros(0, np.int64),) * 3
+    across = any(p == q and ((min(la, lb) < lo < max(ha, hb)) or (min(la, lb) < hi < max(ha, hb)))
+                 for p, la, ha, lb, hb in rows for q, lo, hi in col)
+    abuts = any(p == q and (ha == hb == lo or la == lb == hi) for p, la, ha, lb, hb in rows for q, lo, hi in col)
+    event(f"across: {across}, abuts: {abuts}")
+    ordered = piece_tiles._hull_order(families, 100, sort=False)
+    assert piece_tiles._apart(ordered, c_piece, c_lo, c_hi, 100) == (not across and not abuts)

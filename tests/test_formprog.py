@@ -1,10 +1,12 @@
 """maskc/analysis/formprog.py: a mask's forms compiled to numpy steps give RowValues' values."""
+import math
+
 import numpy as np
 from hypothesis import event, given, settings, strategies as st
 
 import maskc
 from maskc.analysis.formprog import Env, OwnerRuns, gathered_at, program_of
-from maskc.analysis.rows import RowValues, k_bound_rows
+from maskc.analysis.rows import RowValues, isqrt, k_bound_rows
 
 from mask_strategies import binding, mask_text
 
@@ -50,3 +52,19 @@ def test_owner_runs_gather_as_the_index_does(counts, points, same, data):
     assert runs.shape == index.shape
     np.testing.assert_array_equal(gathered_at(x, runs), gathered_at(x, index))
     assert gathered_at(np.int64(7), runs) == 7
+
+
+@given(st.integers(-2**62, 2**62), st.one_of(st.integers(0, 300), st.just(2**40)), st.integers(1, 400), st.sampled_from([(1, -1), (-1,), (2, -1)]),
+       st.randoms(use_true_random=False))
+def test_isqrt_is_the_floor_of_the_root_over_narrow_and_wide_ranges(base, spread, count, shape, rnd):
+    """rows.isqrt against math.isqrt (0 below 0): arrays of 1 to 400 values (the table of a narrow range taken past
+    64 values spanning less than a quarter of their count) within ``spread`` of ``base``, anywhere in int64's
+    range (negative ones too), 1-D and 2-D; the value at each position, not only the set of values. A spread of
+    2**40 keys must not take a table (it could not be allocated)."""
+    values = np.array([base + rnd.randint(0, spread) for _ in range(count)], np.int64)
+    values = values.reshape(shape if len(shape) == 1 or count % shape[0] == 0 else (-1,))
+    event(f"narrow: {values.size > 64 and int(values.max()) - int(values.min()) < values.size // 4}")
+    want = np.array([math.isqrt(max(int(v), 0)) for v in values.ravel()], np.int64).reshape(values.shape)
+    got = isqrt(values)
+    assert got.shape == values.shape
+    np.testing.assert_array_equal(got, want)

@@ -175,22 +175,27 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
                block_m: int, block_n: int, budget: int):
     """Tile runs ``(q_block, kv_begin, kv_end, kind)`` of the allow ``regions``' union, exact on every q_block
     not flagged in ``bad`` (bool[QT]; those have no runs here), sorted by q_block and kv_begin, none empty, and
-    ``bad``. See the module docstring."""
+    ``bad``. See the module docstring; a column (:func:`_column_apart`) joins the other families' blocks at the
+    end."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
     ends = last_rows(starts, seq_len)
-    families, bad_piece, cuts, budget, enumerated = _families(regions, make, starts, ends, kv_len, budget)
-    if len(cuts):
-        starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
-                                                 block_m, budget, enumerated)
+    parts, bad_piece, cuts, budget, enumerated = _families(regions, make, starts, ends, kv_len, budget)
+    column, ordered = (None, None) if len(cuts) else _column_apart(parts, len(starts), kv_len)
+    if column is None:
+        families = _joined(parts)
+        if len(cuts):
+            starts, ends, families, bad_piece = _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len,
+                                                     block_m, budget, enumerated)
+        # One region's come sorted, usually all kept; several regions' whose pieces interleave (clear's) are out
+        # of hull order for certain: no check (a choice of path only: the drop keeps what _nothing_covered passes)
+        interleaved = any(len(a[0]) and len(b[0]) and a[0][-1] > b[0][0] for a, b in zip(enumerated, enumerated[1:]))
+        ordered = None if interleaved else _hull_order(families, kv_len, sort=False)
+        if ordered is None or not _nothing_covered(*ordered):
+            piece, la, ha, lb, hb = families
+            ordered = _hull_order(_drop_covered(piece, la, ha, lb, hb, kv_len), kv_len)
     block = starts // block_m
-    # One region's come sorted, usually all kept; several regions' whose pieces interleave (clear's) are out of
-    # hull order for certain: no check (a choice of path only: the drop keeps what _nothing_covered passes)
-    interleaved = any(len(a[0]) and len(b[0]) and a[0][-1] > b[0][0] for a, b in zip(enumerated, enumerated[1:]))
-    ordered = None if interleaved else _hull_order(families, kv_len, sort=False)
-    if ordered is None or not _nothing_covered(*ordered):
-        piece, la, ha, lb, hb = families
-        ordered = _hull_order(_drop_covered(piece, la, ha, lb, hb, kv_len), kv_len)
+    assert ordered is not None
     (piece, la, ha, lb, hb), h0, h1, same = ordered
     bad = np.zeros(qt, bool)
     if not len(piece):                           # no row of any piece sees a key
@@ -220,17 +225,82 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     # disjoint, what it covers
     alone = need.max() == 1
     touched = (block[by_piece[0]], by_piece[1], by_piece[2])
-    if not alone:
-        touched = union(*touched, kt)
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
     if bad.any():
         ok &= ~bad[block[c_piece]]
+    cover = c_piece[ok], k0[ok], k1[ok]
+    if column is not None:
+        # the column's blocks: touched, and covered where whole (it is a chain of its own: none abuts it)
+        p, lo, hi = column
+        if bad.any():
+            keep = ~bad[block[p]]
+            p, lo, hi = p[keep], lo[keep], hi[keep]
+        touched = union(np.concatenate([touched[0], block[p]]), np.concatenate([touched[1], floor_blocks(lo, block_n)]),
+                        np.concatenate([touched[2], ceil_blocks(hi, block_n)]), kt)
+        cover = (np.concatenate([cover[0], p]), np.concatenate([cover[1], ceil_blocks(lo, block_n)]),
+                 np.concatenate([cover[2], np.where(hi >= kv_len, kt, floor_blocks(hi, block_n))]))
+        if not alone:          # a piece's chains inside its column cover its blocks twice: counted once
+            cover = union(*cover, kt)
+    elif not alone:
+        touched = union(*touched, kt)
     if alone:
-        covered = union(block[c_piece[ok]], k0[ok], k1[ok], kt)
+        covered = union(block[cover[0]], cover[1], cover[2], kt)
     else:
-        covered = covered_by_all(block[c_piece[ok]], k0[ok], k1[ok], need, kt)
+        covered = covered_by_all(block[cover[0]], cover[1], cover[2], need, kt)
     return _split_at_covered(touched, covered, kt), bad
+
+
+def _column_apart(parts, pieces: int, kv_len: int):
+    """``(column, ordered)``: where all regions but one have families constant over their piece (a *column*:
+    keys free of q, as clear's ``q < text`` and ``k < text``), the union of those ``(piece, lo, hi)`` (sorted by
+    piece and lo, disjoint, not adjacent) and the other region's families in hull order (:func:`_hull_order`), if
+    none of those crosses an end of a column interval of its piece or abuts one at both end rows
+    (:func:`_apart`); else ``(None, None)``.
+
+    Then a row's keys are its piece's column intervals and the families' intervals, and no block is covered by a
+    column interval and a family together, only by one of them or by a chain of families (one across the
+    interval's end at every row would abut it at both end rows, or cross it): the column's blocks join the
+    others' at the end, touched and covered, instead of its families going through the drop. Families inside a
+    column interval stay (what they touch and cover, it does); one region's families lie in disjoint chunks, so
+    none lies inside another (constant ones that touch join as a chain, as the drop would merge them).
+    Only regions with at most one family a piece on average are tested for constancy (four operations on
+    each): a large region is taken to be no column."""
+    column = [i for i, (owner, la, ha, lb, hb) in enumerate(parts)
+              if 0 < len(owner) <= pieces and ((la == lb) & (ha == hb)).all()]
+    if not column or len(parts) - len(column) != 1:
+        return None, None
+    ordered = _hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
+    if ordered is None or not len(ordered[1]):
+        return None, None
+    piece, lo, hi = (np.concatenate([parts[i][j] for i in column]) for j in range(3))
+    c_piece, c_lo, c_hi = union(piece, lo, hi, kv_len)
+    if not _apart(ordered, c_piece, c_lo, c_hi, kv_len):
+        return None, None
+    return (c_piece, c_lo, c_hi), ordered
+
+
+def _apart(ordered, c_piece, c_lo, c_hi, kv_len: int) -> bool:
+    """Whether no family of ``ordered`` (:func:`_hull_order`; hulls disjoint within a piece where it is not
+    flagged) has a hull across an end of a column interval ``[c_lo, c_hi)`` of its piece (sorted by ``c_piece``
+    and ``c_lo``, disjoint), and none abuts one at both of its piece's end rows (its high ends at ``c_lo``, or its
+    low ends at ``c_hi``). Per column, by search: the last family starting before it (across its start if it ends past it;
+    abutting if both high ends are its start), the last one starting before its end (across that end if it ends
+    past it), the one after (abutting if both low ends are its end)."""
+    (piece, la, ha, lb, hb), h0, h1, _ = ordered
+    width = kv_len + 1
+    key = piece * width + h0
+    n = len(key)
+    before = key.searchsorted(c_piece * width + c_lo) - 1
+    inside = key.searchsorted(c_piece * width + c_hi) - 1
+    after = inside + 1
+    b, i, a = np.maximum(before, 0), np.maximum(inside, 0), np.minimum(after, n - 1)
+    b_here = (before >= 0) & (piece[b] == c_piece)
+    i_here = (inside >= 0) & (piece[i] == c_piece)
+    a_here = (after < n) & (piece[a] == c_piece)
+    across = (b_here & (h1[b] > c_lo)) | (i_here & (h1[i] > c_hi))
+    abuts = (b_here & (ha[b] == c_lo) & (hb[b] == c_lo)) | (a_here & (la[a] == c_hi) & (lb[a] == c_hi))
+    return not (across | abuts).any()
 
 
 def _split_at_covered(touched, covered, kt: int):
@@ -275,11 +345,11 @@ def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: 
 
 
 def _families(regions, make, starts, ends, kv_len: int, budget: int):
-    """The families of the pieces ``[starts, ends]`` (``(piece, lo, hi)`` at the start row, ``(lo, hi)`` at the
-    end row: those non-empty at both, and those that empty inside their piece as ``(piece, h0, h0, h1, h1)``:
-    module docstring), which pieces break a condition, the rows where cutting such a piece
-    may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), the budget left, and each region's
-    enumeration as it came."""
+    """The families of the pieces ``[starts, ends]``, one part per region (``(piece, lo, hi)`` at the start row,
+    ``(lo, hi)`` at the end row: those non-empty at both, and those that empty inside their piece as ``(piece,
+    h0, h0, h1, h1)``: module docstring; :func:`_joined` makes one of them), which pieces break a condition, the
+    rows where cutting such a piece may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), the
+    budget left, and each region's enumeration as it came."""
     bad_piece = np.zeros(len(starts), bool)
     parts, cuts, enumerated = [], [], []
     for region in regions:
@@ -306,8 +376,12 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int):
         parts.append((owner[keep], la, ha, lb, hb))
         proposed = cut[dropped]
         cuts.append(proposed[proposed >= 0])
-    families = parts[0] if len(parts) == 1 else tuple(np.concatenate(x) for x in zip(*parts))
-    return families, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
+    return parts, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
+
+
+def _joined(parts):
+    """The families of several regions' ``parts`` as one (in the regions' order)."""
+    return parts[0] if len(parts) == 1 else tuple(np.concatenate(x) for x in zip(*parts))
 
 
 def _emptying_hulls(found, starts, ends):
@@ -369,7 +443,8 @@ def _cut(regions, make, starts, ends, families, bad_piece, cuts, kv_len: int, bl
     new_ends = np.minimum(ends[whole], last_rows(new_starts, ends[-1] + 1))
     found = _parts_by_interpolation(enumerated, starts, ends, new_starts, new_ends, whole, budget)
     if found is None:
-        found, new_bad, _, _, _ = _families(regions, make, new_starts, new_ends, kv_len, budget)
+        parts, new_bad, _, _, _ = _families(regions, make, new_starts, new_ends, kv_len, budget)
+        found = _joined(parts)
     else:
         found, new_bad = found
     keep = ~again

@@ -64,7 +64,17 @@ class _Scalars:
 
 
 def isqrt(values):
-    """The floor of the square root of each value, exactly (negative values give 0)."""
+    """The floor of the square root of each value, exactly (negative values give 0). Many values over a narrow
+    range (a disc's radius per chunk: one of few row distances each) take the roots of that range, gathered."""
+    v = np.asarray(values)
+    if v.size > 64:
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < v.size // 4:
+            return _isqrt(np.arange(lo, hi + 1))[v - lo]
+    return _isqrt(values)
+
+
+def _isqrt(values):
     v = np.maximum(values, 0)
     r = np.sqrt(np.asarray(v, np.float64)).astype(np.int64)
     # float64's square root is within 2**-20 of the truth below 2**62: r is off by one at most
