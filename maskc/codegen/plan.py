@@ -234,7 +234,8 @@ def shared_bytes(spec: KernelSpec, regions: tuple[int, int] | None, roots: int =
     tile = lambda rows: 2 * rows * spec.head_dim   # noqa: E731  (16-bit elements)
     if spec.engine == "wgmma_tma":
         q_and_o = tile(spec.block_m) * (1 if spec.head_dim == 256 else 2)
-        barriers = 8 * (2 + 4 * KV_STAGES) + 8         # mbarriers and the work-item mailbox
+        # mbarriers, the work-item mailbox and a word per consumer warp (the softmax's sink)
+        barriers = 8 * (2 + 4 * KV_STAGES) + 8 + 4 * spec.num_warps
         return q_and_o + 2 * KV_STAGES * tile(spec.block_n) + barriers + table + 1024   # + alignment slack
     return tile(spec.block_m) + 4 * tile(spec.block_n) + table      # Q, two stages of K and V
 
