@@ -192,8 +192,10 @@ def stored_bytes(desc: Descriptor, transposed: bool = False) -> int:
 def tma_registers(spec: KernelSpec) -> tuple[int, int]:
     """wgmma_tma's (producer, consumer) registers per thread after setmaxnreg, the fewest spills ptxas
     reported among the splits of the register file tried (NVRTC 13.0): two warpgroups 56 / 224 (no spills at
-    D <= 128; the producer spills below 56), 24 / 240 at D = 256 (the consumers spill 8-64 bytes: O alone
-    takes 128 registers); three warpgroups 32 / 160 (D = 64: 0-12 bytes)."""
+    D <= 128; when chosen the producer spilled below 56, and today's kernels compile without spills at FA3's
+    24 / 240 too: run 82 timed that split on causal without a settled gain, bench/NOTES.md session 16), 24 / 240
+    at D = 256 (the consumers spill 8-64 bytes: O alone takes 128 registers); three warpgroups 32 / 160 (D = 64:
+    0-12 bytes)."""
     if spec.num_warps == 12:
         return 32, 160
     return (24, 240) if spec.head_dim == 256 else (56, 224)
