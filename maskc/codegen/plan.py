@@ -193,7 +193,7 @@ def tma_registers(spec: KernelSpec) -> tuple[int, int]:
     """wgmma_tma's (producer, consumer) registers per thread after setmaxnreg, the fewest spills ptxas
     reported among the splits of the register file tried (NVRTC 13.0): two warpgroups 56 / 224 (no spills at
     D <= 128; when chosen the producer spilled below 56, and today's kernels compile without spills at FA3's
-    24 / 240 too: run 82 timed that split on causal without a settled gain, bench/NOTES.md session 16), 24 / 240
+    24 / 240 too, which run 85 measured 1.0-3.9% slower than 56 / 224: bench/NOTES.md session 16), 24 / 240
     at D = 256 (the consumers spill 8-64 bytes: O alone takes 128 registers); three warpgroups 32 / 160 (D = 64:
     0-12 bytes)."""
     if spec.num_warps == 12:
