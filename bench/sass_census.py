@@ -8,8 +8,9 @@ exponentials (MUFU.EX2) that come after one before the next product is issued ar
 the tensor cores instead of running beside them (bench/NOTES.md, session 16: the forward's overlapped pipeline
 lost its overlap that way until ``softmax_before_wait``).
 
-Toolchains: ``nvrtc`` (default; the CPU machine's): NVRTC to PTX, then ``ptxas`` and ``nvdisasm`` from the PATH
-or the ``nvidia-cuda-nvdisasm`` wheel; ``nvcc``: nvcc and cuobjdump (the GPU machine has them).
+Toolchains: ``nvrtc`` (default; the CPU machine's): maskc's own build (NVRTC, ptxas's report in its log), then
+``nvdisasm`` from the PATH or the ``nvidia-cuda-nvdisasm`` wheel (the test extra's); ``nvcc``: nvcc and cuobjdump
+(the GPU machine has them).
 
     python bench/sass_census.py [causal softcap ...] [--head-dim 128] [--backward] [--engines ...]
         [--toolchain nvrtc|nvcc] [--out DIR]
@@ -17,8 +18,8 @@ or the ``nvidia-cuda-nvdisasm`` wheel; ``nvcc``: nvcc and cuobjdump (the GPU mac
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
+import struct
 import shutil
 import subprocess
 import sys
@@ -65,19 +66,27 @@ def build(src, base: Path, toolchain: str) -> tuple[str, str]:
         run = subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", str(cubin),
                               str(base.with_suffix(".cu"))], capture_output=True, text=True)
         report = run.stderr
+        if run.returncode:
+            raise RuntimeError(report[-500:])
         sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True).stdout
     else:
-        ptx_src = dataclasses.replace(src, options=tuple(o.replace("sm_90a", "compute_90a") for o in src.options))
-        ptx = base.with_suffix(".ptx")
-        ptx.write_bytes(compile_with_log(ptx_src)[0])
-        run = subprocess.run([tool("ptxas") or "ptxas", "-arch=sm_90a", "-v", "-o", str(cubin), str(ptx)],
-                             capture_output=True, text=True)
-        report = run.stderr
-        sass = subprocess.run([tool("nvdisasm") or "nvdisasm", "-c", str(cubin)], capture_output=True, text=True).stdout
-    if run.returncode:
-        raise RuntimeError(report[-500:])
+        binary, report = compile_with_log(src, ("--ptxas-options=-v",))
+        cubin.write_bytes(whole_elf(binary))
+        run = subprocess.run([tool("nvdisasm") or "nvdisasm", "-c", str(cubin)], capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(run.stderr[-500:])
+        sass = run.stdout
     base.with_suffix(".sass").write_text(sass)
     return sass, report
+
+
+def whole_elf(binary: bytes) -> bytes:
+    """The cubin padded to the end its ELF header declares: CuPy's NVRTC binding returns it one byte short (as if
+    it dropped a string's trailing NUL), which the driver loads but nvdisasm refuses as an invalid ELF file."""
+    ph_offset, sh_offset = struct.unpack_from("<QQ", binary, 0x20)
+    ph_size, ph_count, sh_size, sh_count = struct.unpack_from("<HHHH", binary, 0x36)
+    end = max(ph_offset + ph_size * ph_count, sh_offset + sh_size * sh_count)
+    return binary + bytes(max(0, end - len(binary)))
 
 
 def by_entry(sass: str) -> dict[str, list[tuple[str, str]]]:
