@@ -3,9 +3,11 @@ told otherwise; a few launches, so that ``ncu --launch-skip`` can pass the warm-
 backward from a stored forward (maskc: ``attention_backward``; FA4: ``torch.autograd.grad`` of its output).
 
     ncu ... python bench/profile_case.py maskc|fa4 [--seq-len 32768] [--head-dim 128] [--mask causal] [--backward]
-        [--token-order raster|auto|8x16] [--partial-tiles auto|bits|elements]
+        [--token-order raster|auto|8x16] [--partial-tiles auto|bits|elements] [--templates DIR[:P-C]]
 
 ``--token-order``: maskc's kernels in that order on inputs already in it (the order's kernel alone, no gathers).
+``--templates``: maskc's kernels rendered from a variant's templates (bench/template_ab.py's NAME=DIR[:P-C] form
+without the name), so that ncu can count a variant's cycles against main's in two processes.
 """
 import argparse
 import sys
@@ -26,7 +28,12 @@ ap.add_argument("--backward", action="store_true", help="profile the backward (t
 ap.add_argument("--token-order", default="raster", help="maskc: run in this order, inputs already in it")
 ap.add_argument("--partial-tiles", default="auto", choices=("auto", "bits", "elements"),
                 help="maskc: how PARTIAL tiles of exact chunked masks are masked (Options.partial_tiles)")
+ap.add_argument("--templates", default=None, help="maskc: a template variant's directory (DIR or DIR:P-C)")
 args = ap.parse_args()
+if args.templates:
+    from template_ab import use_variant
+
+    use_variant(args.templates)
 w = W.workload(args.mask, args.seq_len)
 q, k, v = (torch.randn(1, 16, args.seq_len, args.head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 if args.who == "maskc":
