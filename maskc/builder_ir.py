@@ -53,7 +53,7 @@ class BuilderSpec:
     window: int = 4096          # key blocks a row-block CTA counts at once (9 bytes of shared memory each)
 
     # the kernels, in launch order (templates/descriptor_kernels.cu.j2 says what each does)
-    ROLES: ClassVar[tuple[str, ...]] = ("validate", "rows_count", "rows_write", "cols_count", "cols_write", "order")
+    ROLES: ClassVar[tuple[str, ...]] = ("validate", "rows", "cols", "order")
 
     def entry_for(self, role: str) -> str:
         """The entry point of one of ``ROLES``: ``maskc_<role>_<mask>``."""
@@ -62,7 +62,7 @@ class BuilderSpec:
 
     @property
     def entry(self) -> str:
-        return self.entry_for("rows_count")
+        return self.entry_for("rows")
 
     @property
     def entries(self) -> tuple[str, ...]:

@@ -188,12 +188,13 @@ class DeviceMask:
     def _capacity(self, block_m: int, block_n: int, heads: int) -> tuple[int, int]:
         """Runs each view holds: from ``max_bytes`` (half each), else enough for a few runs per slot of every
         row and head plus a few per segment (exact masks rarely need more; past it, see :meth:`check`)."""
+        from maskc.runtime.device_builder import fixed_bytes
+
         rows = self.batch * -(-self.seq_len // block_m)
         cols = self.batch * -(-self.kv_len // block_n)
-        fixed = lambda n: 28 * n + 20              # noqa: E731  (counts, costs, hulls, offsets, order; info)
         if self.max_bytes is not None:
-            caps = tuple(min((self.max_bytes // 2 - fixed(n)) // RUN_BYTES, MAX_RUNS) for n in (rows, cols))
-            need = 2 * (fixed(max(rows, cols)) + RUN_BYTES * max(rows, cols))
+            caps = tuple(min((self.max_bytes // 2 - fixed_bytes(n)) // RUN_BYTES, MAX_RUNS) for n in (rows, cols))
+            need = 2 * (fixed_bytes(max(rows, cols)) + RUN_BYTES * max(rows, cols))
             if min(c - n for c, n in zip(caps, (rows, cols))) < 0:
                 raise BindError(f"max_bytes = {self.max_bytes} leaves no room for one run per row block and column "
                                 f"at {block_m} x {block_n} tiles (at least {need} bytes)")

@@ -98,8 +98,7 @@ def row_block(slots_of, q0, rows, heads, kv_len, block_n, kt, window):
 
 
 def scan(counts, hulls, cap):
-    """maskc_finish_view, the count kernel's last CTA: (offsets, kept, costs of the rows past kept replaced by
-    their hull's)."""
+    """maskc_finish_view (maskc_overflow_view past the capacity), the view kernel's last CTA: (offsets, kept)."""
     counts = np.asarray(counts, np.int64)
     live = np.array([a < b for a, b in hulls], np.int64)
     kept = len(counts)

@@ -75,7 +75,7 @@ def test_builder_reads_every_region_interval_of_the_predicate(name):
     assert [c.name for c in spec.segments] == segments
     assert src.count("maskc_bad_segments(mask + mask[") == len(segments)
     assert set(spec.entries) == {f"maskc_{k}_{spec.mask_name}" for k in
-                                 ("validate", "rows_count", "rows_write", "cols_count", "cols_write", "order")}
+                                 ("validate", "rows", "cols", "order")}
     assert all(f'extern "C" __global__' in src.split(entry)[0][-200:] for entry in spec.entries)
 
 

@@ -25,6 +25,7 @@ import torch  # noqa: E402
 
 import maskc  # noqa: E402
 from maskc.errors import MaskError  # noqa: E402
+from maskc.runtime.device_builder import fixed_bytes  # noqa: E402
 from gpu_support import randn, rel  # noqa: E402
 from mask_strategies import binding, mask_text  # noqa: E402
 
@@ -227,7 +228,7 @@ def test_a_full_run_buffer_is_flagged_and_attention_stays_right():
     check() says so, and forward and backward are still the mask's (the predicate masks the PARTIAL tiles)."""
     mask = load("causal")
     # half of it per view; at 64 x 128 tiles the row view has 8 row blocks: room for 8 runs where causal has 14
-    dm = mask.bind_on_device(512, max_bytes=2 * (28 * 8 + 20 + 12 * 8))
+    dm = mask.bind_on_device(512, max_bytes=2 * (fixed_bytes(8) + 12 * 8))
     got = dm.descriptor_arrays(64, 128)
     # row blocks 0 and 1 keep their one run (then 6 hull runs fill the 8), the six others get one PARTIAL hull run
     assert got["info"].tolist()[:3] == [2, 8, 1], got["info"]
