@@ -114,6 +114,27 @@ def test_updates_on_the_device_match_the_host(name):
         check_against_host(dm, ((128, 128), (64, 128), (16, 16)), f"{name} step {step}")
 
 
+@pytest.mark.parametrize("name", ["document", "hstu", "shared_prompt"])
+def test_rebuilt_views_of_many_tiles_match_the_host_every_time(name):
+    """Each view is one kernel whose CTAs find where their runs go by looking back over the tiles before them
+    (maskc_lookback) and whose last CTA completes the view: run it many times on views of 90-750 tiles, with new
+    values each time (so new run counts), and every array must be the host's each time, including the look-back's
+    reach past 32 tiles and the words it leaves zeroed for the next launch."""
+    mask, rng = load(name), np.random.default_rng(13)
+    seq_len = 6000
+    first = batch_params(mask, name, seq_len, rng, 2)
+    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
+    dm = mask.bind_on_device(seq_len, **kw, max_segments=8, **first)
+    for step in range(6):
+        new = batch_params(mask, name, seq_len, rng, 2)
+        new = {k: v for k, v in new.items() if k not in kw and not mask.resolved.param(k).const}
+        ragged = {k: v for k, v in new.items() if mask.resolved.param(k).kind in ("segments", "per")}
+        tensors = {k: torch.as_tensor(np.asarray(v), device="cuda") for k, v in new.items() if k not in ragged}
+        for _ in range(2):      # twice per value: the second build starts from the first one's zeroed words
+            dm.update(**ragged, **tensors)
+            check_against_host(dm, ((16, 16), (32, 32), (128, 128)), f"{name} step {step}")
+
+
 def test_long_sequences_and_windows_of_key_blocks():
     """Past 4096 key blocks a row block is counted a window at a time (16-key blocks at 100K keys: two
     windows); past 256 rows (or columns) a view's work order comes from the rank kernel, not its count kernel's
