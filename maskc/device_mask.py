@@ -193,7 +193,9 @@ class DeviceMask:
         rows = self.batch * -(-self.seq_len // block_m)
         cols = self.batch * -(-self.kv_len // block_n)
         if self.max_bytes is not None:
-            caps = tuple(min((self.max_bytes // 2 - fixed_bytes(n)) // RUN_BYTES, MAX_RUNS) for n in (rows, cols))
+            half = self.max_bytes // 2
+            row_cap, col_cap = (min((half - fixed_bytes(n)) // RUN_BYTES, MAX_RUNS) for n in (rows, cols))
+            caps = (row_cap, col_cap)
             need = 2 * (fixed_bytes(max(rows, cols)) + RUN_BYTES * max(rows, cols))
             if min(c - n for c, n in zip(caps, (rows, cols))) < 0:
                 raise BindError(f"max_bytes = {self.max_bytes} leaves no room for one run per row block and column "
@@ -201,7 +203,8 @@ class DeviceMask:
             return caps
         slots = len(self.mask.ranges.allow) + len(self.mask.ranges.deny)
         segments = self.batch * sum(self.capacity.values())
-        return tuple(min(n * 3 * (slots * heads + 1) + 6 * segments + 16, MAX_RUNS) for n in (rows, cols))
+        row_cap, col_cap = (min(n * 3 * (slots * heads + 1) + 6 * segments + 16, MAX_RUNS) for n in (rows, cols))
+        return row_cap, col_cap
 
     def build_views(self, views, stream: int) -> None:
         """Bring the descriptor views ``views`` ((block_m, block_n, transposed), ...) to the current values,
