@@ -96,21 +96,27 @@ def test_every_example_matches_the_host(name):
             assert dm.status()["segments"] == [] and dm.status()["requires"] == []
 
 
+def random_updates(name: str, seed: int, seq_len: int, max_segments: int, steps: int):
+    """A device mask of example ``name`` (two batch elements) and, each step, new random values for it as update()
+    takes them (segments and per-segment arrays as lists, the others as GPU tensors): yields (dm, step, values)."""
+    mask, rng = load(name), np.random.default_rng(seed)
+    first = batch_params(mask, name, seq_len, rng, 2)
+    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
+    dm = mask.bind_on_device(seq_len, **kw, max_segments=max_segments, **first)
+    for step in range(steps):
+        new = batch_params(mask, name, seq_len, rng, 2)
+        new = {k: v for k, v in new.items() if k not in kw and not mask.resolved.param(k).const}
+        ragged = {k: v for k, v in new.items() if mask.resolved.param(k).kind in ("segments", "per")}
+        yield dm, step, {**ragged, **{k: torch.as_tensor(np.asarray(v), device="cuda") for k, v in new.items()
+                                      if k not in ragged}}
+
+
 @pytest.mark.parametrize("name", ["document", "hstu", "shared_prompt", "cross_images", "per_head_window",
                                   "sliding_window", "block_diffusion"])
 def test_updates_on_the_device_match_the_host(name):
     """New values every step, written as tensors on the GPU: each step's descriptor is the host's of them."""
-    mask, rng = load(name), np.random.default_rng(12)
-    seq_len = 3000
-    first = batch_params(mask, name, seq_len, rng, 2)
-    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
-    dm = mask.bind_on_device(seq_len, **kw, max_segments=6, **first)
-    for step in range(5):
-        new = batch_params(mask, name, seq_len, rng, 2)
-        new = {k: v for k, v in new.items() if k not in kw and not mask.resolved.param(k).const}
-        ragged = {k: v for k, v in new.items() if mask.resolved.param(k).kind in ("segments", "per")}
-        dm.update(**ragged, **{k: torch.as_tensor(np.asarray(v), device="cuda") for k, v in new.items()
-                               if k not in ragged})
+    for dm, step, values in random_updates(name, 12, 3000, 6, 5):
+        dm.update(**values)
         check_against_host(dm, ((128, 128), (64, 128), (16, 16)), f"{name} step {step}")
 
 
@@ -120,18 +126,9 @@ def test_rebuilt_views_of_many_tiles_match_the_host_every_time(name):
     (maskc_lookback) and whose last CTA completes the view: run it many times on views of 90-750 tiles, with new
     values each time (so new run counts), and every array must be the host's each time, including the look-back's
     reach past 32 tiles and the words it leaves zeroed for the next launch."""
-    mask, rng = load(name), np.random.default_rng(13)
-    seq_len = 6000
-    first = batch_params(mask, name, seq_len, rng, 2)
-    kw = {k: first.pop(k) for k in ("num_heads", "kv_len") if k in first}
-    dm = mask.bind_on_device(seq_len, **kw, max_segments=8, **first)
-    for step in range(6):
-        new = batch_params(mask, name, seq_len, rng, 2)
-        new = {k: v for k, v in new.items() if k not in kw and not mask.resolved.param(k).const}
-        ragged = {k: v for k, v in new.items() if mask.resolved.param(k).kind in ("segments", "per")}
-        tensors = {k: torch.as_tensor(np.asarray(v), device="cuda") for k, v in new.items() if k not in ragged}
+    for dm, step, values in random_updates(name, 13, 6000, 8, 6):
         for _ in range(2):      # twice per value: the second build starts from the first one's zeroed words
-            dm.update(**ragged, **tensors)
+            dm.update(**values)
             check_against_host(dm, ((16, 16), (32, 32), (128, 128)), f"{name} step {step}")
 
 
