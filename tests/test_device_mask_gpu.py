@@ -134,7 +134,7 @@ def test_rebuilt_views_of_many_tiles_match_the_host_every_time(name):
 
 def test_long_sequences_and_windows_of_key_blocks():
     """Past 4096 key blocks a row block is counted a window at a time (16-key blocks at 100K keys: two
-    windows); past 256 rows (or columns) a view's work order comes from the rank kernel, not its count kernel's
+    windows); past 256 rows (or columns) a view's work order comes from the rank kernel, not its view kernel's
     last CTA, and past 65,536 from torch.sort (1-row blocks);
     and 128K tokens at 128 x 128."""
     for name, params in (("causal", {}), ("document", {"docs": [40000, 1, 59999]}),

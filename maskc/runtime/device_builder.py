@@ -26,7 +26,7 @@ COL_WARPS = 8               # the template's columns per CTA
 # A view's bytes besides its runs, per row (counts 4, costs 8, hulls 8, offsets 4, order 4, a look-back word 8:
 # the row view's tiles are its rows, the column view's COL_WARPS columns) and per view (info 5 ints, offsets' end).
 ROW_BYTES, VIEW_BYTES = 36, 24
-# Views the count kernel does not order (_fuses_order): up to this many rows the rank kernel (O(n^2) over the grid),
+# Views their own kernel does not order (_fuses_order): up to this many rows the rank kernel (O(n^2) over the grid),
 # past it torch.sort.
 RANK_ORDER_ROWS = 1 << 16
 
@@ -144,7 +144,7 @@ class DescriptorBuilder:
         return (view.capacity, view.cp["lookback"], view.cp["info"], view.cp["order"], int(self._fuses_order(view)))
 
     def _order_plan(self, view: View) -> list[PackedLaunch]:
-        """The rank kernel's launch for the view's work order, or none where the count kernel or torch.sort does
+        """The rank kernel's launch for the view's work order, or none where the view kernel or torch.sort does
         it (``build``)."""
         if self._fuses_order(view) or view.rows > RANK_ORDER_ROWS:
             return []
