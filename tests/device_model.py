@@ -2,7 +2,9 @@
 CPU tests check the algorithm (windows and their carries, run starts paired with run ends, the capacity rule, the
 column sweep 32 q_blocks at a time) against the host's descriptor before a GPU runs the CUDA. Each function names
 the kernel it models; the per-thread chunks and block scans of the CUDA are sums here. Row intervals come from
-the host's region analysis (maskc.analysis.intervals.region_ends), which the predicate's mask_row computes too."""
+the host's region analysis (maskc.analysis.intervals.region_ends), which the predicate's mask_row computes too.
+The last part models how one kernel per view puts the rows' runs in place: the decoupled look-back under random
+interleavings of its tiles and lanes, the last CTA's rewrite past the capacity, the work order's 32-bit keys."""
 from __future__ import annotations
 
 import numpy as np
@@ -187,3 +189,82 @@ def build(bound, block_m, block_n, window=4096, caps=(10 ** 9, 10 ** 9)):
     col_offsets, col_runs, col_order, col_kept = view(cols, caps[1])
     return {"run_offsets": offsets, "runs": runs, "work_order": order, "col_offsets": col_offsets,
             "col_runs": col_runs, "col_work_order": col_order, "kept": (kept, col_kept)}
+
+
+# -- the one-pass view kernels' protocol (maskc_rows_ / maskc_cols_): tiles, look-back, last CTA --------------
+
+NOT_YET, AGGREGATE, INCLUSIVE = 0, 1, 2
+
+
+def lookback_prefixes(counts, rng, lanes=32):
+    """maskc_lookback for every tile under one random interleaving: tiles (taken in ticket order 0, 1, ...) count
+    at their own pace, publish AGGREGATE | count, then read their predecessors' words ``lanes`` at a time, nearest
+    first, each lane at its own moment once its word is published (a lane sees the word's state then), stop at the
+    nearest INCLUSIVE, and publish INCLUSIVE | prefix. Returns each tile's exclusive prefix; fails if no tile can
+    move while some are unfinished (a deadlock)."""
+    n = len(counts)
+    words = [(NOT_YET, 0)] * n
+    state = [("count",)] * n          # ("count",) | ("look", look, before, seen {lane: word}) | ("done", before)
+    while any(s[0] != "done" for s in state):
+        movable = [t for t in range(n) if state[t][0] == "count" or (
+            state[t][0] == "look" and any(words[state[t][1] - lane][0] != NOT_YET
+                                          for lane in range(lanes) if state[t][1] - lane >= 0
+                                          and lane not in state[t][3]))
+            or (state[t][0] == "look" and len(state[t][3]) == sum(state[t][1] - lane >= 0 for lane in range(lanes)))]
+        assert movable, "every unfinished tile waits: a deadlock"
+        t = int(rng.choice(movable))
+        if state[t][0] == "count":
+            words[t] = (INCLUSIVE, counts[t]) if t == 0 else (AGGREGATE, counts[t])
+            state[t] = ("done", 0) if t == 0 else ("look", t - 1, 0, {})
+            continue
+        _, look, before, seen = state[t]
+        pending = [lane for lane in range(lanes) if look - lane >= 0 and lane not in seen]
+        ready = [lane for lane in pending if words[look - lane][0] != NOT_YET]
+        if ready:                        # one lane reads its word now
+            lane = int(rng.choice(ready))
+            state[t] = ("look", look, before, {**seen, lane: words[look - lane]})
+            continue
+        flags = [seen.get(lane, (INCLUSIVE, 0)) for lane in range(lanes)]   # lanes before tile 0: an inclusive 0
+        nearest = next((lane for lane, (flag, _) in enumerate(flags) if flag == INCLUSIVE), lanes - 1)
+        before += sum(value for _, value in flags[:nearest + 1])
+        if flags[nearest][0] == INCLUSIVE:
+            words[t] = (INCLUSIVE, before + counts[t])
+            state[t] = ("done", before)
+        else:
+            state[t] = ("look", look - lanes, before, {})
+    return [s[1] for s in state]
+
+
+def one_pass_view(items, cap, rng, lanes=32):
+    """A view as the one-pass kernel builds it (maskc_rows_ with maskc_finish_view): each row's runs written at
+    its look-back prefix where they fit in ``cap`` (rows past it write nothing), then, past the capacity, the last
+    CTA's rewrite (maskc_overflow_view: offsets from the kept prefix, one PARTIAL run over the hull of each row past
+    it). Unwritten slots hold -1. Returns (offsets, runs written up to the view's end, kept)."""
+    counts = [len(r) for r, _, _ in items]
+    starts = lookback_prefixes(counts, rng, lanes)
+    assert starts == list(np.cumsum([0] + counts[:-1])), "the look-back's prefixes are the exclusive sums"
+    buffer = np.full((max(cap, 0), 3), -1, np.int64)
+    for (runs, _, _), at in zip(items, starts):
+        if runs and at + len(runs) <= cap:
+            buffer[at:at + len(runs)] = runs
+    total = sum(counts)
+    offsets, kept = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32), len(items)
+    if total > cap:
+        offsets, kept = scan(counts, [h for _, _, h in items], cap)
+        for r in range(kept, len(items)):
+            a, b = items[r][2]
+            if a < b:
+                buffer[offsets[r]] = (a, b, PARTIAL)
+    return offsets, buffer[:offsets[-1]], kept
+
+
+def rank_keys(costs):
+    """maskc_rank_rows: the work order of at most 256 rows from 32-bit keys cost << 8 | 255 - r (every cost below
+    2^23): row r at the number of keys above its own."""
+    costs = np.asarray(costs, np.int64)
+    assert len(costs) <= 256 and np.all(costs < 1 << 23)
+    keys = (costs << 8) | (255 - np.arange(len(costs)))
+    order = np.full(len(costs), -1, np.int32)
+    for r, key in enumerate(keys):
+        order[int((keys > key).sum())] = r
+    return order

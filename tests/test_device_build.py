@@ -17,7 +17,7 @@ from maskc.codegen.descriptor_build import builder_spec, emit_descriptor_builder
 from maskc.codegen.predicate import pack_mask_data
 from maskc.codegen.schedule import ARCHES
 from maskc.errors import MaskError
-from maskc.kernel_ir import EMPTY, FULL
+from maskc.kernel_ir import EMPTY, FULL, PARTIAL
 
 import device_model
 from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params
@@ -410,3 +410,41 @@ def test_torch_compile_takes_new_values_every_step_without_recompiling(backend):
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     assert not counters["recompiles"] and not counters["graph_break"], (dict(counters["recompiles"]),
                                                                          dict(counters["graph_break"]))
+
+
+# -- the one-pass view kernels' protocol, modelled ------------------------------------------------------------
+
+@given(counts=st.lists(st.integers(0, 4), min_size=1, max_size=80), seed=st.integers(0, 10 ** 6),
+       lanes=st.sampled_from([1, 2, 32]))
+def test_lookback_gives_every_tile_its_prefix_in_any_interleaving(counts, seed, lanes):
+    """maskc_lookback, tiles at random relative speeds and each lane reading at its own moment: every tile's
+    prefix is the sum of the counts before it, and some tile can always move (lookback_prefixes asserts both;
+    lanes 1 and 2 make many tiles look back over more than one window of predecessors)."""
+    got = device_model.lookback_prefixes(counts, np.random.default_rng(seed), lanes)
+    assert got == [sum(counts[:t]) for t in range(len(counts))]
+
+
+@given(rows=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 9)), min_size=1, max_size=40),
+       cap=st.integers(0, 60), seed=st.integers(0, 10 ** 6))
+def test_one_pass_view_is_the_two_pass_view(rows, cap, seed):
+    """The one-pass kernel (runs written at their look-back prefix where they fit, then the last CTA's rewrite past
+    the capacity) leaves the arrays the two-pass kernels did (device_model.view: the host's rule), whatever runs
+    the rows that end up past the kept prefix wrote first."""
+    items = []
+    for r, (count, lo) in enumerate(rows):   # a row's runs: distinct contents, and a hull exactly when it has runs
+        runs = [(lo + 3 * i, lo + 3 * i + 2, FULL if i % 2 else PARTIAL) for i in range(count)]
+        items.append((runs, 5 * count, (lo, lo + 3 * count) if count else (0, 0)))
+    if cap < sum(1 for r, _, _ in items if r):
+        assume(False)                            # DeviceMask._capacity leaves room for one run per row at least
+    offsets, runs, kept = device_model.one_pass_view(items, cap, np.random.default_rng(seed))
+    want_offsets, want_runs, _, want_kept = device_model.view(items, cap)
+    assert kept == want_kept
+    assert np.array_equal(offsets, want_offsets)
+    assert np.array_equal(runs, want_runs.astype(np.int64))
+
+
+@given(costs=st.lists(st.integers(0, (1 << 23) - 1) | st.integers(0, 6), min_size=1, max_size=256))
+def test_rank_keys_give_the_hosts_order(costs):
+    """maskc_rank_rows' 32-bit keys order rows as the host's lexsort((arange, -cost)) does (rank_order: heavier
+    first, ties by index), small costs drawn often so that ties are common."""
+    assert np.array_equal(device_model.rank_keys(costs), device_model.rank_order(costs))
