@@ -2,11 +2,14 @@
 ``update`` + both views, median over the repeats) and per function on the host (cProfile over the eager calls).
 
     python bench/profile_device_bind.py [--masks causal,hstu] [--lengths 32768] [--repeat 50] [--out prof.txt]
+        [--templates base=DIR,new=templates]
 
 Each step is what bench_bind.py's ``maskc_device`` times: ``dm.update(**values)`` with the workload's values as
 tensors on the GPU, then ``dm.build_views(((128, 128, True),), stream)`` (the row and the column view). Prints a
 table per mask: kernel, launches per step, median GPU microseconds per launch; then the host's top functions by
-cumulative time per step. Not a test; nothing is written but ``--out``.
+cumulative time per step. ``--templates``: each mask profiled once per template variant (bench/template_ab.py's
+NAME=DIR form), in turn, its descriptors checked against the first variant's. Not a test; nothing is written but
+``--out``.
 """
 from __future__ import annotations
 
@@ -19,15 +22,19 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads as W  # noqa: E402
+from template_ab import use_variant  # noqa: E402
 
 import maskc  # noqa: E402
 
 
-def profile(name: str, seq_len: int, repeat: int, block: int) -> str:
+def profile(name: str, seq_len: int, repeat: int, block: int, label: str = "",
+            reference: dict | None = None) -> tuple[str, dict]:
+    """The report of one mask and length, and its descriptor's arrays (checked against ``reference``'s)."""
     mask = maskc.load(W.ROOT / "examples" / f"{name}.mask")
     w = W.workload(name, seq_len, device="cuda")
     dm = mask.bind_on_device(w.seq_len, **w.params)
@@ -50,7 +57,11 @@ def profile(name: str, seq_len: int, repeat: int, block: int) -> str:
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
             per_kernel[event.name].append(event.device_time)
-    lines = [f"## {name} at {seq_len} ({block} x {block} tiles, {repeat} steps)",
+    arrays = dm.descriptor_arrays(block, block)
+    same = "" if reference is None else (
+        "; descriptor equal to the first variant's" if all(np.array_equal(arrays[k], reference[k]) for k in arrays)
+        else "; DESCRIPTOR DIFFERS from the first variant's")
+    lines = [f"## {name} at {seq_len} ({block} x {block} tiles, {repeat} steps){label}{same}",
              "| kernel | launches per step | median us | total us per step |", "|---|---|---|---|"]
     total = 0.0
     for kernel, times in sorted(per_kernel.items(), key=lambda kv: -sum(kv[1])):
@@ -67,7 +78,7 @@ def profile(name: str, seq_len: int, repeat: int, block: int) -> str:
     text = io.StringIO()
     pstats.Stats(host, stream=text).sort_stats("cumulative").print_stats(25)
     lines += ["", f"host, cProfile over {repeat} steps (divide by {repeat} for a step):", text.getvalue()]
-    return "\n".join(lines)
+    return "\n".join(lines), arrays
 
 
 def main() -> None:
@@ -77,9 +88,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--templates", default=None, help="NAME=DIR,NAME=DIR: template variants, the first the reference")
     args = ap.parse_args()
-    report = "\n\n".join(profile(name, int(n), args.repeat, args.block)
-                         for name in args.masks.split(",") for n in args.lengths.split(","))
+    variants = dict(v.split("=", 1) for v in args.templates.split(",")) if args.templates else {"": None}
+    reports = []
+    for name in args.masks.split(","):
+        for n in args.lengths.split(","):
+            reference = None
+            for var, directory in variants.items():
+                if directory is not None:
+                    use_variant(directory)
+                report, arrays = profile(name, int(n), args.repeat, args.block,
+                                         f", templates {var} ({directory})" if directory else "", reference)
+                reference = arrays if reference is None else reference
+                reports.append(report)
+    report = "\n\n".join(reports)
     if args.out:
         Path(args.out).write_text(report + "\n")
     print(report)

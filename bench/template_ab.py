@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads as W  # noqa: E402
 
 import maskc  # noqa: E402  (workloads put the checkout first on sys.path)
+import maskc.codegen.descriptor_build as descriptor_build  # noqa: E402
 import maskc.codegen.emit as emit  # noqa: E402
+import maskc.codegen.moves as moves  # noqa: E402
 import maskc.codegen.plan as plan  # noqa: E402
 from maskc.runtime import kernels as runtime  # noqa: E402
 
@@ -36,10 +38,12 @@ REGISTERS = plan.tma_registers
 
 
 def use_variant(spec: str) -> None:
-    """Point the renderer at DIR (and the register split at P-C) for kernels built from now on."""
+    """Point the renderers (attention, descriptor builder, token moves) at DIR, and the register split at P-C,
+    for kernels built from now on."""
     directory, _, registers = spec.partition(":")
     path = Path(directory).resolve()
-    emit.template_dir = lambda: path
+    for renderer in (emit, descriptor_build, moves):
+        renderer.template_dir = lambda: path
     emit._environment.cache_clear()
     if registers:
         split = tuple(int(x) for x in registers.split("-"))
