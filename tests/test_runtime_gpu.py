@@ -32,7 +32,7 @@ from maskc.runtime import state  # noqa: E402
 from maskc.kernel_ir import ENGINES  # noqa: E402
 from maskc.runtime import AttentionInputError, attention  # noqa: E402
 from maskc.codegen.schedule import choose_tiles, forward_candidates  # noqa: E402
-from gpu_support import EX, TOL, bind, load, modify, poison, randn, rel  # noqa: E402
+from gpu_support import EX, TOL, TORCH_DTYPE, bind, load, modify, poison, randn, rel  # noqa: E402
 
 
 def reference(q, k, v, bound, scale, rows):
@@ -298,6 +298,32 @@ def test_autotune_picks_a_correct_kernel_and_remembers_it(tmp_path, monkeypatch)
     timed = {label: r for label, r in entry["report"].items() if isinstance(r, float)}
     assert entry["choice"] in timed and timed[entry["choice"]] == min(timed.values())
     assert len(entry["report"]) == len(forward_candidates(128, "bf16", state.capability(0, maskc.Options())))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("name,params", [("causal", {}), ("document", {"docs": [1500, 97, 2500]})])
+def test_running_maximum_that_grows_along_the_row(name, params, dtype):
+    """O and LSE against float64 where each row's scores climb (or fall) steadily along the keys, at rates that
+    raise a row's maximum by 1 to 40 (log2 units) per 128-key tile: the forward's lazy rescale (forward_tile's
+    RESCALE_THRESHOLD, 8) keeps a row's running maximum for some tiles and moves it on others, within one warp
+    and across the warps of a tile; falling rows keep their first tile's maximum throughout."""
+    bound = load(name).bind(seq_len=4097, **params)
+    D = 128
+    # per-tile growth in log2 units of row i: alpha_i * (128 keys / 128) * scale * log2(e), scale = 1 / sqrt(D)
+    per_tile = torch.tensor([1.0, 3.0, 7.0, 9.0, 15.0, 40.0, -5.0, 0.0], dtype=torch.float64)
+    alphas = per_tile / (math.log2(math.e) / math.sqrt(D))
+
+    def make(B, Hq, Hkv, S, Skv, D, dtype):
+        g = torch.Generator(device="cuda").manual_seed(11)
+        u = torch.nn.functional.normalize(torch.randn(D, device="cuda", generator=g), dim=0)
+        rate = alphas.to("cuda", torch.float32)[torch.arange(S, device="cuda") % len(alphas)]
+        q = rate[None, None, :, None] * u + 0.5 * torch.randn(B, Hq, S, D, device="cuda", generator=g)
+        k = (torch.arange(Skv, device="cuda") / 128.0)[None, None, :, None] * u + 0.3 * torch.randn(
+            B, Hkv, Skv, D, device="cuda", generator=g)
+        v = torch.randn(B, Hkv, Skv, D, device="cuda", generator=g)
+        return (x.to(TORCH_DTYPE[dtype]) for x in (q, k, v))
+
+    check(bound, 1, 2, 2, D, dtype, make=make, against_numpy=False)
 
 
 @pytest.mark.parametrize("cap", [30.0, 50.0, 60.0])

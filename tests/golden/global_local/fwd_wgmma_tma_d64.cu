@@ -401,14 +401,25 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
     }
 }
 
-// Online softmax over one 16-row tile, first half: new row maxima (quad shuffle), then
-// s <- P = exp2(s * scale_log2 - m * scale_log2), l <- l * alpha + rowsum(P), with the factor
-// alpha = exp2((m_old - m_new) * scale_log2) that the output accumulator still has to be scaled by.
-// m is in raw score units; l is this thread's partial row sum (the quad's are added at the end).
+
+// FlashAttention-4's lazy rescale (flash_attn/cute/softmax.py, rescale_threshold; ForwardPlan.lazy_rescale): a row
+// keeps its running maximum until a tile raises it by more than RESCALE_THRESHOLD (log2 units), so its P stay below
+// 2^RESCALE_THRESHOLD (bf16, fp16 and the fp32 sums hold them) and, while no row of a warp moves, O needs no
+// rescaling: the FMULs of rescale_rows leave the path between the wait for P V and the next products. The LSE
+// (m * scale_log2 + log2 l) stays exact whichever maximum l was summed against.
+constexpr float RESCALE_THRESHOLD = 8.f;
+
+// Online softmax over one 16-row tile, first half: new row maxima (quad shuffle), each row's running maximum m
+// moved to it where it grew by more than RESCALE_THRESHOLD, then s <- P = exp2(s * scale_log2 - m * scale_log2),
+// l <- l * alpha + rowsum(P), with the factor alpha = exp2((m_old - m_new) * scale_log2) (1 where m stayed) that
+// the output accumulator still has to be scaled by. Returns whether it has to be (the same in all the warp's
+// lanes: whether a row of the warp moved). m is in raw score units; l is this thread's partial row sum (the
+// quad's are added at the end).
 template <int N_TILES>
-__device__ __forceinline__ void softmax_update(float (&s)[N_TILES][4], float (&m)[2], float (&l)[2],
+__device__ __forceinline__ bool softmax_update(float (&s)[N_TILES][4], float (&m)[2], float (&l)[2],
                                                float (&alpha)[2], float scale_log2) {
     static_assert(N_TILES % 2 == 0, "the reductions below take column tiles in pairs");
+    bool moved = false;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
         // Row maximum and sum with four independent chains each (the softmax sits between two products on
@@ -426,10 +437,14 @@ __device__ __forceinline__ void softmax_update(float (&s)[N_TILES][4], float (&m
         // the four threads of a quad (t = 0..3) hold the row's columns
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+        // The first visible key moves m from -inf (+inf > threshold); a row still without one keeps -inf (NaN).
+        const bool moves = (row_max - m[half]) * scale_log2 > RESCALE_THRESHOLD;
+        moved |= moves;
+        const float m_new = moves ? row_max : m[half];
         // A row that has seen no visible key keeps m = -inf; subtract 0 instead, so exp2(-inf) = 0, not NaN.
-        const float m_scaled = row_max == neg_inf() ? 0.f : row_max * scale_log2;
-        alpha[half] = exp2_approx(m[half] * scale_log2 - m_scaled);   // old m = -inf -> 0
-        m[half] = row_max;
+        const float m_scaled = m_new == neg_inf() ? 0.f : m_new * scale_log2;
+        alpha[half] = moves ? exp2_approx(m[half] * scale_log2 - m_scaled) : 1.f;   // old m = -inf -> 0
+        m[half] = m_new;
         float sum[4] = {0.f, 0.f, 0.f, 0.f};
         #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt) {
@@ -442,6 +457,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[N_TILES][4], float (&m
         }
         l[half] = fmaf(l[half], alpha[half], (sum[0] + sum[1]) + (sum[2] + sum[3]));
     }
+    return __any_sync(0xffffffffu, moved);
 }
 
 // Second half: scale the output accumulator's rows g (alpha[0]) and g + 8 (alpha[1]).
@@ -461,8 +477,7 @@ template <int N_TILES, int D_TILES>
 __device__ __forceinline__ void online_softmax(float (&s)[N_TILES][4], float (&acc)[D_TILES][4], float (&m)[2],
                                                float (&l)[2], float scale_log2) {
     float alpha[2];
-    softmax_update(s, m, l, alpha, scale_log2);
-    rescale_rows(acc, alpha);
+    if (softmax_update(s, m, l, alpha, scale_log2)) rescale_rows(acc, alpha);
 }
 
 // The natural-log LSE of a finished row (m raw, l the full row sum); -inf for a row that saw no key.
@@ -1045,12 +1060,12 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_global_lo
                     fence_accumulators(s);
                     release(k_empty((j + 1) % KV_STAGES));
                     mask_tile(s);
-                    softmax_update(s, m, l, alpha, scale_log2);
+                    const bool moved = softmax_update(s, m, l, alpha, scale_log2);   // a row's running maximum moved: O needs rescaling
                     softmax_before_wait(sink, l, lane);
                     wgmma_wait<0>();
                     fence_accumulators(acc);
                     release(v_empty(j % KV_STAGES));
-                    rescale_rows(acc, alpha);
+                    if (moved) rescale_rows(acc, alpha);
                     pack_a_fragments(p, s);
                 }
                 in_turn(wg, [&] { issue_pv(p, j); });   // the last tile
