@@ -59,10 +59,11 @@ def exp2_fma():
 
 
 def test_relative_error_within_bf16s_rounding_over_the_softmax_range(exp2_fma):
-    # the softmax's range down to 2^-126 (below it: test_exact_where_the_softmax_needs_it): 2^22 points in
-    # [-1, 0], every 2^-10 further out, every exact half-integer (the rounding's ties) and random ones
-    x = np.concatenate([np.linspace(-1, 0, 1 << 22, dtype=np.float32), np.arange(-126, 0.5, 2.0 ** -10),
-                        np.arange(-125, 1) - 0.5, np.random.default_rng(0).uniform(-126, 0.25, 1 << 20)])
+    # the softmax's range down to 2^-126 (below it: test_exact_where_the_softmax_needs_it) and up to 2^8 (the lazy
+    # rescale's RESCALE_THRESHOLD: a row's P reach 2^8 while its maximum stays): 2^22 points in [-1, 0], every
+    # 2^-10 further out, every exact half-integer (the rounding's ties) and random ones
+    x = np.concatenate([np.linspace(-1, 0, 1 << 22, dtype=np.float32), np.arange(-126, 8.5, 2.0 ** -10),
+                        np.arange(-125, 9) - 0.5, np.random.default_rng(0).uniform(-126, 8.25, 1 << 20)])
     got, want = exp2_fma(x).astype(np.float64), np.exp2(x.astype(np.float32).astype(np.float64))
     assert np.max(np.abs(got / want - 1)) < 1.1e-4 < 2.0 ** -8       # bf16 keeps 8 bits: P's own rounding is 2^-9
     assert np.all(np.diff(exp2_fma(np.linspace(-2, 0, 100001, dtype=np.float32))) >= 0), "monotone"
