@@ -57,6 +57,9 @@ def compile_text(text: str, name=None):
     # a float division by a number that is 0 (inf or NaN on every pair)
     ("mask a()\n  allow k <= q\n  score = score / 0.0\n", "t.mask:3:19", "division by zero"),
     ("mask a()\n  allow k <= q\n  score = score * (1.0 / (2 - 2))\n", "t.mask:3:27", "division by zero"),
+    # a literal past float32's range (inf in the kernels, NaN after the softmax), in the section and as a default
+    ("mask a()\n  allow k <= q\n  score = score * 1e40\n", "t.mask:3:19", "outside float32's range"),
+    ("mask a(c: float = -1e39)\n  allow k <= q\n  score = score * c\n", "t.mask:1:20", "outside float32's range"),
 ])
 def test_errors_point_at_the_text(text, where, words):
     with pytest.raises(maskc.MaskError) as err:

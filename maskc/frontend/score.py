@@ -71,7 +71,7 @@ class _ScoreResolver:
         if not self.floatish(node, scope):
             return ir.ToFloat(self.integer(node, scope), node.span)
         if isinstance(node, ir.FloatNum):
-            return ir.FloatConst(node.value, node.span)
+            return ir.FloatConst(float32_literal(node.value, node.span), node.span)
         if isinstance(node, ir.Name):
             if node.id == SCORE_NAME:
                 return self.previous
@@ -198,11 +198,23 @@ def float_param(resolver, p: ir.ParamDecl, scope) -> ir.Param:
     return ir.Param(p.name, p.kind, default, of=p.of, span=p.span)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def float32_literal(value: float, span) -> float:
+    """A float literal of the score section, which the kernels compute in float32: one past its range would be
+    inf there (and NaN after the softmax), so it is refused where it is written, as bind refuses such a value."""
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise MaskTypeError(f"{value!r} is outside float32's range, in which the kernels compute scores", span,
+                            f"keep constants within +-{FLOAT32_MAX:.4g}")
+    return value
+
+
 def float_constant(node) -> float:
-    """A float default: a literal, optionally negated."""
+    """A float default: a literal, optionally negated (within float32's range)."""
     sign = 1.0
     while isinstance(node, ir.UnaryMinus):
         sign, node = -sign, node.operand
     if isinstance(node, (ir.FloatNum, ir.Num)):
-        return sign * float(node.value)
+        return sign * float32_literal(float(node.value), node.span)
     raise MaskTypeError("a float default must be a number", node.span, "e.g. 'cap: float = 30.0'")
