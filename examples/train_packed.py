@@ -28,6 +28,7 @@ import torch.nn.functional as F
 import maskc
 
 DOCUMENT_MASK = Path(__file__).resolve().parent / "document.mask"
+CUDA_GRAPH_NEEDS = "--cuda-graph needs the GPU and --bind device (a host bind is host work in every step)"
 
 
 def packed_batch(batch: int, seq_len: int, vocab: int, gen: torch.Generator):
@@ -87,7 +88,7 @@ def train(steps: int = 80, seq_len: int = 256, batch: int = 2, vocab: int = 64, 
     batch's lengths into it; ``cuda_graph`` (GPU, bind "device") replays one captured step per batch."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if cuda_graph and (device != "cuda" or bind != "device"):
-        raise ValueError("--cuda-graph needs the GPU and --bind device (a host bind is host work in every step)")
+        raise ValueError(CUDA_GRAPH_NEEDS)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -173,7 +174,10 @@ def main():
     ap.add_argument("--cuda-graph", action="store_true", help="capture one whole step, replay it per batch "
                     "(needs --bind device)")
     args = ap.parse_args()
-    losses = train(args.steps, args.seq_len, args.batch, device="cpu" if args.cpu else None, bind=args.bind,
+    device = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
+    if args.cuda_graph and (device != "cuda" or args.bind != "device"):
+        ap.error(CUDA_GRAPH_NEEDS)                  # one line and status 2, not train's ValueError traceback
+    losses = train(args.steps, args.seq_len, args.batch, device=device, bind=args.bind,
                    cuda_graph=args.cuda_graph)
     print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
 

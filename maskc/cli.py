@@ -200,8 +200,9 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple
 
     Errors: every block that does not parse and every rule that does not resolve, in every file.
     Warnings: unused parameters, allow rules that never hold or that deny rules cancel, deny rules that
-    remove nothing, and rules whose tiles are not exact (k not linear). Exits 1 on an error (with
-    --strict, on a warning too).
+    remove nothing, and rules whose keys per row maskc cannot compute exactly, so their tiles are not exact
+    (k in a product, outside a disc, or in floors with no common chunk; k through // and % by divisors
+    known at bind is exact). Exits 1 on an error (with --strict, on a warning too).
 
     \b
     Examples:
@@ -288,8 +289,8 @@ def explain_cmd(file: str, name: str | None, seq_len: int | None, kv_len: int | 
                 import_paths: tuple[str, ...]) -> None:
     """Print each compiler stage's output for the masks of a file.
 
-    parse, resolve, normalize and ranges always; the kernel's stages (predicate, schedule, emit) for
-    the given head dim and dtype; with --seq-len also bind, classify and pack.
+    parse, resolve, normalize, ranges and token order always; the kernel's stages (predicate, schedule,
+    emit) for the given head dim and dtype; with --seq-len also bind, classify and pack.
 
     \b
     Examples:

@@ -50,6 +50,9 @@ class DeviceMask:
         if reason is not None and device.type == "cuda":
             raise BindError(f"mask '{mask.name}' cannot be bound on the device: {reason}", mask.resolved.span,
                             "bind it on the host (mask.bind(...)): its descriptor is built there")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise BindError(f"mask '{mask.name}': bind_on_device needs a CUDA GPU, and torch sees none",
+                            hint='device="cpu" binds the same table on the CPU (the reference path)')
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.mask, self.capacity, self.max_bytes = mask, capacity, max_bytes

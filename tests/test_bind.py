@@ -94,6 +94,24 @@ def test_segments_as_numpy_array():
     assert d.sum() == 10 + 21
 
 
+
+def test_segments_and_per_arrays_as_torch_tensors():
+    """1-D integer tensors are taken where numpy arrays are (their values read with .tolist()), one per batch
+    element too; tensors of floats, bools or two dimensions are refused as such arrays are."""
+    torch = pytest.importorskip("torch")
+    doc = load("document")
+    assert np.array_equal(doc.bind(10, docs=torch.tensor([4, 6])).dense(), doc.bind(10, docs=[4, 6]).dense())
+    two = doc.bind(10, docs=[torch.tensor([4, 6]), torch.tensor([10], dtype=torch.int32)])
+    assert two.batch == 2 and np.array_equal(two.dense(1), doc.bind(10, docs=[10]).dense())
+    hstu = load("hstu")
+    assert np.array_equal(hstu.bind(10, users=torch.tensor([5, 5]), targets=torch.tensor([1, 2])).dense(),
+                          hstu.bind(10, users=[5, 5], targets=[1, 2]).dense())
+    shared = load("shared_prompt")       # no responses: an empty tensor of integers
+    assert shared.bind(8, prompt=8, responses=torch.zeros(0, dtype=torch.int64)).dense().sum() == 36
+    for bad in (torch.tensor([4.0, 6.0]), torch.tensor([True, False]), torch.tensor([[4, 6]])):
+        assert "must be a list of integers" in _bind_error(doc, 10, docs=bad).message
+
+
 # -- per-segment arrays ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("targets", [[1], [1, 1, 1], []])

@@ -210,6 +210,13 @@ def test_update_errors_name_the_parameter():
         _load("clear").bind_on_device(600, device="cpu").update(text=torch.tensor(3))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without a CUDA GPU")
+def test_binding_on_the_device_without_a_gpu_says_so_and_names_the_cpu_path():
+    for device in (None, "cuda", "cuda:0"):
+        with pytest.raises(maskc.BindError, match=r"needs a CUDA GPU[\s\S]*device=\"cpu\""):
+            _load("document").bind_on_device(seq_len=64, docs=[64], max_segments=64, device=device)
+
+
 CHECKED = [n for n in LINEAR if _load(n).resolved.requires or any(p.kind == "segments" for p in _load(n).params)]
 
 CHECK_LOOP = """

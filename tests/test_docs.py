@@ -129,3 +129,61 @@ def test_readme_documents_every_environment_variable():
     rows = {m[0]: m[1] for m in re.findall(r"^\| `(MASKC_[A-Z_0-9]+)[^`]*` \| *`?(\w*)`? *\|", section, re.M)}
     assert {v: f for v, f in rows.items() if f} == ENVIRONMENT
     assert set(rows) - set(ENVIRONMENT) == {"MASKC_HYPOTHESIS"}     # the test suite's, not an option
+
+
+# -- the pages against the CLI: what `--help` and the code say, the docs say too --------------------------------
+
+def _spelled(text: str, option: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) is not None
+
+
+def _options(command) -> list[tuple[str, ...]]:
+    import click
+    return [tuple(p.opts) for p in command.params if isinstance(p, click.Option)]
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands))
+def test_each_pages_synopsis_lists_every_option_of_its_command(name):
+    page = (ROOT / "docs" / "commands" / f"{name}.md").read_text()
+    synopsis = page.split("\n\n")[1]            # the indented block under the title
+    missing = [o for o in _options(cli.commands[name]) if not any(_spelled(synopsis, s) for s in o)]
+    assert not missing, f"docs/commands/{name}.md's synopsis does not list {missing}"
+
+
+def test_readmes_cli_section_lists_every_compile_option():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## CLI"):].split("\n## ")[0]
+    missing = [o for o in _options(cli.commands["compile"]) if not any(_spelled(section, s) for s in o)]
+    assert not missing, f"README's CLI section does not list compile's {missing}"
+
+
+def test_the_cache_pages_name_every_variable_that_places_the_cache():
+    import inspect
+
+    from maskc.runtime import cache
+    read = set(re.findall(r'env\.get\("(\w+)"', inspect.getsource(cache.location))) - {"HOME"}    # ~ says HOME
+    assert {"MASKC_CACHE_DIR", "XDG_CACHE_HOME"} <= read
+    readme = (ROOT / "README.md").read_text()
+    pages = {"README.md": readme[readme.index("## The cache"):].split("\n## ")[0],
+             "docs/commands/cache.md": (ROOT / "docs" / "commands" / "cache.md").read_text(),
+             "maskc cache --help": CliRunner().invoke(cli, ["cache", "--help"]).output}
+    for where, text in pages.items():
+        assert not [v for v in read if f"${v}" not in text], f"{where} does not say where the cache lives"
+
+
+def test_explains_page_lists_the_stages_it_prints_in_order(monkeypatch):
+    monkeypatch.setattr(cli_run, "gpu_available", lambda: False)
+    result = CliRunner().invoke(cli, ["explain", str(ROOT / "examples" / "prefix_lm.mask"), "--seq-len", "256",
+                                      "--param", "prefix=100"])
+    assert result.exit_code == 0, result.output
+    printed = list(dict.fromkeys(re.findall(r"^== ([\w ]+):", result.output, re.MULTILINE)))
+    page = (ROOT / "docs" / "commands" / "explain.md").read_text()
+    listed = re.findall(r"\*\*([\w ]+)\*\*", page.split("```")[0])
+    assert listed == printed
+
+
+def test_lints_help_says_which_tiles_are_not_exact_as_its_page_does():
+    helptext = " ".join(CliRunner().invoke(cli, ["lint", "--help"]).output.split())
+    page = " ".join((ROOT / "docs" / "commands" / "lint.md").read_text().split())
+    for text in (helptext, page):                   # k through // and % is not linear, and exact
+        assert "not linear" not in text and re.search(r"`?//`? and `?%`?[^.;]* exact", text), text

@@ -35,7 +35,7 @@ def _at(err, line, col):
     (H + "  allow k < seq_lne\n", 2, 13, "seq_lne", "seq_len"),
     (H + "  let span = q - k\n  allow spn < window\n", 3, 9, "spn", "span"),
     (H + "  let f(i) = i + 1\n  allow fx(k) < q\n", 3, 9, "fx", "f"),
-    (H + "  allow same(docz)\n", None, None, "docz", None),
+    (H + "  allow same(docz)\n", 2, 14, "docz", "docs"),
     ("mask sliding(w: int)\n  allow q - k < w\nmask m()\n  allow slidng(3)\n", 4, 9, "slidng", "sliding"),
     (H + "  allow t(k) < tt(q)\n", 2, 16, "tt", "t"),
 ])
@@ -49,6 +49,15 @@ def test_unknown_names_with_did_you_mean(text, line, col, unknown, suggest):
     assert f"'{unknown}'" in err.message
     assert err.hint == f"did you mean '{suggest}'?"
     assert str(err).endswith(f"hint: did you mean '{suggest}'?")
+
+
+def test_an_unknown_name_in_same_is_an_unknown_name_and_the_hint_lists_the_segments():
+    err = _err("mask a(d: segments)\n  allow same(docs)\n", MaskNameError)
+    _at(err, 2, 14)
+    assert err.message == "unknown name 'docs'" and err.hint == "its segments parameters: d"
+    err = _err("mask a(w: int)\n  allow same(docs)\n", MaskNameError)
+    assert "declares none" in err.hint
+    assert "same() takes a segments parameter" in _err(H + "  allow same(q)\n", MaskTypeError).message
 
 
 def test_no_hint_for_a_name_like_nothing():

@@ -2,6 +2,8 @@
 (a new document mask bound every step) makes the loss fall well below the uniform guess."""
 import importlib.util
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -31,3 +33,12 @@ def test_packed_training_with_the_mask_bound_on_the_device_api():
     assert host == pytest.approx(device, rel=1e-5)
     with pytest.raises(ValueError, match="cuda-graph"):
         train_packed.train(steps=1, seq_len=64, device="cpu", cuda_graph=True)
+
+
+def test_cuda_graph_where_it_cannot_run_is_a_usage_error():
+    """--cuda-graph on the CPU (or with a host bind): argparse's one-line error and status 2, no traceback."""
+    for args in (["--cuda-graph", "--cpu", "--bind", "device"], ["--cuda-graph"]):
+        proc = subprocess.run([sys.executable, str(EXAMPLES / "train_packed.py"), *args, "--steps", "1"],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and "error: --cuda-graph needs the GPU" in proc.stderr

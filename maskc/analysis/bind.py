@@ -21,8 +21,8 @@ from maskc.analysis.evaluate import Evaluator
 from maskc.analysis.forms import render
 from maskc.analysis.rows import lin_value
 from maskc.analysis.score import check_score
-from maskc.analysis.values import (INT32, MAX_TABLE, checked_int, float_value, is_batched, is_int, per_segment,
-                                   segment_table, table_value)
+from maskc.analysis.values import (INT32, MAX_TABLE, checked_int, float_value, from_tensors, is_batched, is_int,
+                                   per_segment, segment_table, table_value)
 from maskc.analysis.widths import check_bound, check_expr, fits_32_bits
 from maskc.errors import BindError, did_you_mean
 from maskc.ir.text import cond_text, expr_text
@@ -112,6 +112,7 @@ def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,
             raise BindError(f"mask '{mask.name}' has no parameter '{key}'", mask.span,
                             did_you_mean(key, names) or (f"its parameters: {', '.join(names)}" if names else
                                                          "it takes no parameters"))
+    values = {key: from_tensors(v) for key, v in values.items()}     # torch tensors as numpy arrays
     batch = 1
     for p in mask.params:
         if p.name in values and is_batched(p, values[p.name]):

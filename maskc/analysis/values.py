@@ -5,6 +5,7 @@ values give one entry per batch element. Each refusal is a :class:`~maskc.errors
 from __future__ import annotations
 
 import numbers
+import sys
 
 import numpy as np
 
@@ -29,6 +30,22 @@ def checked_int(v, what: str, span) -> int:
     if abs(int(v)) > INT32:
         raise BindError(f"{what} = {int(v)} does not fit in 32 bits", span)
     return int(v)
+
+
+def from_tensors(value):
+    """A torch tensor (CPU or CUDA) as the numpy array of its values (read with ``.tolist()``), a list or tuple
+    holding tensors (one per batch element) as a list of those arrays; any other value as it is. Then a tensor
+    is taken wherever a numpy array is. torch is not imported: a tensor exists only where it already was."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        values = value.tolist()
+        empty = np.zeros(0, np.float64 if value.is_floating_point() else np.int64)
+        return empty if values == [] else np.asarray(values)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+        return [from_tensors(v) for v in value]
+    return value
 
 
 def _int_array(value, what: str, span) -> np.ndarray:

@@ -48,6 +48,11 @@ def call_builtin(resolver, node, scope, file):
         segs = []
         for a in node.args:
             seg = scope.lookup(a.value.id) if isinstance(a.value, ir.Name) else None
+            if seg is None and isinstance(a.value, ir.Name) and a.value.id not in ir.POSITIONS + ir.BUILTINS:
+                known = [n for n, v in scope.values if isinstance(v, ir.Param) and v.kind == "segments"]
+                raise MaskNameError(f"unknown name '{a.value.id}'", a.value.span, did_you_mean(a.value.id, known)
+                                    or (f"its segments parameters: {', '.join(known)}" if known
+                                        else "same() takes a segments parameter, and this mask declares none"))
             if not (isinstance(seg, ir.Param) and seg.kind == "segments"):
                 raise MaskTypeError("same() takes a segments parameter (q's), and optionally a second (k's)",
                                     a.value.span)
