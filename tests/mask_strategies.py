@@ -165,8 +165,23 @@ def coordinate(draw, pos: str, consistent: bool):
 
 
 @st.composite
+def q_guard(draw):
+    """A condition on q alone that pins it to a point, an interval or a residue (true at rows in the middle of
+    a q_block and false at both its ends: two guards, ``q >= lo`` and ``q <= hi``), or one side of an interval
+    (a rule may draw both sides)."""
+    n, d = draw(st.integers(0, 100)), draw(st.integers(0, 6))
+    m = draw(st.integers(2, 9))
+    return draw(st.sampled_from([f"q == {n}", f"q in [a, a + {d}]", f"q in [{n}, {n + d + 1})", f"abs(q - {n}) <= {d}",
+                                 f"q % {m} == {n % m}", f"(q - o) % w == {d}", f"q == docs.start(q) + {d}",
+                                 f"2 * (q % {m}) + 1 >= {n % (2 * m)}", f"3 * q <= {n}", f"q <= a + {d}", f"q < {n}",
+                                 f"q > {n}"]))
+
+
+@st.composite
 def chunk_atom(draw, consistent: bool):
-    kind = draw(st.integers(0, 7))
+    kind = draw(st.integers(0, 8))
+    if kind == 8:          # q alone: rows pinned inside a q_block
+        return draw(q_guard())
     if kind <= 1:          # a window along one coordinate
         form = draw(coordinate("k", consistent))
         d = draw(st.integers(0, 4))

@@ -9,10 +9,11 @@ import maskc.analysis.classify as classify_module
 import maskc.analysis.piece_tiles as piece_tiles
 from maskc import ir
 from maskc.analysis.descriptor import unpack
+from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.keys import region_keys, union, values_at
 from maskc.analysis.rows import RowValues, k_bound_rows
-from conftest import tile_truth
-from mask_strategies import chunk_binding, chunk_mask_text, tile_shape
+from conftest import EXAMPLES, tile_truth
+from mask_strategies import chunk_atom, chunk_binding, chunk_mask_text, q_guard, tile_shape
 
 
 def _compiled_and_bound(text, bind_args):
@@ -517,3 +518,101 @@ def test_families_apart_from_the_column_by_hand(drawn, columns):
     event(f"across: {across}, abuts: {abuts}")
     ordered = piece_tiles._hull_order(families, 100, sort=False)
     assert piece_tiles._apart(ordered, c_piece, c_lo, c_hi, 100) == (not across and not abuts)
+
+
+# Rules that pin q to a point or a bounded interval in the middle of a q_block, with a chunked region in the mask:
+# two guards (q >= lo and q <= hi), each affine, whose conjunction is false at both ends of the q_block's piece
+# and true between. The pieces classified every tile of such a q_block EMPTY (a MISMATCH in `maskc run`).
+_CLEAR = (EXAMPLES / "clear.mask").read_text()
+_PINNED = {
+    "a point": ("mask f()\n  allow q == 1000, k % 4 == 0\n", {}),
+    "a register token in clear": (_CLEAR.replace("radius: int = 16)", "radius: int = 16, reg: int = 1000)")
+                                  + "  allow q == reg\n", {}),
+    "a point beside a strided causal rule": ("mask f()\n  allow k <= q, k % 8 == q % 8\n  allow q == 1\n", {}),
+    "a point beside a disc": ("mask f()\n  allow q == 1\n  allow (q - k) ** 2 <= 14\n", {}),
+    "a residue": ("mask f()\n  allow q % 100 == 7, k % 4 == 0\n", {}),
+    "an interval": ("mask f()\n  allow q in [5, 10), k % 4 == 0\n", {}),
+    "two bounds": ("mask f()\n  allow q >= 5, q <= 9, k % 4 == 0\n", {}),
+    "one-sided bounds": ("mask f()\n  allow q < 3, k % 4 == 0\n  allow q >= 4000, k % 4 == 1\n", {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PINNED))
+def test_rows_pinned_inside_a_q_block_are_seen(name):
+    """At 4096 tokens and 128 x 128 tiles, against brute force: exact classes (none EMPTY where a pinned row
+    sees keys), the descriptor's, and no q_block left to the row-by-row classification."""
+    text, params = _PINNED[name]
+    mask = maskc.compile_mask(text)
+    assert mask.exact
+    bad = []
+    real = classify_module.piece_runs
+
+    def spy(*args):
+        found = real(*args)
+        bad.append(int(found[1].sum()))
+        return found
+    classify_module.piece_runs = spy
+    try:
+        _check_classes(mask.bind(seq_len=4096, **params), 128, 128, exact=True)
+    finally:
+        classify_module.piece_runs = real
+    assert bad == [0], "q_blocks classified row by row"
+
+
+def test_a_pinned_row_reaches_flex():
+    """The Flex BlockMask keeps the blocks a row pinned mid-block sees (they were dropped)."""
+    pytest.importorskip("torch")
+    bound = maskc.compile_mask(_PINNED["a point"][0]).bind(seq_len=4096)
+    block_mask = bound.to_flex_block_mask(128)
+    kept = int(block_mask.kv_num_blocks[0, 0, 1000 // 128]) + int(block_mask.full_kv_num_blocks[0, 0, 1000 // 128]
+                                                                  if block_mask.full_kv_num_blocks is not None else 0)
+    assert kept == 32
+
+
+def _guards_hold_piece_by_piece(regions, breaks, params, b, head, seq_len, kv_len, block_m):
+    """Every guard of every region has one truth on each piece (:func:`piece_tiles.piece_starts`), at every row."""
+    starts = piece_tiles.piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
+    piece = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, seq_len)))
+    guards = [g.lin for r in regions for g in r.guards + r.static_guards + piece_tiles.nest_of(r).guards]
+    env = Env(params, seq_len, kv_len, head, b, np.arange(seq_len, dtype=np.int64))
+    for lin, v in zip(guards, FormProgram([(lin, None) for lin in guards]).run(env)):
+        holds = np.broadcast_to(v <= 0, (seq_len,))
+        changes = (holds[1:] != holds[:-1]) & (piece[1:] == piece[:-1])
+        assert not changes.any(), f"guard {lin} changes truth inside a piece, at q = {int(changes.argmax()) + 1}"
+
+
+@settings(max_examples=200)
+@given(st.lists(q_guard(), min_size=1, max_size=2), st.lists(chunk_atom(True), min_size=0, max_size=2),
+       chunk_mask_text(consistent=True), st.booleans(), chunk_binding(), tile_shape)
+def test_rules_pinning_q_beside_chunked_regions_are_exact(guards, atoms, others, deny, bind_args, shape):
+    """A rule of q guards (points, intervals, residues, one side of an interval), with chunked atoms or alone,
+    added to a mask of chunked rules: exact classes against brute force, the same as counted row by row, and
+    pieces on which every guard has one truth. (The chunked fuzzers drew one-sided q guards only, never a
+    conjunction true inside a piece and false at both ends.) Deny rules, kept in some draws, send a mask to the
+    rows alone."""
+    text = "".join(line + "\n" for line in others.splitlines() if deny or not line.startswith("  deny"))
+    text += "  allow " + ", ".join(guards + atoms) + "\n"
+    mask, bound = _compiled_and_bound(text, bind_args)
+    assume(mask.exact)
+    event(f"linear: {mask.ranges.linear}")
+    seen = []
+    real = classify_module.piece_runs
+
+    def spy(regions, breaks, make, params, b, head, seq_len, kv_len, block_m, *rest):
+        seen.append(1)
+        _guards_hold_piece_by_piece(regions, breaks, params, b, head, seq_len, kv_len, block_m)
+        return real(regions, breaks, make, params, b, head, seq_len, kv_len, block_m, *rest)
+    classify_module.piece_runs = spy
+    try:
+        _check_classes(bound, *shape, exact=True)
+    finally:
+        classify_module.piece_runs = real
+    event(f"pieces: {bool(seen)}")
+    if not mask.ranges.linear:
+        saved = classify_module._piece_breaks
+        classify_module._piece_breaks = lambda mask: None
+        try:
+            rows_only = mask.bind(seq_len=bind_args[0], kv_len=bind_args[1], **bind_args[2]).tiles(*shape)
+        finally:
+            classify_module._piece_breaks = saved
+        np.testing.assert_array_equal(bound.tiles(*shape), rows_only)

@@ -142,8 +142,9 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     returns the formprog Env at positions ``q`` with chunk indices ``chunks`` (:func:`values_at`); the
     region's forms are compiled once (:class:`_NestProgram`). Returns ``(owner, lo, hi, unsure,
     blind, cut, ends)``: per enumerated interval its owner and, per point, ``[lo, hi)`` (empty where lo >= hi); with
-    two points, ``unsure`` flags owners whose guards or chunk ranges differ between the points (their
-    intervals are left out), ``blind`` the intervals empty at both points and between (some upper bound keeps
+    two points, ``unsure`` flags owners whose guards' conjunction may change between the points (not every
+    guard true at both, none false at both) or whose chunk ranges differ between them (their intervals are left
+    out), ``blind`` the intervals empty at both points and between (some upper bound keeps
     them below some lower bound at both points, or their width is monotone), and ``cut`` (-1 where none) for
     intervals empty at one point only and whose width is not monotone, the row where they would change from
     empty to not or back if every bound were affine between the points (see :func:`_blind_and_cuts`), and
@@ -163,11 +164,20 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     at = points[0] if count == 1 else np.concatenate(points)
     owner_values = program.owners.values(make(at))
     ok = np.ones(n * count, bool)
+    fails_at_both = np.zeros(n, bool)         # two points: some guard false at both (so at every row between)
     for g in program.guards:
-        ok = ok & (owner_values[g] <= 0)
+        holds = owner_values[g] <= 0
+        ok = ok & holds
+        if count == 2 and np.ndim(holds):
+            fails_at_both |= ~(holds[:n] | holds[n:])
+        elif count == 2 and not holds:
+            fails_at_both[:] = True
     at_point = ok.reshape(count, n)
     if count == 2:
-        unsure |= at_point[0] != at_point[1]
+        # Each affine guard's truth changes once at most between the points, but their conjunction (an interval
+        # of rows) may be false at both and true between (q == 1000): it is known only where every guard
+        # holds at both points or one fails at both.
+        unsure |= ~((at_point[0] & at_point[1]) | fails_at_both)
     owner = owner[at_point[0] & ~unsure]
     counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
 

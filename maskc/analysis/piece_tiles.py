@@ -4,13 +4,18 @@ A *piece* is a run of rows inside one q_block where every q-side form the region
 pieces end at q_block starts, at the segment boundaries of the segments read at q, and wherever a floor
 of q changes (``(q - text) // width`` is an image row: constant within a piece, and ``(q - text) % width``
 is q plus a constant), and where a min or max of such forms changes its winner (a window clamped to
-the image). :func:`slopes_ok` checks this on the forms, with the further conditions of
-:mod:`maskc.analysis.pieces`: every bound of one level has a slope in {-1, 0, 1} (0 where it is divided), the lower
-bounds of a level all of one sign, the upper bounds too. Then, for one chunk tuple ``(J_n .. J_1)`` of one
-region, over a piece:
+the image); then also where a guard that reads q changes truth (:func:`_guard_cuts`), so that every guard
+holds at every row of a piece or at none. :func:`slopes_ok` checks this on the forms, with the further
+conditions of :mod:`maskc.analysis.pieces`: every bound of one level has a slope in {-1, 0, 1} (0 where it is
+divided), the lower bounds of a level all of one sign, the upper bounds too. Then, for one chunk tuple
+``(J_n .. J_1)`` of one region, over a piece:
 
-* guards and chunk ranges that agree at the piece's two end rows hold (are the same) at every row between
-  (affine guards change truth once at most; monotone bounds equal at both ends are constant);
+* every guard has one truth on the piece (the cuts where guards change truth), so the region's guards hold at
+  every row or at none. Agreeing at the two end rows would not do for several guards: an affine guard that
+  agrees at both ends agrees between, but a conjunction of them, an interval of rows (``q >= 5, q <= 9``),
+  can be false at both ends and true between; :func:`~maskc.analysis.keys.enumerate_keys` flags a piece
+  unless every guard holds at both end rows or one fails at both. Chunk ranges that agree at the two end
+  rows are the same between (monotone bounds equal at both ends are constant);
 * the key interval ``[lo(q), hi(q))`` has monotone ends and a concave width, so it is non-empty at every row
   when it is at both ends, and the union of the rows' intervals is the hull of the end rows' (consecutive
   rows shift by one key at most), their intersection the intersection of the end rows'.
@@ -47,14 +52,26 @@ from maskc.kernel_ir import FULL, PARTIAL
 
 
 class Breaks:
-    """Where pieces must end: floors of q as (sign, offset, divisor), segments read at q, and min/max of
-    forms of q with different slopes (innermost first: where their winner changes)."""
+    """Where pieces must end: floors of q as (sign, offset, divisor), segments read at q, min/max of
+    forms of q with different slopes (innermost first: where their winner changes), and where guards
+    ``lin <= 0`` that read q change truth: ``lines``, guards ``c*q + r`` (r free of rows) as (c, r), one
+    row in all, and ``guards``, the others (affine on the pieces the rest make). :func:`slopes_ok` records
+    the guards; :mod:`maskc.analysis.pieces` has cuts of its own for them."""
 
     def __init__(self):
         self.floors: set = set()
         self.segments: set = set()
         self.extremes: list = []
+        self.lines: set = set()
+        self.guards: list = []
         self._programs: dict = {}
+        self._guard_program: FormProgram | None = None
+
+    def guard_program(self) -> FormProgram:
+        """A program that evaluates the guards' forms, made once."""
+        if self._guard_program is None:
+            self._guard_program = FormProgram([(g, None) for g in self.guards])
+        return self._guard_program
 
     def args_program(self, extreme):
         """A program that evaluates the extreme's arguments (:mod:`maskc.analysis.formprog`), made once."""
@@ -111,8 +128,16 @@ def slopes_ok(regions, breaks: Breaks) -> bool:
     for region in regions:
         nest = nest_of(region)
         for g in region.guards + region.static_guards + nest.guards:
-            if slopes(g.lin, breaks) is None:
+            s = slopes(g.lin, breaks)
+            if s is None:
                 return False
+            if s == {0}:
+                continue                             # one truth on every piece
+            line = F.split_on(g.lin, F.Q)
+            if line is not None and line[0] != 0 and _free_of_rows(line[1]):
+                breaks.lines.add(line)
+            elif g.lin not in breaks.guards:
+                breaks.guards.append(g.lin)
         for level in nest.levels:
             for bounds in (level.lower, level.upper):
                 signs: set = set()
@@ -147,6 +172,9 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         d = lin_value(den, params, seq_len, kv_len, head, b)
         first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
         parts.append(np.arange(first + max(0, -(-(row0 - first) // d)) * d, row1, d, dtype=np.int64))
+    if breaks.lines:                     # c*q + r <= 0 changes truth once: past -r/c (c > 0), at r/-c (c < 0)
+        values = [(c, lin_value(r, params, seq_len, kv_len, head, b)) for c, r in breaks.lines]
+        parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
     starts = sorted_unique(np.concatenate(parts))
     starts = starts[(starts >= row0) & (starts < row1)]
     for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
@@ -168,7 +196,35 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
                     cuts.append(at[at <= ends[ahead]])
         if len(cuts) > 1:
             starts = sorted_unique(np.concatenate(cuts))
+    if breaks.guards:
+        starts = _guard_cuts(breaks, starts, row1, params, b, head, seq_len, kv_len)
     return starts
+
+
+def _guard_cuts(breaks: Breaks, starts: np.ndarray, row1: int, params, b: int, head: int, seq_len: int,
+                kv_len: int) -> np.ndarray:
+    """``starts`` (pieces ending before ``row1``) with the rows added where a guard ``g <= 0`` of ``breaks``
+    changes truth: the guards are affine on the pieces (the other breaks made them so), so each changes once at
+    most on a piece, at a row found from its values at the piece's first two rows. Then every guard holds at
+    every row of a piece or at none. (Their conjunction, an interval of rows, can be false at both ends of a
+    piece and true between: ``q == 1000`` is ``q <= 1000`` and ``q >= 1000``.)"""
+    n = len(starts)
+    ends = last_rows(starts, row1)
+    env = Env(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
+    cuts = [starts]
+    for v in breaks.guard_program().run(env):
+        if not np.ndim(v):
+            continue                                    # the same at every row
+        g0 = v[:n]
+        step = v[n:] - g0
+        up, down = np.maximum(step, 1), np.maximum(-step, 1)
+        # rows from the start to the first of the other truth: g rising past 0 from g0 <= 0, or falling to 0 from g0 > 0
+        t = np.where(step > 0, np.where(g0 <= 0, (-g0) // up + 1, 0),
+                     np.where((step < 0) & (g0 > 0), (g0 + down - 1) // down, 0))
+        change = (t > 0) & (starts + t <= ends)
+        if change.any():
+            cuts.append(starts[change] + t[change])
+    return sorted_unique(np.concatenate(cuts)) if len(cuts) > 1 else starts
 
 
 def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
