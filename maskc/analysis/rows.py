@@ -188,7 +188,10 @@ def split_on_chunks(lin: ir.Lin) -> tuple[ir.Lin, tuple]:
 
 
 def lin_value(lin: ir.Lin, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int) -> int:
-    """The value of a form free of q and k."""
+    """The value of a form free of q and k (a constant's without a RowValues: floors' offsets and divisors
+    are constants in most masks, read at every bind)."""
+    if not lin.terms:
+        return int(lin.const)
     return int(RowValues(params, seq_len, kv_len, head, batch_index, np.zeros(1, np.int64)).lin(lin))
 
 
