@@ -38,10 +38,11 @@ def test_programs_give_the_values_of_row_values(text, bind_args, rows):
         np.testing.assert_array_equal(np.broadcast_to(value, q.shape), np.broadcast_to(want, q.shape))
 
 
-@given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(1, 2), st.booleans(), st.data())
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(1, 3), st.booleans(), st.data())
 def test_owner_runs_gather_as_the_index_does(counts, points, same, data):
     """gathered_at through OwnerRuns (np.repeat over families in owner order) equals the gather through the
-    index [points, families] it stands for, values equal at every point or not."""
+    index [points, families] it stands for, values equal at every point or not; both give one row exactly
+    where the values are equal at every point (a value then computed once for all points)."""
     n = len(counts)
     first = np.array(data.draw(st.lists(st.integers(-50, 50), min_size=n, max_size=n)), np.int64)
     x = np.concatenate([first] * points) if same else np.array(
@@ -51,6 +52,10 @@ def test_owner_runs_gather_as_the_index_does(counts, points, same, data):
     runs = OwnerRuns(points, np.array(counts, np.intp), sum(counts))
     assert runs.shape == index.shape
     np.testing.assert_array_equal(gathered_at(x, runs), gathered_at(x, index))
+    got = gathered_at(x, index)
+    np.testing.assert_array_equal(np.broadcast_to(got, index.shape), x[index])
+    equal = (x.reshape(points, n) == x[:n]).all()
+    assert got.shape[0] == (1 if equal else points)
     assert gathered_at(np.int64(7), runs) == 7
 
 
