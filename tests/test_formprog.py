@@ -38,10 +38,11 @@ def test_programs_give_the_values_of_row_values(text, bind_args, rows):
         np.testing.assert_array_equal(np.broadcast_to(value, q.shape), np.broadcast_to(want, q.shape))
 
 
-@given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(1, 2), st.booleans(), st.data())
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(1, 3), st.booleans(), st.data())
 def test_owner_runs_gather_as_the_index_does(counts, points, same, data):
     """gathered_at through OwnerRuns (np.repeat over families in owner order) equals the gather through the
-    index [points, families] it stands for, values equal at every point or not."""
+    index [points, families] it stands for, values equal at every point or not; both give one row exactly
+    where the values are equal at every point (a value then computed once for all points)."""
     n = len(counts)
     first = np.array(data.draw(st.lists(st.integers(-50, 50), min_size=n, max_size=n)), np.int64)
     x = np.concatenate([first] * points) if same else np.array(
@@ -51,6 +52,10 @@ def test_owner_runs_gather_as_the_index_does(counts, points, same, data):
     runs = OwnerRuns(points, np.array(counts, np.intp), sum(counts))
     assert runs.shape == index.shape
     np.testing.assert_array_equal(gathered_at(x, runs), gathered_at(x, index))
+    got = gathered_at(x, index)
+    np.testing.assert_array_equal(np.broadcast_to(got, index.shape), x[index])
+    equal = (x.reshape(points, n) == x[:n]).all()
+    assert got.shape[0] == (1 if equal else points)
     assert gathered_at(np.int64(7), runs) == 7
 
 
@@ -68,3 +73,32 @@ def test_isqrt_is_the_floor_of_the_root_over_narrow_and_wide_ranges(base, spread
     got = isqrt(values)
     assert got.shape == values.shape
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(0, 6), min_size=1, max_size=6), origin=st.integers(0, 4),
+       extra=st.integers(0, 5), positions=st.lists(st.integers(-3, 45), min_size=1, max_size=20))
+def test_segment_attributes_are_the_segments_by_hand(lengths, origin, extra, positions):
+    """segment_attr's tables (each built alone, per attribute) give every attribute of the segment holding each
+    position, worked out by a walk over the segments: outside the range, index -1 and inside false, start and end
+    those of the gap before the first segment ([0, origin)) or after the last ([end, extent)), safe clipped."""
+    from maskc.bound_params import SegmentTable
+    from maskc.analysis.rows import segment_attr, segment_slot
+    bounds = np.concatenate([[origin], origin + np.cumsum(lengths)]).astype(np.int64)
+    values = np.arange(10, 10 + len(lengths), dtype=np.int64) * 7
+    table = SegmentTable(bounds, (("v", values),))
+    extent = int(bounds[-1]) + extra
+    q = np.array(positions, np.int64)
+    at = segment_slot(table, q)
+    n = len(lengths)
+    for p, got in zip(positions, zip(*(segment_attr(table, at, a, extent).tolist()
+                                         for a in ("index", "start", "end", "length", "inside", "safe")),
+                                     segment_attr(table, at, "value", extent, "v").tolist())):
+        i = next((i for i in range(n) if bounds[i] <= p < bounds[i + 1]), None)
+        if i is None:
+            before = p < origin
+            start, end = (0, origin) if before else (int(bounds[-1]), extent)
+            want = (-1, start, end, end - start, False, 0 if before else max(n - 1, 0), 0)
+        else:
+            want = (i, int(bounds[i]), int(bounds[i + 1]), lengths[i], True, i, int(values[i]))
+        assert got == want, (p, got, want)

@@ -1,10 +1,13 @@
 """maskc.analysis.tiles.runs_of_keys against brute force: owners (pieces of rows) whose slots' ends move by one key
 per row at most, drawn directly (hypothesis), every row's keys marked on a dense grid of key blocks."""
+import contextlib
+
 import numpy as np
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from maskc.analysis.intervals import NONE
+from maskc.analysis import tiles
 from maskc.analysis.tiles import runs_of_keys
 from maskc.runs import EMPTY, FULL, PARTIAL, dense_of
 
@@ -100,15 +103,28 @@ def test_runs_of_keys_are_the_brute_force_classes(case):
         lo_b = np.array([NONE if r is None else r[0] + r[2] * r[4] for r in rows], np.int64)
         hi_b = np.array([NONE if r is None else r[1] + r[3] * r[4] for r in rows], np.int64)
         columns.append((lo, hi, lo_b, hi_b))
-    offsets, runs = runs_of_keys(block, columns, np.bincount(block, minlength=qt), kv_len, block_n, qt)
     kt = -(-kv_len // block_n)
-    got = dense_of(offsets, runs, kt)
     want = brute_force(drawn, qt, kv_len, block_n)
     event(_shape_of(drawn, qt, kv_len, block_n, want))
-    np.testing.assert_array_equal(got, want)
-    same = (runs[1:, 0] == runs[:-1, 1]) & (runs[1:, 2] == runs[:-1, 2])
-    row_of = np.repeat(np.arange(qt), np.diff(offsets))
-    assert not (same & (row_of[1:] == row_of[:-1])).any(), "adjacent runs of one kind"
+    for few in (0, 1 << 20):          # counted q_blocks by numpy (_counted_runs) and by hand (_counted_by_hand)
+        with _few_counted(few):
+            offsets, runs = runs_of_keys(block, columns, np.bincount(block, minlength=qt), kv_len, block_n, qt)
+        np.testing.assert_array_equal(dense_of(offsets, runs, kt), want)
+        assert (runs[:, 0] < runs[:, 1]).all(), "an empty run"
+        same = (runs[1:, 0] == runs[:-1, 1]) & (runs[1:, 2] == runs[:-1, 2])
+        row_of = np.repeat(np.arange(qt), np.diff(offsets))
+        assert not (same & (row_of[1:] == row_of[:-1])).any(), "adjacent runs of one kind"
+
+
+@contextlib.contextmanager
+def _few_counted(few: int):
+    """tiles.FEW_COUNTED set to ``few`` (0: every counted q_block through numpy) for the block."""
+    saved = tiles.FEW_COUNTED
+    tiles.FEW_COUNTED = few
+    try:
+        yield
+    finally:
+        tiles.FEW_COUNTED = saved
 
 
 def _shape_of(drawn, qt: int, kv_len: int, block_n: int, want: np.ndarray) -> str:
@@ -134,12 +150,12 @@ def test_hstu_targets_stay_on_the_per_slot_path(monkeypatch):
     slots' hulls share its last key block, which the rows before the targets do not cover. runs_of_keys keeps that
     q_block on the per-slot path (no counted runs) and the classes are the brute-force ones."""
     import maskc
-    import maskc.analysis.tiles as tiles
     from conftest import EXAMPLES, tile_truth
 
     def counted(*args):
         raise AssertionError("a q_block was counted")
     bound = maskc.load(EXAMPLES / "hstu.mask").bind(seq_len=1024, users=[300, 400, 324], targets=[37, 50, 21])
     monkeypatch.setattr(tiles, "_counted_runs", counted)
+    monkeypatch.setattr(tiles, "_counted_by_hand", counted)
     for shape in ((64, 64), (128, 128), (64, 32)):
         np.testing.assert_array_equal(bound.tile_map(*shape).classes[0], tile_truth(bound.dense(), *shape))

@@ -205,10 +205,20 @@ def gathered_at(x, index: np.ndarray | OwnerRuns):
     if not np.ndim(x):
         return x
     points = index.shape[0] if not isinstance(index, OwnerRuns) else index.points
-    same = points > 1 and (x.reshape(points, -1) == x[:len(x) // points]).all()
+    same = points > 1 and _points_equal(x, points)
     if isinstance(index, OwnerRuns):
         return np.repeat(x.reshape(1 if same else points, -1)[:, :len(x) // points], index.counts, axis=1)
     return x[index[:1]] if same else x[index]
+
+
+def _points_equal(x: np.ndarray, points: int) -> bool:
+    """Whether the owners' values ``x`` (int, the owners' rows point after point) are equal at every point; for
+    two points, by comparing the halves' bytes (equal bytes are equal integers): one memcmp, where ``==`` and
+    ``all()`` cost four times as much on the few hundred owners of a piece table, at every gather."""
+    n = len(x) // points
+    if points == 2:
+        return x[:n].tobytes() == x[n:].tobytes()
+    return bool((x.reshape(points, -1) == x[:n]).all())
 
 
 def _no_gather(i: int):

@@ -39,17 +39,28 @@ def segment_attr(table, at: np.ndarray, attr: str, extent: int, array: str | Non
     key = (attr, array, extent if attr in ("end", "length") else None)
     hit = cached.get(key)
     if hit is None:
-        n, bounds = table.count, table.bounds
-        ends = np.append(bounds, np.int64(extent))
-        hit = {"index": lambda: np.concatenate([[-1], np.arange(n), [-1]]),
-               "start": lambda: np.concatenate([[0], bounds]),
-               "end": lambda: ends,
-               "length": lambda: ends - np.concatenate([[0], bounds]),
-               "inside": lambda: np.concatenate([[False], np.ones(n, bool), [False]]),
-               "safe": lambda: np.concatenate([[0], np.arange(n), [max(n - 1, 0)]]),
-               "value": lambda: np.concatenate([[0], table.value(array), [0]])}[attr]()
-        hit = cached[key] = np.asarray(hit, bool if attr == "inside" else np.int64)
+        hit = cached[key] = np.asarray(_segment_attr_table(table, attr, extent, array),
+                                       bool if attr == "inside" else np.int64)
     return hit[at]
+
+
+def _segment_attr_table(table, attr: str, extent: int, array: str | None):
+    """The table of count + 2 entries that :func:`segment_attr` gathers ``attr`` from (only that one is built:
+    a table is new at every bind, and each numpy call here costs more than the few entries it makes)."""
+    n, bounds = table.count, table.bounds
+    if attr == "index":
+        return np.concatenate([[-1], np.arange(n), [-1]])
+    if attr == "start":
+        return np.concatenate([[0], bounds])
+    if attr in ("end", "length"):
+        ends = np.concatenate([bounds, [extent]])
+        return ends if attr == "end" else ends - np.concatenate([[0], bounds])
+    if attr == "inside":
+        return np.concatenate([[False], np.ones(n, bool), [False]])
+    if attr == "safe":
+        return np.concatenate([[0], np.arange(n), [max(n - 1, 0)]])
+    assert attr == "value", attr
+    return np.concatenate([[0], table.value(array), [0]])
 
 
 def seg_bound(table, index):
@@ -177,7 +188,10 @@ def split_on_chunks(lin: ir.Lin) -> tuple[ir.Lin, tuple]:
 
 
 def lin_value(lin: ir.Lin, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int) -> int:
-    """The value of a form free of q and k."""
+    """The value of a form free of q and k (a constant's without a RowValues: floors' offsets and divisors
+    are constants in most masks, read at every bind)."""
+    if not lin.terms:
+        return int(lin.const)
     return int(RowValues(params, seq_len, kv_len, head, batch_index, np.zeros(1, np.int64)).lin(lin))
 
 

@@ -74,6 +74,7 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     n = len(block)
     first = starts_of(block)                                  # each q_block's first owner
     present = block[first]
+    at_block = present.searchsorted(block)                    # each owner's place among the q_blocks present
     # A hole: consecutive live owners of one slot and q_block whose key blocks are apart.
     idx = live.ravel().nonzero()[0]
     a, b = idx[:-1], idx[1:]
@@ -91,7 +92,7 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
         pair = s0 < s1
         shared = pair.any(axis=0) & ~bad                      # (those with holes are counted anyway)
         if shared.any():
-            bad |= shared & ~_none_full(pair, s0, s1, first, c0, c1)
+            bad |= shared & ~_none_full(pair, s0, s1, first, at_block, c0, c1)
     h0, h1 = np.where(some, h0, 0), np.where(some, h1, 0)
     cut0, cut1 = np.maximum(f0, h0), np.minimum(f1, h1)
     has_full = cut0 < cut1
@@ -111,22 +112,63 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
             out = (out[0][kept], out[1][kept], out[2][kept], out[3][kept])
     if not bad.any():
         return _joined(*out, rows)
-    owners = bad[present.searchsorted(block)]
+    owners = bad[at_block]
+    live = flat[0] & owners
+    if np.count_nonzero(live) <= FEW_COUNTED:
+        # few slots to count (global_local's one q_block): by hand, sorted; the per-slot runs leave out the bad
+        # q_blocks and come sorted, so one stable sort by q_block puts the two lists in order
+        row, begin, end, kind = _cat(out, _counted_by_hand(block, live, flat, need))
+        order = row.argsort(kind="stable")
+        return _joined(row[order], begin[order], end[order], kind[order], rows)
     return merge_runs(*_cat(out, _counted_runs(block, owners, flat, need, kt)), rows)
 
 
-def _none_full(pair, s0, s1, first, c0, c1) -> np.ndarray:
+# Live slots up to which runs_of_keys counts its bad q_blocks in Python (:func:`_counted_by_hand`): there each numpy
+# call of :func:`_counted_runs` and the merge after it costs more than the work.
+FEW_COUNTED = 32
+
+
+def _counted_by_hand(block: np.ndarray, live: np.ndarray, flat, need: np.ndarray) -> "Runs":
+    """:func:`_counted_runs`' runs of the owners' slots ``live`` ([slots, owners]), sorted by q_block and begin
+    (the order :func:`_row_counts` gives), computed in Python for a few slots: per q_block, a sweep over the
+    ends of its touched ``[t0, t1)`` and covered ``[c0, c1)`` key blocks counts how many slots touch and how many
+    cover each stretch between consecutive ends; FULL where ``need[q_block]`` cover (an owner's covered ranges
+    are disjoint, so only every owner covering makes that count), PARTIAL where some slot touches. Adjacent
+    stretches of one class stay apart (:func:`_joined` merges them)."""
+    _, t0, t1, c0, c1 = flat
+    events: dict = {}
+    for q, a, b, c, d in zip(*(x.tolist() for x in (block[live.nonzero()[1]], t0[live], t1[live], c0[live], c1[live]))):
+        mine = events.setdefault(q, [])
+        mine += [(a, 0, 1), (b, 0, -1)] + ([(c, 1, 1), (d, 1, -1)] if c < d else [])
+    found = []
+    for q in sorted(events):
+        counts, full = [0, 0], int(need[q])
+        at = None
+        for key, which, delta in sorted(events[q]):
+            if at is not None and key > at:
+                cls = FULL if counts[1] == full else PARTIAL if counts[0] else EMPTY
+                if cls != EMPTY:
+                    found.append((q, at, key, cls))
+            counts[which] += delta
+            at = key
+    if not found:
+        return (np.zeros(0, np.int64),) * 4
+    row, begin, end, kind = (np.array(x, np.int64) for x in zip(*found))
+    return row, begin, end, kind
+
+
+def _none_full(pair, s0, s1, first, at_block, c0, c1) -> np.ndarray:
     """bool[q_blocks]: whether some owner of the q_block covers, with no slot, any key block of the hull of the
     blocks that two slots' hulls share (``pair`` [pairs, q_blocks] where the pair's hulls share ``[s0, s1)``;
-    ``first``, each q_block's first owner; ``[c0, c1)`` [slots, owners], the key blocks each slot of an owner
-    covers at every row). Then no shared block is FULL: a FULL block is covered by every owner. Read only where
-    some pair shares blocks (elsewhere the answer means nothing)."""
+    ``first``, each q_block's first owner, ``at_block`` each owner's q_block (its index in ``first``); ``[c0,
+    c1)`` [slots, owners], the key blocks each slot of an owner covers at every row). Then no shared block is
+    FULL: a FULL block is covered by every owner. Read only where some pair shares blocks (elsewhere the
+    answer means nothing)."""
     if len(pair) == 1:                                        # the shared blocks' hull [lo, hi) per q_block
         lo, hi = s0[0], s1[0]
     else:
         lo, hi = np.where(pair, s0, np.int64(1) << 40).min(axis=0), np.where(pair, s1, -1).max(axis=0)
-    q = np.repeat(np.arange(len(first)), np.diff(np.append(first, c0.shape[1])))     # each owner's q_block
-    covers = ((c0 < c1) & (c0 < hi[q]) & (c1 > lo[q])).any(axis=0)
+    covers = ((c0 < c1) & (c0 < hi[at_block]) & (c1 > lo[at_block])).any(axis=0)
     return ~np.logical_and.reduceat(covers, first)
 
 
