@@ -580,11 +580,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
 constexpr float RESCALE_THRESHOLD = 8.f;
 
 // Online softmax over one 16-row tile, first half: new row maxima (quad shuffle), each row's running maximum m
-// moved to it where it grew by more than RESCALE_THRESHOLD, then s <- P = exp2(s * scale_log2 - m * scale_log2),
-// l <- l * alpha + rowsum(P), with the factor alpha = exp2((m_old - m_new) * scale_log2) (1 where m stayed) that
-// the output accumulator still has to be scaled by. Returns whether it has to be (the same in all the warp's
-// lanes: whether a row of the warp moved). m is in raw score units; l is this thread's partial row sum (the
-// quad's are added at the end).
+// moved to it (with the lazy rescale only where it grew by more than RESCALE_THRESHOLD), then
+// s <- P = exp2(s * scale_log2 - m * scale_log2), l <- l * alpha + rowsum(P), with the factor
+// alpha = exp2((m_old - m_new) * scale_log2) (1 where m stayed) that the output accumulator still has to be
+// scaled by. Returns whether it has to be, the same in all the warp's lanes: with the lazy rescale whether a row
+// of the warp moved, else always. m is in raw score units; l is this thread's partial row sum (the quad's are
+// added at the end).
 template <int N_TILES>
 __device__ __forceinline__ bool softmax_update(float (&s)[N_TILES][4], float (&m)[2], float (&l)[2],
                                                float (&alpha)[2], float scale_log2) {
