@@ -4,14 +4,14 @@ Each variant is a directory of templates (a copy of ``templates/`` with a change
 forward's register split overridden; each loads its
 own compiled mask (so its own kernels, built while ``maskc.codegen.emit.template_dir`` points at its directory),
 checks its outputs and gradients against the first variant's, and is timed in alternating rounds (the order
-reversed every other round). B=1, H=16, D=128, bf16, the masks of bench/workloads.py.
+reversed every other round). B=1, H=16, D=128 (``--head-dim``), bf16, the masks of bench/workloads.py.
 
 A template change can then be measured against the code it changes on the same GPU minutes apart, instead of two
 processes or two runs (bench/NOTES.md session 16: this machine's timings drift ~5% over a minute, so read medians
 over rounds, and prefer ncu's cycles for effects below that).
 
     python bench/template_ab.py base=templates new=/tmp/tpl_new [new2=DIR:24-240] [--masks causal,document]
-        [--seq-len 32768] [--rounds 5] [--forward-only] [--out results.json]
+        [--seq-len 32768] [--head-dim 128] [--rounds 5] [--forward-only] [--out results.json]
 
 A variant is NAME=DIR or NAME=DIR:P-C (P producer and C consumer registers for the wgmma_tma forward).
 """
@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("variants", nargs="+", help="NAME=DIR[:P-C]; the first is the reference")
     ap.add_argument("--masks", default="causal,sliding_window,document")
     ap.add_argument("--seq-len", type=int, default=32768)
+    ap.add_argument("--head-dim", type=int, default=W.D)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--forward-only", action="store_true")
     ap.add_argument("--out", default=None)
@@ -64,7 +65,7 @@ def main() -> None:
     variants = dict(v.split("=", 1) for v in args.variants)
     S = args.seq_len
     gen = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v, dout = (torch.randn(W.B, W.H, S, W.D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q, k, v, dout = (torch.randn(W.B, W.H, S, args.head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
                      for _ in range(4))
     records = []
     for name in args.masks.split(","):
@@ -93,7 +94,7 @@ def main() -> None:
                     times[var][1].append(W.bench_ms(calls[var][1], warmup=3, rep=60))
         for var in variants:
             fwd, bwd = sorted(times[var][0]), sorted(times[var][1])
-            rec = {"mask": name, "seq_len": S, "variant": var, "templates": variants[var],
+            rec = {"mask": name, "seq_len": S, "head_dim": args.head_dim, "variant": var, "templates": variants[var],
                    "fwd_ms": fwd[len(fwd) // 2], "fwd_all": fwd, "gpu": torch.cuda.get_device_name()}
             line = f"{name} {var}: forward {rec['fwd_ms']:.3f} ms (lowest {fwd[0]:.3f})"
             if bwd:
