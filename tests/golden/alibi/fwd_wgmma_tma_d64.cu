@@ -657,24 +657,26 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const u32 (&a)[
 }
 
 
-// The products of one kv tile for one warpgroup: S = Q K^T (SS) and O += P V (RS).
+// The products of one kv tile for one warpgroup: S = Q K^T (SS) and O += P V (RS). Each builds one descriptor
+// per operand and steps through the tile from it (sw128_desc_plus: one add a k-step).
 __device__ __forceinline__ void qk_product(float (&s)[N_TILES][4], u32 q_wg_smem, u32 k_smem) {
+    const unsigned long long a0 = sw128_desc(q_wg_smem, 16, 1024);
+    const unsigned long long b0 = sw128_desc(k_smem, 16, 1024);
     #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
         // k-step kk: column block kk / 4, 32 bytes per step inside it
         const u32 step = (kk & 3) * 32;
-        const unsigned long long a = sw128_desc(q_wg_smem + (kk >> 2) * BLOCK_M * 128 + step, 16, 1024);
-        const unsigned long long b = sw128_desc(k_smem + (kk >> 2) * BLOCK_N * 128 + step, 16, 1024);
-        wgmma_ss_n128<0>(s, a, b, kk > 0);
+        wgmma_ss_n128<0>(s, sw128_desc_plus(a0, (kk >> 2) * BLOCK_M * 128 + step),
+                                     sw128_desc_plus(b0, (kk >> 2) * BLOCK_N * 128 + step), kk > 0);
     }
 }
 
 __device__ __forceinline__ void pv_product(float (&acc)[D_TILES][4], const u32 (&p)[BLOCK_N / 16][4], u32 v_smem) {
+    const unsigned long long b0 = sw128_desc(v_smem, BLOCK_N * 128, 1024);
     #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
         // keys 16kk .. 16kk+15: two 8-row groups of every column block; column blocks BLOCK_N * 128 bytes apart
-        const unsigned long long b = sw128_desc(v_smem + kk * 16 * 128, BLOCK_N * 128, 1024);
-        wgmma_rs_n64<1>(acc, p[kk], b, true);
+        wgmma_rs_n64<1>(acc, p[kk], sw128_desc_plus(b0, kk * 16 * 128), true);
     }
 }
 
@@ -901,7 +903,9 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_alibi(
     using namespace maskc;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // the warp index through a shuffle: the compiler then knows it warp-uniform, and keeps the descriptors
+    // derived from it (Q's) in uniform registers (no conversion before each wgmma)
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int q_blocks = (seq_len + BLOCK_M - 1) / BLOCK_M;
     const int pairs = batch_grid * num_heads;                 // (batch, head) pairs
     const int num_items = n_work * pairs;
