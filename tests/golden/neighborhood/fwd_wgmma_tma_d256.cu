@@ -1146,7 +1146,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK_M) maskc_tile_words_neighborh
     unsigned* __restrict__ tile_words) {
     using namespace maskc;
     (void)kv_len;                                         // keys past it: the forward's to hide
-    constexpr int NATURAL_WORDS = (BLOCK_N + 31) / 32;    // bit j of word w: key k0 + 32 w + j
+    constexpr int NATURAL_WORDS = (BLOCK_N + 63) / 64;    // bit j of word w: key k0 + 64 w + j
     const int q_blocks = (seq_len + BLOCK_M - 1) / BLOCK_M;
     for (int n = blockIdx.x; n < n_tiles; n += gridDim.x) {
         const int r = tiles[2 * n], k0 = tiles[2 * n + 1] * BLOCK_N;
@@ -1154,17 +1154,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK_M) maskc_tile_words_neighborh
         const int* mask = mask_data + mask_offsets[mb];
         const int q = min((r % q_blocks) * BLOCK_M + (int)threadIdx.x, seq_len - 1);
         const MaskRow row = mask_row(mask, mb, 0, q);
-        u32 natural[NATURAL_WORDS];
-        #pragma unroll
-        for (int w = 0; w < NATURAL_WORDS; ++w) {
-            u32 word[1];
-            mask_bits(row, mask, mb, 0, q, k0 + 32 * w, word);
-            natural[w] = word[0];
-        }
+        // the row's keys of the tile in one walk of its chunks (one mask_bits call of 64-bit words)
+        unsigned long long natural[NATURAL_WORDS];
+        mask_bits(row, mask, mb, 0, q, k0, natural);
         u32 out[STORED_WORDS] = {};
         #pragma unroll
         for (int c = 0; c < BLOCK_N; ++c)          // column c = 8 nt + 2 t + e
-            out[(c % 8) / 2] |= ((natural[c / 32] >> (c % 32)) & 1u) << (2 * (c / 8) + c % 2);
+            out[(c % 8) / 2] |= (u32)((natural[c / 64] >> (c % 64)) & 1ull) << (2 * (c / 8) + c % 2);
         u32* dst = tile_words + ((long long)n * BLOCK_M + threadIdx.x) * STORED_WORDS;
         #pragma unroll
         for (int t = 0; t < STORED_WORDS; ++t) dst[t] = out[t];
