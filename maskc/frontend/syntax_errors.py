@@ -19,12 +19,14 @@ _TOKEN_WORDS = {
     "XOR_OP": "'^'", "AND_OP": "'&'", "SHIFT_OP": "'<<' or '>>'", "TILDE": "'~'",
     "RULE_KIND": "'allow' or 'deny'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
     "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "DOT": "'.'", "MINUS": "'-'", "PLUS": "'+'",
-    "MASK": "'mask'", "LET": "'let'", "IMPORT": "'import'",
 }
 
 
-def _describe(token_type: str) -> str:
-    return _TOKEN_WORDS.get(token_type, f"'{token_type.lower()}'")
+def _describe(token_type: str, patterns: dict[str, str]) -> str:
+    """A terminal in words: ``'int'`` for the keyword terminal ``_KW_INT``, ``a name`` for ``NAME``."""
+    if token_type in _TOKEN_WORDS:
+        return _TOKEN_WORDS[token_type]
+    return f"'{patterns.get(token_type, token_type.lower())}'"
 
 
 STATEMENT_KEYWORDS = ("allow", "deny", "require", "let")
@@ -86,7 +88,7 @@ def syntax_error(err: UnexpectedInput, path: str, lines: list[str], patterns: di
             "an indented line" if tok.type == "_INDENT" else
             "the end of the line" if tok.type == "_NL" else
             "the end of the block" if tok.type == "_DEDENT" else repr(str(tok)))
-        expected = sorted({_describe(t) for t in err.expected if not t.startswith("__")})
+        expected = sorted({_describe(t, patterns) for t in err.expected if not t.startswith("__")})
         hint = None
         if tok.type == "_INDENT":        # Lark places it at the end of the line before: point at the line
             hint = "a mask's rules are indented once, under its 'mask' line"
