@@ -231,6 +231,50 @@ def test_a_keyword_with_more_letters_is_one_word(keyword, tail):
     assert [p.name for p in named.resolved.params] == [word]
 
 
+# Common slips: (name, text, line, col, the message's words). What was expected is said in a user's words, and the
+# end of a line is never offered where lines are joined (inside brackets).
+COMMON_SLIPS = [
+    ("missing_rsqb", "mask m(t: table)\n  allow k <= t[q\n", 2, 17,
+     "found the end of the file; expected ']' to close the '[' at 2:15"),
+    ("missing_rsqb_range", "mask m()\n  allow k in [0, 3\n", 2, 19, "expected ']' to close the '[' at 2:14"),
+    ("missing_rpar_call", "mask m()\n  allow k <= min(q, 3\n", 2, 22, "expected ')' to close the '(' at 2:17"),
+    ("missing_rpar_group", "mask m()\n  allow (k <= q\n  deny k == 0\n", 3, 3,
+     "unexpected 'deny'; expected ')' to close the '(' at 2:9"),
+    ("missing_rpar_params", "mask m(a: int\n  allow k <= q\n", 2, 3,
+     "unexpected 'allow'; expected ')' to close the '(' at 1:7"),
+    ("trailing_plus", "mask m()\n  allow k <= q +\n", 2, 17,
+     "found the end of the line; expected a value after '+' (a name, a number or '(')"),
+    ("trailing_comparison", "mask m()\n  allow k <=\n", 2, 13, "found the end of the line; expected a value after '<='"),
+    ("trailing_and", "mask m()\n  allow k <= q and\n", 2, 19, "found the end of the line; expected a value after 'and'"),
+    ("operator_twice", "mask m()\n  allow k <= * q\n", 2, 14, "unexpected '*'; expected a value after '<='"),
+    ("missing_operator", "mask m()\n  allow k q\n", 2, 11,
+     "unexpected 'q'; expected an operator, a comparison, ',' or the end of the line"),
+    ("subscript_missing_comma", "mask m(t: table)\n  allow k <= t[q q]\n", 2, 18,
+     "unexpected 'q'; expected an operator, ',' or ']'"),
+    ("unknown_statement", "mask m()\n  permit k <= q\n", 2, 3,
+     "unknown keyword `permit`; a line of a mask starts with allow, deny, require, let or `score =`"),
+    ("unknown_statement_later", "mask m()\n  allow k <= q\n  forbid k == 0\n", 3, 3, "unknown keyword `forbid`"),
+    ("missing_type", "mask m(n: )\n  allow k <= q\n", 1, 11,
+     "unexpected ')'; expected a type ('int', 'const int', 'float', 'segments', 'per', 'table')"),
+    ("let_without_eq", "mask m()\n  let x 3\n  allow k <= x\n", 2, 9, "unexpected '3'; expected '(' or '='"),
+    ("stray_character_after_operator", "mask m()\n  allow k <= $\n", 2, 14,
+     "unexpected character '$'; expected a value after '<='"),
+]
+
+
+@pytest.mark.parametrize("name,text,line,col,words", COMMON_SLIPS, ids=[c[0] for c in COMMON_SLIPS])
+def test_common_slips_say_what_was_expected(name, text, line, col, words):
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(text, path="bad.mask")
+    s = str(info.value)
+    assert s.startswith(f"bad.mask:{line}:{col}: error: "), s
+    assert words in info.value.message, s
+    if "end of the line" not in words:      # not offered where it cannot stand (inside brackets, after 'let x')
+        assert "end of the line" not in s, s
+    src, caret = s.splitlines()[1:3]
+    assert src == "  " + text.splitlines()[line - 1] and caret.index("^") == col + 1, s
+
+
 def test_eq_instead_of_eqeq_hints_double_equals():
     with pytest.raises(MaskSyntaxError) as info:
         maskc.compile_mask("mask m()\n  allow k = q\n")
