@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from maskc.analysis.bind import check_blocks, check_index
+from maskc.analysis.bind import check_blocks, check_element, check_index
 from maskc.analysis.classify import classify
 from maskc.analysis.descriptor import check_size, pack, to_flex_block_mask_arrays
 from maskc.analysis.evaluate import dense_mask
@@ -69,14 +69,14 @@ class BoundMask:
 
     def dense(self, batch_index: int = 0, head: int = 0) -> np.ndarray:
         """bool[seq_len, kv_len], by brute force: for tests and small sizes."""
-        batch_index = check_index(batch_index, "batch_index", self.batch)
-        head = check_index(head, "head", self.num_heads)
+        batch_index, head = check_element(batch_index, head, self.batch, self.num_heads)
         return dense_mask(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len,
                           head, batch_index)
 
     def modified_scores(self, scores: np.ndarray, batch_index: int = 0, head: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """(mod(scores), mod'(scores)): the score modifier and its derivative on dense float64 scaled scores
         [seq_len, kv_len] of one batch element and head (the scores and ones without a modifier)."""
+        batch_index, head = check_element(batch_index, head, self.batch, self.num_heads)
         return modified_scores(self.mask.resolved, self.params.batch[batch_index], self.seq_len, self.kv_len, head,
                                batch_index, scores, range(self.seq_len), range(self.kv_len))
 

@@ -23,11 +23,13 @@ from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment
                               head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
                               parse_params, seq_len_option, write_output)
 from maskc.codegen.schedule import ARCHES
-from maskc.errors import MaskError
+from maskc.errors import BindError, MaskError
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES, PARTIAL_TILES
+from maskc.runs import MAX_TILES
 from maskc.progress import status
 
-TILE = click.IntRange(1, 2 ** 31 - 1)     # a tile side: positive, and like every length an int32
+INT32 = 2 ** 31 - 1
+TILE = click.IntRange(1, INT32)     # a tile side: positive, and like every length an int32
 _load = load_mask                       # the name tests replace to reach the internal-error path
 
 
@@ -250,6 +252,7 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
     from maskc.show import render_dense, render_png, render_tiles
     mask = _load(file, name, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
+    _check_drawable(bound, block_m, block_n)
     classes = bound.tiles(block_m, block_n)
     click.echo(f"mask {mask.name}, seq_len {bound.seq_len}, kv_len {bound.kv_len}"
                + (f" (batch element 0 of {bound.batch})" if bound.batch > 1 else ""))
@@ -270,6 +273,29 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
         except OSError as err:
             raise CliError(f"cannot write {png}: {err.strerror or err}") from None
         click.echo(f"wrote {png}", err=True)
+
+
+SUGGESTED_TILES = 1 << 20
+
+
+def _check_drawable(bound, block_m: int, block_n: int) -> None:
+    """show draws from the dense grid of tile classes, which the API refuses past MAX_TILES tiles with advice for
+    Python; here the same refusal says what to type instead: tiles large enough (the drawing is scaled down to
+    the terminal either way, so larger tiles lose nothing a terminal shows)."""
+    def tiles(m: int, n: int) -> int:
+        return bound.batch * -(-bound.seq_len // m) * -(-bound.kv_len // n)
+
+    if tiles(block_m, block_n) <= MAX_TILES:
+        return
+    factor = 2                          # to a grid that draws in a second (2**20 tiles), not just one under the cap
+    while tiles(block_m * factor, block_n * factor) > SUGGESTED_TILES and max(block_m, block_n) * factor < INT32:
+        factor *= 2
+    m, n = min(block_m * factor, INT32), min(block_n * factor, INT32)
+    batch = f", batch {bound.batch}" if bound.batch > 1 else ""
+    raise BindError(f"maskc show draws every tile, and {tiles(block_m, block_n)} tiles of {block_m} x {block_n} "
+                    f"(seq_len {bound.seq_len}, kv_len {bound.kv_len}{batch}) are past {MAX_TILES} (2**28)",
+                    hint=f"draw larger tiles, e.g. --block-m {m} --block-n {n} (the drawing is scaled to the "
+                         "terminal anyway), or pass a shorter --seq-len")
 
 
 @cli.command("explain")

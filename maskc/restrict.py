@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from maskc.analysis.bind import check_element
 from maskc.analysis.descriptor import check_size, pack
 from maskc.analysis.evaluate import dense_mask
 from maskc.analysis.score import modified_scores
@@ -100,12 +101,14 @@ class RestrictedMask:
     def dense(self, batch_index: int = 0, head: int = 0) -> np.ndarray:
         """bool[seq_len, kv_len], pair by pair from the source (only this block is evaluated)."""
         p = self.parent
+        batch_index, head = check_element(batch_index, head, p.batch, p.num_heads)
         return dense_mask(p.mask.resolved, p.params.batch[batch_index], p.seq_len, p.kv_len, head, batch_index,
                           rows=range(self.q_start, self.q_stop), cols=range(self.kv_start, self.kv_stop))
 
     def modified_scores(self, scores: np.ndarray, batch_index: int = 0, head: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """As BoundMask.modified_scores, for this block (the modifier sees the parent's positions)."""
         p = self.parent
+        batch_index, head = check_element(batch_index, head, p.batch, p.num_heads)
         return modified_scores(p.mask.resolved, p.params.batch[batch_index], p.seq_len, p.kv_len, head, batch_index,
                                scores, range(self.q_start, self.q_stop), range(self.kv_start, self.kv_stop))
 

@@ -1,5 +1,6 @@
 """Bad values handed to the Python API (issue 17, items 3 and 6): a MaskError that says what is wrong,
 never ZeroDivisionError, IndexError or a value pasted into CUDA."""
+import numpy as np
 import pytest
 
 import maskc
@@ -38,6 +39,43 @@ def test_dense_head_within_num_heads():
     heads.dense(0, 1)
     with pytest.raises(BindError, match="head"):
         heads.dense(0, 2)
+
+
+SOFTCAP = "mask m(cap: float = 2.0)\n  allow k <= q\n  score = softcap(score, cap)\n"
+
+
+@pytest.mark.parametrize("heads", [None, 2])
+@pytest.mark.parametrize("method", ["dense", "modified_scores", "restricted dense", "restricted modified_scores"])
+def test_every_element_and_head_index_is_checked(heads, method):
+    """dense() and modified_scores(), of a binding and of a block of one, take batch elements in [0, batch) and
+    heads in [0, num_heads), head 0 alone where bound without num_heads; on 5dc54e1 a binding without heads took
+    any head, and modified_scores() any head and an IndexError for a batch element past the last."""
+    bound = maskc.compile_mask(SOFTCAP).bind(8, num_heads=heads, cap=[2.0, 3.0])
+    target = bound.restrict((0, 4), (0, 8)) if method.startswith("restricted") else bound
+    name = method.split()[-1]
+
+    def call(b, h):
+        if name == "dense":
+            return target.dense(b, h)
+        return target.modified_scores(np.zeros((target.seq_len, target.kv_len)), b, h)
+
+    last = (heads or 1) - 1
+    call(1, last)
+    for b, h, words in [(2, 0, "batch_index must be an integer in [0, 2), got 2"),
+                        (0, last + 1, f"head must be an integer in [0, {heads or 1}), got {last + 1}"),
+                        (0, 3, "head must be an integer in"), (-1, 0, "batch_index"), (0, -1, "head")]:
+        with pytest.raises(BindError) as info:
+            call(b, h)
+        assert words in str(info.value), str(info.value)
+        if heads is None and "head must" in words:
+            assert "bind with num_heads=" in str(info.value), str(info.value)
+
+
+def test_flex_sizes_are_below_2_to_the_31():
+    """check_index's message says [0, 2**31) for the BlockMask's H and B; on 5dc54e1 nothing held them to it."""
+    bound = maskc.compile_mask(SOFTCAP).bind(8)
+    with pytest.raises(BindError, match=r"H \(the BlockMask's heads\) must be an integer in \[0, 2\*\*31\)"):
+        bound.to_flex_block_mask(H=2 ** 62)     # a RuntimeError from torch on 5dc54e1 (2**31: memory)
 
 
 @pytest.fixture(scope="module")

@@ -308,6 +308,23 @@ def test_show_dense_small_and_refuses_large():
     assert result.exit_code == 1 and "at most 160" in result.stderr
 
 
+@pytest.mark.parametrize("args", [("--seq-len", 2 ** 31 - 1),
+                                  ("--seq-len", 2 ** 20, "--kv-len", 2 ** 31 - 1, "--block-m", 16, "--block-n", 1)])
+def test_show_past_the_grid_cap_says_what_to_type(args):
+    """A grid past 2**28 tiles is refused with command-line advice (on 5dc54e1 the API's: 'read the runs
+    (run_offsets, runs, counts())'), and the command it suggests draws the mask."""
+    result = invoke("show", EXAMPLES / "causal.mask", *args)
+    assert result.exit_code == 1, result.output
+    assert "past 268435456 (2**28)" in result.stderr and "run_offsets" not in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    sides = re.search(r"hint: draw larger tiles, e\.g\. --block-m (\d+) --block-n (\d+)", result.stderr)
+    assert sides, result.stderr
+    sizes = [a for i, a in enumerate(args) if "--block" not in str(a) and "--block" not in str(args[i - 1])]
+    again = invoke("show", EXAMPLES / "causal.mask", *sizes, "--block-m", sides[1], "--block-n", sides[2])
+    assert again.exit_code == 0, again.output
+    assert "PARTIAL" in again.stdout
+
+
 def test_explain_prints_every_stage_and_bound_tiles():
     result = invoke("explain", EXAMPLES / "prefix_lm.mask", "--seq-len", 512, "--param", "prefix=100")
     assert result.exit_code == 0, result.output

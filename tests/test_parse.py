@@ -1,5 +1,6 @@
 """Parse: every example parses, spans point at their text, syntax errors point at the culprit."""
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,108 @@ def test_a_misspelt_statement_keyword_is_named_where_it_is(keyword, data):
     assert s.startswith("bad.mask:3:3: error: "), s
     assert f"unknown keyword `{word}`" in s and f"`{keyword}`" in s, s
     assert s.splitlines()[2].strip() == "^" + "~" * (len(word) - 1), s
+
+
+# Where each keyword stands ({K}) in a mask that compiles; the test below runs a longer word in its place.
+KEYWORD_PLACES = {
+    "import": '{K} "a.mask"\nmask m()\n  allow k <= q\n',
+    "mask": "{K} m()\n  allow k <= q\n",
+    "int": "mask m(n: {K} = 1)\n  allow k <= q\n",
+    "const": "mask m(n: {K} int = 1)\n  allow k <= q\n",
+    "segments": "mask m(d: {K})\n  allow k <= q\n",
+    "over": "mask m(d: segments {K} k)\n  allow k <= q\n",
+    "from": "mask m(d: segments {K} 0)\n  allow k <= q\n",
+    "per": "mask m(d: segments, v: {K} d)\n  allow k <= q\n",
+    "table": "mask m(t: {K})\n  allow k <= q\n",
+    "float": "mask m(c: {K} = 1.0)\n  allow k <= q\n  score = score * c\n",
+    "let": "mask m()\n  {K} y = 3\n  allow k <= y\n",
+    "require": "mask m(n: int = 1)\n  {K} n > 0\n  allow k <= q\n",
+    "allow": "mask m()\n  {K} k <= q\n",
+    "deny": "mask m()\n  allow k <= q\n  {K} k == 0\n",
+    "or": "mask m()\n  allow k <= q {K} k > 0\n",
+    "and": "mask m()\n  allow k <= q {K} k > 0\n",
+    "not": "mask m()\n  allow k {K} in [0, 3]\n",
+    "in": "mask m()\n  allow k {K} [0, 3]\n",
+    "true": "mask m()\n  allow {K}\n",
+    "false": "mask m()\n  allow k <= q\n  deny {K}\n",
+}
+
+
+def _grammar_keywords() -> set[str]:
+    """The grammar's keywords, read from its text: quoted words ("int") and words before \\b (/int\\b/)."""
+    text = (Path(__file__).parent.parent / "grammars" / "mask.lark").read_text()
+    text = "\n".join(line.split("//")[0] for line in text.splitlines() if not line.startswith("NAME"))
+    quoted = set(re.findall(r'"([a-z]+)"', text))
+    bounded = {w for group in re.findall(r"/\(?([a-z|]+)\)?\\b/", text) for w in group.split("|")}
+    return quoted | bounded
+
+
+def test_every_keyword_has_a_place_in_the_test_below():
+    assert _grammar_keywords() == set(KEYWORD_PLACES), _grammar_keywords() ^ set(KEYWORD_PLACES)
+
+
+@pytest.mark.parametrize("keyword", sorted(KEYWORD_PLACES))
+@pytest.mark.parametrize("tail", ["x", "s", "_", "2"])
+def test_a_keyword_with_more_letters_is_one_word(keyword, tail):
+    """``intt`` is one word, never ``int`` then ``t``: where the keyword stands, the longer word is an error that
+    names it whole, at its column; where a name stands, it is a name."""
+    text = KEYWORD_PLACES[keyword]
+    if keyword != "import":           # the place compiles with the keyword itself
+        maskc.compile_mask(text.format(K=keyword), path="kw.mask")
+    word = keyword + tail
+    line_no, line = next((i, ln) for i, ln in enumerate(text.splitlines(), 1) if "{K}" in ln)
+    with pytest.raises(MaskError) as info:
+        maskc.compile_mask(text.format(K=word), path="kw.mask")
+    err = info.value
+    assert f"`{word}`" in err.message or f"'{word}'" in err.message, err.message
+    assert (err.span.line, err.span.col) == (line_no, line.index("{K}") + 1), str(err)
+    # as a name: a parameter so named, read by a rule
+    named = maskc.compile_mask(f"mask m({word}: int = 1)\n  allow k <= q + {word}\n", path="kw.mask")
+    assert [p.name for p in named.resolved.params] == [word]
+
+
+# Common slips: (name, text, line, col, the message's words). What was expected is said in a user's words, and the
+# end of a line is never offered where lines are joined (inside brackets).
+COMMON_SLIPS = [
+    ("missing_rsqb", "mask m(t: table)\n  allow k <= t[q\n", 2, 17,
+     "found the end of the file; expected ']' to close the '[' at 2:15"),
+    ("missing_rsqb_range", "mask m()\n  allow k in [0, 3\n", 2, 19, "expected ']' to close the '[' at 2:14"),
+    ("missing_rpar_call", "mask m()\n  allow k <= min(q, 3\n", 2, 22, "expected ')' to close the '(' at 2:17"),
+    ("missing_rpar_group", "mask m()\n  allow (k <= q\n  deny k == 0\n", 3, 3,
+     "unexpected 'deny'; expected ')' to close the '(' at 2:9"),
+    ("missing_rpar_params", "mask m(a: int\n  allow k <= q\n", 2, 3,
+     "unexpected 'allow'; expected ')' to close the '(' at 1:7"),
+    ("trailing_plus", "mask m()\n  allow k <= q +\n", 2, 17,
+     "found the end of the line; expected a value after '+' (a name, a number or '(')"),
+    ("trailing_comparison", "mask m()\n  allow k <=\n", 2, 13, "found the end of the line; expected a value after '<='"),
+    ("trailing_and", "mask m()\n  allow k <= q and\n", 2, 19, "found the end of the line; expected a value after 'and'"),
+    ("operator_twice", "mask m()\n  allow k <= * q\n", 2, 14, "unexpected '*'; expected a value after '<='"),
+    ("missing_operator", "mask m()\n  allow k q\n", 2, 11,
+     "unexpected 'q'; expected an operator, a comparison, ',' or the end of the line"),
+    ("subscript_missing_comma", "mask m(t: table)\n  allow k <= t[q q]\n", 2, 18,
+     "unexpected 'q'; expected an operator, ',' or ']'"),
+    ("unknown_statement", "mask m()\n  permit k <= q\n", 2, 3,
+     "unknown keyword `permit`; a line of a mask starts with allow, deny, require, let or `score =`"),
+    ("unknown_statement_later", "mask m()\n  allow k <= q\n  forbid k == 0\n", 3, 3, "unknown keyword `forbid`"),
+    ("missing_type", "mask m(n: )\n  allow k <= q\n", 1, 11,
+     "unexpected ')'; expected a type ('int', 'const int', 'float', 'segments', 'per', 'table')"),
+    ("let_without_eq", "mask m()\n  let x 3\n  allow k <= x\n", 2, 9, "unexpected '3'; expected '(' or '='"),
+    ("stray_character_after_operator", "mask m()\n  allow k <= $\n", 2, 14,
+     "unexpected character '$'; expected a value after '<='"),
+]
+
+
+@pytest.mark.parametrize("name,text,line,col,words", COMMON_SLIPS, ids=[c[0] for c in COMMON_SLIPS])
+def test_common_slips_say_what_was_expected(name, text, line, col, words):
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(text, path="bad.mask")
+    s = str(info.value)
+    assert s.startswith(f"bad.mask:{line}:{col}: error: "), s
+    assert words in info.value.message, s
+    if "end of the line" not in words:      # not offered where it cannot stand (inside brackets, after 'let x')
+        assert "end of the line" not in s, s
+    src, caret = s.splitlines()[1:3]
+    assert src == "  " + text.splitlines()[line - 1] and caret.index("^") == col + 1, s
 
 
 def test_eq_instead_of_eqeq_hints_double_equals():

@@ -4,6 +4,7 @@ reference on random modifiers, the Flex score_mod, and what the kernels are give
 import ctypes
 import hashlib
 import math
+import re
 import shutil
 import subprocess
 import tempfile
@@ -57,6 +58,12 @@ def compile_text(text: str, name=None):
     # a float division by a number that is 0 (inf or NaN on every pair)
     ("mask a()\n  allow k <= q\n  score = score / 0.0\n", "t.mask:3:19", "division by zero"),
     ("mask a()\n  allow k <= q\n  score = score * (1.0 / (2 - 2))\n", "t.mask:3:27", "division by zero"),
+    # a divisor that is 0 at a pair every binding computes, visible or hidden (kernels compute whole tiles)
+    ("mask a()\n  allow k <= q\n  score = score / (q - k)\n", "t.mask:3:20", "is 0 at q = 0, k = 0"),
+    ("mask a()\n  allow k < q\n  score = score / (q - k)\n", "t.mask:3:20", "is 0 at q = 0, k = 0"),
+    ("mask a()\n  allow k <= q\n  score = score / (q - 2 * k + 3)\n", "t.mask:3:20", "is 0 at q = 1, k = 2"),
+    ("mask a()\n  allow k <= q\n  score = score * tanh(1.0 / tanh(k - 7))\n", "t.mask:3:30", "is 0 at k = 7"),
+    ("mask a()\n  allow k <= q\n  score = score / h\n", "t.mask:3:19", "is 0 at h = 0"),
     # a literal past float32's range (inf in the kernels, NaN after the softmax), in the section and as a default
     ("mask a()\n  allow k <= q\n  score = score * 1e40\n", "t.mask:3:19", "outside float32's range"),
     ("mask a(c: float = -1e39)\n  allow k <= q\n  score = score * c\n", "t.mask:1:20", "outside float32's range"),
@@ -121,6 +128,73 @@ def test_a_cap_binds_exactly_when_positive_and_the_reference_is_then_finite(cap)
     rng = np.random.default_rng(0)
     q, k, v = (rng.normal(size=(1, 1, 16, 8)) for _ in range(3))
     assert np.isfinite(reference_attention(q, k, v, bound)).all()
+
+
+@pytest.mark.parametrize("header,divisor,values,words", [
+    ("c: float", "c", {"c": 0.0}, "is 0 with 'c' = 0.0; a divisor must not be 0"),
+    ("c: float", "(c - 1.5)", {"c": 1.5}, "is 0 with 'c' = 1.5"),
+    ("w: int", "w", {"w": 0}, "is 0 with 'w' = 0"),
+    ("s: float per h", "s", {"num_heads": 3, "s": [1.0, 0.0, 2.0]}, "is 0 with 's' = 0.0 at head 1"),
+    ("w: int", "(q - w)", {"w": 5}, "may be 0: it spans [-5, 259] for q in [0, 264] and k in [0, 264]"),
+    ("t: float table", "t[q - k]", {"t": [1.0, 0.0, 2.0]}, "may be 0"),
+    ("", "(seq_len - q)", {}, "may be 0"),
+])
+def test_bind_refuses_a_divisor_that_can_be_0(header, divisor, values, words):
+    """A divisor read from parameters or lengths is checked at bind, over every position the kernels compute (a
+    tile past the ends), hidden pairs included: a BindError at the divisor."""
+    m = compile_text(f"mask a({header})\n  allow k <= q\n  score = score / {divisor}\n")
+    with pytest.raises(maskc.BindError) as err:
+        m.bind(seq_len=8, **values)
+    message = str(err.value)
+    assert message.startswith(f"t.mask:3:{19 + divisor.startswith('(')}"), message    # inside the parentheses
+    assert words in message and "right side of '/'" in message and "^" in message, message
+
+
+@pytest.mark.parametrize("header,divisor,values", [
+    ("", "max(q - k, 1)", {}),
+    ("", "(abs(q - k) + 1)", {}),
+    ("", "(q * k + 1)", {}),
+    ("", "(q - 300)", {}),                           # 0 only at q = 300, past this binding's last tile
+    ("s: float per h", "s", {"num_heads": 2, "s": [0.5, -0.5]}),   # each head's own value, not their range
+    ("t: float table", "t[q - k]", {"t": [1.0, 3.0, 2.0]}),
+    ("c: float", "softcap(q + 1, c)", {"c": 2.0}),
+])
+def test_bind_takes_a_divisor_that_is_never_0(header, divisor, values):
+    compile_text(f"mask a({header})\n  allow k <= q\n  score = score / {divisor}\n").bind(seq_len=8, **values)
+
+
+def _divisors():
+    """(text, numpy function of q, k and c) of random divisors: linear forms, wrapped."""
+    linear = st.tuples(st.integers(-3, 3), st.integers(-3, 3), st.integers(-4, 300)).map(
+        lambda t: (f"({t[0]} * q + {t[1]} * k + {t[2]})", lambda q, k, c, t=t: t[0] * q + t[1] * k + t[2]))
+    return st.one_of(
+        linear,
+        linear.map(lambda f: (f"(abs{f[0]} + 1)", lambda q, k, c, f=f: np.abs(f[1](q, k, c)) + 1)),
+        linear.map(lambda f: (f"max({f[0]}, 1)", lambda q, k, c, f=f: np.maximum(f[1](q, k, c), 1))),
+        linear.map(lambda f: (f"({f[0]} // 4)", lambda q, k, c, f=f: f[1](q, k, c) // 4)),
+        linear.map(lambda f: (f"({f[0]} + c)", lambda q, k, c, f=f: f[1](q, k, c) + c)),
+        linear.map(lambda f: (f"tanh{f[0]}", lambda q, k, c, f=f: np.tanh(f[1](q, k, c)))))
+
+
+@settings(max_examples=80, deadline=None)
+@given(_divisors(), st.sampled_from([0.0, 0.5, -1.0, 2.0]), st.integers(1, 40))
+def test_a_divisor_is_taken_only_where_no_computed_pair_makes_it_0(divisor, c, seq_len):
+    """Against brute force over every position the kernels may compute (a tile past the ends): a divisor that is
+    0 anywhere there is refused (at compile time with a pair where it is 0, or at bind); one that is taken is 0
+    nowhere there, so no pair, hidden or visible, divides by 0."""
+    text, f = divisor
+    q, k = np.arange(seq_len + 257)[:, None], np.arange(seq_len + 257)[None, :]
+    zero_somewhere = bool(np.any(f(q, k, c) == 0))
+    try:
+        compile_text(f"mask a(c: float)\n  allow k <= q\n  score = score / {text}\n").bind(seq_len=seq_len, c=c)
+    except maskc.MaskError as err:
+        message = str(err)
+        assert "right side of '/'" in message and "^" in message, message
+        witness = re.search(r"is 0 at q = (\d+), k = (\d+)", message)
+        if witness:
+            assert f(int(witness[1]), int(witness[2]), c) == 0, message
+        return
+    assert not zero_somewhere, text
 
 
 def test_bind_refuses_integer_parts_past_32_bits():
@@ -430,7 +504,8 @@ def test_flex_score_mod_is_the_reference(case):
     rows, cols = torch.arange(S)[:, None], torch.arange(S)[None, :]
     for h in range(2):        # elementwise, as Flex calls it (scalars per pair, vmapped; here broadcast)
         got = score_mod(x, 0, torch.tensor(h), rows, cols).numpy()
-        np.testing.assert_allclose(got, bound.modified_scores(x.numpy(), 0, h)[0], rtol=1e-12, atol=1e-12)
+        head = h if bound.num_heads else 0          # a binding without num_heads has one head
+        np.testing.assert_allclose(got, bound.modified_scores(x.numpy(), 0, head)[0], rtol=1e-12, atol=1e-12)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                       # Flex's note about running uncompiled
         out = flex_attention(q, k, v, score_mod=score_mod, block_mask=bound.to_flex_block_mask(64), scale=0.5)

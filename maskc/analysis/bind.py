@@ -34,12 +34,21 @@ MAX_HEADS = 1024                  # num_heads accepted (the largest models have 
 _REQUIRE_CHUNK = 1 << 16          # query positions per evaluation of the `require` checks
 
 
-def check_index(value, what: str, end: int | None) -> int:
-    """An index the API takes (a batch element, a head, a tile side): an integer in [0, end)."""
-    if not is_int(value) or value < 0 or (end is not None and value >= end):
+def check_index(value, what: str, end: int | None, hint: str | None = None) -> int:
+    """An index the API takes (a batch element, a head, a tile side): an integer in [0, end), or in [0, 2**31)
+    where ``end`` is None."""
+    if not is_int(value) or value < 0 or value >= (INT32 + 1 if end is None else end):
         where = f"[0, {end})" if end is not None else "[0, 2**31)"
-        raise BindError(f"{what} must be an integer in {where}, got {value!r}")
+        raise BindError(f"{what} must be an integer in {where}, got {value!r}", hint=hint)
     return int(value)
+
+
+def check_element(batch_index, head, batch: int, num_heads: int | None) -> tuple[int, int]:
+    """A batch element and a head of a binding of ``batch`` elements and ``num_heads`` heads; one bound without
+    num_heads has one head, 0 (its mask reads no h)."""
+    one_head = "this binding has one head, 0: bind with num_heads= for more" if num_heads is None else None
+    return (check_index(batch_index, "batch_index", batch),
+            check_index(head, "head", 1 if num_heads is None else num_heads, one_head))
 
 
 def check_blocks(block_m, block_n) -> tuple[int, int]:
@@ -315,4 +324,4 @@ def _piece_starts(cond: ir.Cond, params, seq_len: int) -> np.ndarray | None:
     return starts[(starts >= 0) & (starts < seq_len)]
 
 
-__all__ = ["MAX_HEADS", "MAX_TABLE", "bind", "check_blocks", "check_constants", "check_index"]
+__all__ = ["MAX_HEADS", "MAX_TABLE", "bind", "check_blocks", "check_constants", "check_element", "check_index"]

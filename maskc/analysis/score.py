@@ -10,12 +10,14 @@ rounded to float; a float table read at an index outside it reads its nearest en
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from maskc import ir
 from maskc.analysis.evaluate import Evaluator
 from maskc.errors import BindError
-from maskc.ir.walk import mentions, nodes as walk_nodes
+from maskc.ir.walk import depends_on_position, mentions, nodes as walk_nodes
 from maskc.bound_params import BatchParams
 
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
@@ -123,7 +125,8 @@ def check_score(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len
     """Bind's check of a score modifier (``params``: batch element ``b``'s): every intermediate of its integer
     parts fits in 32 bits (the kernels compute them in int) and every divisor is positive, for every position
     up to POSITION_SLACK past the ends, head and batch element, by interval arithmetic, so sound (it may refuse
-    what never overflows); and every softcap's cap is positive at every head (a cap reads no position)."""
+    what never overflows); every softcap's cap is positive at every head (a cap reads no position); and no right
+    side of '/' can be 0 there (:func:`_check_divisors`)."""
     if mask.score is None:
         return
     box = {"q": (0, seq_len + POSITION_SLACK), "k": (0, kv_len + POSITION_SLACK),
@@ -132,6 +135,119 @@ def check_score(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len
     for part in integer_parts(mask.score.expr):
         _interval(part, box, params, mask.name, at)
     _check_caps(mask, params, seq_len, kv_len, num_heads if reads_head(mask) else None, b, at)
+    _check_divisors(mask, params, box, seq_len, kv_len, num_heads if reads_head(mask) else None, b, at)
+
+
+DIVISOR_HINT = ("the kernels compute the modifier on whole tiles before masking, hidden pairs included, up to "
+                f"{POSITION_SLACK} positions past the ends: keep a divisor away from 0 at every position, "
+                "e.g. max(q - k, 1)")
+
+
+def zero_of_divisor(divisor: ir.ScoreExpr) -> dict[str, int] | None:
+    """Where a right side of '/' that reads no parameter and no length is 0 at a place every binding's check
+    covers (q and k in [0, POSITION_SLACK], as seq_len and kv_len are at least 1; h = b = 0): the values of the
+    names it reads there ({'q': 0, 'k': 0}); None where it reads the binding (bind checks it) or is not 0
+    there. A divisor whose integer parts pass 32 bits there is left to bind, which says so."""
+    reads_binding = any(isinstance(n, (ir.FloatParam, ir.FloatAt)) for n in float_nodes(divisor)) or any(
+        mentions(part, lambda n: isinstance(n, (ir.ParamRef, ir.TableAt, ir.SegAttr, ir.SegValue))
+                 or (isinstance(n, ir.Builtin) and n.name in ("seq_len", "kv_len")))
+        for part in integer_parts(divisor))
+    if reads_binding:
+        return None
+    box = {"q": (0, POSITION_SLACK), "k": (0, POSITION_SLACK), "h": (0, 0), "b": (0, 0)}
+    no_params = BatchParams((), ())
+    try:
+        for part in integer_parts(divisor):
+            _interval(part, box, no_params, "", "")
+    except BindError:
+        return None
+    q, k = np.arange(POSITION_SLACK + 1)[:, None], np.arange(POSITION_SLACK + 1)[None, :]
+    ev = ScoreEvaluator(None, no_params, 1, 1, 0, 0)    # type: ignore[arg-type]  (the mask names table errors only)
+    value = np.broadcast_to(ev.score(divisor, np.zeros(1), q, k)[0], (len(q), k.shape[1]))
+    zeros = np.argwhere(value == 0)
+    if not len(zeros):
+        return None
+    at = {"q": int(zeros[0][0]), "k": int(zeros[0][1]), "h": 0, "b": 0}
+    read = {n.which if isinstance(n, ir.Pos) else n.name for part in integer_parts(divisor) for n in walk_nodes(part)
+            if isinstance(n, (ir.Pos, ir.Builtin))}
+    return {name: value for name, value in at.items() if name in read}
+
+
+def _check_divisors(mask: ir.ResolvedMask, params: BatchParams, box: dict, seq_len: int, kv_len: int,
+                    num_heads: int | None, b: int, at: str) -> None:
+    """No right side of '/' contains 0 in its interval over ``box``'s positions, at any head of batch element
+    ``b`` (h and b exact, so a divisor free of q and k is judged on its value); else a BindError at it."""
+    assert mask.score is not None, "a mask without a score modifier"
+    divisions = [e for e in float_nodes(mask.score.expr) if isinstance(e, ir.FArith) and e.op == "/"]
+    for h in range(num_heads) if num_heads else (0,):
+        exact = {**box, "h": (h, h), "b": (b, b)}
+        head = f" at head {h}" if num_heads else ""
+        for division in divisions:
+            _divisor_interval(division.right, exact, params, mask, seq_len, kv_len, h, b, head + at)
+
+
+def _float_interval(e: ir.ScoreExpr, box, params: BatchParams, mask: ir.ResolvedMask, seq_len: int, kv_len: int,
+                    h: int, b: int, at: str) -> tuple[float, float]:
+    """Bounds of a float expression free of the score over ``box`` (sound: interval arithmetic), raising a
+    BindError at any right side of '/' whose bounds hold 0."""
+    def sub(x):
+        return _float_interval(x, box, params, mask, seq_len, kv_len, h, b, at)
+
+    if isinstance(e, ir.FloatConst):
+        return e.value, e.value
+    if isinstance(e, ir.FloatParam):
+        value = float(params.float(e.name))
+        return value, value
+    if isinstance(e, ir.FloatAt):
+        values = np.asarray(params.float(e.table), np.float64)
+        lo, hi = float_table_index(np.array(_interval(e.index, box, params, mask.name, at)), len(values))
+        return float(values[lo:hi + 1].min()), float(values[lo:hi + 1].max())
+    if isinstance(e, ir.ToFloat):
+        lo, hi = _interval(e.value, box, params, mask.name, at)
+        return float(lo), float(hi)
+    if isinstance(e, ir.FArith):
+        (a, bb), (c, d) = sub(e.left), sub(e.right)
+        if e.op == "+":
+            return a + c, bb + d
+        if e.op == "-":
+            return a - d, bb - c
+        if e.op == "/":
+            c, d = _divisor_interval(e.right, box, params, mask, seq_len, kv_len, h, b, at)
+        corners = [a * c, a * d, bb * c, bb * d] if e.op == "*" else [a / c, a / d, bb / c, bb / d]
+        return min(corners), max(corners)
+    if isinstance(e, ir.FCall):
+        a, bb = sub(e.args[0])
+        if e.fn == "tanh":
+            return math.tanh(a), math.tanh(bb)
+        c, d = sub(e.args[1])
+        if c <= 0:                      # |cap * tanh(x / cap)| < |cap| whatever x is
+            top = max(abs(c), abs(d))
+            return -top, top
+        # increasing in x; in the cap, increasing where x > 0 and decreasing where x < 0: the corners bound it
+        return (min(c * math.tanh(a / c), d * math.tanh(a / d)), max(c * math.tanh(bb / c), d * math.tanh(bb / d)))
+    raise TypeError(e)      # ScoreIn: resolve keeps the score off the right of '/'
+
+
+def _divisor_interval(divisor: ir.ScoreExpr, box, params: BatchParams, mask: ir.ResolvedMask, seq_len: int,
+                      kv_len: int, h: int, b: int, at: str) -> tuple[float, float]:
+    """A right side of '/''s bounds over ``box``, which must not hold 0 (else a BindError at it)."""
+    lo, hi = _float_interval(divisor, box, params, mask, seq_len, kv_len, h, b, at)
+    if lo <= 0 <= hi:
+        raise _zero_divisor(divisor, (lo, hi), box, params, mask, seq_len, kv_len, h, b, at)
+    return lo, hi
+
+
+def _zero_divisor(divisor: ir.ScoreExpr, bounds: tuple[float, float], box, params: BatchParams,
+                  mask: ir.ResolvedMask, seq_len: int, kv_len: int, h: int, b: int, at: str) -> BindError:
+    lo, hi = bounds
+    where = f"the right side of '/' in the score modifier of mask '{mask.name}'"
+    if any(depends_on_position(part) for part in integer_parts(divisor)):
+        return BindError(f"{where} may be 0: it spans [{lo:g}, {hi:g}] for q in [0, {box['q'][1]}] and k in "
+                         f"[0, {box['k'][1]}]{at}", divisor.span, DIVISOR_HINT)
+    ev = ScoreEvaluator(mask, params, seq_len, kv_len, h, b)
+    reads = ", ".join(sorted(set(_named(ev, divisor, "")))) or "numbers alone"
+    value = f"is {lo:g}" if lo == hi else f"may be 0 (it spans [{lo:g}, {hi:g}])"
+    return BindError(f"{where} {value} with {reads}{at}; a divisor must not be 0", divisor.span)
 
 
 def _check_caps(mask: ir.ResolvedMask, params: BatchParams, seq_len: int, kv_len: int, num_heads: int | None,

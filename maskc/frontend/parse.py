@@ -47,8 +47,14 @@ _PARSE_LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=1)
 def _literal_terminals() -> dict[str, str]:
-    """The text of each of the grammar's literal terminals (its keywords and punctuation), by name."""
-    return {t.name: t.pattern.value for t in _parser().terminals if t.pattern.type == "str"}
+    """The text of each of the grammar's literal terminals (its keywords and punctuation), by name; a keyword is
+    a regular expression ``word\\b`` in the grammar (it ends where a word ends), read here as its word."""
+    out = {}
+    for t in _parser().terminals:
+        keyword = re.fullmatch(r"([a-z]+)\\b", t.pattern.value) if t.pattern.type == "re" else None
+        if t.pattern.type == "str" or keyword:
+            out[t.name] = keyword.group(1) if keyword else t.pattern.value
+    return out
 
 
 def _inconsistent_dedent(lines: list[str]) -> int:

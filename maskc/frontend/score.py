@@ -5,7 +5,8 @@ literals, float parameters (``FloatParam``; ``FloatAt`` for float tables, a ``fl
 expressions (``ToFloat``, computed exactly as integers, then rounded), composed with ``+ - * /``,
 ``softcap(x, cap)`` and ``tanh(x)``. Statements are composed in source order: in the second, ``score`` is the
 value of the first. Nothing on the right of ``/`` and no ``cap`` reads the score (the gradient stays a product
-of per-node factors); a ``cap`` reads neither q nor k and, where it is a number, is positive (one that reads
+of per-node factors); a right side of ``/`` that reads no parameter is not 0 at any q, k up to POSITION_SLACK
+(h = b = 0), hidden pairs included (the rest is bind's); a ``cap`` reads neither q nor k and, where it is a number, is positive (one that reads
 parameters is checked at bind: :func:`maskc.analysis.score.check_score`); integer parts read positions, lengths, h, b, int parameters and per-head int
 parameters, not segments nor other tables. A sub-expression is integer when it has no float literal, no float
 parameter, no ``score``, no ``/`` and no float function: ``(q - k) // 2`` floors as in the mask rules.
@@ -16,7 +17,7 @@ import math
 
 from maskc import ir
 from maskc.analysis import linear
-from maskc.analysis.score import integer_parts
+from maskc.analysis.score import DIVISOR_HINT, integer_parts, zero_of_divisor
 from maskc.errors import MaskNameError, MaskTypeError, did_you_mean
 from maskc.frontend.scope import Let
 from maskc.ir.walk import depends_on_position, nodes
@@ -101,6 +102,12 @@ class _ScoreResolver:
             if node.op == "/" and _number(right) == 0:
                 # a float division by 0 gives inf or NaN on every pair: an error where it is written
                 raise MaskTypeError("division by zero: the right side of '/' is 0", node.right.span)
+            zero = zero_of_divisor(right) if node.op == "/" else None
+            if zero is not None:
+                # 0 at a pair every binding computes (hidden or not): inf or NaN there, in the backward too
+                where = ", ".join(f"{name} = {value}" for name, value in zero.items())
+                raise MaskTypeError(f"division by zero: the right side of '/' is 0 at {where}", node.right.span,
+                                    DIVISOR_HINT if "q" in zero or "k" in zero else None)
             return ir.FArith(node.op, left, right, node.span)
         if isinstance(node, ir.Call) and node.func in FUNCTIONS:
             named = next((a for a in node.args if a.name), None)

@@ -1,6 +1,7 @@
 """The errors of pass 1 (parse) in words a user reads: Lark's exceptions -> :class:`~maskc.errors.MaskSyntaxError`
-at file:line:col, with what was found, what could stand there, a hint for common slips, and "did you mean" for a
-misspelt keyword (``alow k <= q``).
+at file:line:col, with what was found, what could stand there (grouped: "a value after '+'", "an operator", "a
+type"), the bracket left open when one is, a hint for common slips, and "did you mean" for a misspelt keyword
+(``alow k <= q``).
 """
 from __future__ import annotations
 
@@ -19,12 +20,85 @@ _TOKEN_WORDS = {
     "XOR_OP": "'^'", "AND_OP": "'&'", "SHIFT_OP": "'<<' or '>>'", "TILDE": "'~'",
     "RULE_KIND": "'allow' or 'deny'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
     "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "DOT": "'.'", "MINUS": "'-'", "PLUS": "'+'",
-    "MASK": "'mask'", "LET": "'let'", "IMPORT": "'import'",
 }
 
 
-def _describe(token_type: str) -> str:
-    return _TOKEN_WORDS.get(token_type, f"'{token_type.lower()}'")
+def _describe(token_type: str, patterns: dict[str, str]) -> str:
+    """A terminal in words: ``'int'`` for the keyword terminal ``_KW_INT``, ``a name`` for ``NAME``."""
+    if token_type in _TOKEN_WORDS:
+        return _TOKEN_WORDS[token_type]
+    return f"'{patterns.get(token_type, token_type.lower())}'"
+
+
+# Terminals that start a value, continue one after it, and start a parameter's type: an error lists each group as
+# one phrase (Lark lists up to twenty terminals after a value).
+_VALUE_STARTS = {"NAME", "INT", "FLOAT", "LPAR", "MINUS", "PLUS", "TILDE", "_KW_TRUE", "_KW_FALSE", "_KW_NOT"}
+_OPERATORS = {"ADD_OP", "MUL_OP", "OR_OP", "XOR_OP", "AND_OP", "SHIFT_OP", "_KW_AND", "_KW_OR", "DOT", "LPAR", "LSQB"}
+_BINARY = _OPERATORS - {"DOT", "LPAR", "LSQB"}
+_COMPARISONS = {"COMP_OP", "_KW_IN", "_KW_NOT"}
+_TYPES = {"_KW_INT", "_KW_CONST", "_KW_FLOAT", "_KW_SEGMENTS", "_KW_PER", "_KW_TABLE"}
+_CLOSERS = {"(": ")", "[": "]"}
+# The token just before an error, for "a value after '+'": operators of two characters first.
+_LAST_TOKEN = re.compile(r"(\*\*|//|<<|>>|<=|>=|==|!=|[A-Za-z_]\w*|\d+(?:\.\d*)?|\S)[ \t]*$")
+
+
+def _expected_words(terminals: set[str], patterns: dict[str, str], before: str | None) -> list[str]:
+    """What the parser could take, in words: the groups above as one phrase each, then each other terminal;
+    ``before``: the token before the error (for "a value after '+'")."""
+    left = set(terminals)
+    words = []
+    if {"NAME", "INT"} <= left:
+        after = f" after '{before}'" if before else ""
+        words.append(f"a value{after} (a name, a number or '(')")
+        left -= _VALUE_STARTS
+    if left & _BINARY:             # after a value: any operator, comparison or postfix may follow (Lark may have
+        words.append("an operator")  # reduced the value already, so that only its loosest operators are left)
+        if left & {"COMP_OP", "_KW_IN"}:
+            words.append("a comparison")
+        left -= _OPERATORS | _COMPARISONS | {name for name, text in patterns.items() if text == "**"}
+    if {"_KW_INT", "_KW_FLOAT", "_KW_SEGMENTS"} <= left:
+        words.append("a type ('int', 'const int', 'float', 'segments', 'per', 'table')")
+        left -= _TYPES
+    return words + sorted({_describe(t, patterns) for t in left if not t.startswith("__") and t != "$END"})
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _open_brackets(lines: list[str], line: int, col: int) -> list[tuple[str, int, int]]:
+    """The brackets opened and not closed before (line, col), innermost last, as (bracket, line, col); comments and
+    quoted paths skipped."""
+    stack: list[tuple[str, int, int]] = []
+    for number, text in enumerate(lines[:line], 1):
+        end = col - 1 if number == line else len(text)
+        quoted = False
+        for i, ch in enumerate(text[:end]):
+            if ch == '"':
+                quoted = not quoted
+            elif quoted:
+                continue
+            elif ch == "#":
+                break
+            elif ch in _CLOSERS:
+                stack.append((ch, number, i + 1))
+            elif ch in _CLOSERS.values() and stack and _CLOSERS[stack[-1][0]] == ch:
+                stack.pop()
+    return stack
+
+
+def _token_before(lines: list[str], line: int, col: int) -> str | None:
+    """The token that ends just before (line, col), on that line (None at its start or after a comment)."""
+    if not 0 < line <= len(lines):
+        return None
+    found = _LAST_TOKEN.search(lines[line - 1][: col - 1].split("#")[0])
+    return found.group(1) if found else None
+
+
+def _at_end_of_file(lines: list[str], line: int, col: int) -> bool:
+    """Whether only blanks and comments follow (line, col)."""
+    rest = [lines[line - 1][col - 1:]] + lines[line:] if 0 < line <= len(lines) else []
+    return all(not text.split("#")[0].strip() for text in rest)
 
 
 STATEMENT_KEYWORDS = ("allow", "deny", "require", "let")
@@ -39,22 +113,46 @@ def _keywords(terminals, patterns: dict[str, str]) -> list[str]:
     return sorted(w for w in words if w.isalpha())
 
 
-def _misspelt_keyword(err: UnexpectedToken, lines: list[str],
+def _misspelt_keyword(err: UnexpectedToken, accepts: set[str], lines: list[str],
                       patterns: dict[str, str]) -> tuple[str, int, int, str] | None:
     """(word, line, col, keyword) where the error comes from a misspelt keyword: the unexpected word itself
     close to a keyword the parser expected there (``msk``, ``itn``, ``adn``), or the word that starts a body
     line, which the parser took for ``NAME = ...``, close to a statement keyword (``alow k <= q``)."""
     tok = err.token
     if tok.type == "NAME":
-        found = difflib.get_close_matches(str(tok), _keywords(err.expected, patterns), n=1)
+        found = difflib.get_close_matches(str(tok), _keywords(accepts, patterns), n=1)
         if found:
             return str(tok), tok.line, tok.column, found[0]
-    if "EQUAL" in err.expected and tok.line and 0 < tok.line <= len(lines):
+    if "EQUAL" in accepts and tok.line and 0 < tok.line <= len(lines):
         first = re.match(r"([ \t]+)([A-Za-z_]\w*)[ \t]*", lines[tok.line - 1])
         if first and first.end() == tok.column - 1:
             found = difflib.get_close_matches(first.group(2), STATEMENT_KEYWORDS, n=1)
             if found:
                 return first.group(2), tok.line, len(first.group(1)) + 1, found[0]
+    return None
+
+
+def _accepted(err: UnexpectedInput) -> set[str]:
+    """The terminals the parser could take where ``err`` stopped it (Lark's ``expected`` when it cannot say)."""
+    try:
+        return set(err.interactive_parser.accepts())
+    except Exception:                   # no parser state to ask (Lark raised before it had one)
+        return set(getattr(err, "expected", None) or getattr(err, "allowed", None) or ())
+
+
+def _terminal_of(text: str, patterns: dict[str, str]) -> str | None:
+    """The name of the grammar's literal terminal ``text`` (``RSQB`` for ``]``)."""
+    return next((name for name, value in patterns.items() if value == text), None)
+
+
+def _unknown_statement(tok, accepts: set[str], lines: list[str]) -> tuple[str, int] | None:
+    """(word, col) where a body line starts with a word that is no statement keyword and not ``score`` (the parser
+    took it for ``NAME = ...`` and stopped at the token after it: ``permit k <= q``)."""
+    if accepts != {"EQUAL"} or not tok.line or not 0 < tok.line <= len(lines):
+        return None
+    first = re.match(r"([ \t]+)([A-Za-z_]\w*)[ \t]*", lines[tok.line - 1])
+    if first and first.end() == tok.column - 1 and first.group(2) != "score":
+        return first.group(2), len(first.group(1)) + 1
     return None
 
 
@@ -74,30 +172,52 @@ def syntax_error(err: UnexpectedInput, path: str, lines: list[str], patterns: di
     span = span_at(path, lines, line, col)
     if isinstance(err, UnexpectedCharacters):
         ch = lines[line - 1][col - 1] if line <= len(lines) and col <= len(lines[line - 1]) else "?"
-        return MaskSyntaxError(f"unexpected character {ch!r}", span)
+        expected = _expected_words(_accepted(err), patterns, _token_before(lines, line, col))
+        more = "; expected " + _join(expected) if expected and len(expected) <= 6 else ""
+        return MaskSyntaxError(f"unexpected character {ch!r}{more}", span)
     if isinstance(err, UnexpectedToken):
-        typo = _misspelt_keyword(err, lines, patterns)
+        # what the parser takes here; Lark's own `expected` also holds what its lexer tries everywhere (the end
+        # of a line, even inside brackets, where lines are joined)
+        accepts = _accepted(err)
+        typo = _misspelt_keyword(err, accepts, lines, patterns)
         if typo is not None:
             word, line, col, keyword = typo
             return MaskSyntaxError(f"unknown keyword `{word}`; did you mean `{keyword}`?",
                                    span_at(path, lines, line, col, len(word)))
         tok = err.token
-        got = "the end of the file" if tok.type == "$END" else (
+        statement = _unknown_statement(tok, accepts, lines)
+        if statement is not None:
+            word, col = statement
+            return MaskSyntaxError(f"unknown keyword `{word}`; a line of a mask starts with allow, deny, require, "
+                                   "let or `score =`", span_at(path, lines, tok.line, col, len(word)))
+        ends = ("_NL", "_DEDENT", "$END")
+        got = "the end of the file" if tok.type == "$END" or (
+            tok.type == "_DEDENT" and _at_end_of_file(lines, line, col)) else (
             "an indented line" if tok.type == "_INDENT" else
             "the end of the line" if tok.type == "_NL" else
             "the end of the block" if tok.type == "_DEDENT" else repr(str(tok)))
-        expected = sorted({_describe(t) for t in err.expected if not t.startswith("__")})
+        found = f"unexpected {got}" if got.startswith("'") else f"found {got}"
         hint = None
         if tok.type == "_INDENT":        # Lark places it at the end of the line before: point at the line
             hint = "a mask's rules are indented once, under its 'mask' line"
             line = min(line + 1, len(lines))
             col = len(lines[line - 1]) - len(lines[line - 1].lstrip(" \t")) + 1
-        elif str(tok) in ("=",) and "COMP_OP" in err.expected:
+        elif str(tok) in ("=",) and "COMP_OP" in accepts:
             hint = "compare with '=='"
-        msg = f"unexpected {got}" if got.startswith("'") else f"found {got}"
+        span = span_at(path, lines, line, col, max(1, len(str(tok))))
+        opened = _open_brackets(lines, line, col)
+        if opened:
+            bracket, open_line, open_col = opened[-1]
+            closer = _CLOSERS[bracket]
+            # lines join inside brackets: an end, or a token on a later line, is most likely a bracket left open
+            if _terminal_of(closer, patterns) in accepts and (tok.type in ends or tok.line > open_line):
+                return MaskSyntaxError(f"{found}; expected '{closer}' to close the '{bracket}' at "
+                                       f"{open_line}:{open_col}", span, hint)
+        expected = _expected_words(accepts, patterns, _token_before(lines, line, col))
+        msg = found
         if expected and len(expected) <= 6:
-            msg += "; expected " + " or ".join(expected)
-        return MaskSyntaxError(msg, span_at(path, lines, line, col, max(1, len(str(tok)))), hint)
+            msg += "; expected " + _join(expected)
+        return MaskSyntaxError(msg, span, hint)
     if isinstance(err, UnexpectedEOF):
         return MaskSyntaxError("unexpected end of the file", span)
     return MaskSyntaxError("cannot parse this", span)

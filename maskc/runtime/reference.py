@@ -42,7 +42,8 @@ def reference_attention(q, k, v, bound_mask, scale=None, return_lse=False):
         for h in range(hq):
             mask = bound_mask.dense(mb, h) if uses_head else dense
             kv = h // (hq // hkv)
-            scores = np.where(mask, _modified(bound_mask, q[b, h] @ k[b, kv].T * scale, mb, h)[0], -np.inf)
+            scores = np.where(mask, _modified(bound_mask, q[b, h] @ k[b, kv].T * scale, mb, h if uses_head else 0)[0],
+                              -np.inf)
             peak = scores.max(axis=1, keepdims=True)
             seen = np.isfinite(peak[:, 0])
             p = np.where(mask, np.exp(scores - np.where(seen[:, None], peak, 0.0)), 0.0)
@@ -65,9 +66,10 @@ def reference_attention_backward(q, k, v, dout, bound_mask, scale=None):
     for b in range(batch):
         mb = b if bound_mask.batch > 1 else 0
         for h in range(hq):
-            mask = bound_mask.dense(mb, h if bound_mask.num_heads is not None else 0)
+            mh = h if bound_mask.num_heads is not None else 0       # a binding without num_heads: one head
+            mask = bound_mask.dense(mb, mh)
             kv = h // group
-            modified, slope = _modified(bound_mask, q[b, h] @ k[b, kv].T * scale, mb, h)
+            modified, slope = _modified(bound_mask, q[b, h] @ k[b, kv].T * scale, mb, mh)
             scores = np.where(mask, modified, -np.inf)
             peak = scores.max(axis=1, keepdims=True)
             p = np.where(mask, np.exp(scores - np.where(np.isfinite(peak), peak, 0.0)), 0.0)
