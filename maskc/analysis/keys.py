@@ -91,6 +91,9 @@ class _NestProgram:
         self.level_1_var = nest.levels[1].var if len(nest.levels) > 1 else None
         form = _translate_stride(nest)
         self.stride = None if form is None else self.owners.lin(form)
+        # level 0's chunking (k + offset) // size, to tell whether kv_len cuts the last chunk short
+        level = nest.levels[0]
+        self.chunking = None if form is None else (self.owners.lin(level.offset), self.owners.lin(level.size))
         # Level 0's bounds one by one (the cut proposals read every pair): groups of one.
         family = self.levels[0][0]
         self.each = [[(None if not moving else family.lin(ir.Lin(moving, 0)), b.den, [self.owners.lin(fixed)])
@@ -230,7 +233,8 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         if total > budget:
             raise TooMany(f"{total} chunks")
         peak = max(peak, total)
-        if depth == 1 and strided and count == 2 and program.stride is not None:
+        if depth == 1 and strided and count == 2 and program.stride is not None and _whole_last_chunk(program, owner_values,
+                                                                                                    kv_len):
             found = _strided(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
             if found is not None:
                 return found
@@ -323,50 +327,59 @@ class StridedFamilies:
         return self._rest()
 
 
+def _whole_last_chunk(program: _NestProgram, owner_values: list, kv_len: int) -> bool:
+    """Whether kv_len ends level 0's last chunk (``(kv_len + offset) % size == 0``, both free of q), where
+    :func:`_strided` is tried: a chunk cut short by kv_len has its keys clipped, and the clip then binds in every
+    run of translates that reaches it (the NATTEN image's short last row), so records would be refused after
+    being computed. A choice of path only: both give the same families."""
+    offset, size = (owner_values[i] for i in program.chunking)
+    return not np.ndim(offset) and not np.ndim(size) and size > 0 and (kv_len + offset) % size == 0
+
+
 def _strided(enumeration: _Enumeration, owner, counts, chunks: dict, first, per, unsure, peak: int):
     """The level-1 families ``(owner, counts, chunks)``, with ``per`` chunks of J1 each from ``first``, as a
-    :class:`StridedFamilies`, or None where one of them is not a run of translates.
+    :class:`StridedFamilies`, or None where one of them is not a run of translates (or there are none).
 
     Level 0's chunk-reading bounds are ``J1 * s`` plus parts free of J1, one group a side
     (:attr:`_NestProgram.stride`), so a family's lower bound at chunk ``J = first + j`` is the greatest of its
-    chunk-free lower bounds F and ``m(first) + j * s`` (m: the chunk-reading group at ``first``). Where ``s >= 1``
-    and ``F <= m(first)``, m wins at every chunk of the range (it only grows); so the upper side at the range's
-    last chunk. Checked at both points, with ``s`` equal at both and the interval non-empty."""
+    chunk-free lower bounds F and ``m(first) + j * s`` (m: the chunk-reading group, evaluated at ``first``
+    only). Where ``s >= 1`` and ``F <= m(first)``, m wins at every chunk of the range (it only grows); so the
+    upper side at the range's last chunk. Checked at both points, with ``s`` equal at both and the interval
+    non-empty; the upper side first (a clip to kv_len, which binds in a short last image row, fails soonest)."""
     program, owner_values = enumeration.program, enumeration.owner_values
     rest = functools.partial(_expanded_rest, enumeration, owner, counts, chunks, first, per, unsure, peak)
     keep = per > 0
-    if not keep.all():
+    if not keep.all():                  # families without chunks have no members (nor any in enumerate_keys)
         owner, first, per = owner[keep], first[keep], per[keep]
         chunks = {v: a[keep] for v, a in chunks.items()}
         counts = np.bincount(owner, minlength=len(counts))
+    if not len(owner):
+        return None
     runs = OwnerRuns(2, counts, len(owner))
-    family, sides = program.levels[0]
+    stride = gathered_at(owner_values[program.stride], runs)          # a scalar, or [1 or 2, records]
+    if np.ndim(stride) and len(stride) == 2 and stride[0].tobytes() != stride[1].tobytes():
+        return None                                        # the translate moves between the points
+    stride = stride[0] if np.ndim(stride) else np.full(len(owner), stride)
+    if stride.min() < 1:
+        return None
+    family, (lower, upper) = program.levels[0]
     at_first = dict(chunks)
     at_first[program.level_1_var] = first
     family_values = family.values(enumeration.make(None, at_first), owner_values, runs) if family.steps else []
-    stride = gathered_at(owner_values[program.stride], runs)
-    if np.ndim(stride):
-        if len(stride) == 2 and stride[0].tobytes() != stride[1].tobytes():
-            return None                                        # the translate moves between the points
-        stride = stride[0]
-    stride = np.broadcast_to(stride, owner.shape)
-    if not len(owner) or stride.min() < 1:
-        return None
-    span = stride * (per - 1)
     ends = []
-    for side, (lower, fn, clip) in zip(sides, ((True, np.maximum, 0), (False, np.minimum, enumeration.kv_len - 1))):
-        moving = [_group_values(g, lower, owner_values, family_values, runs, fn) for g in side if g[0] is not None]
+    for side, lower_side, fn, clip in ((upper, False, np.minimum, enumeration.kv_len - 1), (lower, True, np.maximum, 0)):
+        moving = [_group_values(g, lower_side, owner_values, family_values, runs, fn) for g in side if g[0] is not None]
         assert len(moving) == 1, "_NestProgram.stride: one chunk-reading group a side"
-        free = functools.reduce(fn, [np.int64(clip)] + [_group_values(g, lower, owner_values, family_values, runs, fn)
-                                                       for g in side if g[0] is None])
-        # the chunk-free bounds bind at no chunk of the range: at its first (lower side), its last (upper)
-        binds = free > moving[0] if lower else free < moving[0] + span
-        if binds.any():
+        free = functools.reduce(fn, [np.int64(clip)] + [_group_values(g, lower_side, owner_values, family_values, runs,
+                                                                      fn) for g in side if g[0] is None])
+        # the chunk-free bounds bind at no chunk of the range: at its last (upper side), its first (lower)
+        if (free < moving[0] + stride * (per - 1) if not lower_side else free > moving[0]).any():
             return None
-        ends.append(np.broadcast_to(moving[0], (2, len(owner))))
-    lo, hi = ends[0], ends[1] + 1
+        ends.append(moving[0])
+    hi, lo = ends[0] + 1, ends[1]
     if (lo >= hi).any():
         return None
+    lo, hi = (np.broadcast_to(v, (2, len(owner))) for v in (lo, hi))
     return StridedFamilies(owner, [lo[0], lo[1]], [hi[0], hi[1]], per, stride, unsure, peak, rest)
 
 

@@ -322,26 +322,27 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     It is, where the families of the records, expanded, would take piece_runs' path with nothing dropped,
     flagged or covered: in hull order with disjoint hulls within each piece (each record's members apart: hull
     width at most the stride; each record starting at or after the previous one's last member ends), no chain
-    (no member abutting the next at both end rows), none constant over its piece, none keeping block_n keys at
-    every row and none reaching kv_len (so none covers a block). Then the runs are the touched blocks, PARTIAL,
-    and a record touches the blocks of its members' hull of hulls ``[h0, h1 + (count - 1) * stride)`` where
-    they are contiguous: a stride at most block_n moves a member's first block by one at most, and one at most
-    the hull width starts the next member inside the previous one's last block or before."""
+    (no member abutting the next at both end rows; then no two constant ones touch either, and
+    :func:`_nothing_covered` holds), none keeping block_n keys at every row, and none reaching kv_len whose
+    keys at every row hold a block's start before the last block (so none covers a block; only a record's last
+    member can reach kv_len: the next one, past it, would be empty). Then the runs are the touched blocks,
+    PARTIAL, and a record touches the blocks of its members' hull of hulls ``[h0, h1 + (count - 1) * stride)``
+    where they are contiguous: a stride at most block_n moves a member's first block by one at most, and one at
+    most the hull width starts the next member inside the previous one's hull."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     piece, count, stride = families.owner, families.count, families.stride
     (la, lb), (ha, hb) = families.lo, families.hi
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
-    last_h1 = h1 + stride * (count - 1)                      # the record's last member's hull end
+    span = stride * (count - 1)                              # from a record's first member to its last
     same = piece[1:] == piece[:-1]
     many = count > 1
     c_lo, c_hi = np.maximum(la, lb), np.minimum(ha, hb)     # a member's keys at every row of its piece
-    if ((same & (h0[1:] < last_h1[:-1])).any()                                        # records overlap
+    if ((same & (h0[1:] < h1[:-1] + span[:-1])).any()                                # records overlap
             or (many & (h1 - h0 > stride)).any()                                     # members overlap
             or (many & (ha - la == stride) & (hb - lb == stride)).any()              # members chain
-            or (same & (ha[:-1] + (last_h1[:-1] - h1[:-1]) == la[1:])
-                & (hb[:-1] + (last_h1[:-1] - h1[:-1]) == lb[1:])).any()              # records chain
-            or ((la == lb) & (ha == hb)).any()                                       # constant
-            or ((c_hi - c_lo >= block_n) | (c_hi + (last_h1 - h1) >= kv_len)).any()  # may cover
+            or (same & (ha[:-1] + span[:-1] == la[1:]) & (hb[:-1] + span[:-1] == lb[1:])).any()   # records chain
+            or (c_hi - c_lo >= block_n).any()                                         # may cover a block
+            or ((c_hi + span >= kv_len) & (ceil_blocks(c_lo + span, block_n) < kt)).any()   # covers the last
             or (many & (stride > np.maximum(h1 - h0, block_n))).any()):              # blocks not contiguous
         return None
     block = starts // block_m
@@ -349,6 +350,7 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     bad[block[families.unsure]] = True
     if not len(piece):                           # no row of any piece sees a key
         return (np.zeros(0, np.int64),) * 4, bad
+    last_h1 = h1 + span
     if bad.any():
         ok = ~bad[block[piece]]
         piece, h0, last_h1 = piece[ok], h0[ok], last_h1[ok]
