@@ -685,6 +685,8 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
                                        st.tuples(st.integers(4, 32), st.integers(8, 48))))
 @example(("neighborhood", 121, 121, {"width": 11, "window": 3}), (4, 4))       # stride 11 past block_n 4
 @example(("video", 96, 96, {"w": 4, "ht": 3, "r": 1, "p": 1}), (16, 16))
+@example(("neighborhood", 144, 144, {"width": 12, "window": 2}), (1, 3))      # untouched blocks between members
+@example(("video", 30, 30, {"w": 5, "ht": 6, "r": 2, "p": 0}), (1, 4))         # a last member covers the short tile
 def test_strided_records_are_the_families_they_stand_for(drawn, shape):
     """Each record of a StridedFamilies, its members listed (``lo + j * stride``, j < count), is the families that
     enumerate_keys finds without records (its ``expand``, today's code): owners, intervals at both end rows,
@@ -721,3 +723,47 @@ def test_random_chunk_masks_classify_the_same_with_records(text, bind_args, shap
     _, before, _, _ = _bound_with_records(text, seq_len, kv_len, params, shape, strided=False)
     for name in ("run_offsets", "runs", "work_order"):
         np.testing.assert_array_equal(getattr(bound.descriptor(*shape), name), getattr(before.descriptor(*shape), name))
+
+
+_BOUNDED_TRANSLATES = {    # level 0 with chunk-free bounds that bind at some chunks of a run and not at others
+    "below": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w], k % w <= q % w + r, k <= q + a\n",
+    "above": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w + r], k % w >= q % w - r, k >= q - a\n",
+    "both": "mask m(w: int, r: int, a: int)\n  allow k // w <= q // w + r, k % w in [q % w - r, q % w + 1], "
+            "k >= q - a, k < q + a\n",
+}
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(sorted(_BOUNDED_TRANSLATES)), st.integers(1, 9), st.integers(1, 12), st.integers(0, 4),
+       st.integers(-4, 40), st.lists(st.tuples(st.integers(0, 120), st.integers(0, 6)), min_size=1, max_size=3))
+def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
+    """enumerate_keys with and without records, at one to three owners' two points anywhere (few owners: few
+    records, so one whose chunk-free bound binds at a single chunk of its run is often the only one that could
+    refuse them): the records' members are the families, or no records are made. Points a few rows apart (far
+    apart, most owners' chunk ranges differ: unsure, no families)."""
+    from maskc.analysis import keys
+    kv_len = chunks * w                                  # whole last chunk: the records are tried
+    points = [(q, q + d) for q, d in rows]
+    seq_len = max(q for p in points for q in p) + 1
+    mask = maskc.compile_mask(_BOUNDED_TRANSLATES[kind])
+    try:
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, w=w, r=r, a=a)
+    except maskc.MaskError:
+        assume(False)
+    params = bound.params.batch[0]
+    make = values_at(params, seq_len, kv_len, 0, 0)
+    at = [np.array(p, np.int64) for p in zip(*points)]
+    for region in mask.specialized(params.ints).allow:
+        found = keys.enumerate_keys(region, make, at, kv_len, 1 << 20, strided=True)
+        owner, lo, hi, unsure, *_ = keys.enumerate_keys(region, make, at, kv_len, 1 << 20)
+        if not isinstance(found, keys.StridedFamilies):
+            event(f"{kind}: families")
+            continue
+        event(f"{kind}: records")
+        member = np.arange(int(found.count.sum())) - np.repeat(found.count.cumsum() - found.count, found.count)
+        step = np.repeat(found.stride, found.count) * member
+        np.testing.assert_array_equal(np.repeat(found.owner, found.count), owner)
+        for p in range(2):
+            np.testing.assert_array_equal(np.repeat(found.lo[p], found.count) + step, lo[p])
+            np.testing.assert_array_equal(np.repeat(found.hi[p], found.count) + step, hi[p])
+        np.testing.assert_array_equal(found.unsure, unsure)
