@@ -626,6 +626,7 @@ _TRANSLATES = {        # masks whose level-0 intervals are translates across run
     "offset image": "mask m(w: int, o: int, r: int, a: int)\n  allow abs((q - o) // w - (k - o) // w) <= r, "
                     "(k - o) % w in [(q - o) % w - a, (q - o) % w + r]\n",
     "neighborhood": (EXAMPLES / "neighborhood.mask").read_text(),
+    "shifted columns": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w], k % w in [q % w + a, q % w + r]\n",
     "clipped columns": "mask m(w: int, r: int, a: int)\n  allow k // w <= q // w, k % w <= q % w + r, k >= q - a\n",
     "frames": "mask m(w: int, ht: int, r: int)\n  allow (k // w) % ht in [(q // w) % ht - r, (q // w) % ht], "
               "k % w >= q % w - r, k // (w * ht) == q // (w * ht)\n",
@@ -644,6 +645,7 @@ def _translate_binding(draw):
     params = {"video": {"w": w, "ht": draw(st.integers(1, 5)), "r": r, "p": draw(st.integers(0, 2))},
               "offset image": {"w": w, "o": draw(st.sampled_from([kv_len % w, (kv_len % w) - w, 3])), "r": r, "a": a},
               "neighborhood": {"width": w, "window": draw(st.integers(1, w))},
+              "shifted columns": {"w": w, "r": r, "a": a},
               "clipped columns": {"w": w, "r": r, "a": draw(st.integers(0, 40))},
               "frames": {"w": w, "ht": draw(st.integers(1, 5)), "r": r}}[kind]
     return kind, seq_len, kv_len, params
@@ -687,6 +689,7 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
 @example(("video", 96, 96, {"w": 4, "ht": 3, "r": 1, "p": 1}), (16, 16))
 @example(("neighborhood", 144, 144, {"width": 12, "window": 2}), (1, 3))      # untouched blocks between members
 @example(("video", 30, 30, {"w": 5, "ht": 6, "r": 2, "p": 0}), (1, 4))         # a last member covers the short tile
+@example(("video", 64, 64, {"w": 4, "ht": 4, "r": 4, "p": 0}), (16, 8))       # whole image rows: members chain
 def test_strided_records_are_the_families_they_stand_for(drawn, shape):
     """Each record of a StridedFamilies, its members listed (``lo + j * stride``, j < count), is the families that
     enumerate_keys finds without records (its ``expand``, today's code): owners, intervals at both end rows,
