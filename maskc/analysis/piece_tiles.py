@@ -36,6 +36,11 @@ tuples, and their bounds at the part's ends lie on the line through the piece's 
 piece's guards and chunk ranges agree (else the parts are enumerated again). Pieces that still break a
 condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
 which the caller classifies row by row.
+
+Where one region's families come as records of translates (:class:`~maskc.analysis.keys.StridedFamilies`: a
+level-1 family's chunks, each interval its first one moved by ``j * stride`` keys), the records are classified
+as they are when the families they stand for would pass every condition above with nothing covered
+(:func:`_strided_runs`); else they are expanded into those families, by the enumeration's own code.
 """
 from __future__ import annotations
 
@@ -337,6 +342,8 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     same = piece[1:] == piece[:-1]
     many = count > 1
     c_lo, c_hi = np.maximum(la, lb), np.minimum(ha, hb)     # a member's keys at every row of its piece
+    # The overlap tests hold by construction (one region's families lie in distinct chunks, each interval inside
+    # its chunk), as piece_runs' own test does; kept, two operations each, since the cover test leans on them.
     if ((same & (h0[1:] < h1[:-1] + span[:-1])).any()                                # records overlap
             or (many & (h1 - h0 > stride)).any()                                     # members overlap
             or (many & (ha - la == stride) & (hb - lb == stride)).any()              # members chain
