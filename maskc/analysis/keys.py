@@ -95,7 +95,10 @@ class _NestProgram:
         self.stride = None if form is None else self.owners.lin(form)
         # level 0's chunking (k + offset) // size, to tell whether kv_len cuts the last chunk short
         level = nest.levels[0]
-        self.chunking = None if form is None else (self.owners.lin(level.offset), self.owners.lin(level.size))
+        self.chunking = None
+        if form is not None:
+            assert level.offset is not None and level.size is not None, "a nest of two levels chunks level 0"
+            self.chunking = (self.owners.lin(level.offset), self.owners.lin(level.size))
         # Level 0's bounds one by one (the cut proposals read every pair): groups of one.
         family = self.levels[0][0]
         self.each = [[(None if not moving else family.lin(ir.Lin(moving, 0)), b.den, [self.owners.lin(fixed)])
@@ -334,6 +337,7 @@ def _whole_last_chunk(program: _NestProgram, owner_values: list, kv_len: int) ->
     :func:`_strided` is tried: a chunk cut short by kv_len has its keys clipped, and the clip then binds in every
     run of translates that reaches it (the NATTEN image's short last row), so records would be refused after
     being computed. A choice of path only: both give the same families."""
+    assert program.chunking is not None
     offset, size = (owner_values[i] for i in program.chunking)
     return not np.ndim(offset) and not np.ndim(size) and size > 0 and (kv_len + offset) % size == 0
 
@@ -358,6 +362,7 @@ def _strided(enumeration: _Enumeration, owner, counts, chunks: dict, first, per,
     if not len(owner):
         return None
     runs = OwnerRuns(2, counts, len(owner))
+    assert program.stride is not None
     stride = gathered_at(owner_values[program.stride], runs)          # a scalar, or [1 or 2, records]
     if np.ndim(stride) and len(stride) == 2 and stride[0].tobytes() != stride[1].tobytes():
         return None                                        # the translate moves between the points
@@ -387,8 +392,8 @@ def _strided(enumeration: _Enumeration, owner, counts, chunks: dict, first, per,
 
 def _expanded_rest(enumeration: _Enumeration, owner, counts, chunks, first, per, unsure, peak: int):
     """What :func:`enumerate_keys` returns from its level-1 families (a :class:`StridedFamilies`' expand)."""
-    return enumeration.level_0(*_expanded(enumeration.program.level_1_var, owner, counts, chunks, first, per), unsure,
-                               peak)
+    owner, counts, chunks = _expanded(enumeration.program.level_1_var, owner, counts, chunks, first, per)
+    return enumeration.level_0(owner, counts, chunks, unsure, peak)
 
 
 def _blind_and_cuts(points, owner, lo, hi, pick, bounds, blind, cut) -> None:
