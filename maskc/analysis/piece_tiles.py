@@ -330,10 +330,8 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     (no member abutting the next at both end rows; then no two constant ones touch either, and
     :func:`_nothing_covered` holds), none keeping block_n keys at every row, and none reaching kv_len whose
     keys at every row hold a block's start before the last block (so none covers a block; only a record's last
-    member can reach kv_len: the next one, past it, would be empty). Then the runs are the touched blocks,
-    PARTIAL, and a record touches the blocks of its members' hull of hulls ``[h0, h1 + (count - 1) * stride)``
-    where they are contiguous: a stride at most block_n moves a member's first block by one at most, and one at
-    most the hull width starts the next member inside the previous one's hull."""
+    member can reach kv_len: the next one, past it, would be empty). Then the runs are the touched blocks
+    (:func:`_touching_hulls`), PARTIAL."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     piece, count, stride = families.owner, families.count, families.stride
     (la, lb), (ha, hb) = families.lo, families.hi
@@ -349,25 +347,38 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
             or (many & (ha - la == stride) & (hb - lb == stride)).any()              # members chain
             or (same & (ha[:-1] + span[:-1] == la[1:]) & (hb[:-1] + span[:-1] == lb[1:])).any()   # records chain
             or (c_hi - c_lo >= block_n).any()                                         # may cover a block
-            or ((c_hi + span >= kv_len) & (ceil_blocks(c_lo + span, block_n) < kt)).any()   # covers the last
-            or (many & (stride > np.maximum(h1 - h0, block_n))).any()):              # blocks not contiguous
+            or ((c_hi + span >= kv_len) & (ceil_blocks(c_lo + span, block_n) < kt)).any()):  # covers the last
         return None
     block = starts // block_m
     bad = np.zeros(qt, bool)
     bad[block[families.unsure]] = True
     if not len(piece):                           # no row of any piece sees a key
         return (np.zeros(0, np.int64),) * 4, bad
-    last_h1 = h1 + span
     if bad.any():
         ok = ~bad[block[piece]]
-        piece, h0, last_h1 = piece[ok], h0[ok], last_h1[ok]
+        piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
     need = np.bincount(block, minlength=qt)
-    by_piece = _touched_blocks(piece, h0, last_h1, block_n)
+    by_piece = _touched_blocks(*_touching_hulls(piece, h0, h1, count, stride, block_n), block_n)
     touched = (block[by_piece[0]], by_piece[1], by_piece[2])
     if need.max() > 1:
         touched = union(*touched, kt)
     empty = np.zeros(0, np.int64)
     return _split_at_covered(touched, (empty, empty, empty), kt), bad
+
+
+def _touching_hulls(piece, h0, h1, count, stride, block_n: int):
+    """``(piece, h0, h1)``: hulls whose blocks are those the records' members touch (member j's hull ``[h0 + j *
+    stride, h1 + j * stride)``), in hull order: a record's hull of hulls where its members' blocks are contiguous
+    (a stride at most block_n moves a member's first block by one at most; one at most the hull width starts the
+    next member inside the previous one's hull), else each member's hull (NATTEN's 181-key image rows, 13 keys
+    seen in each, apart by more than a block)."""
+    apart = (count > 1) & (stride > np.maximum(h1 - h0, block_n))
+    if not apart.any():
+        return piece, h0, h1 + stride * (count - 1)
+    times = np.where(apart, count, 1)                            # the hulls each record gives
+    shift = (np.arange(int(times.sum())) - np.repeat(times.cumsum() - times, times)) * np.repeat(stride, times)
+    last = np.where(apart, h1, h1 + stride * (count - 1))         # one hull: to the last member's end
+    return np.repeat(piece, times), np.repeat(h0, times) + shift, np.repeat(last, times) + shift
 
 
 def _column_apart(parts, pieces: int, kv_len: int):
