@@ -358,7 +358,8 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
         ok = ~bad[block[piece]]
         piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
     need = np.bincount(block, minlength=qt)
-    by_piece = _touched_blocks(*_touching_hulls(piece, h0, h1, count, stride, block_n), block_n)
+    piece, h0, h1 = _touching_hulls(piece, h0, h1, count, stride, block_n)
+    by_piece = _touched_blocks(piece, h0, h1, block_n)
     touched = (block[by_piece[0]], by_piece[1], by_piece[2])
     if need.max() > 1:
         touched = union(*touched, kt)
