@@ -622,11 +622,13 @@ def test_rules_pinning_q_beside_chunked_regions_are_exact(guards, atoms, others,
 
 _TRANSLATES = {        # masks whose level-0 intervals are translates across runs of chunks (video's image rows)
     "video": "mask v(w: int, ht: int, r: int, p: int)\n  let t(i) = i // (w * ht)\n  let y(i) = (i // w) % ht\n"
-             "  let x(i) = i % w\n  allow t(k) in [t(q) - p, t(q)], y(k) in [y(q) - r, y(q) + r], x(k) in [x(q) - r, x(q) + r]\n",
+             "  let x(i) = i % w\n  allow t(k) in [t(q) - p, t(q)], y(k) in [y(q) - r, y(q) + r], "
+             "x(k) in [x(q) - r, x(q) + r]\n",
     "offset image": "mask m(w: int, o: int, r: int, a: int)\n  allow abs((q - o) // w - (k - o) // w) <= r, "
                     "(k - o) % w in [(q - o) % w - a, (q - o) % w + r]\n",
     "neighborhood": (EXAMPLES / "neighborhood.mask").read_text(),
-    "shifted columns": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w], k % w in [q % w + a, q % w + r]\n",
+    "shifted columns": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w], "
+                       "k % w in [q % w + a, q % w + r]\n",
     "clipped columns": "mask m(w: int, r: int, a: int)\n  allow k // w <= q // w, k % w <= q % w + r, k >= q - a\n",
     "frames": "mask m(w: int, ht: int, r: int)\n  allow (k // w) % ht in [(q // w) % ht - r, (q // w) % ht], "
               "k % w >= q % w - r, k // (w * ht) == q // (w * ht)\n",
@@ -730,7 +732,8 @@ def test_random_chunk_masks_classify_the_same_with_records(text, bind_args, shap
 
 _BOUNDED_TRANSLATES = {    # level 0 with chunk-free bounds that bind at some chunks of a run and not at others
     "below": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w], k % w <= q % w + r, k <= q + a\n",
-    "above": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w + r], k % w >= q % w - r, k >= q - a\n",
+    "above": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w + r], k % w >= q % w - r, "
+             "k >= q - a\n",
     "both": "mask m(w: int, r: int, a: int)\n  allow k // w <= q // w + r, k % w in [q % w - r, q % w + 1], "
             "k >= q - a, k < q + a\n",
 }

@@ -238,8 +238,8 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         if total > budget:
             raise TooMany(f"{total} chunks")
         peak = max(peak, total)
-        if depth == 1 and strided and count == 2 and program.stride is not None and _whole_last_chunk(program, owner_values,
-                                                                                                    kv_len):
+        records = strided and count == 2 and program.stride is not None
+        if depth == 1 and records and _whole_last_chunk(program, owner_values, kv_len):
             found = _strided(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
             if found is not None:
                 return found
@@ -374,7 +374,8 @@ def _strided(enumeration: _Enumeration, owner, counts, chunks: dict, first, per,
     at_first[program.level_1_var] = first
     family_values = family.values(enumeration.make(None, at_first), owner_values, runs) if family.steps else []
     ends = []
-    for side, lower_side, fn, clip in ((upper, False, np.minimum, enumeration.kv_len - 1), (lower, True, np.maximum, 0)):
+    for side, lower_side, fn, clip in ((upper, False, np.minimum, enumeration.kv_len - 1),
+                                       (lower, True, np.maximum, 0)):
         moving = [_group_values(g, lower_side, owner_values, family_values, runs, fn) for g in side if g[0] is not None]
         assert len(moving) == 1, "_NestProgram.stride: one chunk-reading group a side"
         free = functools.reduce(fn, [np.int64(clip)] + [_group_values(g, lower_side, owner_values, family_values, runs,
