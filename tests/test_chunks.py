@@ -616,3 +616,160 @@ def test_rules_pinning_q_beside_chunked_regions_are_exact(guards, atoms, others,
         finally:
             classify_module._piece_breaks = saved
         np.testing.assert_array_equal(bound.tiles(*shape), rows_only)
+
+
+# -- strided families (keys.StridedFamilies, piece_tiles._strided_runs) ---------------------------------------
+
+_TRANSLATES = {        # masks whose level-0 intervals are translates across runs of chunks (video's image rows)
+    "video": "mask v(w: int, ht: int, r: int, p: int)\n  let t(i) = i // (w * ht)\n  let y(i) = (i // w) % ht\n"
+             "  let x(i) = i % w\n  allow t(k) in [t(q) - p, t(q)], y(k) in [y(q) - r, y(q) + r], "
+             "x(k) in [x(q) - r, x(q) + r]\n",
+    "offset image": "mask m(w: int, o: int, r: int, a: int)\n  allow abs((q - o) // w - (k - o) // w) <= r, "
+                    "(k - o) % w in [(q - o) % w - a, (q - o) % w + r]\n",
+    "neighborhood": (EXAMPLES / "neighborhood.mask").read_text(),
+    "shifted columns": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w], "
+                       "k % w in [q % w + a, q % w + r]\n",
+    "clipped columns": "mask m(w: int, r: int, a: int)\n  allow k // w <= q // w, k % w <= q % w + r, k >= q - a\n",
+    "frames": "mask m(w: int, ht: int, r: int)\n  allow (k // w) % ht in [(q // w) % ht - r, (q // w) % ht], "
+              "k % w >= q % w - r, k // (w * ht) == q // (w * ht)\n",
+}
+
+
+@st.composite
+def _translate_binding(draw):
+    """(kind, seq_len, kv_len, params) for a mask of _TRANSLATES, lengths at and off multiples of the width (a
+    last chunk cut short by kv_len, where the records are not tried)."""
+    kind = draw(st.sampled_from(sorted(_TRANSLATES)))
+    w = draw(st.integers(1, 12))
+    seq_len = draw(st.one_of(st.integers(1, 160), st.integers(1, 12).map(lambda n: n * w)))
+    kv_len = draw(st.one_of(st.just(seq_len), st.integers(1, 12).map(lambda n: n * w), st.integers(1, 160)))
+    r, a = draw(st.integers(0, 5)), draw(st.integers(-3, 6))
+    params = {"video": {"w": w, "ht": draw(st.integers(1, 5)), "r": r, "p": draw(st.integers(0, 2))},
+              "offset image": {"w": w, "o": draw(st.sampled_from([kv_len % w, (kv_len % w) - w, 3])), "r": r, "a": a},
+              "neighborhood": {"width": w, "window": draw(st.integers(1, w))},
+              "shifted columns": {"w": w, "r": r, "a": a},
+              "clipped columns": {"w": w, "r": r, "a": draw(st.integers(0, 40))},
+              "frames": {"w": w, "ht": draw(st.integers(1, 5)), "r": r}}[kind]
+    return kind, seq_len, kv_len, params
+
+
+def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
+    """The bound mask (from a fresh compile), its classes at ``shape`` found, the StridedFamilies that finding them
+    made, and whether piece_tiles._strided_runs answered for any (``strided`` off: no records tried, every family
+    enumerated as before them)."""
+    from maskc.analysis import keys
+    made, answered = [], []
+    real, real_runs = keys._strided, piece_tiles._strided_runs
+
+    def recorded(*args):
+        found = real(*args)
+        made.append(found)
+        return found
+
+    def recorded_runs(*args):
+        found = real_runs(*args)
+        answered.append(found is not None)
+        return found
+    keys._strided = recorded if strided else (lambda *args: None)
+    piece_tiles._strided_runs = recorded_runs
+    try:
+        mask = maskc.compile_mask(text)
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, **params)
+        bound.tiles(*shape)                      # a bind's classes are found lazily: found here, patched
+    except maskc.MaskError as err:
+        event(f"rejected: {type(err).__name__}")
+        assume(False)
+    finally:
+        keys._strided, piece_tiles._strided_runs = real, real_runs
+    return mask, bound, [f for f in made if f is not None], any(answered)
+
+
+@settings(max_examples=300)
+@given(_translate_binding(), st.one_of(tile_shape, st.tuples(st.integers(1, 8), st.integers(1, 8)),
+                                       st.tuples(st.integers(4, 32), st.integers(8, 48))))
+@example(("neighborhood", 121, 121, {"width": 11, "window": 3}), (4, 4))       # stride 11 past block_n 4
+@example(("video", 96, 96, {"w": 4, "ht": 3, "r": 1, "p": 1}), (16, 16))
+@example(("neighborhood", 144, 144, {"width": 12, "window": 2}), (1, 3))      # untouched blocks between members
+@example(("video", 30, 30, {"w": 5, "ht": 6, "r": 2, "p": 0}), (1, 4))         # a last member covers the short tile
+@example(("video", 64, 64, {"w": 4, "ht": 4, "r": 4, "p": 0}), (16, 8))       # whole image rows: members chain
+def test_strided_records_are_the_families_they_stand_for(drawn, shape):
+    """Each record of a StridedFamilies, its members listed (``lo + j * stride``, j < count), is the families that
+    enumerate_keys finds without records (its ``expand``, today's code): owners, intervals at both end rows,
+    unsure pieces; and the classes from the records are the brute-force ones, the descriptor the one built with
+    the records off, bit for bit."""
+    kind, seq_len, kv_len, params = drawn
+    mask, bound, made, answered = _bound_with_records(_TRANSLATES[kind], seq_len, kv_len, params, shape)
+    event(f"{kind}: records {'made' if made else 'not made'}, runs from them: {answered}")
+    for records in made:
+        assert (records.count >= 1).all() and (records.stride >= 1).all()
+        owner, lo, hi, unsure, *_ = records.expand()
+        member = np.arange(int(records.count.sum())) - np.repeat(records.count.cumsum() - records.count, records.count)
+        step = np.repeat(records.stride, records.count) * member
+        np.testing.assert_array_equal(np.repeat(records.owner, records.count), owner)
+        for p in range(2):
+            np.testing.assert_array_equal(np.repeat(records.lo[p], records.count) + step, lo[p])
+            np.testing.assert_array_equal(np.repeat(records.hi[p], records.count) + step, hi[p])
+        np.testing.assert_array_equal(records.unsure, unsure)
+    _check_classes(bound, *shape, exact=mask.exact)
+    _, before, _, _ = _bound_with_records(_TRANSLATES[kind], seq_len, kv_len, params, shape, strided=False)
+    for name in ("run_offsets", "runs", "work_order"):
+        np.testing.assert_array_equal(getattr(bound.descriptor(*shape), name), getattr(before.descriptor(*shape), name))
+
+
+@settings(max_examples=200)
+@given(chunk_mask_text(consistent=True), chunk_binding(), tile_shape)
+def test_random_chunk_masks_classify_the_same_with_records(text, bind_args, shape):
+    """Random image masks (columns, rows, frames, discs, windows; several rules) bound with the records tried and
+    without: the same descriptor, and the brute-force classes."""
+    seq_len, kv_len, params = bind_args
+    mask, bound, made, answered = _bound_with_records(text, seq_len, kv_len, params, shape)
+    event(f"records made: {bool(made)}, runs from them: {answered}")
+    _check_classes(bound, *shape, exact=mask.exact)
+    _, before, _, _ = _bound_with_records(text, seq_len, kv_len, params, shape, strided=False)
+    for name in ("run_offsets", "runs", "work_order"):
+        np.testing.assert_array_equal(getattr(bound.descriptor(*shape), name), getattr(before.descriptor(*shape), name))
+
+
+_BOUNDED_TRANSLATES = {    # level 0 with chunk-free bounds that bind at some chunks of a run and not at others
+    "below": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w], k % w <= q % w + r, k <= q + a\n",
+    "above": "mask m(w: int, r: int, a: int)\n  allow k // w in [q // w - r, q // w + r], k % w >= q % w - r, "
+             "k >= q - a\n",
+    "both": "mask m(w: int, r: int, a: int)\n  allow k // w <= q // w + r, k % w in [q % w - r, q % w + 1], "
+            "k >= q - a, k < q + a\n",
+}
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(sorted(_BOUNDED_TRANSLATES)), st.integers(1, 9), st.integers(1, 12), st.integers(0, 4),
+       st.integers(-4, 40), st.lists(st.tuples(st.integers(0, 120), st.integers(0, 6)), min_size=1, max_size=3))
+def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
+    """enumerate_keys with and without records, at one to three owners' two points anywhere (few owners: few
+    records, so one whose chunk-free bound binds at a single chunk of its run is often the only one that could
+    refuse them): the records' members are the families, or no records are made. Points a few rows apart (far
+    apart, most owners' chunk ranges differ: unsure, no families)."""
+    from maskc.analysis import keys
+    kv_len = chunks * w                                  # whole last chunk: the records are tried
+    points = [(q, q + d) for q, d in rows]
+    seq_len = max(q for p in points for q in p) + 1
+    mask = maskc.compile_mask(_BOUNDED_TRANSLATES[kind])
+    try:
+        bound = mask.bind(seq_len=seq_len, kv_len=kv_len, w=w, r=r, a=a)
+    except maskc.MaskError:
+        assume(False)
+    params = bound.params.batch[0]
+    make = values_at(params, seq_len, kv_len, 0, 0)
+    at = [np.array(p, np.int64) for p in zip(*points)]
+    for region in mask.specialized(params.ints).allow:
+        found = keys.enumerate_keys(region, make, at, kv_len, 1 << 20, strided=True)
+        owner, lo, hi, unsure, *_ = keys.enumerate_keys(region, make, at, kv_len, 1 << 20)
+        if not isinstance(found, keys.StridedFamilies):
+            event(f"{kind}: families")
+            continue
+        event(f"{kind}: records")
+        member = np.arange(int(found.count.sum())) - np.repeat(found.count.cumsum() - found.count, found.count)
+        step = np.repeat(found.stride, found.count) * member
+        np.testing.assert_array_equal(np.repeat(found.owner, found.count), owner)
+        for p in range(2):
+            np.testing.assert_array_equal(np.repeat(found.lo[p], found.count) + step, lo[p])
+            np.testing.assert_array_equal(np.repeat(found.hi[p], found.count) + step, hi[p])
+        np.testing.assert_array_equal(found.unsure, unsure)

@@ -9,7 +9,9 @@ intervals, with work proportional to the intervals enumerated (``budget`` caps t
 
 :func:`enumerate_keys` is the enumeration itself, for one region, at one or two points per owner: one
 (rows), or a piece's two end rows (:mod:`maskc.analysis.piece_tiles` reads the second point to tell which chunks,
-and which intervals, a whole piece of rows shares).
+and which intervals, a whole piece of rows shares). Asked for it (``strided``), at two points, it returns runs of
+families whose intervals are translates of one another as one record each (:class:`StridedFamilies`: video's
+image rows, 2016 records for 16884 families at 32K), so that level 0 and what follows run on the records.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import forms as F
+from maskc.analysis import linear as L
 from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, OwnerRuns, gathered_at
 from maskc.analysis.rows import split_on_chunks
 from maskc.runs import sorted_unique
@@ -87,11 +90,47 @@ class _NestProgram:
                 sides.append([(None if m is None else family.lin(m), den, [self.owners.lin(x) for x in fixed])
                               for (m, den), fixed in found.items()])
             self.levels.append((family, sides))
+        self.level_1_var = nest.levels[1].var if len(nest.levels) > 1 else None
+        form = _translate_stride(nest)
+        self.stride = None if form is None else self.owners.lin(form)
+        # level 0's chunking (k + offset) // size, to tell whether kv_len cuts the last chunk short
+        level = nest.levels[0]
+        self.chunking = None
+        if form is not None:
+            assert level.offset is not None and level.size is not None, "a nest of two levels chunks level 0"
+            self.chunking = (self.owners.lin(level.offset), self.owners.lin(level.size))
         # Level 0's bounds one by one (the cut proposals read every pair): groups of one.
         family = self.levels[0][0]
         self.each = [[(None if not moving else family.lin(ir.Lin(moving, 0)), b.den, [self.owners.lin(fixed)])
                       for b in bounds for fixed, moving in [split_on_chunks(b.lin)]]
                      for bounds in (nest.levels[0].lower, nest.levels[0].upper)]
+
+
+def _translate_stride(nest: ir.ChunkedKeys) -> ir.Lin | None:
+    """The form ``s`` (free of chunk indices) with level 0's chunk-reading bounds all ``J1 * s`` plus one and the
+    same part free of J1, on both sides, none divided: then a level-1 family's level-0 intervals are translates
+    of one another by ``s`` keys wherever its chunk-free bounds do not bind (:func:`_strided`). None where the
+    nest has no level 1, or J1 enters otherwise (under a square, a floor, a min)."""
+    if len(nest.levels) < 2:
+        return None
+    level, var = nest.levels[0], nest.levels[1].var
+    moving = [(split_on_chunks(b.lin)[1], b.den) for b in level.lower + level.upper]
+    reading = {m for m, _ in moving if m}
+    if len(reading) != 1 or any(m and den != 1 for m, den in moving):
+        return None
+    if not all(any(split_on_chunks(b.lin)[1] for b in side) for side in (level.lower, level.upper)):
+        return None
+    s = L.ZERO
+    for t, c in next(iter(reading)):
+        if t == var:
+            s = L.add(s, L.const(c))
+        elif isinstance(t, ir.Product) and t.left == L.of_term(var) and not F.reads_chunks(t.right):
+            s = L.add(s, L.scale(t.right, c))
+        elif isinstance(t, ir.Product) and t.right == L.of_term(var) and not F.reads_chunks(t.left):
+            s = L.add(s, L.scale(t.left, c))
+        elif F.reads(L.of_term(t), var):
+            return None
+    return s
 
 
 def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram:
@@ -135,7 +174,8 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     return out
 
 
-def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int):
+def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int,
+                   strided: bool = False):
     """Every (owner, chunk) of one region and its key interval at each point.
 
     ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
@@ -154,6 +194,9 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     monotone: where they move in opposite directions or stay (``monotone``), the width is monotone, so an
     interval empty at both points is empty between, and one empty at one point only narrows towards it (its
     keys at every row lie inside its interval at the other point): no bound is read for those.
+
+    With two points and ``strided``, a :class:`StridedFamilies` instead where every level-1 family's intervals
+    are translates of one another (:func:`_strided`): the same families, one record per level-1 family.
     """
     nest = nest_of(region)
     program = _nest_program(region, nest)
@@ -180,20 +223,11 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         unsure |= ~((at_point[0] & at_point[1]) | fails_at_both)
     owner = owner[at_point[0] & ~unsure]
     counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
-
-    def extremes(depth: int, chunks: dict, clip=None):
-        """Level ``depth``'s bounds' extremes (lo, hi inclusive) [count, families], all points at once (forms
-        of the chunks alone evaluated once per owner, not per point)."""
-        runs = OwnerRuns(count, counts, len(owner))
-        family, sides = program.levels[depth]
-        family_values = family.values(make(None, chunks), owner_values, runs) if family.steps else []
-        return _extremes(sides, owner_values, family_values, runs, clip)
-
+    enumeration = _Enumeration(program, make, points, owner_values, kv_len)
     chunks: dict = {}
     peak = 0
     for depth in range(len(nest.levels) - 1, 0, -1):
-        level = nest.levels[depth]
-        lo, hi = extremes(depth, chunks)
+        lo, hi = enumeration.extremes(depth, owner, counts, chunks)
         lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
@@ -204,42 +238,163 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         if total > budget:
             raise TooMany(f"{total} chunks")
         peak = max(peak, total)
-        # each family repeated once per chunk of its range, the chunks numbered from its lower bound up
-        below = np.concatenate([[0], per.cumsum()])             # the chunks of the families before each
-        chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
-        chunks[level.var] = np.repeat(lo[0] - below[:-1], per) + np.arange(total)
-        owner = np.repeat(owner, per)
-        edges = np.concatenate([[0], counts.cumsum()])          # each owner's first family, before this level
-        counts = below[edges[1:]] - below[edges[:-1]]
-    lo, hi = extremes(0, chunks, (np.int64(0), np.int64(kv_len - 1)))
-    lo, hi = list(lo), list(hi + 1)
-    blind = np.zeros(len(owner), bool)
-    cut = np.full(len(owner), -1, np.int64)
-    ends = None
-    if count == 2:
-        def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
-            sub = owner[pick][None] + n * np.arange(count)[:, None]     # their owners' rows at each point
-            family = program.levels[0][0]
-            family_values = family.values(make(None, {v: c[pick] for v, c in chunks.items()}), owner_values,
-                                          sub) if family.steps else []
-            zero = np.zeros(sub.shape, np.int64)
-            lows, highs = ([_group_values(g, lower, owner_values, family_values, sub, fn) + zero for g in each]
-                           + [zero + clip] for each, lower, fn, clip in zip(program.each, (True, False),
-                                                                            (np.maximum, np.minimum), (0, kv_len - 1)))
-            return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
-        empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
-        monotone, pending = np.zeros(0, bool), empty
-        of_pending: tuple = ()
-        if len(empty):                   # usual: none
-            lo_a, hi_a, lo_b, hi_b = lo[0][empty], hi[0][empty], lo[1][empty], hi[1][empty]
-            monotone = (lo_b - lo_a) * (hi_b - hi_a) <= 0
-            blind[empty[monotone & (lo_a >= hi_a) & (lo_b >= hi_b)]] = True
-            pending = empty[~monotone]
-            if len(pending):
-                of_pending = tuple(np.array(v) for v in bounds_at(pending))
-                _blind_and_cuts(points, owner, lo, hi, pending, of_pending, blind, cut)
-        ends = EndBounds(bounds_at, peak, empty, monotone, pending, of_pending)
-    return owner, lo, hi, unsure, blind, cut, ends
+        records = strided and count == 2 and program.stride is not None
+        if depth == 1 and records and _whole_last_chunk(program, owner_values, kv_len):
+            found = _strided(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
+            if found is not None:
+                return found
+        owner, counts, chunks = _expanded(nest.levels[depth].var, owner, counts, chunks, lo[0], per)
+    return enumeration.level_0(owner, counts, chunks, unsure, peak)
+
+
+def _expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarray):
+    """``(owner, counts, chunks)`` one level down: each family repeated once per chunk of its range (``per``
+    chunks of ``var`` from ``first``), the chunks numbered from its lower bound up, in the families' order."""
+    total = int(per.sum())
+    below = np.concatenate([[0], per.cumsum()])             # the chunks of the families before each
+    chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
+    chunks[var] = np.repeat(first - below[:-1], per) + np.arange(total)
+    edges = np.concatenate([[0], counts.cumsum()])          # each owner's first family, before this level
+    return np.repeat(owner, per), below[edges[1:]] - below[edges[:-1]], chunks
+
+
+class _Enumeration:
+    """One region's enumeration at ``points``: its program, the owners' values there, and the level-0 step
+    (:meth:`level_0`) that :func:`enumerate_keys` and :meth:`StridedFamilies.expand` end with."""
+
+    def __init__(self, program: "_NestProgram", make, points, owner_values: list, kv_len: int):
+        self.program, self.make, self.points = program, make, points
+        self.owner_values, self.kv_len = owner_values, kv_len
+
+    def extremes(self, depth: int, owner, counts, chunks: dict, clip=None):
+        """Level ``depth``'s bounds' extremes (lo, hi inclusive) [points, families], all points at once (forms
+        of the chunks alone evaluated once per owner, not per point)."""
+        runs = OwnerRuns(len(self.points), counts, len(owner))
+        family, sides = self.program.levels[depth]
+        family_values = family.values(self.make(None, chunks), self.owner_values, runs) if family.steps else []
+        return _extremes(sides, self.owner_values, family_values, runs, clip)
+
+    def level_0(self, owner, counts, chunks: dict, unsure, peak: int):
+        """:func:`enumerate_keys`' answer from the level-0 families ``(owner, counts, chunks)``."""
+        program, make, points, owner_values, kv_len = (self.program, self.make, self.points, self.owner_values,
+                                                       self.kv_len)
+        count, n = len(points), len(points[0])
+        lo, hi = self.extremes(0, owner, counts, chunks, (np.int64(0), np.int64(kv_len - 1)))
+        lo, hi = list(lo), list(hi + 1)
+        blind = np.zeros(len(owner), bool)
+        cut = np.full(len(owner), -1, np.int64)
+        ends = None
+        if count == 2:
+            def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
+                sub = owner[pick][None] + n * np.arange(count)[:, None]     # their owners' rows at each point
+                family = program.levels[0][0]
+                family_values = family.values(make(None, {v: c[pick] for v, c in chunks.items()}), owner_values,
+                                              sub) if family.steps else []
+                zero = np.zeros(sub.shape, np.int64)
+                lows, highs = ([_group_values(g, lower, owner_values, family_values, sub, fn) + zero for g in each]
+                               + [zero + clip] for each, lower, fn, clip in zip(program.each, (True, False),
+                                                                                (np.maximum, np.minimum),
+                                                                                (0, kv_len - 1)))
+                return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
+            empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
+            monotone, pending = np.zeros(0, bool), empty
+            of_pending: tuple = ()
+            if len(empty):                   # usual: none
+                lo_a, hi_a, lo_b, hi_b = lo[0][empty], hi[0][empty], lo[1][empty], hi[1][empty]
+                monotone = (lo_b - lo_a) * (hi_b - hi_a) <= 0
+                blind[empty[monotone & (lo_a >= hi_a) & (lo_b >= hi_b)]] = True
+                pending = empty[~monotone]
+                if len(pending):
+                    of_pending = tuple(np.array(v) for v in bounds_at(pending))
+                    _blind_and_cuts(points, owner, lo, hi, pending, of_pending, blind, cut)
+            ends = EndBounds(bounds_at, peak, empty, monotone, pending, of_pending)
+        return owner, lo, hi, unsure, blind, cut, ends
+
+
+@dataclasses.dataclass(frozen=True)
+class StridedFamilies:
+    """A two-point enumeration (:func:`enumerate_keys`) whose families come in *records*, one per level-1
+    family: record i stands for ``count[i]`` families of owner ``owner[i]`` (consecutive chunks, in
+    enumerate_keys' order), the j-th of them (j < count[i]) with the interval ``[lo[p][i] + j * stride[i],
+    hi[p][i] + j * stride[i])`` at point p; none is empty at either point, ``stride >= 1``. Records ascend by
+    owner; ``unsure`` and ``peak`` are enumerate_keys'. :meth:`expand` returns what enumerate_keys returns
+    without ``strided`` (computed then, by the same code)."""
+    owner: np.ndarray
+    lo: list
+    hi: list
+    count: np.ndarray
+    stride: np.ndarray
+    unsure: np.ndarray
+    peak: int
+    _rest: Callable
+
+    def expand(self):
+        return self._rest()
+
+
+def _whole_last_chunk(program: _NestProgram, owner_values: list, kv_len: int) -> bool:
+    """Whether kv_len ends level 0's last chunk (``(kv_len + offset) % size == 0``, both free of q), where
+    :func:`_strided` is tried: a chunk cut short by kv_len has its keys clipped, and the clip then binds in every
+    run of translates that reaches it (the NATTEN image's short last row), so records would be refused after
+    being computed. A choice of path only: both give the same families."""
+    assert program.chunking is not None
+    offset, size = (owner_values[i] for i in program.chunking)
+    return not np.ndim(offset) and not np.ndim(size) and size > 0 and (kv_len + offset) % size == 0
+
+
+def _strided(enumeration: _Enumeration, owner, counts, chunks: dict, first, per, unsure, peak: int):
+    """The level-1 families ``(owner, counts, chunks)``, with ``per`` chunks of J1 each from ``first``, as a
+    :class:`StridedFamilies`, or None where one of them is not a run of translates (or there are none).
+
+    Level 0's chunk-reading bounds are ``J1 * s`` plus parts free of J1, one group a side
+    (:attr:`_NestProgram.stride`), so a family's lower bound at chunk ``J = first + j`` is the greatest of its
+    chunk-free lower bounds F and ``m(first) + j * s`` (m: the chunk-reading group, evaluated at ``first``
+    only). Where ``s >= 1`` and ``F <= m(first)``, m wins at every chunk of the range (it only grows); so the
+    upper side at the range's last chunk. Checked at both points, with ``s`` equal at both and the interval
+    non-empty; the upper side first (a clip to kv_len, which binds in a short last image row, fails soonest)."""
+    program, owner_values = enumeration.program, enumeration.owner_values
+    rest = functools.partial(_expanded_rest, enumeration, owner, counts, chunks, first, per, unsure, peak)
+    keep = per > 0
+    if not keep.all():                  # families without chunks have no members (nor any in enumerate_keys)
+        owner, first, per = owner[keep], first[keep], per[keep]
+        chunks = {v: a[keep] for v, a in chunks.items()}
+        counts = np.bincount(owner, minlength=len(counts))
+    if not len(owner):
+        return None
+    runs = OwnerRuns(2, counts, len(owner))
+    assert program.stride is not None
+    stride = gathered_at(owner_values[program.stride], runs)          # a scalar, or [1 or 2, records]
+    if np.ndim(stride) and len(stride) == 2 and stride[0].tobytes() != stride[1].tobytes():
+        return None                                        # the translate moves between the points
+    stride = stride[0] if np.ndim(stride) else np.full(len(owner), stride)
+    if stride.min() < 1:
+        return None
+    family, (lower, upper) = program.levels[0]
+    at_first = dict(chunks)
+    at_first[program.level_1_var] = first
+    family_values = family.values(enumeration.make(None, at_first), owner_values, runs) if family.steps else []
+    ends = []
+    for side, lower_side, fn, clip in ((upper, False, np.minimum, enumeration.kv_len - 1),
+                                       (lower, True, np.maximum, 0)):
+        moving = [_group_values(g, lower_side, owner_values, family_values, runs, fn) for g in side if g[0] is not None]
+        assert len(moving) == 1, "_NestProgram.stride: one chunk-reading group a side"
+        free = functools.reduce(fn, [np.int64(clip)] + [_group_values(g, lower_side, owner_values, family_values, runs,
+                                                                      fn) for g in side if g[0] is None])
+        # the chunk-free bounds bind at no chunk of the range: at its last (upper side), its first (lower)
+        if (free < moving[0] + stride * (per - 1) if not lower_side else free > moving[0]).any():
+            return None
+        ends.append(moving[0])
+    hi, lo = ends[0] + 1, ends[1]
+    if (lo >= hi).any():
+        return None
+    lo, hi = (np.broadcast_to(v, (2, len(owner))) for v in (lo, hi))
+    return StridedFamilies(owner, [lo[0], lo[1]], [hi[0], hi[1]], per, stride, unsure, peak, rest)
+
+
+def _expanded_rest(enumeration: _Enumeration, owner, counts, chunks, first, per, unsure, peak: int):
+    """What :func:`enumerate_keys` returns from its level-1 families (a :class:`StridedFamilies`' expand)."""
+    owner, counts, chunks = _expanded(enumeration.program.level_1_var, owner, counts, chunks, first, per)
+    return enumeration.level_0(owner, counts, chunks, unsure, peak)
 
 
 def _blind_and_cuts(points, owner, lo, hi, pick, bounds, blind, cut) -> None:

@@ -36,6 +36,11 @@ tuples, and their bounds at the part's ends lie on the line through the piece's 
 piece's guards and chunk ranges agree (else the parts are enumerated again). Pieces that still break a
 condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
 which the caller classifies row by row.
+
+Where one region's families come as records of translates (:class:`~maskc.analysis.keys.StridedFamilies`: a
+level-1 family's chunks, each interval its first one moved by ``j * stride`` keys), the records are classified
+as they are when the families they stand for would pass every condition above with nothing covered
+(:func:`_strided_runs`); else they are expanded into those families, by the enumeration's own code.
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
+from maskc.analysis.keys import StridedFamilies, covered_by_all, enumerate_keys, nest_of, union
 from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
@@ -236,7 +241,15 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     starts = piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
     ends = last_rows(starts, seq_len)
-    parts, bad_piece, cuts, budget, enumerated = _families(regions, make, starts, ends, kv_len, budget)
+    # One region's families in runs of translates (video's image rows) are classified as runs where that is
+    # simple; else they are expanded into the families below.
+    first = enumerate_keys(regions[0], make, [starts, ends], kv_len, budget, strided=len(regions) == 1)
+    if isinstance(first, StridedFamilies):
+        found = _strided_runs(first, starts, seq_len, kv_len, block_m, block_n)
+        if found is not None:
+            return found
+        first = first.expand()
+    parts, bad_piece, cuts, budget, enumerated = _families(regions, make, starts, ends, kv_len, budget, first)
     column, ordered = (None, None) if len(cuts) else _column_apart(parts, len(starts), kv_len)
     if column is None:
         families = _joined(parts)
@@ -305,6 +318,68 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     else:
         covered = covered_by_all(block[cover[0]], cover[1], cover[2], need, kt)
     return _split_at_covered(touched, covered, kt), bad
+
+
+def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, block_m: int, block_n: int):
+    """:func:`piece_runs`' answer for one region whose families come as records of translates
+    (:class:`~maskc.analysis.keys.StridedFamilies`), or None where it is not simply found from the records.
+
+    It is, where the families of the records, expanded, would take piece_runs' path with nothing dropped,
+    flagged or covered: in hull order with disjoint hulls within each piece (each record's members apart: hull
+    width at most the stride; each record starting at or after the previous one's last member ends), no chain
+    (no member abutting the next at both end rows; then no two constant ones touch either, and
+    :func:`_nothing_covered` holds), none keeping block_n keys at every row, and none reaching kv_len whose
+    keys at every row hold a block's start before the last block (so none covers a block; only a record's last
+    member can reach kv_len: the next one, past it, would be empty). Then the runs are the touched blocks
+    (:func:`_touching_hulls`), PARTIAL."""
+    qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
+    piece, count, stride = families.owner, families.count, families.stride
+    (la, lb), (ha, hb) = families.lo, families.hi
+    h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
+    span = stride * (count - 1)                              # from a record's first member to its last
+    same = piece[1:] == piece[:-1]
+    many = count > 1
+    c_lo, c_hi = np.maximum(la, lb), np.minimum(ha, hb)     # a member's keys at every row of its piece
+    # The overlap tests hold by construction (one region's families lie in distinct chunks, each interval inside
+    # its chunk), as piece_runs' own test does; kept, two operations each, since the cover test leans on them.
+    if ((same & (h0[1:] < h1[:-1] + span[:-1])).any()                                # records overlap
+            or (many & (h1 - h0 > stride)).any()                                     # members overlap
+            or (many & (ha - la == stride) & (hb - lb == stride)).any()              # members chain
+            or (same & (ha[:-1] + span[:-1] == la[1:]) & (hb[:-1] + span[:-1] == lb[1:])).any()   # records chain
+            or (c_hi - c_lo >= block_n).any()                                         # may cover a block
+            or ((c_hi + span >= kv_len) & (ceil_blocks(c_lo + span, block_n) < kt)).any()):  # covers the last
+        return None
+    block = starts // block_m
+    bad = np.zeros(qt, bool)
+    bad[block[families.unsure]] = True
+    if not len(piece):                           # no row of any piece sees a key
+        return (np.zeros(0, np.int64),) * 4, bad
+    if bad.any():
+        ok = ~bad[block[piece]]
+        piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
+    need = np.bincount(block, minlength=qt)
+    piece, h0, h1 = _touching_hulls(piece, h0, h1, count, stride, block_n)
+    by_piece = _touched_blocks(piece, h0, h1, block_n)
+    touched = (block[by_piece[0]], by_piece[1], by_piece[2])
+    if need.max() > 1:
+        touched = union(*touched, kt)
+    empty = np.zeros(0, np.int64)
+    return _split_at_covered(touched, (empty, empty, empty), kt), bad
+
+
+def _touching_hulls(piece, h0, h1, count, stride, block_n: int):
+    """``(piece, h0, h1)``: hulls whose blocks are those the records' members touch (member j's hull ``[h0 + j *
+    stride, h1 + j * stride)``), in hull order: a record's hull of hulls where its members' blocks are contiguous
+    (a stride at most block_n moves a member's first block by one at most; one at most the hull width starts the
+    next member inside the previous one's hull), else each member's hull (NATTEN's 181-key image rows, 13 keys
+    seen in each, apart by more than a block)."""
+    apart = (count > 1) & (stride > np.maximum(h1 - h0, block_n))
+    if not apart.any():
+        return piece, h0, h1 + stride * (count - 1)
+    times = np.where(apart, count, 1)                            # the hulls each record gives
+    shift = (np.arange(int(times.sum())) - np.repeat(times.cumsum() - times, times)) * np.repeat(stride, times)
+    last = np.where(apart, h1, h1 + stride * (count - 1))         # one hull: to the last member's end
+    return np.repeat(piece, times), np.repeat(h0, times) + shift, np.repeat(last, times) + shift
 
 
 def _column_apart(parts, pieces: int, kv_len: int):
@@ -400,16 +475,16 @@ def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: 
     return piece[first], first_block[first], end_block[last_rows(first, len(piece))]
 
 
-def _families(regions, make, starts, ends, kv_len: int, budget: int):
+def _families(regions, make, starts, ends, kv_len: int, budget: int, first=None):
     """The families of the pieces ``[starts, ends]``, one part per region (``(piece, lo, hi)`` at the start row,
     ``(lo, hi)`` at the end row: those non-empty at both, and those that empty inside their piece as ``(piece,
     h0, h0, h1, h1)``: module docstring; :func:`_joined` makes one of them), which pieces break a condition, the
     rows where cutting such a piece may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), the
-    budget left, and each region's enumeration as it came."""
+    budget left, and each region's enumeration as it came (the first region's ``first`` where given)."""
     bad_piece = np.zeros(len(starts), bool)
     parts, cuts, enumerated = [], [], []
-    for region in regions:
-        found = enumerate_keys(region, make, [starts, ends], kv_len, budget)
+    for i, region in enumerate(regions):
+        found = first if i == 0 and first is not None else enumerate_keys(region, make, [starts, ends], kv_len, budget)
         enumerated.append(found)
         owner, lo, hi, unsure, blind, cut, _ = found
         budget -= len(owner)
