@@ -162,7 +162,7 @@ def zero_of_divisor(divisor: ir.ScoreExpr) -> dict[str, int] | None:
     except BindError:
         return None
     q, k = np.arange(POSITION_SLACK + 1)[:, None], np.arange(POSITION_SLACK + 1)[None, :]
-    ev = ScoreEvaluator(None, no_params, 1, 1, 0, 0)    # type: ignore[arg-type]  (the mask names table errors only)
+    ev = ScoreEvaluator(None, no_params, 1, 1, 0, 0)    # type: ignore[arg-type]  # the mask only names table errors
     value = np.broadcast_to(ev.score(divisor, np.zeros(1), q, k)[0], (len(q), k.shape[1]))
     zeros = np.argwhere(value == 0)
     if not len(zeros):
