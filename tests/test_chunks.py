@@ -653,6 +653,18 @@ def _translate_binding(draw):
     return kind, seq_len, kv_len, params
 
 
+def _assert_members(records, owner, lo, hi, unsure) -> None:
+    """Member j of each record is its interval moved by j * stride, with its owner and unsure flag: the families
+    (owner, lo, hi, unsure) the records stand for, member by member."""
+    member = np.arange(int(records.count.sum())) - np.repeat(records.count.cumsum() - records.count, records.count)
+    step = np.repeat(records.stride, records.count) * member
+    np.testing.assert_array_equal(np.repeat(records.owner, records.count), owner)
+    for p in range(2):
+        np.testing.assert_array_equal(np.repeat(records.lo[p], records.count) + step, lo[p])
+        np.testing.assert_array_equal(np.repeat(records.hi[p], records.count) + step, hi[p])
+    np.testing.assert_array_equal(records.unsure, unsure)
+
+
 def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
     """The bound mask (from a fresh compile), its classes at ``shape`` found, the StridedFamilies that finding them
     made, and whether piece_tiles._strided_runs answered for any (``strided`` off: no records tried, every family
@@ -703,13 +715,7 @@ def test_strided_records_are_the_families_they_stand_for(drawn, shape):
     for records in made:
         assert (records.count >= 1).all() and (records.stride >= 1).all()
         owner, lo, hi, unsure, *_ = records.expand()
-        member = np.arange(int(records.count.sum())) - np.repeat(records.count.cumsum() - records.count, records.count)
-        step = np.repeat(records.stride, records.count) * member
-        np.testing.assert_array_equal(np.repeat(records.owner, records.count), owner)
-        for p in range(2):
-            np.testing.assert_array_equal(np.repeat(records.lo[p], records.count) + step, lo[p])
-            np.testing.assert_array_equal(np.repeat(records.hi[p], records.count) + step, hi[p])
-        np.testing.assert_array_equal(records.unsure, unsure)
+        _assert_members(records, owner, lo, hi, unsure)
     _check_classes(bound, *shape, exact=mask.exact)
     _, before, _, _ = _bound_with_records(_TRANSLATES[kind], seq_len, kv_len, params, shape, strided=False)
     for name in ("run_offsets", "runs", "work_order"):
@@ -766,10 +772,4 @@ def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
             event(f"{kind}: families")
             continue
         event(f"{kind}: records")
-        member = np.arange(int(found.count.sum())) - np.repeat(found.count.cumsum() - found.count, found.count)
-        step = np.repeat(found.stride, found.count) * member
-        np.testing.assert_array_equal(np.repeat(found.owner, found.count), owner)
-        for p in range(2):
-            np.testing.assert_array_equal(np.repeat(found.lo[p], found.count) + step, lo[p])
-            np.testing.assert_array_equal(np.repeat(found.hi[p], found.count) + step, hi[p])
-        np.testing.assert_array_equal(found.unsure, unsure)
+        _assert_members(found, owner, lo, hi, unsure)
