@@ -326,6 +326,49 @@ def test_running_maximum_that_grows_along_the_row(name, params, dtype):
     check(bound, 1, 2, 2, D, dtype, make=make, against_numpy=False)
 
 
+# Score modifiers whose scores fall with the distance from the diagonal, over masks whose row blocks have several
+# runs (documents with global keys: the globals, a gap, the document's FULL tiles, the diagonal) or a run of
+# PARTIAL tiles on the stored path (a 2-D neighbourhood): (source, bind arguments, the kernel's masking of PARTIAL
+# tiles, the modifier as its definition says).
+WALKED_BACKWARDS = {
+    "docs": ("""mask alibi_docs(slope: float per h, docs: segments, globals: int)
+  allow same(docs), k <= q
+  allow k < globals
+  score = score - slope * (q - k)
+""", {"docs": [[1500, 97, 2500]], "globals": 200}, "", lambda s, slope, q, k: s - slope * (q - k)),
+    "neighbourhood": ("""mask near_alibi(slope: float per h, width: int, window: int)
+  allow abs(q // width - k // width) <= window, abs(q % width - k % width) <= window
+  score = score - slope * abs(q - k)
+""", {"width": 61, "window": 7}, "stored", lambda s, slope, q, k: s - slope * (q - k).abs()),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("case", sorted(WALKED_BACKWARDS))
+def test_a_modifier_walks_each_row_block_backwards(tmp_path, case, D, dtype):
+    """A score modifier under the online softmax walks each row block's kv tiles from the last to the first
+    (ForwardPlan.walk_backward), every run once and each run's tiles in descending order, the stored path's
+    slots included. O and LSE against float64 from the dense mask, with slopes that make the rows' scores climb
+    steeply towards the diagonal (0.7 a key: the diagonal's tile far above the rest) and hardly at all (2**-8)."""
+    text, params, partial, modifier = WALKED_BACKWARDS[case]
+    path = tmp_path / f"{case}.mask"
+    path.write_text(text)
+    mask, slopes, S = maskc.load(path), [0.7, 2.0 ** -8], 4097 if case == "docs" else 61 * 45
+    plan = mask.kernel_source(maskc.Options(), head_dim=D).plan
+    assert plan.walk_backward and plan.partial_tiles == partial
+    bound = mask.bind(seq_len=S, num_heads=2, slope=slopes, **params)
+    q, k, v = (randn(1, 2, S, D, dtype=dtype) for _ in range(3))
+    out, lse = attention(q, k, v, bound, return_lse=True)
+    vis = torch.as_tensor(bound.dense(0), device="cuda")
+    pos = torch.arange(S, device="cuda", dtype=torch.float64)
+    for h, slope in enumerate(slopes):
+        s = modifier((q[0, h].double() @ k[0, h].double().T) / math.sqrt(D), slope, pos[:, None], pos[None, :])
+        s = s.masked_fill(~vis, -math.inf)
+        assert rel(out[0, h].double(), torch.softmax(s, -1) @ v[0, h].double()) <= TOL[dtype]
+        assert rel(lse[0, h].double(), torch.logsumexp(s, -1)) <= TOL[dtype]
+
+
 @pytest.mark.parametrize("cap", [30.0, 50.0, 60.0])
 def test_softcap_forward_where_tanh_saturates_both_ways(cap):
     """Softcap's forward (O and LSE) against float64 where every score of a row sits near +cap or near -cap: with
