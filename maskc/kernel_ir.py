@@ -209,7 +209,7 @@ class Descriptor:
 
     @functools.cached_property
     def partial_slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """The row view's PARTIAL tiles numbered row by row and run by run: ``(run_slots, tiles)`` of
+        """The row view's PARTIAL tiles numbered in the order the forward walks them: ``(run_slots, tiles)`` of
         :func:`maskc.runs.partial_slots`, which the forward's stored path indexes each tile's visibility words
         by (ForwardPlan.partial_tiles "stored"); built on first use."""
         return self._budgeted_slots(self.run_offsets, self.runs)

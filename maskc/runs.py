@@ -201,9 +201,8 @@ def transposed(offsets: np.ndarray, runs: np.ndarray, batch: int, qt: int, kt: i
 
 
 def partial_slots(offsets: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The PARTIAL tiles of a CSR of runs, numbered row by row, each row's runs in order, each run's blocks
-    ascending (the forward's walk without a score modifier; a walk in either direction finds a block's number
-    from its run's): ``(run_slots, tiles)``.
+    """The PARTIAL tiles of a CSR of runs, numbered in the order a kernel walks them (row by row, each row's runs
+    in order, each run's blocks ascending): ``(run_slots, tiles)``.
 
     ``run_slots`` int32[n_runs]: the number of each run's first block (a PARTIAL run's block ``j`` is number
     ``run_slots[run] + j - begin``; a FULL run holds the number the next PARTIAL block gets); ``tiles``

@@ -330,7 +330,7 @@ def test_running_maximum_that_grows_along_the_row(name, params, dtype):
 # runs (documents with global keys: the globals, a gap, the document's FULL tiles, the diagonal) or a run of
 # PARTIAL tiles on the stored path (a 2-D neighbourhood): (source, bind arguments, the kernel's masking of PARTIAL
 # tiles, the modifier as its definition says).
-WALKED_BACKWARDS = {
+MODIFIERS_OVER_RUNS = {
     "docs": ("""mask alibi_docs(slope: float per h, docs: segments, globals: int)
   allow same(docs), k <= q
   allow k < globals
@@ -345,18 +345,18 @@ WALKED_BACKWARDS = {
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("case", sorted(WALKED_BACKWARDS))
-def test_a_modifier_walks_each_row_block_backwards(tmp_path, case, D, dtype):
-    """A score modifier under the online softmax walks each row block's kv tiles from the last to the first
-    (ForwardPlan.walk_backward), every run once and each run's tiles in descending order, the stored path's
-    slots included. O and LSE against float64 from the dense mask, with slopes that make the rows' scores climb
-    steeply towards the diagonal (0.7 a key: the diagonal's tile far above the rest) and hardly at all (2**-8)."""
-    text, params, partial, modifier = WALKED_BACKWARDS[case]
+@pytest.mark.parametrize("case", sorted(MODIFIERS_OVER_RUNS))
+def test_a_modifier_over_rows_of_several_runs(tmp_path, case, D, dtype):
+    """A score modifier over row blocks of several runs and over the stored path's PARTIAL runs: O and LSE against
+    float64 from the dense mask, with slopes that make the rows' scores climb steeply towards the diagonal (0.7 a
+    key: each tile's maxima far above the last's) and hardly at all (2**-8). (Run 103 ran it with the tiles walked
+    backwards, an experiment since reverted.)"""
+    text, params, partial, modifier = MODIFIERS_OVER_RUNS[case]
     path = tmp_path / f"{case}.mask"
     path.write_text(text)
     mask, slopes, S = maskc.load(path), [0.7, 2.0 ** -8], 4097 if case == "docs" else 61 * 45
     plan = mask.kernel_source(maskc.Options(), head_dim=D).plan
-    assert plan.walk_backward and plan.partial_tiles == partial
+    assert plan.partial_tiles == partial
     bound = mask.bind(seq_len=S, num_heads=2, slope=slopes, **params)
     q, k, v = (randn(1, 2, S, D, dtype=dtype) for _ in range(3))
     out, lse = attention(q, k, v, bound, return_lse=True)

@@ -50,9 +50,8 @@ def test_softmax_runs_before_the_wait_for_pv(tmp_path, name, head_dim, params):
     # steady loop's P V, the last tile's) must find the exponentials of its tile already done.
     assert len(waits) >= 2 and waits[0] > 0, waits
     assert waits[1:] == [0] * (len(waits) - 1), f"exponentials after the waits for P V: {waits}"
-    # The lazy rescale (ForwardPlan.lazy_rescale: every online softmax) votes per tile whether a row of the warp
-    # moved its maximum, and rescales O only then; the fixed maximum (softcap) never rescales, with no vote.
-    assert src.plan.lazy_rescale == (not src.plan.fixed_max)
-    assert src.plan.walk_backward == (src.spec.score is not None and not src.plan.fixed_max)
+    # The lazy rescale (ForwardPlan.lazy_rescale: masks without a score modifier) votes per tile whether a row of
+    # the warp moved its maximum, and rescales O only then; the others rescale every tile, with no vote.
+    assert src.plan.lazy_rescale == (src.spec.score is None)
     votes = sum(opcode.startswith("VOTE.ANY") for opcode, _ in census.by_entry(sass)[src.entry])
     assert (votes > 0) == src.plan.lazy_rescale, votes

@@ -1,7 +1,6 @@
-"""The forward's walk over a row block's kv tiles (templates/tile_walk.cu.j2, both directions: ForwardPlan.walk_backward)
-under g++, against the descriptor itself: each row block's tiles visited once, in ascending or descending order as
-the plan says, each with its run's kind, and every PARTIAL tile's slot() the number maskc.runs.partial_slots gives
-that (row block, key block) (the stored path's words are found by it)."""
+"""The forward's walk over a row block's kv tiles (templates/tile_walk.cu.j2) under g++, against the descriptor
+itself: each row block's tiles visited once, in order, each with its run's kind, and every PARTIAL tile's slot()
+the number maskc.runs.partial_slots gives that (row block, key block) (the stored path's words are found by it)."""
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import maskc
-from maskc.codegen.emit import _environment, emit_kernel, template_dir
+from maskc.codegen.emit import _environment, template_dir
 from maskc.runs import PARTIAL, partial_slots
 from conftest import EXAMPLES, example_params
 
@@ -41,18 +40,12 @@ extern "C" int walk_row(const int* runs, const int* slots, int run_first, int ru
 """
 
 
-def _plan(name: str):
-    """The forward's plan of an example (wgmma_tma, D = 128): alibi's walks backwards, causal's forwards."""
-    return maskc.load(EXAMPLES / f"{name}.mask").kernel_source(maskc.Options(), head_dim=128).plan
-
-
-@pytest.fixture(scope="module", params=["causal", "alibi"])
-def walker(request):
-    """(walk_backward, walk_row): the rendered TileWalk of that example's plan compiled by g++."""
+@pytest.fixture(scope="module")
+def walk_row():
+    """The template's TileWalk compiled by g++: walk_row(runs, slots, run_first, run_end) -> (blocks, kinds, slots)."""
     if GXX is None:
         pytest.skip("no g++ here")
-    plan = _plan(request.param)
-    body = _environment(str(template_dir())).get_template("tile_walk.cu.j2").render(plan=plan)
+    body = _environment(str(template_dir())).get_template("tile_walk.cu.j2").render()
     source = HOST_PRELUDE + body + HOST_WALK
     build = Path(tempfile.mkdtemp(prefix="maskc_walk_"))
     cpp, so = build / "walk.cpp", build / f"walk_{hashlib.sha1(source.encode()).hexdigest()[:12]}.so"
@@ -63,27 +56,17 @@ def walker(request):
     lib = ctypes.CDLL(str(so))
     pointer = ctypes.c_void_p
 
-    def walk_row(runs: np.ndarray, slots: np.ndarray, run_first: int, run_end: int):
+    def run(runs: np.ndarray, slots: np.ndarray, run_first: int, run_end: int):
         cap = int((runs[run_first:run_end, 1] - runs[run_first:run_end, 0]).sum()) + 1
         out = [np.full(cap, -7, np.int32) for _ in range(3)]
         n = lib.walk_row(runs.ctypes.data_as(pointer), slots.ctypes.data_as(pointer), run_first, run_end,
                          *(o.ctypes.data_as(pointer) for o in out))
         return [o[:n] for o in out]
-    return plan.walk_backward, walk_row
+    return run
 
 
-def test_the_plans_walk_modifiers_backwards():
-    """Score modifiers under the online softmax walk backwards (the diagonal's tile first); masks without one,
-    and softcap's fixed maximum (no maxima to set), forwards."""
-    assert _plan("alibi").walk_backward and not _plan("causal").walk_backward
-    bound = maskc.load(EXAMPLES / "softcap.mask").bind(seq_len=4096, cap=50.0)
-    plan = emit_kernel(bound.kernel_spec(head_dim=128, engine="wgmma_tma", arch="sm_90a"), maskc.Options()).plan
-    assert plan.fixed_max and not plan.walk_backward
-
-
-def _check_descriptor(walker, desc) -> int:
+def _check_descriptor(walk_row, desc) -> int:
     """Walk every row block of ``desc``'s row view; the number of tiles walked."""
-    backward, walk_row = walker
     runs = np.ascontiguousarray(desc.runs, np.int32)
     run_slots, tiles = partial_slots(desc.run_offsets, desc.runs)
     run_slots = np.ascontiguousarray(run_slots, np.int32)
@@ -92,8 +75,6 @@ def _check_descriptor(walker, desc) -> int:
     for r in range(len(desc.run_offsets) - 1):
         first, end = int(desc.run_offsets[r]), int(desc.run_offsets[r + 1])
         expected = [(kb, int(kind)) for begin, stop, kind in desc.runs[first:end] for kb in range(begin, stop)]
-        if backward:
-            expected.reverse()
         blocks, kinds, slots = walk_row(runs, run_slots, first, end)
         assert list(zip(blocks.tolist(), kinds.tolist())) == expected, f"row block {r}"
         for kb, kind, slot in zip(blocks.tolist(), kinds.tolist(), slots.tolist()):
@@ -104,17 +85,17 @@ def _check_descriptor(walker, desc) -> int:
 
 
 @pytest.mark.parametrize("name", ["document", "global_local", "hstu", "clear", "neighborhood", "sliding_window"])
-def test_walk_visits_every_tile_of_the_examples_descriptors(walker, name):
+def test_walk_visits_every_tile_of_the_examples_descriptors(walk_row, name):
     rng = np.random.default_rng(7)
     bound = maskc.load(EXAMPLES / f"{name}.mask").bind(seq_len=3000, **example_params(name, 3000, rng, 4))
-    assert _check_descriptor(walker, bound.descriptor(128, 128)) > 0
+    assert _check_descriptor(walk_row, bound.descriptor(128, 128)) > 0
 
 
 @settings(max_examples=40, deadline=None)
 @given(docs=st.lists(st.integers(1, 700), min_size=1, max_size=6), globals_=st.integers(0, 300),
        block=st.sampled_from([(64, 64), (128, 128), (192, 128)]))
-def test_walk_visits_every_tile_of_rows_of_several_runs(walker, docs, globals_, block):
+def test_walk_visits_every_tile_of_rows_of_several_runs(walk_row, docs, globals_, block):
     """Documents with global keys: row blocks of one to several runs (the globals, gaps, FULL and PARTIAL runs)."""
     text = ("mask m(docs: segments, globals: int)\n  allow same(docs), k <= q\n  allow k < globals\n")
     bound = maskc.compile_mask(text).bind(seq_len=sum(docs), docs=docs, globals=globals_)
-    _check_descriptor(walker, bound.descriptor(*block))
+    _check_descriptor(walk_row, bound.descriptor(*block))

@@ -115,14 +115,11 @@ class ForwardPlan:
     # range is fp32's (fp16's is not)
     fixed_max: bool = False
     # wgmma_tma, online softmax: a row's running maximum moves only when a tile raises it by more than
-    # RESCALE_THRESHOLD (forward_tile.cu.j2), and a warp skips rescaling O while none of its rows moved
-    # (bench/NOTES.md, session 18: causal -2.8% cycles).
+    # RESCALE_THRESHOLD (forward_tile.cu.j2), and a warp skips rescaling O while none of its rows moved. Off for
+    # score modifiers: ALiBi's kernel took more cycles with it, walking its tiles forwards (its maxima move on most
+    # tiles: +2.8%, session 18) and backwards from the diagonal (8% fewer instructions, +1.7% cycles, run 103)
+    # (bench/NOTES.md; causal -2.8% cycles).
     lazy_rescale: bool = False
-    # wgmma_tma: each row block walks its kv tiles from the last to the first (FlashAttention-3's order). For score
-    # modifiers under the online softmax: ALiBi's scores climb towards the diagonal, so walked forwards its
-    # maxima move on most tiles and the lazy rescale cost more than it saved (alibi +2.8% cycles, session 18);
-    # walked backwards the diagonal's tile sets the maximum first and later tiles rarely raise it.
-    walk_backward: bool = False
 
     @property
     def threads(self) -> int:
@@ -278,4 +275,4 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
                        o_in_q_buffer=spec.head_dim == 256, registers=tma_registers(spec), overlap=overlap,
                        pingpong=pingpong, debug_waits=debug_waits, root_tables=roots, partial_tiles=partial,
                        exp2_emulation=exp2_emulation, fixed_max=fixed_max,
-                       lazy_rescale=not fixed_max, walk_backward=spec.score is not None and not fixed_max)
+                       lazy_rescale=spec.score is None)

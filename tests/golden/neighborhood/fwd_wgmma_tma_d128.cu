@@ -1105,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1) maskc_fwd_neighborh
 }
 // ---- the stored path's visibility words (maskc.codegen.plan: ForwardPlan.stored) ---------------------------
 // Every PARTIAL tile of the row view, once per binding: slot n (tiles[2 n] its row block, tiles[2 n + 1] its key
-// block; maskc.runs.partial_slots numbers them row by row and run by run) gets BLOCK_M rows of
+// block; maskc.runs.partial_slots numbers them in the order the forward walks them) gets BLOCK_M rows of
 // STORED_WORDS words, a thread per row: the row's visible keys of the tile from mask_bits, as the tile path
 // computes them (rows past seq_len clamped; h = 0, as the mask reads no h: the words serve every head), laid out
 // for the forward's quads: bit 2 nt + e of word t is column 8 nt + 2 t + e. Keys past kv_len are the forward's

@@ -464,14 +464,6 @@ __device__ __forceinline__ void mask_scores(float (&s)[N_TILES][4], int g, int t
     }
 }
 
-
-// FlashAttention-4's lazy rescale (flash_attn/cute/softmax.py, rescale_threshold; ForwardPlan.lazy_rescale): a row
-// keeps its running maximum until a tile raises it by more than RESCALE_THRESHOLD (log2 units), so its P stay below
-// 2^RESCALE_THRESHOLD (bf16, fp16 and the fp32 sums hold them) and, while no row of a warp moves, O needs no
-// rescaling: the FMULs of rescale_rows leave the path between the wait for P V and the next products. The LSE
-// (m * scale_log2 + log2 l) stays exact whichever maximum l was summed against.
-constexpr float RESCALE_THRESHOLD = 8.f;
-
 // Online softmax over one 16-row tile, first half: new row maxima (quad shuffle), each row's running maximum m
 // moved to it (with the lazy rescale only where it grew by more than RESCALE_THRESHOLD), then
 // s <- P = exp2(s * scale_log2 - m * scale_log2), l <- l * alpha + rowsum(P), with the factor
@@ -483,7 +475,6 @@ template <int N_TILES>
 __device__ __forceinline__ bool softmax_update(float (&s)[N_TILES][4], float (&m)[2], float (&l)[2],
                                                float (&alpha)[2], float scale_log2) {
     static_assert(N_TILES % 2 == 0, "the reductions below take column tiles in pairs");
-    bool moved = false;
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
         // Row maximum and sum with four independent chains each (the softmax sits between two products on
@@ -501,13 +492,10 @@ __device__ __forceinline__ bool softmax_update(float (&s)[N_TILES][4], float (&m
         // the four threads of a quad (t = 0..3) hold the row's columns
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-        // The first visible key moves m from -inf (+inf > threshold); a row still without one keeps -inf (NaN).
-        const bool moves = (row_max - m[half]) * scale_log2 > RESCALE_THRESHOLD;
-        moved |= moves;
-        const float m_new = moves ? row_max : m[half];
+        const float m_new = row_max;
         // A row that has seen no visible key keeps m = -inf; subtract 0 instead, so exp2(-inf) = 0, not NaN.
         const float m_scaled = m_new == neg_inf() ? 0.f : m_new * scale_log2;
-        alpha[half] = moves ? exp2_approx(m[half] * scale_log2 - m_scaled) : 1.f;   // old m = -inf -> 0
+        alpha[half] = exp2_approx(m[half] * scale_log2 - m_scaled);   // old m = -inf -> 0
         m[half] = m_new;
         float sum[4] = {0.f, 0.f, 0.f, 0.f};
         #pragma unroll
@@ -521,7 +509,7 @@ __device__ __forceinline__ bool softmax_update(float (&s)[N_TILES][4], float (&m
         }
         l[half] = fmaf(l[half], alpha[half], (sum[0] + sum[1]) + (sum[2] + sum[3]));
     }
-    return __any_sync(0xffffffffu, moved);
+    return true;
 }
 
 // Second half: scale the output accumulator's rows g (alpha[0]) and g + 8 (alpha[1]).
@@ -835,25 +823,23 @@ __device__ __forceinline__ void in_turn(int wg, Issue&& issue) {
     pass_turn(wg);
 }
 
-// The row block's kv tiles from the last to the first: the runs' blocks, the last run first (ForwardPlan.walk_backward:
-// the diagonal's tile, where this modifier's scores are largest, sets the rows' maxima first). slots: the number of
-// each run's first PARTIAL tile (the stored path's run_slots), read by slot() alone.
+// The row block's kv tiles in order: the runs' blocks, one after the other. slots: the number of each run's
+// first PARTIAL tile (the stored path's run_slots), read by slot() alone.
 struct TileWalk {
     const int* runs;
     const int* slots;
-    int run, run_first, kv_block, kv_first, kv_end, kind;
+    int run, run_end, kv_block, kv_first, kv_end, kind;
 
-    __device__ __forceinline__ TileWalk(const int* runs_, int run_first_, int run_end, const int* slots_ = nullptr)
-        : runs(runs_), slots(slots_), run(run_end - 1), run_first(run_first_) {
-        if (valid()) load_run();
+    __device__ __forceinline__ TileWalk(const int* runs_, int run_, int run_end_, const int* slots_ = nullptr)
+        : runs(runs_), slots(slots_), run(run_), run_end(run_end_) {
+        if (run < run_end) load_run();
     }
     __device__ __forceinline__ void load_run() {
-        kv_first = runs[3 * run]; kv_end = runs[3 * run + 1]; kind = runs[3 * run + 2];
-        kv_block = kv_end - 1;
+        kv_block = kv_first = runs[3 * run]; kv_end = runs[3 * run + 1]; kind = runs[3 * run + 2];
     }
-    __device__ __forceinline__ bool valid() const { return run >= run_first; }
+    __device__ __forceinline__ bool valid() const { return run < run_end; }
     __device__ __forceinline__ void next() {
-        if (kv_block-- == kv_first && --run >= run_first) load_run();
+        if (++kv_block == kv_end && ++run < run_end) load_run();
     }
     // the number of the PARTIAL tile the walk is at, among the view's (maskc.runs.partial_slots)
     __device__ __forceinline__ int slot() const { return slots[run] + kv_block - kv_first; }
