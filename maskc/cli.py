@@ -21,7 +21,7 @@ from maskc import __version__
 from maskc.cli_run import run_cmd
 from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
                               head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
-                              parse_params, seq_len_option, write_output)
+                              parse_params, refuse_overwriting_sources, seq_len_option, write_output)
 from maskc.codegen.schedule import ARCHES
 from maskc.errors import BindError, MaskError
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES, PARTIAL_TILES
@@ -133,6 +133,8 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
     if partial_tiles is not None:
         options = options.replace(partial_tiles=partial_tiles)
     mask = _load(file, name, import_paths)
+    if output != "-":
+        refuse_overwriting_sources(output, "-o", file, import_paths)
     given = parse_params(mask, raw_params)
     stray = sorted(set(given) - set(mask.const_params))
     if stray:
@@ -251,6 +253,8 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
     """
     from maskc.show import render_dense, render_png, render_tiles
     mask = _load(file, name, import_paths)
+    if png:
+        refuse_overwriting_sources(png, "--png", file, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
     _check_drawable(bound, block_m, block_n)
     classes = bound.tiles(block_m, block_n)

@@ -2,6 +2,7 @@
 a bad command line or machine. ``maskc.cli`` builds the commands from these."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -107,6 +108,20 @@ def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_pa
     # Only a mask that reads h is bound per head (else every head shares one mask).
     return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None,
                      **parse_params(mask, raw_params))
+
+
+def refuse_overwriting_sources(output: str, flag: str, file: str, import_paths: tuple[str, ...]) -> None:
+    """A CliError when ``output`` is the mask file ``file`` or one it imports: ``-o causal.mask``, a slip for
+    ``causal.cu``, would replace the user's mask with what the command writes."""
+    from maskc.pipeline import load_program
+    for source in load_program(file, import_paths).files:
+        try:
+            same = os.path.samefile(output, source.path)
+        except (OSError, ValueError):          # the output does not exist yet (or cannot): nothing to lose
+            return
+        if same:
+            raise CliError(f"{flag} {output} would replace the mask file {source.path}, which this command reads; "
+                           "write to another file")
 
 
 def write_output(path: str, text: str) -> None:

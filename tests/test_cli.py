@@ -168,6 +168,21 @@ def test_compile_rejects_impossible_tiles_cleanly(tmp_path):
     assert result.exit_code == 1 and result.stderr.startswith("maskc: error: ") and "block_m 96" in result.stderr
 
 
+@pytest.mark.parametrize("target", ["main.mask", "lib.mask", "link.mask"])
+def test_outputs_never_overwrite_a_mask_file_they_read(tmp_path, target):
+    # `-o causal.mask` (a slip for causal.cu) must not replace the user's mask, nor a file it imports, with CUDA
+    (tmp_path / "lib.mask").write_text("mask window(w: int = 2)\n  allow k <= q, q - k < w\n")
+    main = tmp_path / "main.mask"
+    main.write_text('import "lib.mask"\n\nmask m()\n  allow window(3)\n')
+    (tmp_path / "link.mask").symlink_to(main)
+    before = {p.name: p.read_bytes() for p in (main, tmp_path / "lib.mask")}
+    for command in (("compile", main, "-o", tmp_path / target), ("show", main, "--seq-len", 8, "--png", tmp_path / target)):
+        result = invoke(*command)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith("maskc: error: ") and "would replace" in result.stderr
+        assert {p.name: p.read_bytes() for p in (main, tmp_path / "lib.mask")} == before
+
+
 # -- run --------------------------------------------------------------------------------------
 
 def test_parse_params_kinds_and_batches():
