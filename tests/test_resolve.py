@@ -268,6 +268,23 @@ def test_import_cycle_terminates(tmp_path):
     assert maskc.load(tmp_path / "a.mask").bind(5).dense().sum() == 15
 
 
+def test_a_mask_defined_in_two_imported_files_is_ambiguous_where_called(tmp_path):
+    # taking the first one found would make the mask depend on the order of the import lines
+    _files(tmp_path, **{"future.mask": "mask near()\n  allow k >= q\n",
+                        "past.mask": "mask near()\n  allow k <= q\n",
+                        "main.mask": 'import "future.mask"\nimport "past.mask"\n\nmask m()\n  allow near()\n',
+                        "own.mask": 'import "future.mask"\nimport "past.mask"\n\nmask near()\n  allow k == q\n'
+                                    "mask m()\n  allow near()\n"})
+    with pytest.raises(MaskNameError) as info:
+        maskc.load(tmp_path / "main.mask")
+    err = info.value
+    assert "mask 'near' is defined in more than one imported file" in err.message, err.message
+    assert "future.mask:1:6" in err.message and "past.mask:1:6" in err.message
+    _at(err, 5, 9)
+    # the importing file's own mask of that name is the one meant: no ambiguity
+    assert maskc.load(tmp_path / "own.mask", name="m").bind(4).dense().sum() == 4
+
+
 def test_mask_call_with_denies_inlines_them(tmp_path):
     _files(tmp_path, **{"o.mask": "mask o(w: int)\n  allow k <= q\n  deny q - k >= w\n",
                         "main.mask": 'import "o.mask"\nmask m()\n  allow o(2) or k == 0\n'})

@@ -59,15 +59,19 @@ class _Resolver:
                                         f"line {seen[m.name].span.line})", m.span)
                 seen[m.name] = m
 
-    def find_mask(self, name: str, here: ir.SourceFile) -> tuple[ir.SourceFile, ir.MaskDecl] | None:
+    def find_mask(self, name: str, here: ir.SourceFile, span: Span) -> tuple[ir.SourceFile, ir.MaskDecl] | None:
+        """The mask ``name`` called at ``span`` in ``here``: its own, else the one of the files it imports
+        (transitively). Two imported files defining it is an error: taking the first found would depend on the
+        order of the import lines."""
         for m in here.masks:
             if m.name == name:
                 return here, m
-        for f in self.program.files:
-            for m in f.masks:
-                if m.name == name:
-                    return f, m
-        return None
+        found = [(f, m) for f in self.program.files for m in f.masks if m.name == name]
+        if len(found) > 1:
+            places = ", ".join(str(m.span) for _, m in found)
+            raise MaskNameError(f"mask '{name}' is defined in more than one imported file ({places}): which one is "
+                                "meant is ambiguous", span, "rename one of them, or define the one meant in this file")
+        return found[0] if found else None
 
     def all_mask_names(self):
         return [m.name for f in self.program.files for m in f.masks]
@@ -301,7 +305,7 @@ class _Resolver:
             return ir.SegValue(bound.name, bound.of, pos, node.span)
         if node.func in FUNCTIONS:
             return call_builtin(self, node, scope, file)
-        found = self.find_mask(node.func, file or self.program.main)
+        found = self.find_mask(node.func, file or self.program.main, node.span)
         if found is not None:
             return call_mask(self, node, found, scope, file)
         known = list(FUNCTIONS) + [n for n, v in scope.values if isinstance(v, Let) or
