@@ -10,6 +10,7 @@ never read.
 """
 from __future__ import annotations
 
+import codecs
 import os
 import stat
 from pathlib import Path, PurePath
@@ -40,7 +41,21 @@ def read_source(path: Path, span: Span | None = None, regular_only: bool = False
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise MaskSyntaxError(f"cannot read {path}: not UTF-8 text (byte {err.start})", span) from None
+        offset = err.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)  # utf-8-sig counts past it
+        raise MaskSyntaxError(f"this file is not UTF-8 text: byte 0x{data[offset]:02x} is not a character",
+                              _byte_span(path, data, offset),
+                              "save the file as UTF-8" + (f" (it is imported at {span})" if span else "")) from None
+
+
+def _byte_span(path: Path, data: bytes, offset: int) -> Span:
+    """The place of byte ``offset`` of ``data`` as a caret can show it: its line, and its column in characters
+    (what comes before it on the line decodes, as it precedes the first byte that does not)."""
+    start = data.rfind(b"\n", 0, offset) + 1
+    end = data.find(b"\n", offset)
+    line = data[start:end if end >= 0 else len(data)]
+    before = data[start:offset].decode("utf-8-sig" if start == 0 else "utf-8")
+    return Span(str(path), data.count(b"\n", 0, offset) + 1, len(before) + 1, 1,
+                line.decode("utf-8-sig" if start == 0 else "utf-8", errors="replace"))
 
 
 def _relative_name(imp: ir.ImportDecl) -> PurePath:
