@@ -176,7 +176,8 @@ def test_outputs_never_overwrite_a_mask_file_they_read(tmp_path, target):
     main.write_text('import "lib.mask"\n\nmask m()\n  allow window(3)\n')
     (tmp_path / "link.mask").symlink_to(main)
     before = {p.name: p.read_bytes() for p in (main, tmp_path / "lib.mask")}
-    for command in (("compile", main, "-o", tmp_path / target), ("show", main, "--seq-len", 8, "--png", tmp_path / target)):
+    for command in (("compile", main, "-o", tmp_path / target),
+                    ("show", main, "--seq-len", 8, "--png", tmp_path / target)):
         result = invoke(*command)
         assert result.exit_code == 1, result.output
         assert result.stderr.startswith("maskc: error: ") and "would replace" in result.stderr

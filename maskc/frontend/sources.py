@@ -41,7 +41,8 @@ def read_source(path: Path, span: Span | None = None, regular_only: bool = False
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        offset = err.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)  # utf-8-sig counts past it
+        # utf-8-sig counts from past the byte-order mark
+        offset = err.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
         raise MaskSyntaxError(f"this file is not UTF-8 text: byte 0x{data[offset]:02x} is not a character",
                               _byte_span(path, data, offset),
                               "save the file as UTF-8" + (f" (it is imported at {span})" if span else "")) from None
