@@ -281,6 +281,17 @@ def test_eq_instead_of_eqeq_hints_double_equals():
     assert info.value.hint and "==" in info.value.hint
 
 
+@pytest.mark.parametrize("rule,hint", [
+    ("k =< q", "'<='"), ("k => q", "'>='"), ("k = q", "'=='"),
+    ("k <= q && k > 0", "'and'"), ("k <= q || k == 0", "'or'"), ("!(k > q)", "'not'"),
+])
+def test_operators_from_other_languages_hint_the_one_meant(rule, hint):
+    # `=<` asked for `==` before; `&&`, `||` and `!` said only what they were not
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(f"mask m()\n  allow {rule}\n")
+    assert info.value.hint and hint in info.value.hint, (str(info.value), hint)
+
+
 def test_over_indented_rule_hints_indentation():
     with pytest.raises(MaskSyntaxError) as info:
         maskc.compile_mask("mask m()\n  allow k <= q\n      allow k <= q\n")

@@ -156,6 +156,27 @@ def _unknown_statement(tok, accepts: set[str], lines: list[str]) -> tuple[str, i
     return None
 
 
+# Operators of other languages a user may type for one of the language's (the text from the error's column, or
+# from the column before it for a doubled one): what to write instead.
+_SLIPS = (("=<", "did you mean '<='?"), ("=>", "did you mean '>='?"),
+          ("&&", "conditions combine with 'and' ('&' is a bit operation on integers)"),
+          ("||", "conditions combine with 'or' ('|' is a bit operation on integers)"),
+          ("!", "a condition is negated with 'not' ('!' stands only in '!=')"))
+
+
+def _slip_hint(lines: list[str], line: int, col: int, accepts: set[str]) -> str | None:
+    """A hint for an operator of another language at ``line:col`` (``=<``, ``&&``, ``!``), or for '=' where a
+    comparison can stand."""
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    here, pair = text[col - 1:], text[max(col - 2, 0):]
+    for slip, hint in _SLIPS:
+        if here.startswith(slip) or (len(slip) == 2 and slip[0] == slip[1] and pair.startswith(slip)):
+            return hint
+    if here.startswith("=") and "COMP_OP" in accepts:
+        return "compare with '=='"
+    return None
+
+
 def span_at(path: str, lines: list[str], line: int, col: int, length: int = 1) -> Span:
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     return Span(path, line, col, length, text)
@@ -174,7 +195,7 @@ def syntax_error(err: UnexpectedInput, path: str, lines: list[str], patterns: di
         ch = lines[line - 1][col - 1] if line <= len(lines) and col <= len(lines[line - 1]) else "?"
         expected = _expected_words(_accepted(err), patterns, _token_before(lines, line, col))
         more = "; expected " + _join(expected) if expected and len(expected) <= 6 else ""
-        return MaskSyntaxError(f"unexpected character {ch!r}{more}", span)
+        return MaskSyntaxError(f"unexpected character {ch!r}{more}", span, _slip_hint(lines, line, col, set()))
     if isinstance(err, UnexpectedToken):
         # what the parser takes here; Lark's own `expected` also holds what its lexer tries everywhere (the end
         # of a line, even inside brackets, where lines are joined)
@@ -202,8 +223,8 @@ def syntax_error(err: UnexpectedInput, path: str, lines: list[str], patterns: di
             hint = "a mask's rules are indented once, under its 'mask' line"
             line = min(line + 1, len(lines))
             col = len(lines[line - 1]) - len(lines[line - 1].lstrip(" \t")) + 1
-        elif str(tok) in ("=",) and "COMP_OP" in accepts:
-            hint = "compare with '=='"
+        else:
+            hint = _slip_hint(lines, line, col, accepts)
         span = span_at(path, lines, line, col, max(1, len(str(tok))))
         opened = _open_brackets(lines, line, col)
         if opened:
