@@ -105,9 +105,30 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
 
 def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_params: tuple[str, ...],
                   heads: int) -> "BoundMask":
-    # Only a mask that reads h is bound per head (else every head shares one mask).
-    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None,
-                     **parse_params(mask, raw_params))
+    from maskc.errors import BindError
+    values = parse_params(mask, raw_params)
+    try:
+        # Only a mask that reads h is bound per head (else every head shares one mask).
+        return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None, **values)
+    except BindError as err:
+        # bind names num_heads, which the command line calls --heads (whose default the user may not know)
+        count = _heads_given(mask, err, raw_params)
+        if err.hint is None and count is not None and count != heads:
+            err.hint = f"num_heads is --heads on the command line: pass --heads {count}"
+        raise
+
+
+def _heads_given(mask: "CompiledMask", err: Exception, raw_params: tuple[str, ...]) -> int | None:
+    """How many heads the --param of a per-head parameter gives, when ``err`` is bind's complaint about its count."""
+    param = next((p for p in mask.params if p.of == "h" and p.span == getattr(err, "span", None)), None)
+    if param is None or "one per head" not in str(err):
+        return None
+    for name, _, text in (item.partition("=") for item in raw_params):
+        if name.strip() == param.name:
+            first = text.split(";")[0]            # a batch element's values: a row per head, else an entry per head
+            return len(first.split("/")) if param.dims or "/" in first else len([x for x in first.split(",")
+                                                                                if x.strip()])
+    return None
 
 
 def refuse_overwriting_sources(output: str, flag: str, file: str, import_paths: tuple[str, ...]) -> None:

@@ -221,6 +221,20 @@ def test_run_jagged_batch_on_cpu(no_gpu):
     assert "batch 2" in result.stdout
 
 
+@pytest.mark.parametrize("command,param", [
+    ("run", "window=1,2"), ("show", "window=1,2"), ("run", "window=1,2;3,4"), ("explain", "window=1,2"),
+    ("run", "slope=0.5,0.25"),
+])
+def test_per_head_values_for_another_head_count_name_the_heads_flag(no_gpu, command, param):
+    # bind says 'num_heads = 4'; on the command line that count is --heads (run's default 4, show's 1)
+    example = "alibi.mask" if param.startswith("slope") else "per_head_window.mask"
+    result = invoke(command, EXAMPLES / example, "--seq-len", 8, "--param", param)
+    assert result.exit_code == 1, result.output
+    assert "one per head, but num_heads = " in result.stderr
+    assert "hint: num_heads is --heads on the command line: pass --heads 2" in result.stderr, result.stderr
+    assert invoke(command, EXAMPLES / example, "--seq-len", 8, "--param", param, "--heads", 2).exit_code == 0
+
+
 def test_run_on_cpu_takes_the_token_order(no_gpu, monkeypatch):
     """The tile-skipping pass runs in the order asked for (its tiles, q, k and v moved into it and the output
     back) and still agrees with the raster float64 reference; an order the mask does not admit is an error."""
