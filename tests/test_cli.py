@@ -406,6 +406,12 @@ def test_run_exits_1_when_the_result_disagrees(no_gpu, monkeypatch):
     assert "differs from the float64 reference" in result.stderr
 
 
+def test_run_refuses_a_nan_tolerance(no_gpu):
+    # click's FloatRange lets nan through, and every result then failed as a MISMATCH (tolerance nan)
+    result = invoke("run", EXAMPLES / "causal.mask", "--seq-len", 8, "--heads", 1, "--tolerance", "nan")
+    assert result.exit_code == 2 and "nan is not a tolerance" in result.stderr, result.output
+
+
 def test_cache_info_and_clear_touch_only_maskcs_files(tmp_path, monkeypatch):
     monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
     (tmp_path / "maskc_fwd_causal-0123.cubin").write_bytes(b"\0" * 2048)
