@@ -34,7 +34,6 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
 
 from maskc import ir
 from maskc.analysis import linear as L
@@ -45,7 +44,7 @@ from maskc.analysis.widths import check_static
 from maskc.errors import MaskError, MaskSyntaxError, Span
 from maskc.frontend.parse import parse, source_lines
 from maskc.frontend.resolve import Program, resolve
-from maskc.frontend.sources import read_source
+from maskc.frontend.sources import ImportPaths, read_source
 from maskc.ir.walk import mentions
 from maskc.lint_bind import segment_sides, table_ranges
 from maskc.pipeline import program_from_text
@@ -89,11 +88,11 @@ def _from_error(err: MaskError, path: str) -> Diagnostic:
     return _at(err.span, path, "error", err.message, err.hint)
 
 
-def lint_file(path: str | Path, import_paths: Iterable[str | Path] = ()) -> list[Diagnostic]:
+def lint_file(path: str | Path, import_paths: ImportPaths = ()) -> list[Diagnostic]:
     """All diagnostics of one file (and of the files it imports, where they are the cause), sorted; imports
     are looked for as :func:`maskc.load` does, ``import_paths`` after the file's own directory."""
     path = str(Path(path))
-    program, out, broken = _load_recovering(path, tuple(import_paths))
+    program, out, broken = _load_recovering(path, import_paths)
     if program is None:
         return out
     if not program.main.masks and not out:
@@ -117,7 +116,7 @@ def lint_file(path: str | Path, import_paths: Iterable[str | Path] = ()) -> list
 
 # -- errors: every broken block and every wrong rule ----------------------------------------------
 
-def _load_recovering(path: str, import_paths: tuple = ()) -> tuple[Program | None, list[Diagnostic], set[str]]:
+def _load_recovering(path: str, import_paths: ImportPaths = ()) -> tuple[Program | None, list[Diagnostic], set[str]]:
     """The program, with the top-level blocks that do not parse left out (of the main file and of each file it
     imports), and the imports that cannot be found, read or parsed at all; their errors; and the names of the
     masks left out (errors that only echo those are not reported again). None for the program when the main

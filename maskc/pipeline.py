@@ -22,7 +22,7 @@ from maskc.compiled import CompiledMask
 from maskc.errors import MaskError
 from maskc.frontend.parse import parse
 from maskc.frontend.resolve import Program, resolve, resolve_all
-from maskc.frontend.sources import find_import, read_source, search_path
+from maskc.frontend.sources import ImportPaths, find_import, read_source, search_path
 
 # The compile-time pipeline after resolve, in order, with why each step exists (`maskc explain` prints
 # each stage). Resolve itself needs the whole program and a mask name; every later pass takes one stage.
@@ -91,7 +91,7 @@ def _ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, int]) -
     return CompiledMask(resolved, normal, ranges, order=order, source=mask)
 
 
-def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> Program:
+def load_program(path: str | Path, import_paths: ImportPaths = ()) -> Program:
     """A file and, transitively, the files it imports (see :mod:`maskc.frontend.sources`: relative to the importing
     file's directory or to a directory of ``import_paths``, never outside them)."""
     path = Path(path)
@@ -99,7 +99,7 @@ def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> P
 
 
 def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = ".",
-                      import_paths: Iterable[str | Path] = (), parse_source: Callable[[str, str], ir.SourceFile] = parse,
+                      import_paths: ImportPaths = (), parse_source: Callable[[str, str], ir.SourceFile] = parse,
                       skipped: list[MaskError] | None = None) -> Program:
     """Parse a main file's text and every file it imports, main file first; the main file's imports are
     looked for under ``base_dir``, then ``import_paths``. ``parse_source(text, path)`` parses each file (lint
@@ -135,19 +135,19 @@ def compile_program(program: Program, name: str | None = None) -> CompiledMask:
 
 
 def compile_mask(text: str, name: str | None = None, path: str = "<string>", base_dir=".",
-                 import_paths: Iterable[str | Path] = ()) -> CompiledMask:
+                 import_paths: ImportPaths = ()) -> CompiledMask:
     """Compile .mask source text; ``name`` picks a mask when the text defines several. Its imports are
     looked for under ``base_dir``, then under the directories ``import_paths``, never outside them."""
     return compile_program(program_from_text(text, path, base_dir, import_paths), name)
 
 
-def load(path: str | Path, name: str | None = None, import_paths: Iterable[str | Path] = ()) -> CompiledMask:
+def load(path: str | Path, name: str | None = None, import_paths: ImportPaths = ()) -> CompiledMask:
     """Compile a .mask file; ``name`` picks a mask when the file defines several. Its imports are looked
     for under its directory, then under the directories ``import_paths``, never outside them."""
     return compile_program(load_program(path, import_paths), name)
 
 
-def compile_all(path: str | Path, import_paths: Iterable[str | Path] = ()) -> tuple[CompiledMask, ...]:
+def compile_all(path: str | Path, import_paths: ImportPaths = ()) -> tuple[CompiledMask, ...]:
     return tuple(_compile_resolved(r) for r in resolve_all(load_program(path, import_paths)))
 
 

@@ -14,9 +14,13 @@ import codecs
 import os
 import stat
 from pathlib import Path, PurePath
+from typing import Iterable, Union
 
 from maskc import ir
 from maskc.errors import MaskSyntaxError, Span
+
+# Where imports are looked for after the importing file's directory: directories, or one alone.
+ImportPaths = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]]
 
 MAX_SOURCE_BYTES = 1 << 20          # 1 MiB: a .mask file is a few KB
 _NAME_MAX = 255                     # bytes in one path component (Linux, macOS)
@@ -102,8 +106,11 @@ def find_import(imp: ir.ImportDecl, here: Path, search: tuple[Path, ...]) -> Pat
     raise MaskSyntaxError(f"cannot import '{imp.path}': no such file", imp.span, f"looked in: {where}")
 
 
-def search_path(import_paths) -> tuple[Path, ...]:
-    """The explicit search path: existing directories, in order."""
+def search_path(import_paths: ImportPaths) -> tuple[Path, ...]:
+    """The explicit search path: existing directories, in order; one directory may be given alone (a str is
+    a path, not a sequence of one-letter directories)."""
+    if isinstance(import_paths, (str, os.PathLike)):
+        import_paths = (import_paths,)
     out = []
     for p in import_paths:
         path = Path(p)
