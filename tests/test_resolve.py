@@ -375,6 +375,15 @@ def test_let_cannot_shadow_a_parameter_or_builtin():
     assert "built-in" in err.message
 
 
+def test_a_let_defined_twice_is_an_error():
+    # the second one was taken silently, so rules above and below it could read different values
+    err = _err("mask m()\n  let x = 1\n  allow k <= q + x\n  let x = 2\n  allow k == x\n", MaskNameError)
+    assert "'x' is defined twice in mask 'm' (first at line 2)" in err.message
+    _at(err, 4, 7)
+    err = _err("mask m()\n  let f(i, i) = i\n  allow k <= f(q, q)\n", MaskNameError)
+    assert "'f' names its argument 'i' twice" in err.message
+
+
 def test_duplicate_mask():
     err = _err("mask m()\n  allow k<=q\nmask m()\n  allow k<=q\n", MaskNameError, name="m")
     _at(err, 3, 6)

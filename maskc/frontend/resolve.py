@@ -94,6 +94,14 @@ class _Resolver:
                 if let.name in ir.POSITIONS + ir.BUILTINS or any(p.name == let.name for p in params):
                     raise MaskNameError(f"'{let.name}' is already a {'parameter' if scope.lookup(let.name) else 'built-in'} "
                                         "and cannot be redefined", let.span)
+                # a second let of a name would silently change what the rules after it read
+                earlier = scope.lookup(let.name)
+                if isinstance(earlier, Let):
+                    raise MaskNameError(f"'{let.name}' is defined twice in mask '{decl.name}' (first at line "
+                                        f"{earlier.span.line})", let.span, "rename one of them")
+                twice = sorted({a for a in let.args if let.args.count(a) > 1})
+                if twice:
+                    raise MaskNameError(f"'{let.name}' names its argument '{twice[0]}' twice", let.span)
                 scope = scope.bind(let.name, Let(let.args, let.value, scope, let.span))
             rules = tuple(ir.Rule(r.kind, self._rule_cond(r, scope, file), r.span) for r in decl.rules)
             for r in rules:
