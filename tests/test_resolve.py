@@ -376,7 +376,7 @@ def test_let_cannot_shadow_a_parameter_or_builtin():
 
 
 def test_a_let_defined_twice_is_an_error():
-    # the second one was taken silently, so rules above and below it could read different values
+    # the second one replaced the first for every rule, even those written above it, silently
     err = _err("mask m()\n  let x = 1\n  allow k <= q + x\n  let x = 2\n  allow k == x\n", MaskNameError)
     assert "'x' is defined twice in mask 'm' (first at line 2)" in err.message
     _at(err, 4, 7)

@@ -94,7 +94,7 @@ class _Resolver:
                 if let.name in ir.POSITIONS + ir.BUILTINS or any(p.name == let.name for p in params):
                     raise MaskNameError(f"'{let.name}' is already a {'parameter' if scope.lookup(let.name) else 'built-in'} "
                                         "and cannot be redefined", let.span)
-                # a second let of a name would silently change what the rules after it read
+                # a second let of a name replaced the first for every rule, silently
                 earlier = scope.lookup(let.name)
                 if isinstance(earlier, Let):
                     raise MaskNameError(f"'{let.name}' is defined twice in mask '{decl.name}' (first at line "
