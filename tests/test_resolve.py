@@ -384,6 +384,15 @@ def test_a_let_defined_twice_is_an_error():
     assert "'f' names its argument 'i' twice" in err.message
 
 
+@pytest.mark.parametrize("call,count", [("same(d, d, d)", "1 to 2"), ("min(q)", "at least 2"),
+                                        ("clamp(q, 0)", "3"), ("abs()", "1")])
+def test_builtin_arity_errors_give_the_range_taken(call, count):
+    # same() with three arguments said it takes 'at least 1'
+    err = _err(f"mask m(d: segments)\n  allow k <= q, {call} >= 0\n" if "same" not in call
+               else f"mask m(d: segments)\n  allow {call}\n", MaskTypeError)
+    assert f"takes {count} positional argument(s)" in err.message, err.message
+
+
 def test_duplicate_mask():
     err = _err("mask m()\n  allow k<=q\nmask m()\n  allow k<=q\n", MaskNameError, name="m")
     _at(err, 3, 6)
