@@ -119,3 +119,20 @@ def test_an_imported_file_that_is_not_utf8_is_pointed_at_in_that_file(tmp_path):
     err = info.value
     assert (err.span.file, err.span.line, err.span.col) == (str(tmp_path / "lib.mask"), 2, 16), str(err)
     assert "main.mask:1:1" in err.hint           # and where it was imported
+
+
+@pytest.mark.parametrize("col", [14, 100_000, 200_017])
+def test_a_very_long_line_is_drawn_around_the_caret_only(col):
+    # a 200,000-character line was printed whole, with as many spaces before the caret (400 KB of error)
+    line = "  allow k <= q" + " + 1" * 50_000 + " +"
+    span = Span("f.mask", 2, col, 3, line)
+    shown, caret = span.caret().split("\n")
+    assert len(shown) <= 200 and len(caret) <= 200
+    assert shown[caret.index("^"):].startswith((line + " ")[col - 1:col + 2].rstrip()), (shown, caret)
+    assert shown.startswith("  …") == (col > 100) and shown.endswith("…") == (col < 200_000)
+
+
+def test_a_long_line_keeps_tabs_before_the_caret_in_its_window():
+    line = "\t" + "x" * 300 + "\tallow"
+    shown, caret = Span("f", 1, 303, 5, line).caret().split("\n")
+    assert shown.endswith("\tallow") and caret.endswith("\t^~~~~")
