@@ -159,6 +159,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
     except ValueError as err:                        # the templates' limits on tile shapes and head dims
         raise CliError(str(err)) from None
     spec: Any = src.spec          # the forward's KernelSpec or the backward's BackwardSpec
+    checked = _check_with_nvrtc(src) if check else None      # before writing: a failed check leaves -o as it was
     write_output(output, src.source)
     where = output if output != "-" else "stdout"
     if backward:
@@ -167,11 +168,12 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
     else:
         click.echo(f"{where}: {src.entry} (head_dim {spec.head_dim}, {spec.dtype}, "
                    f"BLOCK_M {spec.block_m}, BLOCK_N {spec.block_n}, {spec.num_warps} warps, {spec.engine})", err=True)
-    if check:
-        _check_with_nvrtc(src)
+    if checked:
+        click.echo(checked, err=True)
 
 
-def _check_with_nvrtc(src) -> None:
+def _check_with_nvrtc(src) -> str:
+    """NVRTC's verdict on ``src`` as the line to print (a CliError when it does not compile)."""
     from maskc.codegen.emit import KernelCompileError, compile_to_cubin, is_ptx
     from maskc.runtime.cpu_check import cubin_registers_by_kernel
     try:
@@ -182,12 +184,10 @@ def _check_with_nvrtc(src) -> None:
     except KernelCompileError as err:
         raise CliError(str(err)) from None
     if is_ptx(src):            # a compute_XY target: the driver compiles the PTX on the GPU at hand
-        click.echo(f"NVRTC: ok, {len(cubin)} bytes of PTX", err=True)
-        return
+        return f"NVRTC: ok, {len(cubin)} bytes of PTX"
     regs = cubin_registers_by_kernel(cubin)
     per_kernel = ", ".join(f"{regs[e]} ({e})" for e in src.functions if e in regs)
-    click.echo(f"NVRTC: ok, {len(cubin)} byte cubin" + (f"; registers per thread: {per_kernel}" if regs else ""),
-               err=True)
+    return f"NVRTC: ok, {len(cubin)} byte cubin" + (f"; registers per thread: {per_kernel}" if regs else "")
 
 
 # -- lint -------------------------------------------------------------------------------------

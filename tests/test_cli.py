@@ -163,6 +163,20 @@ def test_registers_by_kernel_agree_with_ptxas():
     assert cubin_registers_by_kernel(cubin) == {k: int(v) for k, v in reported.items()}
 
 
+def test_compile_check_that_fails_leaves_the_output_as_it_was(tmp_path, monkeypatch):
+    # the source was written before NVRTC ran: a failed --check replaced a working kernel with one that fails
+    from maskc.codegen import emit
+
+    def failing(src, *args, **kwargs):
+        raise emit.KernelCompileError("NVRTC failed to compile maskc_fwd_causal: error: something")
+    monkeypatch.setattr(emit, "compile_to_cubin", failing)
+    out = tmp_path / "k.cu"
+    out.write_text("// the kernel that worked\n")
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--check")
+    assert result.exit_code == 1 and "NVRTC failed" in result.stderr, result.output
+    assert out.read_text() == "// the kernel that worked\n"
+
+
 def test_compile_rejects_impossible_tiles_cleanly(tmp_path):
     result = invoke("compile", EXAMPLES / "causal.mask", "-o", tmp_path / "k.cu", "--block-m", 96)
     assert result.exit_code == 1 and result.stderr.startswith("maskc: error: ") and "block_m 96" in result.stderr
