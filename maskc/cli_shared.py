@@ -72,6 +72,10 @@ def _floats(text: str, what: str) -> list[float]:
         bad_param(f"{what}: expected numbers separated by ',', got {text!r}")
 
 
+# The lengths the commands take as flags, not as --param (bind's own arguments)
+LENGTH_FLAGS = {"seq_len": "--seq-len", "kv_len": "--kv-len", "num_heads": "--heads"}
+
+
 def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
     """``name=value`` strings to bind's keyword arguments: an int (a float for ``float`` parameters), or a comma
     list for segments, per arrays and tables (floats for float tables); ``/`` separates the rows of a table with
@@ -87,6 +91,8 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
             bad_param(f"{item!r}: expected name=value")
         if name in values:
             bad_param(f"{name} is given twice")
+        if name in LENGTH_FLAGS:           # bind takes these itself: passed on, they reached it twice
+            bad_param(f"{name} is not a parameter of the mask: give it with {LENGTH_FLAGS[name]}")
         elements: list[Any] = []
         for part in text.split(";"):
             nums = [] if name in rows else _floats(part, name) if kinds.get(name) in ir.FLOAT_KINDS else _ints(part, name)

@@ -249,6 +249,17 @@ def test_per_head_values_for_another_head_count_name_the_heads_flag(no_gpu, comm
     assert invoke(command, EXAMPLES / example, "--seq-len", 8, "--param", param, "--heads", 2).exit_code == 0
 
 
+@pytest.mark.parametrize("command", ["run", "show", "explain", "compile"])
+@pytest.mark.parametrize("param,flag", [("seq_len=2", "--seq-len"), ("kv_len=2", "--kv-len"),
+                                        ("num_heads=2", "--heads")])
+def test_a_length_given_as_a_param_names_its_flag(no_gpu, command, param, flag):
+    # these reached bind twice, as its own argument and as a parameter: an internal error (TypeError)
+    args = [] if command == "compile" else ["--seq-len", 8]
+    result = invoke(command, EXAMPLES / "per_head_window.mask", *args, "--param", param)
+    assert result.exit_code == 2 and "internal error" not in result.stderr, result.output
+    assert f"{param.split('=')[0]} is not a parameter of the mask: give it with {flag}" in result.stderr
+
+
 def test_run_on_cpu_takes_the_token_order(no_gpu, monkeypatch):
     """The tile-skipping pass runs in the order asked for (its tiles, q, k and v moved into it and the output
     back) and still agrees with the raster float64 reference; an order the mask does not admit is an error."""
