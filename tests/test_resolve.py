@@ -368,6 +368,14 @@ def test_builtin_cannot_be_a_parameter(p):
     _at(err, 1, 16)
 
 
+@pytest.mark.parametrize("name", ["num_heads", "self"])
+def test_a_parameter_cannot_take_a_name_bind_takes_for_itself(name):
+    # bind(num_heads=3) set the heads and the parameter kept its default; bind(self=3) was a TypeError
+    err = _err(f"mask m({name}: int = 2)\n  allow k <= q, q - k < {name}\n", MaskNameError)
+    assert f"'{name}' is " in err.message and "cannot be a parameter" in err.message
+    _at(err, 1, 8)
+
+
 def test_let_cannot_shadow_a_parameter_or_builtin():
     err = _err("mask m(w: int)\n  let w = 3\n  allow k <= q\n", MaskNameError)
     assert "parameter" in err.message
