@@ -298,6 +298,27 @@ def test_over_indented_rule_hints_indentation():
     assert "indent" in (info.value.hint or "")
 
 
+def test_an_indented_line_is_underlined_as_its_first_word():
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask("mask m()\n  allow k <= q\n      allow k <= q\n")
+    assert (info.value.span.col, info.value.span.length) == (7, 5)      # 'allow', not the indentation's width
+
+
+@pytest.mark.parametrize("text", ["mask m()\n  allow k <= q\n\tdeny k == 0\n",
+                                  "mask m()\n\tallow k <= q\n  \tdeny k == 0\n"])
+def test_tabs_among_spaces_hint_that_they_do_not_line_up(text):
+    # the hint said only that rules are indented once, with both lines indented once as the user sees them
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(text)
+    assert info.value.span.line == 3 and "tab" in (info.value.hint or ""), str(info.value)
+
+
+def test_carriage_returns_alone_hint_at_the_line_endings():
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask("mask m()\r  allow k <= q\r")
+    assert "'\\r'" in (info.value.hint or ""), str(info.value)
+
+
 def test_over_indented_rule_points_at_that_line():
     with pytest.raises(MaskSyntaxError) as info:
         maskc.compile_mask("mask m()\n  allow k <= q\n      allow k <= q\n", path="bad.mask")
