@@ -257,13 +257,13 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
         refuse_overwriting_sources(png, "--png", file, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
     _check_drawable(bound, block_m, block_n)
+    if dense and max(bound.seq_len, bound.kv_len) > DENSE_TEXT_MAX:    # refused before any drawing
+        raise CliError(f"--dense draws one character per pair: at most {DENSE_TEXT_MAX} queries and keys")
     classes = bound.tiles(block_m, block_n)
     click.echo(f"mask {mask.name}, seq_len {bound.seq_len}, kv_len {bound.kv_len}"
                + (f" (batch element 0 of {bound.batch})" if bound.batch > 1 else ""))
     click.echo(render_tiles(classes, block_m, block_n))
     if dense:
-        if max(bound.seq_len, bound.kv_len) > DENSE_TEXT_MAX:
-            raise CliError(f"--dense draws one character per pair: at most {DENSE_TEXT_MAX} queries and keys")
         click.echo(render_dense(bound.dense()))
     if png:
         try:

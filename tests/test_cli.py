@@ -361,6 +361,7 @@ def test_show_dense_small_and_refuses_large():
     assert result.exit_code == 0 and "│█···│\n│██··│\n│███·│\n│████│" in result.stdout
     result = invoke("show", EXAMPLES / "causal.mask", "--seq-len", 1000, "--dense")
     assert result.exit_code == 1 and "at most 160" in result.stderr
+    assert result.stdout == ""          # refused before drawing the tiles, not after
 
 
 @pytest.mark.parametrize("args", [("--seq-len", 2 ** 31 - 1),
