@@ -107,7 +107,7 @@ def lint_file(path: str | Path, import_paths: ImportPaths = ()) -> list[Diagnost
         else:
             first[m.name] = m
     # Lint the first definition of each name; resolve would stop at the duplicate.
-    program = Program((replace(program.main, masks=tuple(first.values())),) + program.files[1:])
+    program = replace(program, files=(replace(program.main, masks=tuple(first.values())),) + program.files[1:])
     for name in first:
         out.extend(d for d in _lint_mask(program, name, path)
                    if not any(f"'{b}'" in d.message for b in broken))   # not the echo of a broken mask
@@ -218,7 +218,7 @@ def _rule_errors(program: Program, name: str, path: str, first: MaskError) -> li
         changed = replace(decl, rules=rules)
         main = replace(program.main, masks=tuple(changed if m is decl else m for m in program.main.masks))
         try:
-            normalize(resolve(Program((main,) + program.files[1:]), name))
+            normalize(resolve(replace(program, files=(main,) + program.files[1:]), name))
             return None
         except MaskError as err:
             return _from_error(err, path)

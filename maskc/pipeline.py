@@ -108,26 +108,30 @@ def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = 
     search = search_path(import_paths)
     main = parse_source(text, path)
     files = [main]
-    seen = {Path(path).resolve()} if path != "<string>" else set()
+    seen = {Path(path).resolve(): path} if path != "<string>" else {}
+    edges: dict[str, list[str]] = {}         # what each file's import lines found: whose masks it sees
 
     def visit(f: ir.SourceFile, here: Path):
+        found = edges.setdefault(f.path, [])
         for imp in f.imports:
             try:
                 p = find_import(imp, here, search)
                 if p in seen:
+                    found.append(seen[p])
                     continue
-                seen.add(p)
+                seen[p] = str(p)
                 imported = parse_source(read_source(p, imp.span, regular_only=True), str(p))
             except MaskError as err:
                 if skipped is None:
                     raise
                 skipped.append(err)
                 continue
+            found.append(imported.path)
             files.append(imported)
             visit(imported, p.parent)
 
     visit(main, Path(base_dir))
-    return Program(tuple(files))
+    return Program(tuple(files), tuple((f, tuple(to)) for f, to in edges.items()))
 
 
 def compile_program(program: Program, name: str | None = None) -> CompiledMask:

@@ -285,6 +285,24 @@ def test_a_mask_defined_in_two_imported_files_is_ambiguous_where_called(tmp_path
     assert maskc.load(tmp_path / "own.mask", name="m").bind(4).dense().sum() == 4
 
 
+def test_an_imported_file_sees_only_what_it_imports(tmp_path):
+    # two libraries, each with its own util.mask defining 'near': each library's call is to its own, not an
+    # ambiguity (nor, before, whichever util.mask was read first)
+    for lib, rule in (("a", "k <= q, q - k < 2"), ("b", "k == q")):
+        (tmp_path / lib).mkdir()
+        _files(tmp_path / lib, **{"util.mask": f"mask near()\n  allow {rule}\n",
+                                  f"{lib}.mask": f'import "util.mask"\nmask {lib}_near()\n  allow near()\n'})
+    _files(tmp_path, **{"main.mask": 'import "a/a.mask"\nimport "b/b.mask"\n\nmask m()\n  allow b_near()\n',
+                        "lib.mask": "mask uses_main()\n  allow helper()\n",
+                        "leak.mask": 'import "lib.mask"\nmask helper()\n  allow k <= q\nmask m()\n'
+                                     "  allow uses_main()\n"})
+    assert maskc.load(tmp_path / "main.mask").bind(4).dense().sum() == 4        # b's near: the diagonal
+    # a library cannot call a mask of the file that imports it: it did not import it
+    with pytest.raises(MaskNameError, match="unknown function or mask 'helper'") as info:
+        maskc.load(tmp_path / "leak.mask", name="m")
+    assert info.value.span.file == str(tmp_path / "lib.mask")
+
+
 def test_mask_call_with_denies_inlines_them(tmp_path):
     _files(tmp_path, **{"o.mask": "mask o(w: int)\n  allow k <= q\n  deny q - k >= w\n",
                         "main.mask": 'import "o.mask"\nmask m()\n  allow o(2) or k == 0\n'})

@@ -66,7 +66,7 @@ class _Resolver:
         for m in here.masks:
             if m.name == name:
                 return here, m
-        found = [(f, m) for f in self.program.files for m in f.masks if m.name == name]
+        found = [(f, m) for f in self.program.visible_from(here) if f is not here for m in f.masks if m.name == name]
         if len(found) > 1:
             places = ", ".join(str(m.span) for _, m in found)
             raise MaskNameError(f"mask '{name}' is defined in more than one imported file ({places}): which one is "
