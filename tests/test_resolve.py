@@ -419,6 +419,13 @@ def test_builtin_arity_errors_give_the_range_taken(call, count):
     assert f"takes {count} positional argument(s)" in err.message, err.message
 
 
+def test_a_mask_name_not_in_the_file_lists_the_masks_it_has():
+    text = "mask causal()\n  allow k <= q\nmask window(w: int)\n  allow k <= q, q - k < w\n"
+    assert _err(text, MaskNameError, name="casual").hint == "did you mean 'causal'?"
+    assert _err(text, MaskNameError, name="document").hint == "its masks: causal, window"   # had no hint
+    assert _err("", MaskNameError, name="m").hint == "it defines no mask"
+
+
 def test_duplicate_mask():
     err = _err("mask m()\n  allow k<=q\nmask m()\n  allow k<=q\n", MaskNameError, name="m")
     _at(err, 3, 6)
