@@ -337,9 +337,9 @@ def resolve(program: Program, name: str | None = None) -> ir.ResolvedMask:
     else:
         found = [m for m in main.masks if m.name == name]
         if not found:
-            names = [m.name for m in main.masks]
-            raise MaskNameError(f"{main.path} has no mask '{name}'", None, did_you_mean(name, names) or (
-                f"its masks: {', '.join(names)}" if names else "it defines no mask"))
+            defined = [m.name for m in main.masks]
+            raise MaskNameError(f"{main.path} has no mask '{name}'", None, did_you_mean(name, defined) or (
+                f"its masks: {', '.join(defined)}" if defined else "it defines no mask"))
         decl = found[0]
     return resolver.resolve_mask(main, decl)
 
