@@ -313,6 +313,18 @@ def test_tabs_among_spaces_hint_that_they_do_not_line_up(text):
     assert info.value.span.line == 3 and "tab" in (info.value.hint or ""), str(info.value)
 
 
+@pytest.mark.parametrize("rule,typed", [("k\u00a0<= q", "a plain space"), ("k ≤ q", "'<='"), ("k ≠ q", "'!='"),
+                                        ("k <= q − 1", "'-'"), ("k <= q\u200b", "delete it")])
+def test_characters_of_formatted_text_say_what_to_type(rule, typed):
+    # a no-break space or '≤' pasted from a paper was only an 'unexpected character'
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(f"mask m()\n  allow {rule}\n")
+    assert typed in (info.value.hint or ""), str(info.value)
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask('import “other.mask”\nmask m()\n  allow k <= q\n')
+    assert "'\"'" in (info.value.hint or ""), str(info.value)
+
+
 def test_carriage_returns_alone_hint_at_the_line_endings():
     with pytest.raises(MaskSyntaxError) as info:
         maskc.compile_mask("mask m()\r  allow k <= q\r")

@@ -164,6 +164,25 @@ _SLIPS = (("=<", "did you mean '<='?"), ("=>", "did you mean '>='?"),
           ("!", "a condition is negated with 'not' ('!' stands only in '!=')"))
 
 
+# Characters that text copied from a paper, a web page or a word processor brings, each with what to type.
+_LOOKALIKES = {
+    "\u00a0": ("a no-break space", "a plain space"), "\u2009": ("a thin space", "a plain space"),
+    "\u202f": ("a narrow no-break space", "a plain space"), "\u200b": ("a zero-width space", "nothing: delete it"),
+    "\ufeff": ("a zero-width no-break space", "nothing: delete it"),
+    "≤": ("'≤'", "'<='"), "≥": ("'≥'", "'>='"), "≠": ("'≠'", "'!='"), "−": ("a minus sign", "'-'"),
+    "–": ("an en dash", "'-'"), "—": ("an em dash", "'-'"), "×": ("'×'", "'*'"), "÷": ("'÷'", "'//'"),
+    "“": ("a curly quote", "'\"'"), "”": ("a curly quote", "'\"'"), "„": ("a curly quote", "'\"'"),
+}
+
+
+def _lookalike_hint(ch: str) -> str | None:
+    """What to type for a character that looks like (or hides as) one the language takes."""
+    if ch not in _LOOKALIKES:
+        return None
+    what, instead = _LOOKALIKES[ch]
+    return f"this is {what} (U+{ord(ch):04X}), copied from formatted text most likely: type {instead}"
+
+
 def _slip_hint(lines: list[str], line: int, col: int, accepts: set[str]) -> str | None:
     """A hint for an operator of another language at ``line:col`` (``=<``, ``&&``, ``!``), or for '=' where a
     comparison can stand."""
@@ -207,7 +226,7 @@ def syntax_error(err: UnexpectedInput, path: str, lines: list[str], patterns: di
         ch = lines[line - 1][col - 1] if line <= len(lines) and col <= len(lines[line - 1]) else "?"
         expected = _expected_words(_accepted(err), patterns, _token_before(lines, line, col))
         more = "; expected " + _join(expected) if expected and len(expected) <= 6 else ""
-        hint = _slip_hint(lines, line, col, set())
+        hint = _slip_hint(lines, line, col, set()) or _lookalike_hint(ch)
         if ch == "\r":
             hint = "this file's lines end with '\\r' alone (old Mac line endings): save it with '\\n' or '\\r\\n'"
         return MaskSyntaxError(f"unexpected character {ch!r}{more}", span, hint)
