@@ -141,13 +141,20 @@ def refuse_overwriting_sources(output: str, flag: str, file: str, import_paths: 
     """A CliError when ``output`` is the mask file ``file`` or one it imports: ``-o causal.mask``, a slip for
     ``causal.cu``, would replace the user's mask with what the command writes."""
     from maskc.pipeline import load_program
-    for source in load_program(file, import_paths).files:
-        try:
-            same = os.path.samefile(output, source.path)
-        except (OSError, ValueError):          # the output does not exist yet (or cannot): nothing to lose
+    try:
+        if not os.path.exists(output):         # nothing there to lose
             return
+        # the imports come from reading the file again: only a regular file reads the same twice (not stdin)
+        sources = [f.path for f in load_program(file, import_paths).files] if os.path.isfile(file) else [file]
+    except ValueError:                          # a NUL in a name: writing will say so
+        return
+    for source in sources:
+        try:
+            same = os.path.samefile(output, source)
+        except (OSError, ValueError):
+            continue
         if same:
-            raise CliError(f"{flag} {output} would replace the mask file {source.path}, which this command reads; "
+            raise CliError(f"{flag} {output} would replace the mask file {source}, which this command reads; "
                            "write to another file")
 
 
