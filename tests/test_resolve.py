@@ -301,6 +301,7 @@ def test_an_imported_file_sees_only_what_it_imports(tmp_path):
     with pytest.raises(MaskNameError, match="unknown function or mask 'helper'") as info:
         maskc.load(tmp_path / "leak.mask", name="m")
     assert info.value.span.file == str(tmp_path / "lib.mask")
+    assert info.value.hint == f"'helper' is a mask of {tmp_path / 'leak.mask'}, which this file does not import"
 
 
 def test_mask_call_with_denies_inlines_them(tmp_path):

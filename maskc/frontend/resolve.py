@@ -73,8 +73,9 @@ class _Resolver:
                                 "meant is ambiguous", span, "rename one of them, or define the one meant in this file")
         return found[0] if found else None
 
-    def all_mask_names(self):
-        return [m.name for f in self.program.files for m in f.masks]
+    def mask_names_from(self, here: ir.SourceFile) -> list[str]:
+        """The masks ``here`` can call (its own and its imports')."""
+        return [m.name for f in self.program.visible_from(here) for m in f.masks]
 
     # -- masks -------------------------------------------------------------------------------
     def resolve_mask(self, file: ir.SourceFile, decl: ir.MaskDecl) -> ir.ResolvedMask:
@@ -313,12 +314,16 @@ class _Resolver:
             return ir.SegValue(bound.name, bound.of, pos, node.span)
         if node.func in FUNCTIONS:
             return call_builtin(self, node, scope, file)
-        found = self.find_mask(node.func, file or self.program.main, node.span)
+        here = file or self.program.main
+        found = self.find_mask(node.func, here, node.span)
         if found is not None:
             return call_mask(self, node, found, scope, file)
         known = list(FUNCTIONS) + [n for n, v in scope.values if isinstance(v, Let) or
-                                   (isinstance(v, ir.Param) and v.kind == "per")] + self.all_mask_names()
-        raise MaskNameError(f"unknown function or mask '{node.func}'", node.span, did_you_mean(node.func, known))
+                                   (isinstance(v, ir.Param) and v.kind == "per")] + self.mask_names_from(here)
+        elsewhere = next((f.path for f in self.program.files for m in f.masks if m.name == node.func), None)
+        hint = (f"'{node.func}' is a mask of {elsewhere}, which this file does not import" if elsewhere
+                else did_you_mean(node.func, known))
+        raise MaskNameError(f"unknown function or mask '{node.func}'", node.span, hint)
 
 
 def resolve(program: Program, name: str | None = None) -> ir.ResolvedMask:
