@@ -121,6 +121,12 @@ def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_pa
         count = _heads_given(mask, err, raw_params)
         if err.hint is None and count is not None and count != heads:
             err.hint = f"num_heads is --heads on the command line: pass --heads {count}"
+        # 'docs=100;156' for 'docs=100,156': two batch elements, each short of the whole range
+        segments = next((p.name for p in mask.params if p.kind == "segments" and p.span == err.span), None)
+        if err.hint is None and segments and "sum to" in err.message and any(
+                item.partition("=")[0].strip() == segments and ";" in item for item in raw_params):
+            err.hint = ("';' starts another batch element, whose lengths cover the whole range again; "
+                        "the lengths of one element are separated by ','")
         raise
 
 

@@ -260,6 +260,13 @@ def test_a_length_given_as_a_param_names_its_flag(no_gpu, command, param, flag):
     assert f"{param.split('=')[0]} is not a parameter of the mask: give it with {flag}" in result.stderr
 
 
+def test_segments_split_by_a_semicolon_hint_at_the_comma(no_gpu):
+    # 'docs=100;156' is two batch elements of one document each: each sums short of seq_len
+    result = invoke("show", EXAMPLES / "document.mask", "--seq-len", 256, "--param", "docs=100;156")
+    assert result.exit_code == 1 and "sum to 100" in result.stderr
+    assert "hint: ';' starts another batch element" in result.stderr and "separated by ','" in result.stderr
+
+
 def test_run_on_cpu_takes_the_token_order(no_gpu, monkeypatch):
     """The tile-skipping pass runs in the order asked for (its tiles, q, k and v moved into it and the output
     back) and still agrees with the raster float64 reference; an order the mask does not admit is an error."""
