@@ -142,6 +142,10 @@ def compile_mask(text: str, name: str | None = None, path: str = "<string>", bas
                  import_paths: ImportPaths = ()) -> CompiledMask:
     """Compile .mask source text; ``name`` picks a mask when the text defines several. Its imports are
     looked for under ``base_dir``, then under the directories ``import_paths``, never outside them."""
+    if not isinstance(text, str):       # bytes failed deep in the parser, saying a str was not bytes
+        raise TypeError(f"compile_mask() takes the text of a .mask file as a str, not {type(text).__name__}"
+                        + (" (decode it, or give the file to maskc.load)" if isinstance(text, (bytes, bytearray))
+                           else ""))
     return compile_program(program_from_text(text, path, base_dir, import_paths), name)
 
 

@@ -139,3 +139,10 @@ def test_attention_scale_is_checked_on_the_cpu_path_too(bound, scale):
     with pytest.raises(AttentionInputError, match=r"scale must be a finite positive number, got "):
         maskc.attention(q, q, q, bound, scale=scale)
     assert maskc.attention(q, q, q, bound, scale=0.25).shape == q.shape
+
+
+@pytest.mark.parametrize("text", [b"mask a()\n  allow k <= q\n", None, 5])
+def test_compile_mask_takes_text(text):
+    # bytes raised "a bytes-like object is required, not 'str'", the opposite of the mistake
+    with pytest.raises(TypeError, match=r"takes the text of a \.mask file as a str, not "):
+        maskc.compile_mask(text)
