@@ -21,7 +21,8 @@ from maskc import __version__
 from maskc.cli_run import run_cmd
 from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
                               head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
-                              parse_params, refuse_overwriting_sources, seq_len_option, write_output)
+                              parse_params, refuse_overwriting_sources, replacing, seq_len_option,
+                              write_output)
 from maskc.codegen.schedule import ARCHES
 from maskc.errors import BindError, MaskError
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES, PARTIAL_TILES
@@ -272,8 +273,10 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
             raise CliError("--png needs pillow: pip install 'maskc[png]'") from None
         small = max(bound.seq_len, bound.kv_len) <= DENSE_PNG_MAX
         try:
-            render_png(classes, png, block_m, block_n, dense=bound.dense() if small else None,
-                       title=f"{mask.name}  seq_len={bound.seq_len}  kv_len={bound.kv_len}  tiles {block_m}x{block_n}")
+            with replacing(png) as temporary:
+                render_png(classes, temporary, block_m, block_n, dense=bound.dense() if small else None,
+                           title=f"{mask.name}  seq_len={bound.seq_len}  kv_len={bound.kv_len}  "
+                                 f"tiles {block_m}x{block_n}")
         except OSError as err:
             raise CliError(f"cannot write {png}: {err.strerror or err}") from None
         click.echo(f"wrote {png}", err=True)

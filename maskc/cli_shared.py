@@ -2,9 +2,12 @@
 a bad command line or machine. ``maskc.cli`` builds the commands from these."""
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 
 import click
 
@@ -164,13 +167,53 @@ def refuse_overwriting_sources(output: str, flag: str, file: str, import_paths: 
                            "write to another file")
 
 
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+    """Where to write the new content of the file ``path``: a file beside it that replaces it only once written
+    whole, so that a write that fails (a full disk) leaves what was there; it keeps the old file's permission
+    bits. Anything but a regular file or a new name (a symlink, /dev/stdout, /dev/null, a FIFO) is written in
+    place, as it was: replacing the file behind `/dev/stdout >> all.cu` would drop what all.cu held."""
+    try:
+        found = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        found = None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        yield path
+        return
+    mode = stat.S_IMODE(found.st_mode) if found is not None else 0o666 & ~_umask()
+    try:
+        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
+                                         prefix=f".{os.path.basename(path)[:64]}.", suffix=".tmp")
+    except PermissionError:
+        if found is None:
+            raise
+        yield path                  # a directory closed to new files, a file open to writes: in place
+        return
+    os.close(fd)
+    try:
+        yield temporary
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_output(path: str, text: str) -> None:
-    """``text`` into the file ``path`` ('-': stdout); a path that cannot be written is a CliError."""
+    """``text`` into the file ``path`` ('-': stdout), replacing it only once written whole; a path that cannot be
+    written is a CliError."""
     if path == "-":
         click.echo(text, nl=False)
         return
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        with replacing(path) as temporary:
+            Path(temporary).write_text(text, encoding="utf-8")
     except OSError as err:
         raise CliError(f"cannot write {path}: {err.strerror or err}") from None
 

@@ -177,6 +177,39 @@ def test_compile_check_that_fails_leaves_the_output_as_it_was(tmp_path, monkeypa
     assert out.read_text() == "// the kernel that worked\n"
 
 
+def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, monkeypatch):
+    # -o and --png wrote into the file itself: a full disk left half a kernel (or picture) in place of the old one
+    import errno
+    import pathlib
+
+    import maskc.show
+
+    def half_then_full(self, text, *args, **kwargs):
+        with open(self, "w") as f:
+            f.write(text[:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def png_half_then_full(classes, path, *args, **kwargs):
+        pathlib.Path(path).write_bytes(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out, png = tmp_path / "k.cu", tmp_path / "m.png"
+    out.write_text("// the kernel that worked\n")
+    png.write_bytes(b"the picture that was there")
+    out.chmod(0o640)
+    monkeypatch.setattr(pathlib.Path, "write_text", half_then_full)
+    monkeypatch.setattr(maskc.show, "render_png", png_half_then_full)
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", out)
+    assert result.exit_code == 1 and "No space left on device" in result.stderr, result.output
+    result = invoke("show", EXAMPLES / "causal.mask", "--seq-len", 8, "--png", png)
+    assert result.exit_code == 1 and "No space left on device" in result.stderr, result.output
+    monkeypatch.undo()
+    assert out.read_text() == "// the kernel that worked\n" and png.read_bytes() == b"the picture that was there"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cu", "m.png"]       # no temporary file left
+    assert invoke("compile", EXAMPLES / "causal.mask", "-o", out).exit_code == 0
+    assert "maskc_fwd_causal" in out.read_text() and out.stat().st_mode & 0o777 == 0o640   # its mode kept
+
+
 def test_compile_rejects_impossible_tiles_cleanly(tmp_path):
     result = invoke("compile", EXAMPLES / "causal.mask", "-o", tmp_path / "k.cu", "--block-m", 96)
     assert result.exit_code == 1 and result.stderr.startswith("maskc: error: ") and "block_m 96" in result.stderr
