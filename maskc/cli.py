@@ -21,7 +21,8 @@ from maskc import __version__
 from maskc.cli_run import run_cmd
 from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
                               head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
-                              parse_params, seq_len_option, write_output)
+                              parse_params, refuse_overwriting_sources, replacing, seq_len_option,
+                              write_output)
 from maskc.codegen.schedule import ARCHES
 from maskc.errors import BindError, MaskError
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES, PARTIAL_TILES
@@ -133,6 +134,8 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
     if partial_tiles is not None:
         options = options.replace(partial_tiles=partial_tiles)
     mask = _load(file, name, import_paths)
+    if output != "-":
+        refuse_overwriting_sources(output, "-o", file, import_paths)
     given = parse_params(mask, raw_params)
     stray = sorted(set(given) - set(mask.const_params))
     if stray:
@@ -157,6 +160,7 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
     except ValueError as err:                        # the templates' limits on tile shapes and head dims
         raise CliError(str(err)) from None
     spec: Any = src.spec          # the forward's KernelSpec or the backward's BackwardSpec
+    checked = _check_with_nvrtc(src) if check else None      # before writing: a failed check leaves -o as it was
     write_output(output, src.source)
     where = output if output != "-" else "stdout"
     if backward:
@@ -165,11 +169,12 @@ def compile_cmd(file: str, name: str | None, output: str, head_dim: str, dtype: 
     else:
         click.echo(f"{where}: {src.entry} (head_dim {spec.head_dim}, {spec.dtype}, "
                    f"BLOCK_M {spec.block_m}, BLOCK_N {spec.block_n}, {spec.num_warps} warps, {spec.engine})", err=True)
-    if check:
-        _check_with_nvrtc(src)
+    if checked:
+        click.echo(checked, err=True)
 
 
-def _check_with_nvrtc(src) -> None:
+def _check_with_nvrtc(src) -> str:
+    """NVRTC's verdict on ``src`` as the line to print (a CliError when it does not compile)."""
     from maskc.codegen.emit import KernelCompileError, compile_to_cubin, is_ptx
     from maskc.runtime.cpu_check import cubin_registers_by_kernel
     try:
@@ -180,12 +185,10 @@ def _check_with_nvrtc(src) -> None:
     except KernelCompileError as err:
         raise CliError(str(err)) from None
     if is_ptx(src):            # a compute_XY target: the driver compiles the PTX on the GPU at hand
-        click.echo(f"NVRTC: ok, {len(cubin)} bytes of PTX", err=True)
-        return
+        return f"NVRTC: ok, {len(cubin)} bytes of PTX"
     regs = cubin_registers_by_kernel(cubin)
     per_kernel = ", ".join(f"{regs[e]} ({e})" for e in src.functions if e in regs)
-    click.echo(f"NVRTC: ok, {len(cubin)} byte cubin" + (f"; registers per thread: {per_kernel}" if regs else ""),
-               err=True)
+    return f"NVRTC: ok, {len(cubin)} byte cubin" + (f"; registers per thread: {per_kernel}" if regs else "")
 
 
 # -- lint -------------------------------------------------------------------------------------
@@ -251,15 +254,17 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
     """
     from maskc.show import render_dense, render_png, render_tiles
     mask = _load(file, name, import_paths)
+    if png:
+        refuse_overwriting_sources(png, "--png", file, import_paths)
     bound = bind_from_cli(mask, seq_len, kv_len, params, heads)
     _check_drawable(bound, block_m, block_n)
+    if dense and max(bound.seq_len, bound.kv_len) > DENSE_TEXT_MAX:    # refused before any drawing
+        raise CliError(f"--dense draws one character per pair: at most {DENSE_TEXT_MAX} queries and keys")
     classes = bound.tiles(block_m, block_n)
     click.echo(f"mask {mask.name}, seq_len {bound.seq_len}, kv_len {bound.kv_len}"
                + (f" (batch element 0 of {bound.batch})" if bound.batch > 1 else ""))
     click.echo(render_tiles(classes, block_m, block_n))
     if dense:
-        if max(bound.seq_len, bound.kv_len) > DENSE_TEXT_MAX:
-            raise CliError(f"--dense draws one character per pair: at most {DENSE_TEXT_MAX} queries and keys")
         click.echo(render_dense(bound.dense()))
     if png:
         try:
@@ -268,8 +273,10 @@ def show_cmd(file: str, name: str | None, seq_len: int, kv_len: int | None, para
             raise CliError("--png needs pillow: pip install 'maskc[png]'") from None
         small = max(bound.seq_len, bound.kv_len) <= DENSE_PNG_MAX
         try:
-            render_png(classes, png, block_m, block_n, dense=bound.dense() if small else None,
-                       title=f"{mask.name}  seq_len={bound.seq_len}  kv_len={bound.kv_len}  tiles {block_m}x{block_n}")
+            with replacing(png) as temporary:
+                render_png(classes, temporary, block_m, block_n, dense=bound.dense() if small else None,
+                           title=f"{mask.name}  seq_len={bound.seq_len}  kv_len={bound.kv_len}  "
+                                 f"tiles {block_m}x{block_n}")
         except OSError as err:
             raise CliError(f"cannot write {png}: {err.strerror or err}") from None
         click.echo(f"wrote {png}", err=True)

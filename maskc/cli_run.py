@@ -68,6 +68,13 @@ def _verdict(name: str, err: float, limit: float, what: str) -> bool:
     return ok
 
 
+def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """click's ranges let nan through (every comparison with it is false): as a tolerance every result would fail."""
+    if value is not None and value != value:
+        raise click.BadParameter("nan is not a tolerance: give a positive number such as 1e-3")
+    return value
+
+
 @click.command("run")
 @click.argument("file")
 @mask_option
@@ -79,7 +86,7 @@ def _verdict(name: str, err: float, limit: float, what: str) -> bool:
 @dtype_option
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="of the random inputs")
-@click.option("--tolerance", type=click.FloatRange(min=0, min_open=True),
+@click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), callback=_not_nan,
               help="largest relative error that passes (default: 1e-2 bf16, 5e-3 fp16 on the GPU; 1e-4 on the "
                    "CPU; gradients twice that on the GPU)")
 @click.option("--backward", is_flag=True, help="also check the backward (dQ, dK, dV; on the GPU through torch)")

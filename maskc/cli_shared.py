@@ -2,8 +2,12 @@
 a bad command line or machine. ``maskc.cli`` builds the commands from these."""
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 
 import click
 
@@ -71,6 +75,10 @@ def _floats(text: str, what: str) -> list[float]:
         bad_param(f"{what}: expected numbers separated by ',', got {text!r}")
 
 
+# The lengths the commands take as flags, not as --param (bind's own arguments)
+LENGTH_FLAGS = {"seq_len": "--seq-len", "kv_len": "--kv-len", "num_heads": "--heads"}
+
+
 def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
     """``name=value`` strings to bind's keyword arguments: an int (a float for ``float`` parameters), or a comma
     list for segments, per arrays and tables (floats for float tables); ``/`` separates the rows of a table with
@@ -86,6 +94,8 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
             bad_param(f"{item!r}: expected name=value")
         if name in values:
             bad_param(f"{name} is given twice")
+        if name in LENGTH_FLAGS:           # bind takes these itself: passed on, they reached it twice
+            bad_param(f"{name} is not a parameter of the mask: give it with {LENGTH_FLAGS[name]}")
         elements: list[Any] = []
         for part in text.split(";"):
             nums = [] if name in rows else _floats(part, name) if kinds.get(name) in ir.FLOAT_KINDS else _ints(part, name)
@@ -104,18 +114,106 @@ def parse_params(mask: "CompiledMask", raw: tuple[str, ...]) -> dict[str, Any]:
 
 def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_params: tuple[str, ...],
                   heads: int) -> "BoundMask":
-    # Only a mask that reads h is bound per head (else every head shares one mask).
-    return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None,
-                     **parse_params(mask, raw_params))
+    from maskc.errors import BindError
+    values = parse_params(mask, raw_params)
+    try:
+        # Only a mask that reads h is bound per head (else every head shares one mask).
+        return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None, **values)
+    except BindError as err:
+        # bind names num_heads, which the command line calls --heads (whose default the user may not know)
+        count = _heads_given(mask, err, raw_params)
+        if err.hint is None and count is not None and count != heads:
+            err.hint = f"num_heads is --heads on the command line: pass --heads {count}"
+        # 'docs=100;156' for 'docs=100,156': two batch elements, each short of the whole range
+        segments = next((p.name for p in mask.params if p.kind == "segments" and p.span == err.span), None)
+        if err.hint is None and segments and "sum to" in err.message and any(
+                item.partition("=")[0].strip() == segments and ";" in item for item in raw_params):
+            err.hint = ("';' starts another batch element, whose lengths cover the whole range again; "
+                        "the lengths of one element are separated by ','")
+        raise
+
+
+def _heads_given(mask: "CompiledMask", err: Exception, raw_params: tuple[str, ...]) -> int | None:
+    """How many heads the --param of a per-head parameter gives, when ``err`` is bind's complaint about its count."""
+    param = next((p for p in mask.params if p.of == "h" and p.span == getattr(err, "span", None)), None)
+    if param is None or "one per head" not in str(err):
+        return None
+    for name, _, text in (item.partition("=") for item in raw_params):
+        if name.strip() == param.name:
+            first = text.split(";")[0]            # a batch element's values: a row per head, else an entry per head
+            return len(first.split("/")) if param.dims or "/" in first else len([x for x in first.split(",")
+                                                                                if x.strip()])
+    return None
+
+
+def refuse_overwriting_sources(output: str, flag: str, file: str, import_paths: tuple[str, ...]) -> None:
+    """A CliError when ``output`` is the mask file ``file`` or one it imports: ``-o causal.mask``, a slip for
+    ``causal.cu``, would replace the user's mask with what the command writes."""
+    from maskc.pipeline import load_program
+    try:
+        if not os.path.exists(output):         # nothing there to lose
+            return
+        # the imports come from reading the file again: only a regular file reads the same twice (not stdin)
+        sources = [f.path for f in load_program(file, import_paths).files] if os.path.isfile(file) else [file]
+    except ValueError:                          # a NUL in a name: writing will say so
+        return
+    for source in sources:
+        try:
+            same = os.path.samefile(output, source)
+        except (OSError, ValueError):
+            continue
+        if same:
+            raise CliError(f"{flag} {output} would replace the mask file {source}, which this command reads; "
+                           "write to another file")
+
+
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+    """Where to write the new content of the file ``path``: a file beside it that replaces it only once written
+    whole, so that a write that fails (a full disk) leaves what was there; it keeps the old file's permission
+    bits. Anything but a regular file or a new name (a symlink, /dev/stdout, /dev/null, a FIFO) is written in
+    place, as it was: replacing the file behind `/dev/stdout >> all.cu` would drop what all.cu held."""
+    try:
+        found = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        found = None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        yield path
+        return
+    mode = stat.S_IMODE(found.st_mode) if found is not None else 0o666 & ~_umask()
+    try:
+        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
+                                         prefix=f".{os.path.basename(path)[:64]}.", suffix=".tmp")
+    except PermissionError:
+        if found is None:
+            raise
+        yield path                  # a directory closed to new files, a file open to writes: in place
+        return
+    os.close(fd)
+    try:
+        yield temporary
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_output(path: str, text: str) -> None:
-    """``text`` into the file ``path`` ('-': stdout); a path that cannot be written is a CliError."""
+    """``text`` into the file ``path`` ('-': stdout), replacing it only once written whole; a path that cannot be
+    written is a CliError."""
     if path == "-":
         click.echo(text, nl=False)
         return
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        with replacing(path) as temporary:
+            Path(temporary).write_text(text, encoding="utf-8")
     except OSError as err:
         raise CliError(f"cannot write {path}: {err.strerror or err}") from None
 

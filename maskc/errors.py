@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 
+SHOWN_LINE = 160        # the most characters of a source line an error draws
+
+
 @dataclass(frozen=True)
 class Span:
     """A place in a source file: 1-based line and column of the first character, and its length."""
@@ -36,9 +39,17 @@ class Span:
         # characters (a form feed, a carriage return) as their one-column Unicode pictures.
         text = "".join(chr(0x2400 + ord(ch)) if ord(ch) < 0x20 and ch != "\t" else ch
                        for ch in self.source_line.rstrip("\r\n"))
-        pad = "".join("\t" if ch == "\t" else " " for ch in text[: self.col - 1])
-        width = max(1, min(self.length, len(text) - self.col + 1))
-        return f"  {text}\n  {pad}^{'~' * (width - 1)}"
+        # A line longer than a terminal is drawn around the caret only, its cut ends marked '…' (a generated
+        # line of a megabyte would otherwise fill the screen twice: the line and the spaces before the caret).
+        start, end = 0, len(text)
+        if len(text) > SHOWN_LINE:
+            start = max(0, self.col - 1 - SHOWN_LINE // 2)
+            end = min(len(text), start + SHOWN_LINE)
+            start = max(0, end - SHOWN_LINE)
+        before, after = ("…" if start > 0 else ""), ("…" if end < len(text) else "")
+        pad = " " * len(before) + "".join("\t" if ch == "\t" else " " for ch in text[start: self.col - 1])
+        width = max(1, min(self.length, end - self.col + 1))
+        return f"  {before}{text[start:end]}{after}\n  {pad}^{'~' * (width - 1)}"
 
 
 NO_SPAN = Span("<maskc>", 1, 1)

@@ -34,7 +34,6 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
 
 from maskc import ir
 from maskc.analysis import linear as L
@@ -45,7 +44,7 @@ from maskc.analysis.widths import check_static
 from maskc.errors import MaskError, MaskSyntaxError, Span
 from maskc.frontend.parse import parse, source_lines
 from maskc.frontend.resolve import Program, resolve
-from maskc.frontend.sources import read_source
+from maskc.frontend.sources import ImportPaths, read_source
 from maskc.ir.walk import mentions
 from maskc.lint_bind import segment_sides, table_ranges
 from maskc.pipeline import program_from_text
@@ -89,11 +88,11 @@ def _from_error(err: MaskError, path: str) -> Diagnostic:
     return _at(err.span, path, "error", err.message, err.hint)
 
 
-def lint_file(path: str | Path, import_paths: Iterable[str | Path] = ()) -> list[Diagnostic]:
+def lint_file(path: str | Path, import_paths: ImportPaths = ()) -> list[Diagnostic]:
     """All diagnostics of one file (and of the files it imports, where they are the cause), sorted; imports
     are looked for as :func:`maskc.load` does, ``import_paths`` after the file's own directory."""
     path = str(Path(path))
-    program, out, broken = _load_recovering(path, tuple(import_paths))
+    program, out, broken = _load_recovering(path, import_paths)
     if program is None:
         return out
     if not program.main.masks and not out:
@@ -108,7 +107,7 @@ def lint_file(path: str | Path, import_paths: Iterable[str | Path] = ()) -> list
         else:
             first[m.name] = m
     # Lint the first definition of each name; resolve would stop at the duplicate.
-    program = Program((replace(program.main, masks=tuple(first.values())),) + program.files[1:])
+    program = replace(program, files=(replace(program.main, masks=tuple(first.values())),) + program.files[1:])
     for name in first:
         out.extend(d for d in _lint_mask(program, name, path)
                    if not any(f"'{b}'" in d.message for b in broken))   # not the echo of a broken mask
@@ -117,7 +116,7 @@ def lint_file(path: str | Path, import_paths: Iterable[str | Path] = ()) -> list
 
 # -- errors: every broken block and every wrong rule ----------------------------------------------
 
-def _load_recovering(path: str, import_paths: tuple = ()) -> tuple[Program | None, list[Diagnostic], set[str]]:
+def _load_recovering(path: str, import_paths: ImportPaths = ()) -> tuple[Program | None, list[Diagnostic], set[str]]:
     """The program, with the top-level blocks that do not parse left out (of the main file and of each file it
     imports), and the imports that cannot be found, read or parsed at all; their errors; and the names of the
     masks left out (errors that only echo those are not reported again). None for the program when the main
@@ -219,7 +218,7 @@ def _rule_errors(program: Program, name: str, path: str, first: MaskError) -> li
         changed = replace(decl, rules=rules)
         main = replace(program.main, masks=tuple(changed if m is decl else m for m in program.main.masks))
         try:
-            normalize(resolve(Program((main,) + program.files[1:]), name))
+            normalize(resolve(replace(program, files=(main,) + program.files[1:]), name))
             return None
         except MaskError as err:
             return _from_error(err, path)

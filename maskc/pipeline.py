@@ -22,7 +22,7 @@ from maskc.compiled import CompiledMask
 from maskc.errors import MaskError
 from maskc.frontend.parse import parse
 from maskc.frontend.resolve import Program, resolve, resolve_all
-from maskc.frontend.sources import find_import, read_source, search_path
+from maskc.frontend.sources import ImportPaths, find_import, read_source, search_path
 
 # The compile-time pipeline after resolve, in order, with why each step exists (`maskc explain` prints
 # each stage). Resolve itself needs the whole program and a mask name; every later pass takes one stage.
@@ -91,7 +91,7 @@ def _ordered(mask: CompiledMask, order: TokenOrder, constants: dict[str, int]) -
     return CompiledMask(resolved, normal, ranges, order=order, source=mask)
 
 
-def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> Program:
+def load_program(path: str | Path, import_paths: ImportPaths = ()) -> Program:
     """A file and, transitively, the files it imports (see :mod:`maskc.frontend.sources`: relative to the importing
     file's directory or to a directory of ``import_paths``, never outside them)."""
     path = Path(path)
@@ -99,7 +99,7 @@ def load_program(path: str | Path, import_paths: Iterable[str | Path] = ()) -> P
 
 
 def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = ".",
-                      import_paths: Iterable[str | Path] = (), parse_source: Callable[[str, str], ir.SourceFile] = parse,
+                      import_paths: ImportPaths = (), parse_source: Callable[[str, str], ir.SourceFile] = parse,
                       skipped: list[MaskError] | None = None) -> Program:
     """Parse a main file's text and every file it imports, main file first; the main file's imports are
     looked for under ``base_dir``, then ``import_paths``. ``parse_source(text, path)`` parses each file (lint
@@ -108,26 +108,30 @@ def program_from_text(text: str, path: str = "<string>", base_dir: str | Path = 
     search = search_path(import_paths)
     main = parse_source(text, path)
     files = [main]
-    seen = {Path(path).resolve()} if path != "<string>" else set()
+    seen = {Path(path).resolve(): path} if path != "<string>" else {}
+    edges: dict[str, list[str]] = {}         # what each file's import lines found: whose masks it sees
 
     def visit(f: ir.SourceFile, here: Path):
+        found = edges.setdefault(f.path, [])
         for imp in f.imports:
             try:
                 p = find_import(imp, here, search)
                 if p in seen:
+                    found.append(seen[p])
                     continue
-                seen.add(p)
+                seen[p] = str(p)
                 imported = parse_source(read_source(p, imp.span, regular_only=True), str(p))
             except MaskError as err:
                 if skipped is None:
                     raise
                 skipped.append(err)
                 continue
+            found.append(imported.path)
             files.append(imported)
             visit(imported, p.parent)
 
     visit(main, Path(base_dir))
-    return Program(tuple(files))
+    return Program(tuple(files), tuple((f, tuple(to)) for f, to in edges.items()))
 
 
 def compile_program(program: Program, name: str | None = None) -> CompiledMask:
@@ -135,19 +139,23 @@ def compile_program(program: Program, name: str | None = None) -> CompiledMask:
 
 
 def compile_mask(text: str, name: str | None = None, path: str = "<string>", base_dir=".",
-                 import_paths: Iterable[str | Path] = ()) -> CompiledMask:
+                 import_paths: ImportPaths = ()) -> CompiledMask:
     """Compile .mask source text; ``name`` picks a mask when the text defines several. Its imports are
     looked for under ``base_dir``, then under the directories ``import_paths``, never outside them."""
+    if not isinstance(text, str):       # bytes failed deep in the parser, saying a str was not bytes
+        raise TypeError(f"compile_mask() takes the text of a .mask file as a str, not {type(text).__name__}"
+                        + (" (decode it, or give the file to maskc.load)" if isinstance(text, (bytes, bytearray))
+                           else ""))
     return compile_program(program_from_text(text, path, base_dir, import_paths), name)
 
 
-def load(path: str | Path, name: str | None = None, import_paths: Iterable[str | Path] = ()) -> CompiledMask:
+def load(path: str | Path, name: str | None = None, import_paths: ImportPaths = ()) -> CompiledMask:
     """Compile a .mask file; ``name`` picks a mask when the file defines several. Its imports are looked
     for under its directory, then under the directories ``import_paths``, never outside them."""
     return compile_program(load_program(path, import_paths), name)
 
 
-def compile_all(path: str | Path, import_paths: Iterable[str | Path] = ()) -> tuple[CompiledMask, ...]:
+def compile_all(path: str | Path, import_paths: ImportPaths = ()) -> tuple[CompiledMask, ...]:
     return tuple(_compile_resolved(r) for r in resolve_all(load_program(path, import_paths)))
 
 

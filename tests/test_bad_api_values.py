@@ -128,3 +128,21 @@ def test_cli_const_values_exit_1_without_writing(tmp_path):
         assert result.exit_code == 1 and "width" in result.output and "internal error" not in result.output
         assert not out.exists()
     assert issubclass(BindError, MaskError)
+
+
+@pytest.mark.parametrize("scale", ["x", float("nan"), -1.0, 0, True, [1.0], float("inf")])
+def test_attention_scale_is_checked_on_the_cpu_path_too(bound, scale):
+    # the CPU path returned NaNs for nan, ran negative scales the kernels refuse, and 'x' was a bare ValueError
+    torch = pytest.importorskip("torch")
+    from maskc.runtime.operands import AttentionInputError
+    q = torch.randn(1, 1, 64, 16)
+    with pytest.raises(AttentionInputError, match=r"scale must be a finite positive number, got "):
+        maskc.attention(q, q, q, bound, scale=scale)
+    assert maskc.attention(q, q, q, bound, scale=0.25).shape == q.shape
+
+
+@pytest.mark.parametrize("text", [b"mask a()\n  allow k <= q\n", None, 5])
+def test_compile_mask_takes_text(text):
+    # bytes raised "a bytes-like object is required, not 'str'", the opposite of the mistake
+    with pytest.raises(TypeError, match=r"takes the text of a \.mask file as a str, not "):
+        maskc.compile_mask(text)

@@ -161,6 +161,13 @@ def test_unknown_param_with_hint():
     assert "globals" in err.hint and "window" in err.hint
 
 
+@pytest.mark.parametrize("typo,meant", [("num_head", "num_heads"), ("kvlen", "kv_len"), ("numheads", "num_heads")])
+def test_a_misspelt_length_keyword_is_named(typo, meant):
+    # the hint listed only the mask's own parameters ("its parameters: window")
+    err = _bind_error(load("per_head_window"), 8, window=[1, 2], **{typo: 2})
+    assert err.hint == f"did you mean '{meant}'?", str(err)
+
+
 @pytest.mark.parametrize("value", [3.0, "3", True, object(), 2.5, [1.0]])
 def test_non_integer_values(value):
     err = _bind_error(load("prefix_lm"), 10, prefix=value)

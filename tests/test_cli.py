@@ -163,9 +163,72 @@ def test_registers_by_kernel_agree_with_ptxas():
     assert cubin_registers_by_kernel(cubin) == {k: int(v) for k, v in reported.items()}
 
 
+def test_compile_check_that_fails_leaves_the_output_as_it_was(tmp_path, monkeypatch):
+    # the source was written before NVRTC ran: a failed --check replaced a working kernel with one that fails
+    from maskc.codegen import emit
+
+    def failing(src, *args, **kwargs):
+        raise emit.KernelCompileError("NVRTC failed to compile maskc_fwd_causal: error: something")
+    monkeypatch.setattr(emit, "compile_to_cubin", failing)
+    out = tmp_path / "k.cu"
+    out.write_text("// the kernel that worked\n")
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", out, "--check")
+    assert result.exit_code == 1 and "NVRTC failed" in result.stderr, result.output
+    assert out.read_text() == "// the kernel that worked\n"
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, monkeypatch):
+    # -o and --png wrote into the file itself: a full disk left half a kernel (or picture) in place of the old one
+    import errno
+    import pathlib
+
+    import maskc.show
+
+    def half_then_full(self, text, *args, **kwargs):
+        with open(self, "w") as f:
+            f.write(text[:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def png_half_then_full(classes, path, *args, **kwargs):
+        pathlib.Path(path).write_bytes(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out, png = tmp_path / "k.cu", tmp_path / "m.png"
+    out.write_text("// the kernel that worked\n")
+    png.write_bytes(b"the picture that was there")
+    out.chmod(0o640)
+    monkeypatch.setattr(pathlib.Path, "write_text", half_then_full)
+    monkeypatch.setattr(maskc.show, "render_png", png_half_then_full)
+    result = invoke("compile", EXAMPLES / "causal.mask", "-o", out)
+    assert result.exit_code == 1 and "No space left on device" in result.stderr, result.output
+    result = invoke("show", EXAMPLES / "causal.mask", "--seq-len", 8, "--png", png)
+    assert result.exit_code == 1 and "No space left on device" in result.stderr, result.output
+    monkeypatch.undo()
+    assert out.read_text() == "// the kernel that worked\n" and png.read_bytes() == b"the picture that was there"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cu", "m.png"]       # no temporary file left
+    assert invoke("compile", EXAMPLES / "causal.mask", "-o", out).exit_code == 0
+    assert "maskc_fwd_causal" in out.read_text() and out.stat().st_mode & 0o777 == 0o640   # its mode kept
+
+
 def test_compile_rejects_impossible_tiles_cleanly(tmp_path):
     result = invoke("compile", EXAMPLES / "causal.mask", "-o", tmp_path / "k.cu", "--block-m", 96)
     assert result.exit_code == 1 and result.stderr.startswith("maskc: error: ") and "block_m 96" in result.stderr
+
+
+@pytest.mark.parametrize("target", ["main.mask", "lib.mask", "link.mask"])
+def test_outputs_never_overwrite_a_mask_file_they_read(tmp_path, target):
+    # `-o causal.mask` (a slip for causal.cu) must not replace the user's mask, nor a file it imports, with CUDA
+    (tmp_path / "lib.mask").write_text("mask window(w: int = 2)\n  allow k <= q, q - k < w\n")
+    main = tmp_path / "main.mask"
+    main.write_text('import "lib.mask"\n\nmask m()\n  allow window(3)\n')
+    (tmp_path / "link.mask").symlink_to(main)
+    before = {p.name: p.read_bytes() for p in (main, tmp_path / "lib.mask")}
+    for command in (("compile", main, "-o", tmp_path / target),
+                    ("show", main, "--seq-len", 8, "--png", tmp_path / target)):
+        result = invoke(*command)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith("maskc: error: ") and "would replace" in result.stderr
+        assert {p.name: p.read_bytes() for p in (main, tmp_path / "lib.mask")} == before
 
 
 # -- run --------------------------------------------------------------------------------------
@@ -203,6 +266,38 @@ def test_run_jagged_batch_on_cpu(no_gpu):
                     "--heads", 1)
     assert result.exit_code == 0, result.output
     assert "batch 2" in result.stdout
+
+
+@pytest.mark.parametrize("command,param", [
+    ("run", "window=1,2"), ("show", "window=1,2"), ("run", "window=1,2;3,4"), ("explain", "window=1,2"),
+    ("run", "slope=0.5,0.25"),
+])
+def test_per_head_values_for_another_head_count_name_the_heads_flag(no_gpu, command, param):
+    # bind says 'num_heads = 4'; on the command line that count is --heads (run's default 4, show's 1)
+    example = "alibi.mask" if param.startswith("slope") else "per_head_window.mask"
+    result = invoke(command, EXAMPLES / example, "--seq-len", 8, "--param", param)
+    assert result.exit_code == 1, result.output
+    assert "one per head, but num_heads = " in result.stderr
+    assert "hint: num_heads is --heads on the command line: pass --heads 2" in result.stderr, result.stderr
+    assert invoke(command, EXAMPLES / example, "--seq-len", 8, "--param", param, "--heads", 2).exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["run", "show", "explain", "compile"])
+@pytest.mark.parametrize("param,flag", [("seq_len=2", "--seq-len"), ("kv_len=2", "--kv-len"),
+                                        ("num_heads=2", "--heads")])
+def test_a_length_given_as_a_param_names_its_flag(no_gpu, command, param, flag):
+    # these reached bind twice, as its own argument and as a parameter: an internal error (TypeError)
+    args = [] if command == "compile" else ["--seq-len", 8]
+    result = invoke(command, EXAMPLES / "per_head_window.mask", *args, "--param", param)
+    assert result.exit_code == 2 and "internal error" not in result.stderr, result.output
+    assert f"{param.split('=')[0]} is not a parameter of the mask: give it with {flag}" in result.stderr
+
+
+def test_segments_split_by_a_semicolon_hint_at_the_comma(no_gpu):
+    # 'docs=100;156' is two batch elements of one document each: each sums short of seq_len
+    result = invoke("show", EXAMPLES / "document.mask", "--seq-len", 256, "--param", "docs=100;156")
+    assert result.exit_code == 1 and "sum to 100" in result.stderr
+    assert "hint: ';' starts another batch element" in result.stderr and "separated by ','" in result.stderr
 
 
 def test_run_on_cpu_takes_the_token_order(no_gpu, monkeypatch):
@@ -306,6 +401,7 @@ def test_show_dense_small_and_refuses_large():
     assert result.exit_code == 0 and "│█···│\n│██··│\n│███·│\n│████│" in result.stdout
     result = invoke("show", EXAMPLES / "causal.mask", "--seq-len", 1000, "--dense")
     assert result.exit_code == 1 and "at most 160" in result.stderr
+    assert result.stdout == ""          # refused before drawing the tiles, not after
 
 
 @pytest.mark.parametrize("args", [("--seq-len", 2 ** 31 - 1),
@@ -374,6 +470,12 @@ def test_run_exits_1_when_the_result_disagrees(no_gpu, monkeypatch):
     result = invoke(*args)
     assert result.exit_code == 1 and "MISMATCH" in result.stdout
     assert "differs from the float64 reference" in result.stderr
+
+
+def test_run_refuses_a_nan_tolerance(no_gpu):
+    # click's FloatRange lets nan through, and every result then failed as a MISMATCH (tolerance nan)
+    result = invoke("run", EXAMPLES / "causal.mask", "--seq-len", 8, "--heads", 1, "--tolerance", "nan")
+    assert result.exit_code == 2 and "nan is not a tolerance" in result.stderr, result.output
 
 
 def test_cache_info_and_clear_touch_only_maskcs_files(tmp_path, monkeypatch):

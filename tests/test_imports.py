@@ -11,6 +11,7 @@ import maskc
 from maskc.cli import cli
 from maskc.errors import MaskError
 from maskc.frontend.sources import MAX_SOURCE_BYTES
+from maskc.lint import lint_file
 
 SECRET = "TOPSECRET_do_not_print_me"
 CAUSAL = "mask causal()\n  allow k <= q\n"
@@ -119,6 +120,19 @@ def test_search_path_is_used_after_the_files_directory(sandbox, tmp_path):
     assert np.array_equal(d, (k <= q) & (k >= 1))
     text = (proj / "main.mask").read_text()
     assert maskc.compile_mask(text, base_dir=proj, import_paths=(lib,)).bind(5).dense().sum() == d.sum()
+
+
+@pytest.mark.parametrize("as_one", [str, lambda p: p])
+def test_one_search_directory_may_be_given_alone(sandbox, tmp_path, as_one):
+    # import_paths="lib" was read as the directories 'l', 'i', 'b' (and a Path was a TypeError)
+    proj, _ = sandbox
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "base.mask").write_text(CAUSAL)
+    (proj / "main.mask").write_text('import "base.mask"\nmask m()\n  allow causal()\n')
+    assert maskc.load(proj / "main.mask", import_paths=as_one(tmp_path / "lib")).bind(4).dense().sum() == 10
+    text = (proj / "main.mask").read_text()
+    assert maskc.compile_mask(text, base_dir=proj, import_paths=as_one(tmp_path / "lib")).bind(4).dense().sum() == 10
+    assert [d for d in lint_file(proj / "main.mask", as_one(tmp_path / "lib")) if d.severity == "error"] == []
 
 
 def test_search_path_does_not_allow_escapes(sandbox, tmp_path):

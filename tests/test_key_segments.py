@@ -135,6 +135,10 @@ def test_two_indices_read_row_major_and_are_proved_per_index():
         bad.bind(4, kv_len=5, t=[[1, 1, 1]] * 4)
     with pytest.raises(maskc.BindError, match="rows of 't' differ in length"):
         bad.bind(2, kv_len=3, t=[[1, 1, 1], [1]])
+    with pytest.raises(maskc.BindError, match=r"'t' must be a list of rows \(lists of integers\), got a list of int"):
+        bad.bind(2, kv_len=3, t=[1, 1, 1, 1, 1, 1])        # flattened: it said 'must be a list of integers'
+    with pytest.raises(maskc.BindError, match=r"'off' must be a list of rows \(lists of integers\), one per head"):
+        maskc.compile_mask(PER_HEAD).bind(12, num_heads=2, n=3, off=[0, 1, 2])
     with pytest.raises(maskc.BindError, match="declared with size"):
         maskc.compile_mask("mask m(n: int, t: table[n])\n  allow t[0] <= k\n").bind(2, n=0, t=[1])
 

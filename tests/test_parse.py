@@ -281,10 +281,54 @@ def test_eq_instead_of_eqeq_hints_double_equals():
     assert info.value.hint and "==" in info.value.hint
 
 
+@pytest.mark.parametrize("rule,hint", [
+    ("k =< q", "'<='"), ("k => q", "'>='"), ("k = q", "'=='"),
+    ("k <= q && k > 0", "'and'"), ("k <= q || k == 0", "'or'"), ("!(k > q)", "'not'"),
+])
+def test_operators_from_other_languages_hint_the_one_meant(rule, hint):
+    # `=<` asked for `==` before; `&&`, `||` and `!` said only what they were not
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(f"mask m()\n  allow {rule}\n")
+    assert info.value.hint and hint in info.value.hint, (str(info.value), hint)
+
+
 def test_over_indented_rule_hints_indentation():
     with pytest.raises(MaskSyntaxError) as info:
         maskc.compile_mask("mask m()\n  allow k <= q\n      allow k <= q\n")
     assert "indent" in (info.value.hint or "")
+
+
+def test_an_indented_line_is_underlined_as_its_first_word():
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask("mask m()\n  allow k <= q\n      allow k <= q\n")
+    assert (info.value.span.col, info.value.span.length) == (7, 5)      # 'allow', not the indentation's width
+
+
+@pytest.mark.parametrize("text", ["mask m()\n  allow k <= q\n\tdeny k == 0\n",
+                                  "mask m()\n\tallow k <= q\n  \tdeny k == 0\n"])
+def test_tabs_among_spaces_hint_that_they_do_not_line_up(text):
+    # the hint said only that rules are indented once, with both lines indented once as the user sees them
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(text)
+    assert info.value.span.line == 3 and "tab" in (info.value.hint or ""), str(info.value)
+
+
+@pytest.mark.parametrize("rule,typed", [("k\u00a0<= q", "a plain space"), ("k ≤ q", "'<='"), ("k ≠ q", "'!='"),
+                                        ("k <= q − 1", "'-'"), ("k <= q\u200b", "delete it")])
+def test_characters_of_formatted_text_say_what_to_type(rule, typed):
+    # a no-break space or '≤' pasted from a paper was only an 'unexpected character'
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask(f"mask m()\n  allow {rule}\n")
+    assert typed in (info.value.hint or ""), str(info.value)
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask('import “other.mask”\nmask m()\n  allow k <= q\n')
+    assert "'\"'" in (info.value.hint or ""), str(info.value)
+
+
+def test_carriage_returns_alone_hint_at_the_line_endings():
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.compile_mask("mask m()\r  allow k <= q\r")
+    assert "'\\r'" in (info.value.hint or ""), str(info.value)
 
 
 def test_over_indented_rule_points_at_that_line():

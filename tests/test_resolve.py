@@ -268,6 +268,42 @@ def test_import_cycle_terminates(tmp_path):
     assert maskc.load(tmp_path / "a.mask").bind(5).dense().sum() == 15
 
 
+def test_a_mask_defined_in_two_imported_files_is_ambiguous_where_called(tmp_path):
+    # taking the first one found would make the mask depend on the order of the import lines
+    _files(tmp_path, **{"future.mask": "mask near()\n  allow k >= q\n",
+                        "past.mask": "mask near()\n  allow k <= q\n",
+                        "main.mask": 'import "future.mask"\nimport "past.mask"\n\nmask m()\n  allow near()\n',
+                        "own.mask": 'import "future.mask"\nimport "past.mask"\n\nmask near()\n  allow k == q\n'
+                                    "mask m()\n  allow near()\n"})
+    with pytest.raises(MaskNameError) as info:
+        maskc.load(tmp_path / "main.mask")
+    err = info.value
+    assert "mask 'near' is defined in more than one imported file" in err.message, err.message
+    assert "future.mask:1:6" in err.message and "past.mask:1:6" in err.message
+    _at(err, 5, 9)
+    # the importing file's own mask of that name is the one meant: no ambiguity
+    assert maskc.load(tmp_path / "own.mask", name="m").bind(4).dense().sum() == 4
+
+
+def test_an_imported_file_sees_only_what_it_imports(tmp_path):
+    # two libraries, each with its own util.mask defining 'near': each library's call is to its own, not an
+    # ambiguity (nor, before, whichever util.mask was read first)
+    for lib, rule in (("a", "k <= q, q - k < 2"), ("b", "k == q")):
+        (tmp_path / lib).mkdir()
+        _files(tmp_path / lib, **{"util.mask": f"mask near()\n  allow {rule}\n",
+                                  f"{lib}.mask": f'import "util.mask"\nmask {lib}_near()\n  allow near()\n'})
+    _files(tmp_path, **{"main.mask": 'import "a/a.mask"\nimport "b/b.mask"\n\nmask m()\n  allow b_near()\n',
+                        "lib.mask": "mask uses_main()\n  allow helper()\n",
+                        "leak.mask": 'import "lib.mask"\nmask helper()\n  allow k <= q\nmask m()\n'
+                                     "  allow uses_main()\n"})
+    assert maskc.load(tmp_path / "main.mask").bind(4).dense().sum() == 4        # b's near: the diagonal
+    # a library cannot call a mask of the file that imports it: it did not import it
+    with pytest.raises(MaskNameError, match="unknown function or mask 'helper'") as info:
+        maskc.load(tmp_path / "leak.mask", name="m")
+    assert info.value.span.file == str(tmp_path / "lib.mask")
+    assert info.value.hint == f"'helper' is a mask of {tmp_path / 'leak.mask'}, which this file does not import"
+
+
 def test_mask_call_with_denies_inlines_them(tmp_path):
     _files(tmp_path, **{"o.mask": "mask o(w: int)\n  allow k <= q\n  deny q - k >= w\n",
                         "main.mask": 'import "o.mask"\nmask m()\n  allow o(2) or k == 0\n'})
@@ -351,11 +387,44 @@ def test_builtin_cannot_be_a_parameter(p):
     _at(err, 1, 16)
 
 
+@pytest.mark.parametrize("name", ["num_heads", "self"])
+def test_a_parameter_cannot_take_a_name_bind_takes_for_itself(name):
+    # bind(num_heads=3) set the heads and the parameter kept its default; bind(self=3) was a TypeError
+    err = _err(f"mask m({name}: int = 2)\n  allow k <= q, q - k < {name}\n", MaskNameError)
+    assert f"'{name}' is " in err.message and "cannot be a parameter" in err.message
+    _at(err, 1, 8)
+
+
 def test_let_cannot_shadow_a_parameter_or_builtin():
     err = _err("mask m(w: int)\n  let w = 3\n  allow k <= q\n", MaskNameError)
     assert "parameter" in err.message
     err = _err("mask m(w: int)\n  let q = 3\n  allow k <= q\n", MaskNameError)
     assert "built-in" in err.message
+
+
+def test_a_let_defined_twice_is_an_error():
+    # the second one replaced the first for every rule, even those written above it, silently
+    err = _err("mask m()\n  let x = 1\n  allow k <= q + x\n  let x = 2\n  allow k == x\n", MaskNameError)
+    assert "'x' is defined twice in mask 'm' (first at line 2)" in err.message
+    _at(err, 4, 7)
+    err = _err("mask m()\n  let f(i, i) = i\n  allow k <= f(q, q)\n", MaskNameError)
+    assert "'f' names its argument 'i' twice" in err.message
+
+
+@pytest.mark.parametrize("call,count", [("same(d, d, d)", "1 to 2"), ("min(q)", "at least 2"),
+                                        ("clamp(q, 0)", "3"), ("abs()", "1")])
+def test_builtin_arity_errors_give_the_range_taken(call, count):
+    # same() with three arguments said it takes 'at least 1'
+    err = _err(f"mask m(d: segments)\n  allow k <= q, {call} >= 0\n" if "same" not in call
+               else f"mask m(d: segments)\n  allow {call}\n", MaskTypeError)
+    assert f"takes {count} positional argument(s)" in err.message, err.message
+
+
+def test_a_mask_name_not_in_the_file_lists_the_masks_it_has():
+    text = "mask causal()\n  allow k <= q\nmask window(w: int)\n  allow k <= q, q - k < w\n"
+    assert _err(text, MaskNameError, name="casual").hint == "did you mean 'causal'?"
+    assert _err(text, MaskNameError, name="document").hint == "its masks: causal, window"   # had no hint
+    assert _err("", MaskNameError, name="m").hint == "it defines no mask"
 
 
 def test_duplicate_mask():

@@ -93,3 +93,46 @@ def test_cli_on_dev_zero_stops_with_an_error(command):
 def test_a_span_without_control_characters_is_drawn_as_before():
     span = Span("f", 1, 3, 2, "\tab cd\n")
     assert span.caret() == "  \tab cd\n  \t ^~"
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_a_byte_that_is_not_utf8_is_pointed_at(tmp_path, bom):
+    # a Latin-1 'é' pasted into a comment: the error names its line and column and draws the line, as a
+    # syntax error does, instead of a byte offset to count by hand
+    path = tmp_path / "latin1.mask"
+    path.write_bytes(bom + b"mask m()\n  allow k <= q   # caf\xe9 \xe9\n")
+    with pytest.raises(MaskSyntaxError) as info:
+        read_source(path)
+    err = info.value
+    assert (err.span.file, err.span.line, err.span.col) == (str(path), 2, 23), str(err)
+    assert "not UTF-8" in err.message and "0xe9" in err.message
+    assert str(err).splitlines()[1:3] == ["    allow k <= q   # caf\ufffd \ufffd", "                        ^"]
+    lint = [d for d in lint_file(path) if d.severity == "error"]
+    assert [(d.line, d.col) for d in lint] == [(2, 23)]
+
+
+def test_an_imported_file_that_is_not_utf8_is_pointed_at_in_that_file(tmp_path):
+    (tmp_path / "lib.mask").write_bytes(b"mask lib()\n  allow k <= q \xff\n")
+    (tmp_path / "main.mask").write_text('import "lib.mask"\nmask m()\n  allow lib()\n')
+    with pytest.raises(MaskSyntaxError) as info:
+        maskc.load(tmp_path / "main.mask")
+    err = info.value
+    assert (err.span.file, err.span.line, err.span.col) == (str(tmp_path / "lib.mask"), 2, 16), str(err)
+    assert "main.mask:1:1" in err.hint           # and where it was imported
+
+
+@pytest.mark.parametrize("col", [14, 100_000, 200_017])
+def test_a_very_long_line_is_drawn_around_the_caret_only(col):
+    # a 200,000-character line was printed whole, with as many spaces before the caret (400 KB of error)
+    line = "  allow k <= q" + " + 1" * 50_000 + " +"
+    span = Span("f.mask", 2, col, 3, line)
+    shown, caret = span.caret().split("\n")
+    assert len(shown) <= 200 and len(caret) <= 200
+    assert shown[caret.index("^"):].startswith((line + " ")[col - 1:col + 2].rstrip()), (shown, caret)
+    assert shown.startswith("  …") == (col > 100) and shown.endswith("…") == (col < 200_000)
+
+
+def test_a_long_line_keeps_tabs_before_the_caret_in_its_window():
+    line = "\t" + "x" * 300 + "\tallow"
+    shown, caret = Span("f", 1, 303, 5, line).caret().split("\n")
+    assert shown.endswith("\tallow") and caret.endswith("\t^~~~~")

@@ -106,6 +106,10 @@ def _check_count(name: str, value, largest: int, why: str) -> None:
                         hint=why if is_int(value) and value > largest else None)
 
 
+# bind's own keywords beside the mask's parameters (a misspelt one is named: num_head, kvlen)
+LENGTH_KEYWORDS = ("seq_len", "kv_len", "num_heads")
+
+
 def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,
          kv_len: int | None = None, num_heads: int | None = None, **values) -> BoundParams:
     """Validate and bind parameter values (see the module docstring); ``ranges`` is the mask's range
@@ -119,8 +123,8 @@ def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,
     for key in values:
         if key not in names:
             raise BindError(f"mask '{mask.name}' has no parameter '{key}'", mask.span,
-                            did_you_mean(key, names) or (f"its parameters: {', '.join(names)}" if names else
-                                                         "it takes no parameters"))
+                            did_you_mean(key, names + list(LENGTH_KEYWORDS)) or (
+                                f"its parameters: {', '.join(names)}" if names else "it takes no parameters"))
     values = {key: from_tensors(v) for key, v in values.items()}     # torch tensors as numpy arrays
     batch = 1
     for p in mask.params:

@@ -144,8 +144,13 @@ def table_value(mask, p, value, num_heads: int | None, at: str, sizes: tuple[int
         shape = value.shape
         values = _int_array(value.reshape(-1), f"'{p.name}'{at}", p.span)
     elif rows:
-        if not isinstance(value, (list, tuple)) or not value:
-            raise BindError(f"'{p.name}' must be a list of rows (lists of integers){at}", p.span)
+        if not isinstance(value, (list, tuple)) or not value or not all(
+                isinstance(r, (list, tuple, np.ndarray)) for r in value):
+            # a flattened table (a list of integers) is the likely slip: say that it is one
+            got = ", got a list of integers" if isinstance(value, (list, tuple)) and value and all(
+                is_int(r) for r in value) else ""
+            raise BindError(f"'{p.name}' must be a list of rows (lists of integers)"
+                            f"{', one per head' if per_head else ''}{got}{at}", p.span)
         lists = [_int_array(r, f"'{p.name}'{at}", p.span) for r in value]
         if len({len(r) for r in lists}) > 1:
             raise BindError(f"the rows of '{p.name}' differ in length ({', '.join(str(len(r)) for r in lists)})"

@@ -42,7 +42,7 @@ def call_builtin(resolver, node, scope, file):
     if named is not None:
         raise MaskTypeError(f"{node.func}() takes no keyword arguments", named.span)
     if n < lo or (hi is not None and n > hi):
-        count = f"{lo}" if lo == hi else f"at least {lo}"
+        count = f"{lo}" if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
         raise MaskTypeError(f"{node.func}() takes {count} positional argument(s), got {n}", node.span)
     if node.func == "same":
         segs = []

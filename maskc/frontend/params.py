@@ -15,12 +15,21 @@ from maskc.frontend.score import float_param
 from maskc.ir.walk import depends_on_position, mentions
 
 
+# Names bind() takes for itself: a parameter of that name could never be given a value (bind(num_heads=4)
+# sets the heads, and the parameter silently kept its default).
+BIND_KEYWORDS = {"num_heads": "bind()'s number of heads (--heads on the command line)",
+                 "self": "a name Python's bind() reserves"}
+
+
 def resolve_params(resolver, decl: ir.MaskDecl) -> tuple[ir.Param, ...]:
     """The mask's parameters, in declaration order (see the module docstring)."""
     out: list[ir.Param] = []
     for p in decl.params:
         if p.name in ir.POSITIONS + ir.BUILTINS:
             raise MaskNameError(f"'{p.name}' is a built-in and cannot be a parameter", p.span)
+        if p.name in BIND_KEYWORDS:
+            raise MaskNameError(f"'{p.name}' is {BIND_KEYWORDS[p.name]} and cannot be a parameter", p.span,
+                                "rename the parameter")
         if any(o.name == p.name for o in out):
             raise MaskNameError(f"parameter '{p.name}' is declared twice", p.span)
         scope = Scope(tuple((o.name, o) for o in out), decl)

@@ -59,18 +59,23 @@ class _Resolver:
                                         f"line {seen[m.name].span.line})", m.span)
                 seen[m.name] = m
 
-    def find_mask(self, name: str, here: ir.SourceFile) -> tuple[ir.SourceFile, ir.MaskDecl] | None:
+    def find_mask(self, name: str, here: ir.SourceFile, span: Span) -> tuple[ir.SourceFile, ir.MaskDecl] | None:
+        """The mask ``name`` called at ``span`` in ``here``: its own, else the one of the files it imports
+        (transitively). Two imported files defining it is an error: taking the first found would depend on the
+        order of the import lines."""
         for m in here.masks:
             if m.name == name:
                 return here, m
-        for f in self.program.files:
-            for m in f.masks:
-                if m.name == name:
-                    return f, m
-        return None
+        found = [(f, m) for f in self.program.visible_from(here) if f is not here for m in f.masks if m.name == name]
+        if len(found) > 1:
+            places = ", ".join(str(m.span) for _, m in found)
+            raise MaskNameError(f"mask '{name}' is defined in more than one imported file ({places}): which one is "
+                                "meant is ambiguous", span, "rename one of them, or define the one meant in this file")
+        return found[0] if found else None
 
-    def all_mask_names(self):
-        return [m.name for f in self.program.files for m in f.masks]
+    def mask_names_from(self, here: ir.SourceFile) -> list[str]:
+        """The masks ``here`` can call (its own and its imports')."""
+        return [m.name for f in self.program.visible_from(here) for m in f.masks]
 
     # -- masks -------------------------------------------------------------------------------
     def resolve_mask(self, file: ir.SourceFile, decl: ir.MaskDecl) -> ir.ResolvedMask:
@@ -90,6 +95,14 @@ class _Resolver:
                 if let.name in ir.POSITIONS + ir.BUILTINS or any(p.name == let.name for p in params):
                     raise MaskNameError(f"'{let.name}' is already a {'parameter' if scope.lookup(let.name) else 'built-in'} "
                                         "and cannot be redefined", let.span)
+                # a second let of a name replaced the first for every rule, silently
+                earlier = scope.lookup(let.name)
+                if isinstance(earlier, Let):
+                    raise MaskNameError(f"'{let.name}' is defined twice in mask '{decl.name}' (first at line "
+                                        f"{earlier.span.line})", let.span, "rename one of them")
+                twice = sorted({a for a in let.args if let.args.count(a) > 1})
+                if twice:
+                    raise MaskNameError(f"'{let.name}' names its argument '{twice[0]}' twice", let.span)
                 scope = scope.bind(let.name, Let(let.args, let.value, scope, let.span))
             rules = tuple(ir.Rule(r.kind, self._rule_cond(r, scope, file), r.span) for r in decl.rules)
             for r in rules:
@@ -301,12 +314,16 @@ class _Resolver:
             return ir.SegValue(bound.name, bound.of, pos, node.span)
         if node.func in FUNCTIONS:
             return call_builtin(self, node, scope, file)
-        found = self.find_mask(node.func, file or self.program.main)
+        here = file or self.program.main
+        found = self.find_mask(node.func, here, node.span)
         if found is not None:
             return call_mask(self, node, found, scope, file)
         known = list(FUNCTIONS) + [n for n, v in scope.values if isinstance(v, Let) or
-                                   (isinstance(v, ir.Param) and v.kind == "per")] + self.all_mask_names()
-        raise MaskNameError(f"unknown function or mask '{node.func}'", node.span, did_you_mean(node.func, known))
+                                   (isinstance(v, ir.Param) and v.kind == "per")] + self.mask_names_from(here)
+        elsewhere = next((f.path for f in self.program.files for m in f.masks if m.name == node.func), None)
+        hint = (f"'{node.func}' is a mask of {elsewhere}, which this file does not import" if elsewhere
+                else did_you_mean(node.func, known))
+        raise MaskNameError(f"unknown function or mask '{node.func}'", node.span, hint)
 
 
 def resolve(program: Program, name: str | None = None) -> ir.ResolvedMask:
@@ -325,8 +342,9 @@ def resolve(program: Program, name: str | None = None) -> ir.ResolvedMask:
     else:
         found = [m for m in main.masks if m.name == name]
         if not found:
-            raise MaskNameError(f"{main.path} has no mask '{name}'", None,
-                                did_you_mean(name, [m.name for m in main.masks]))
+            defined = [m.name for m in main.masks]
+            raise MaskNameError(f"{main.path} has no mask '{name}'", None, did_you_mean(name, defined) or (
+                f"its masks: {', '.join(defined)}" if defined else "it defines no mask"))
         decl = found[0]
     return resolver.resolve_mask(main, decl)
 

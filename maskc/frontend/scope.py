@@ -10,13 +10,28 @@ from maskc.errors import Span
 
 @dataclass(frozen=True)
 class Program:
-    """The files a resolution may look in: the main file first, then its imports (transitively)."""
+    """The files a resolution may look in: the main file first, then its imports (transitively); ``imports``: the
+    paths each file's import lines found, by the file's path (empty: every file sees every other)."""
 
     files: tuple[ir.SourceFile, ...]
+    imports: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def main(self) -> ir.SourceFile:
         return self.files[0]
+
+    def visible_from(self, here: ir.SourceFile) -> tuple[ir.SourceFile, ...]:
+        """The files whose masks ``here`` can call: those it imports, and theirs, transitively (``here`` first)."""
+        if not self.imports:
+            return self.files
+        edges = dict(self.imports)
+        reached, todo = {here.path}, [here.path]
+        while todo:
+            for path in edges.get(todo.pop(), ()):
+                if path not in reached:
+                    reached.add(path)
+                    todo.append(path)
+        return tuple(f for f in self.files if f.path in reached)
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,17 @@ never read.
 """
 from __future__ import annotations
 
+import codecs
 import os
 import stat
 from pathlib import Path, PurePath
+from typing import Iterable, Union
 
 from maskc import ir
 from maskc.errors import MaskSyntaxError, Span
+
+# Where imports are looked for after the importing file's directory: directories, or one alone.
+ImportPaths = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]]
 
 MAX_SOURCE_BYTES = 1 << 20          # 1 MiB: a .mask file is a few KB
 _NAME_MAX = 255                     # bytes in one path component (Linux, macOS)
@@ -40,7 +45,22 @@ def read_source(path: Path, span: Span | None = None, regular_only: bool = False
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise MaskSyntaxError(f"cannot read {path}: not UTF-8 text (byte {err.start})", span) from None
+        # utf-8-sig counts from past the byte-order mark
+        offset = err.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        raise MaskSyntaxError(f"this file is not UTF-8 text: byte 0x{data[offset]:02x} is not a character",
+                              _byte_span(path, data, offset),
+                              "save the file as UTF-8" + (f" (it is imported at {span})" if span else "")) from None
+
+
+def _byte_span(path: Path, data: bytes, offset: int) -> Span:
+    """The place of byte ``offset`` of ``data`` as a caret can show it: its line, and its column in characters
+    (what comes before it on the line decodes, as it precedes the first byte that does not)."""
+    start = data.rfind(b"\n", 0, offset) + 1
+    end = data.find(b"\n", offset)
+    line = data[start:end if end >= 0 else len(data)]
+    before = data[start:offset].decode("utf-8-sig" if start == 0 else "utf-8")
+    return Span(str(path), data.count(b"\n", 0, offset) + 1, len(before) + 1, 1,
+                line.decode("utf-8-sig" if start == 0 else "utf-8", errors="replace"))
 
 
 def _relative_name(imp: ir.ImportDecl) -> PurePath:
@@ -86,8 +106,11 @@ def find_import(imp: ir.ImportDecl, here: Path, search: tuple[Path, ...]) -> Pat
     raise MaskSyntaxError(f"cannot import '{imp.path}': no such file", imp.span, f"looked in: {where}")
 
 
-def search_path(import_paths) -> tuple[Path, ...]:
-    """The explicit search path: existing directories, in order."""
+def search_path(import_paths: ImportPaths) -> tuple[Path, ...]:
+    """The explicit search path: existing directories, in order; one directory may be given alone (a str is
+    a path, not a sequence of one-letter directories)."""
+    if isinstance(import_paths, (str, os.PathLike)):
+        import_paths = (import_paths,)
     out = []
     for p in import_paths:
         path = Path(p)

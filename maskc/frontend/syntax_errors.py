@@ -156,6 +156,58 @@ def _unknown_statement(tok, accepts: set[str], lines: list[str]) -> tuple[str, i
     return None
 
 
+# Operators of other languages a user may type for one of the language's (the text from the error's column, or
+# from the column before it for a doubled one): what to write instead.
+_SLIPS = (("=<", "did you mean '<='?"), ("=>", "did you mean '>='?"),
+          ("&&", "conditions combine with 'and' ('&' is a bit operation on integers)"),
+          ("||", "conditions combine with 'or' ('|' is a bit operation on integers)"),
+          ("!", "a condition is negated with 'not' ('!' stands only in '!=')"))
+
+
+# Characters that text copied from a paper, a web page or a word processor brings, each with what to type.
+_LOOKALIKES = {
+    "\u00a0": ("a no-break space", "a plain space"), "\u2009": ("a thin space", "a plain space"),
+    "\u202f": ("a narrow no-break space", "a plain space"), "\u200b": ("a zero-width space", "nothing: delete it"),
+    "\ufeff": ("a zero-width no-break space", "nothing: delete it"),
+    "≤": ("'≤'", "'<='"), "≥": ("'≥'", "'>='"), "≠": ("'≠'", "'!='"), "−": ("a minus sign", "'-'"),
+    "–": ("an en dash", "'-'"), "—": ("an em dash", "'-'"), "×": ("'×'", "'*'"), "÷": ("'÷'", "'//'"),
+    "“": ("a curly quote", "'\"'"), "”": ("a curly quote", "'\"'"), "„": ("a curly quote", "'\"'"),
+}
+
+
+def _lookalike_hint(ch: str) -> str | None:
+    """What to type for a character that looks like (or hides as) one the language takes."""
+    if ch not in _LOOKALIKES:
+        return None
+    what, instead = _LOOKALIKES[ch]
+    return f"this is {what} (U+{ord(ch):04X}), copied from formatted text most likely: type {instead}"
+
+
+def _slip_hint(lines: list[str], line: int, col: int, accepts: set[str]) -> str | None:
+    """A hint for an operator of another language at ``line:col`` (``=<``, ``&&``, ``!``), or for '=' where a
+    comparison can stand."""
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    here, pair = text[col - 1:], text[max(col - 2, 0):]
+    for slip, hint in _SLIPS:
+        if here.startswith(slip) or (len(slip) == 2 and slip[0] == slip[1] and pair.startswith(slip)):
+            return hint
+    if here.startswith("=") and "COMP_OP" in accepts:
+        return "compare with '=='"
+    return None
+
+
+def _indent_hint(lines: list[str], line: int, col: int) -> str:
+    """Why the indented line ``line`` (its text from ``col``) is deeper than the parser expects: tabs among
+    spaces (a tab counts as 8 columns, so lines that look aligned are not), else one indent too many."""
+    indent = lines[line - 1][:col - 1]
+    above = next((t for t in reversed(lines[:line - 1]) if t.strip() and not t.lstrip().startswith("#")), "")
+    around = indent + above[:len(above) - len(above.lstrip(" \t"))]
+    if " " in around and "\t" in around:
+        return ("this line and the one above indent with tabs and spaces mixed: a tab counts as 8 columns, so "
+                "they do not line up; indent with one or the other")
+    return "a mask's rules are indented once, under its 'mask' line"
+
+
 def span_at(path: str, lines: list[str], line: int, col: int, length: int = 1) -> Span:
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     return Span(path, line, col, length, text)
@@ -174,7 +226,10 @@ def syntax_error(err: UnexpectedInput, path: str, lines: list[str], patterns: di
         ch = lines[line - 1][col - 1] if line <= len(lines) and col <= len(lines[line - 1]) else "?"
         expected = _expected_words(_accepted(err), patterns, _token_before(lines, line, col))
         more = "; expected " + _join(expected) if expected and len(expected) <= 6 else ""
-        return MaskSyntaxError(f"unexpected character {ch!r}{more}", span)
+        hint = _slip_hint(lines, line, col, set()) or _lookalike_hint(ch)
+        if ch == "\r":
+            hint = "this file's lines end with '\\r' alone (old Mac line endings): save it with '\\n' or '\\r\\n'"
+        return MaskSyntaxError(f"unexpected character {ch!r}{more}", span, hint)
     if isinstance(err, UnexpectedToken):
         # what the parser takes here; Lark's own `expected` also holds what its lexer tries everywhere (the end
         # of a line, even inside brackets, where lines are joined)
@@ -198,13 +253,15 @@ def syntax_error(err: UnexpectedInput, path: str, lines: list[str], patterns: di
             "the end of the block" if tok.type == "_DEDENT" else repr(str(tok)))
         found = f"unexpected {got}" if got.startswith("'") else f"found {got}"
         hint = None
+        length = max(1, len(str(tok)))
         if tok.type == "_INDENT":        # Lark places it at the end of the line before: point at the line
-            hint = "a mask's rules are indented once, under its 'mask' line"
             line = min(line + 1, len(lines))
             col = len(lines[line - 1]) - len(lines[line - 1].lstrip(" \t")) + 1
-        elif str(tok) in ("=",) and "COMP_OP" in accepts:
-            hint = "compare with '=='"
-        span = span_at(path, lines, line, col, max(1, len(str(tok))))
+            length = max(1, len(lines[line - 1][col - 1:].split(maxsplit=1)[0] if lines[line - 1].strip() else ""))
+            hint = _indent_hint(lines, line, col)
+        else:
+            hint = _slip_hint(lines, line, col, accepts)
+        span = span_at(path, lines, line, col, length)
         opened = _open_brackets(lines, line, col)
         if opened:
             bracket, open_line, open_col = opened[-1]

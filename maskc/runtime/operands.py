@@ -101,10 +101,17 @@ def validate(q: Operand, k: Operand, v: Operand, bound) -> None:
 
 
 def check_scale(scale, head_dim: int) -> float:
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise AttentionInputError(f"scale must be a finite positive number, got {scale}")
-    return scale
+    """The softmax scale: 1/sqrt(head_dim) by default, else a finite positive number (a bool, a string, nan or a
+    negative one is refused naming what it got, on the CPU path as on the GPU's)."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    try:
+        value = float(scale) if not isinstance(scale, (bool, str, bytes)) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise AttentionInputError(f"scale must be a finite positive number, got {scale!r}")
+    return value
 
 
 class Outputs:

@@ -33,6 +33,7 @@ import torch
 
 from maskc.options import Options, from_token, options_of
 from maskc.runtime import handles
+from maskc.runtime.operands import check_scale
 from maskc.runtime.permute import from_order, from_order_all, ordered_for, to_order, to_order_all
 
 _dense_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -280,8 +281,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bound, scale: f
     any, flows back too). ``deterministic``: a backward without atomics, bitwise repeatable. ``options``:
     how the kernels are built and run (default: the environment's, read by this call; its backward uses the
     same)."""
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])      # the CPU path took nan and negative scales the kernels refuse
     if torch.compiler.is_compiling():
         if options is not None:
             options_of(options, "attention()")         # a TypeError naming what it takes, not one from below
