@@ -19,7 +19,8 @@ from maskc.analysis.evaluate import Evaluator
 from maskc.analysis.rows import RowValues, TileIntervals
 
 from conftest import tile_truth
-from test_predicate import check_bound, needs_gxx
+from host_cxx import needs_gxx
+from test_predicate import check_bound
 
 OPS = ["+", "-", "*", "//", "%", "&", "|", "^", "<<", ">>"]
 

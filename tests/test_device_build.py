@@ -22,7 +22,8 @@ from maskc.kernel_ir import EMPTY, FULL, PARTIAL
 import device_model
 from conftest import EXAMPLE_NAMES, EXAMPLES, batch_params, example_params
 from mask_strategies import binding, mask_text, perturbed, q_expr, tile_shape
-from test_predicate import GXX, SHIM, needs_gxx
+from host_cxx import build_library, needs_gxx
+from test_predicate import SHIM
 
 torch = pytest.importorskip("torch")
 
@@ -76,7 +77,7 @@ def test_builder_reads_every_region_interval_of_the_predicate(name):
     assert src.count("maskc_bad_segments(mask + mask[") == len(segments)
     assert set(spec.entries) == {f"maskc_{k}_{spec.mask_name}" for k in
                                  ("validate", "rows", "cols", "order")}
-    assert all(f'extern "C" __global__' in src.split(entry)[0][-200:] for entry in spec.entries)
+    assert all('extern "C" __global__' in src.split(entry)[0][-200:] for entry in spec.entries)
 
 
 def test_masks_the_device_cannot_classify_are_refused():
@@ -233,30 +234,15 @@ extern "C" void maskc_checks(const int* data, const int* offsets, int batch, int
     }
 }
 """
-_CHECK_LIBS: dict = {}
-
-
 def _checks_lib(mask):
     """The builder's checks of ``mask`` (emit_checks: what its validate kernel runs per batch element), compiled
     by g++ with the predicate tests' shim."""
-    import ctypes
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
     from maskc.codegen.descriptor_build import emit_checks
 
     source = emit_checks(builder_spec(mask.name, mask.ranges, mask.const_values(), resolved=mask.resolved))
-    if source not in _CHECK_LIBS:
-        build = Path(tempfile.mkdtemp(prefix="maskc_checks_"))
-        (build / "checks.cpp").write_text(SHIM + source + CHECK_LOOP)
-        res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(build / "checks.cpp"), "-o",
-                              str(build / "checks.so")], capture_output=True, text=True)
-        assert res.returncode == 0, f"g++ rejected the checks:\n{res.stderr[:4000]}\n{source}"
-        lib = ctypes.CDLL(str(build / "checks.so"))
-        lib.maskc_checks.restype = None
-        _CHECK_LIBS[source] = lib
-    return _CHECK_LIBS[source]
+    lib = build_library(SHIM + source + CHECK_LOOP, "the checks")
+    lib.maskc_checks.restype = None
+    return lib
 
 
 def _device_checks(mask, dm, lanes: int) -> np.ndarray:

@@ -3,8 +3,6 @@ compiled as C++ by g++ with the token order's raster map, reproduce the dense ma
 rewritten one in an order: the raster mask's dense mask permuted), at the width the binding chose."""
 import ctypes
 import dataclasses
-import hashlib
-import subprocess
 
 import numpy as np
 import pytest
@@ -17,7 +15,8 @@ from maskc.ordered import token_order
 
 from conftest import EXAMPLES, example_params
 from mask_strategies import chunk_binding, chunk_mask_text
-from test_predicate import _BUILD, GXX, SHIM, needs_gxx
+from host_cxx import build_library, needs_gxx
+from test_predicate import SHIM
 
 LOOP = """
 // A tile's keys from its first key's raster position (mask_raster_tile, mask_raster_step) against mask_raster key
@@ -48,26 +47,15 @@ extern "C" void maskc_fill_elements(const int* mask, int b, int h, int seq_len, 
 }
 """
 
-_LIBS: dict = {}
-
-
 def compile_elements(source: str):
-    key = hashlib.sha1(source.encode()).hexdigest()[:16]
-    if key not in _LIBS:
-        cpp, so = _BUILD / f"e{key}.cpp", _BUILD / f"e{key}.so"
-        cpp.write_text(SHIM + "#define __host__\n" + source + LOOP)
-        res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
-                             capture_output=True, text=True)
-        assert res.returncode == 0, f"g++ rejected the element path:\n{res.stderr[:4000]}\n{source}"
-        lib = ctypes.CDLL(str(so))
-        lib.maskc_fill_elements.restype = None
-        lib.maskc_fill_elements.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                            ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
-        lib.maskc_check_tiles.restype = ctypes.c_int
-        lib.maskc_check_tiles.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int,
-                                          ctypes.POINTER(ctypes.c_int)]
-        _LIBS[key] = lib
-    return _LIBS[key]
+    lib = build_library(SHIM + "#define __host__\n" + source + LOOP, "the element path")
+    lib.maskc_fill_elements.restype = None
+    lib.maskc_fill_elements.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                        ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
+    lib.maskc_check_tiles.restype = ctypes.c_int
+    lib.maskc_check_tiles.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int,
+                                      ctypes.POINTER(ctypes.c_int)]
+    return lib
 
 
 def check_elements(bound, heads=(0,), tiles=(16, 32, 128)) -> int:

@@ -4,11 +4,7 @@ moves that share of the softmax's exponentials off the SFU (counted in the PTX),
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +14,8 @@ import maskc
 from maskc.codegen.emit import compile_with_log, template_dir
 from maskc.kernel_ir import EXP2_EMULATION, KernelSource
 from conftest import EXAMPLES
+from host_cxx import build_library
 
-GXX = shutil.which("g++")
 HOST_PRELUDE = """#include <cmath>
 #include <cstring>
 #define __host__
@@ -38,17 +34,8 @@ extern "C" void exp2_fma_all(const float* x, float* y, int n) {
 @pytest.fixture(scope="module")
 def exp2_fma():
     """The template's exp2_fma compiled by g++, as a numpy function."""
-    if GXX is None:
-        pytest.skip("no g++ here")
     body = re.sub(r"\{#-.*?-#\}\n", "", (Path(template_dir()) / "exp2_fma.cu.j2").read_text(), flags=re.S)
-    source = HOST_PRELUDE + body + HOST_LOOP
-    build = Path(tempfile.mkdtemp(prefix="maskc_exp2_"))
-    cpp, so = build / "exp2_fma.cpp", build / f"exp2_fma_{hashlib.sha1(source.encode()).hexdigest()[:12]}.so"
-    cpp.write_text(source)
-    res = subprocess.run([GXX, "-O2", "-shared", "-fPIC", "-std=c++17", "-Wall", str(cpp), "-o", str(so)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, f"g++ rejected it:\n{res.stderr[:4000]}"
-    lib = ctypes.CDLL(str(so))
+    lib = build_library(HOST_PRELUDE + body + HOST_LOOP, "exp2_fma", ("-O2", "-Wall"))
 
     def run(x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)

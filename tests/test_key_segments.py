@@ -13,7 +13,8 @@ import maskc
 from maskc.lint import lint_file
 
 from conftest import tile_truth
-from test_predicate import check_bound, needs_gxx
+from host_cxx import needs_gxx
+from test_predicate import check_bound
 
 CROSS = "mask m(text: segments, images: segments over k)\n  allow same(text, images)\n"
 CROSS_MORE = ("mask m(text: segments, images: segments over k, w: int)\n"

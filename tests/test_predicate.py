@@ -1,25 +1,18 @@
 """The generated predicate is executable: compiled as C++ by g++, it reproduces the dense mask."""
 import ctypes
-import hashlib
 import re
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import maskc
 from maskc.codegen.predicate import emit_predicate, pack_mask_data, predicate
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params
+from host_cxx import build_library, needs_gxx
 from mask_strategies import binding, mask_text
 
-GXX = shutil.which("g++")
-needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ is not installed")
 
 SHIM = """\
 #include <algorithm>
@@ -85,26 +78,13 @@ def fills_of(source: str) -> tuple[str, ...]:
     return ("maskc_fill", "maskc_fill_bits64", "maskc_fill_bits32") + tables
 
 
-_BUILD = Path(tempfile.mkdtemp(prefix="maskc_pred_"))
-_LIBS: dict = {}
-
-
 def compile_predicate(source: str):
-    key = hashlib.sha1(source.encode()).hexdigest()[:16]
-    if key in _LIBS:
-        return _LIBS[key]
-    cpp, so = _BUILD / f"{key}.cpp", _BUILD / f"{key}.so"
-    cpp.write_text(SHIM + source + LOOP + (BITS_LOOP if "mask_bits(" in source else "")
-                   + (ROOTS_LOOP if "MASK_ROOT_TABLES" in source else ""))
-    res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, f"g++ rejected the predicate:\n{res.stderr[:4000]}\n{source}"
-    lib = ctypes.CDLL(str(so))
+    lib = build_library(SHIM + source + LOOP + (BITS_LOOP if "mask_bits(" in source else "")
+                        + (ROOTS_LOOP if "MASK_ROOT_TABLES" in source else ""), "the predicate")
     for name in fills_of(source):
         getattr(lib, name).restype = None
         getattr(lib, name).argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                        ctypes.c_int, ctypes.POINTER(ctypes.c_ubyte)]
-    _LIBS[key] = lib
     return lib
 
 
@@ -294,12 +274,7 @@ def test_narrow_isqrt_is_exact_next_to_every_square():
     """maskc_isqrt(int) (a float root and one branch-free step each way, in unsigned 32 bits) against the exact
     integer root next to every square up to 2**31 (where a rounded float root can land on the wrong side)."""
     helpers = predicate(maskc.load(EXAMPLES / "clear.mask").ranges, narrow=True).helpers
-    cpp, so = _BUILD / "isqrt.cpp", _BUILD / "isqrt.so"
-    cpp.write_text(SHIM + helpers + ISQRT_LOOP)
-    res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[:4000]
-    lib = ctypes.CDLL(str(so))
+    lib = build_library(SHIM + helpers + ISQRT_LOOP, "the isqrt helpers")
     lib.maskc_isqrt32_misses.restype = ctypes.c_longlong
     lib.maskc_isqrt32_misses.argtypes = [ctypes.c_int, ctypes.c_int]
     assert lib.maskc_isqrt32_misses(0, 46341) == 0

@@ -11,7 +11,8 @@ import maskc
 from maskc.codegen.predicate import emit_predicate, pack_mask_data
 
 from conftest import EXAMPLE_NAMES, EXAMPLES, example_params, tile_truth
-from test_predicate import compile_predicate, needs_gxx, predicate_dense
+from host_cxx import needs_gxx
+from test_predicate import compile_predicate, predicate_dense
 
 MASKS = {name: maskc.load(EXAMPLES / f"{name}.mask") for name in EXAMPLE_NAMES}
 

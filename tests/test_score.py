@@ -2,13 +2,8 @@
 implementations and finite differences, the generated device code (compiled by g++ on the CPU) against the
 reference on random modifiers, the Flex score_mod, and what the kernels are given."""
 import ctypes
-import hashlib
 import math
 import re
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +13,8 @@ import maskc
 from maskc.analysis.score import ScoreEvaluator
 from maskc.runtime.reference import reference_attention, reference_attention_backward
 from conftest import EXAMPLES, example_score_mod
+from host_cxx import build_library, needs_gxx
 
-GXX = shutil.which("g++")
 
 
 def compile_text(text: str, name=None):
@@ -346,18 +341,9 @@ extern "C" float unit_of(const int* mask, int b, int h, float scale) {
     return score_unit(score_head(mask, b, h, scale));
 }
 """
-_BUILD = Path(tempfile.mkdtemp(prefix="maskc_score_"))
-
-
 def compile_score(source: str):
-    key = hashlib.sha1(source.encode()).hexdigest()[:16]
-    cpp, so = _BUILD / f"{key}.cpp", _BUILD / f"{key}.so"
     forward = "score_mod_fwd" in source
-    cpp.write_text(SHIM + source + LOOP + (LOOP_FORWARD if forward else ""))
-    res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-w", str(cpp), "-o", str(so)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, f"g++ rejected the score code:\n{res.stderr[:4000]}\n{source}"
-    lib = ctypes.CDLL(str(so))
+    lib = build_library(SHIM + source + LOOP + (LOOP_FORWARD if forward else ""), "the score code")
     f32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
     lib.score_fill.argtypes = [np.ctypeslib.ndpointer(np.int32), ctypes.c_int, ctypes.c_int, ctypes.c_float,
                                ctypes.c_int, ctypes.c_int, f32, f32, f32, f32]
@@ -392,7 +378,7 @@ def device_scores(bound, offsets: bool, x: np.ndarray, head: int, scale: float):
     return out.astype(np.float64) * scale, slope.astype(np.float64)
 
 
-@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@needs_gxx
 @settings(max_examples=25, deadline=None)
 @given(st.lists(_expr(2), min_size=1, max_size=2), st.sampled_from([0.125, 0.3, 1.0]))
 def test_generated_code_computes_the_reference(statements, scale):
@@ -408,7 +394,7 @@ def test_generated_code_computes_the_reference(statements, scale):
         np.testing.assert_allclose(got_slope, want_slope, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want_slope).max()))
 
 
-@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@needs_gxx
 @settings(max_examples=25, deadline=None)
 @given(_expr(2), st.lists(st.tuples(st.sampled_from(["+", "-"]), st.sampled_from(
            ["sl * (q - k)", "(k - q) * c", "(q - k)", "sl * (2 * q - 3 * k + 1)", "sl * q", "c", "1.5", "t[q - k]",
@@ -424,7 +410,7 @@ def test_forward_scores_and_row_terms_add_up_to_the_modifier(first, shifts, scal
     _check_forward_scores(bound, spec, scale, origin)
 
 
-@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@needs_gxx
 @settings(max_examples=25, deadline=None)
 @given(_expr(2), st.sampled_from(["+", "-", "*"]), st.sampled_from(["c", "2.0", "sl", "(sl + 1.0)"]),
        st.sampled_from([0.125, 0.3, 1.0]), st.integers(0, 10))
@@ -437,7 +423,7 @@ def test_forward_scores_of_a_softcap_leave_its_factor_to_the_softmax(inner, op, 
     _check_forward_scores(bound, spec, scale, origin)
 
 
-@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@needs_gxx
 def test_a_negative_cap_written_on_the_device_keeps_the_softcap():
     """A device update can write any float into a cap (bind checks it, the device does not): cap * tanh(x / cap)
     is the same for -cap, and so must be what the forward's softmax sees (its row maxima need a positive
@@ -469,7 +455,7 @@ def _check_forward_scores(bound, spec, scale, origin):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
 
 
-@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@needs_gxx
 def test_sub_block_code_sees_the_parents_positions():
     """A restricted (context-parallel) block's kernels take local positions and read the origin from the table."""
     bound = maskc.load(EXAMPLES / "alibi.mask").bind(seq_len=40, num_heads=2, slope=[0.5, 0.25])

@@ -13,7 +13,8 @@ import maskc
 from maskc.explain import ranges_text
 
 from conftest import tile_truth
-from test_predicate import check_bound, needs_gxx
+from host_cxx import needs_gxx
+from test_predicate import check_bound
 
 
 def _sound(bound, bm, bn, heads=(0,)):

@@ -4,11 +4,6 @@ the number maskc.runs.partial_slots gives that (row block, key block) (the store
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +13,8 @@ import maskc
 from maskc.codegen.emit import _environment, template_dir
 from maskc.runs import PARTIAL, partial_slots
 from conftest import EXAMPLES, example_params
+from host_cxx import build_library
 
-GXX = shutil.which("g++")
 HOST_PRELUDE = """#define __device__
 #define __forceinline__ inline
 namespace maskc {
@@ -43,17 +38,8 @@ extern "C" int walk_row(const int* runs, const int* slots, int run_first, int ru
 @pytest.fixture(scope="module")
 def walk_row():
     """The template's TileWalk compiled by g++: walk_row(runs, slots, run_first, run_end) -> (blocks, kinds, slots)."""
-    if GXX is None:
-        pytest.skip("no g++ here")
     body = _environment(str(template_dir())).get_template("tile_walk.cu.j2").render()
-    source = HOST_PRELUDE + body + HOST_WALK
-    build = Path(tempfile.mkdtemp(prefix="maskc_walk_"))
-    cpp, so = build / "walk.cpp", build / f"walk_{hashlib.sha1(source.encode()).hexdigest()[:12]}.so"
-    cpp.write_text(source)
-    res = subprocess.run([GXX, "-O2", "-shared", "-fPIC", "-std=c++17", "-Wall", str(cpp), "-o", str(so)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, f"g++ rejected it:\n{res.stderr[:4000]}"
-    lib = ctypes.CDLL(str(so))
+    lib = build_library(HOST_PRELUDE + body + HOST_WALK, "the walk", ("-O2", "-Wall"))
     pointer = ctypes.c_void_p
 
     def run(runs: np.ndarray, slots: np.ndarray, run_first: int, run_end: int):

@@ -6,11 +6,7 @@ every rendered variant through NVRTC for every target, without spills."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,7 +22,7 @@ from maskc.ordered import token_order
 from maskc.runtime.moves import Array, aligned, plan_moves
 
 from conftest import EXAMPLES
-from test_predicate import GXX, needs_gxx
+from host_cxx import build_library, needs_gxx
 
 torch = pytest.importorskip("torch")
 from maskc.runtime.permute import _moved, from_order, to_order  # noqa: E402  (torch moves: the reference)
@@ -46,20 +42,8 @@ extern "C" void maskc_token_map(int origin, int width, int rows, int cols, int e
 }
 """
 
-_BUILD = Path(tempfile.mkdtemp(prefix="maskc_moves_"))
-_LIBS: dict = {}
-
-
 def _compiled(source: str):
-    key = hashlib.sha1(source.encode()).hexdigest()[:16]
-    if key not in _LIBS:
-        cpp, so = _BUILD / f"{key}.cpp", _BUILD / f"{key}.so"
-        cpp.write_text(source)
-        res = subprocess.run([GXX, "-O1", "-shared", "-fPIC", "-std=c++17", "-Wall", "-Wno-unused-function",
-                              str(cpp), "-o", str(so)], capture_output=True, text=True)
-        assert res.returncode == 0, f"g++ rejected it:\n{res.stderr[:4000]}"
-        _LIBS[key] = ctypes.CDLL(str(so))
-    return _LIBS[key]
+    return build_library(source, "the moves' code", ("-O1", "-Wall", "-Wno-unused-function"))
 
 
 def host_map(order: TokenOrder, seq_len: int) -> np.ndarray:

@@ -20,7 +20,8 @@ from maskc.options import Options
 from maskc.ordered import in_order, token_order
 
 from conftest import EXAMPLES, tile_truth
-from test_predicate import check_bound, needs_gxx
+from host_cxx import needs_gxx
+from test_predicate import check_bound
 
 _masks: dict = {}
 

@@ -14,7 +14,8 @@ from maskc.errors import BindError
 
 from conftest import EXAMPLES
 from mask_strategies import HEADER, binding, chunk_binding, chunk_mask_text, mask_text
-from test_predicate import check_bound, needs_gxx
+from host_cxx import needs_gxx
+from test_predicate import check_bound
 
 INT32_MAX = 2 ** 31 - 1
 OVERFLOW = "mask ov(a: int, c: int, w: int)\n  allow k <= q + a - c, q - w <= k\n"
