@@ -665,13 +665,13 @@ def _assert_members(records, owner, lo, hi, unsure) -> None:
     np.testing.assert_array_equal(records.unsure, unsure)
 
 
-def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
+def _bound_with_records(text, seq_len, kv_len, params, shape, records=True):
     """The bound mask (from a fresh compile), its classes at ``shape`` found, the StridedFamilies that finding them
-    made, and whether piece_tiles._strided_runs answered for any (``strided`` off: no records tried, every family
+    made, and whether piece_tiles._strided_runs answered for any (``records`` off: no records tried, every family
     enumerated as before them)."""
-    from maskc.analysis import keys
+    from maskc.analysis import strided
     made, answered = [], []
-    real, real_runs = keys._strided, piece_tiles._strided_runs
+    real, real_runs = strided.records, piece_tiles._strided_runs
 
     def recorded(*args):
         found = real(*args)
@@ -682,7 +682,7 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
         found = real_runs(*args)
         answered.append(found is not None)
         return found
-    keys._strided = recorded if strided else (lambda *args: None)
+    strided.records = recorded if records else (lambda *args: None)
     piece_tiles._strided_runs = recorded_runs
     try:
         mask = maskc.compile_mask(text)
@@ -692,7 +692,7 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
         event(f"rejected: {type(err).__name__}")
         assume(False)
     finally:
-        keys._strided, piece_tiles._strided_runs = real, real_runs
+        strided.records, piece_tiles._strided_runs = real, real_runs
     return mask, bound, [f for f in made if f is not None], any(answered)
 
 
@@ -717,7 +717,7 @@ def test_strided_records_are_the_families_they_stand_for(drawn, shape):
         owner, lo, hi, unsure, *_ = records.expand()
         _assert_members(records, owner, lo, hi, unsure)
     _check_classes(bound, *shape, exact=mask.exact)
-    _, before, _, _ = _bound_with_records(_TRANSLATES[kind], seq_len, kv_len, params, shape, strided=False)
+    _, before, _, _ = _bound_with_records(_TRANSLATES[kind], seq_len, kv_len, params, shape, records=False)
     for name in ("run_offsets", "runs", "work_order"):
         np.testing.assert_array_equal(getattr(bound.descriptor(*shape), name), getattr(before.descriptor(*shape), name))
 
@@ -731,7 +731,7 @@ def test_random_chunk_masks_classify_the_same_with_records(text, bind_args, shap
     mask, bound, made, answered = _bound_with_records(text, seq_len, kv_len, params, shape)
     event(f"records made: {bool(made)}, runs from them: {answered}")
     _check_classes(bound, *shape, exact=mask.exact)
-    _, before, _, _ = _bound_with_records(text, seq_len, kv_len, params, shape, strided=False)
+    _, before, _, _ = _bound_with_records(text, seq_len, kv_len, params, shape, records=False)
     for name in ("run_offsets", "runs", "work_order"):
         np.testing.assert_array_equal(getattr(bound.descriptor(*shape), name), getattr(before.descriptor(*shape), name))
 
@@ -753,7 +753,7 @@ def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
     records, so one whose chunk-free bound binds at a single chunk of its run is often the only one that could
     refuse them): the records' members are the families, or no records are made. Points a few rows apart (far
     apart, most owners' chunk ranges differ: unsure, no families)."""
-    from maskc.analysis import keys
+    from maskc.analysis import keys, strided
     kv_len = chunks * w                                  # whole last chunk: the records are tried
     points = [(q, q + d) for q, d in rows]
     seq_len = max(q for p in points for q in p) + 1
@@ -766,9 +766,9 @@ def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
     make = values_at(params, seq_len, kv_len, 0, 0)
     at = [np.array(p, np.int64) for p in zip(*points)]
     for region in mask.specialized(params.ints).allow:
-        found = keys.enumerate_keys(region, make, at, kv_len, 1 << 20, strided=True)
+        found = keys.enumerate_keys(region, make, at, kv_len, 1 << 20, records=strided.records)
         owner, lo, hi, unsure, *_ = keys.enumerate_keys(region, make, at, kv_len, 1 << 20)
-        if not isinstance(found, keys.StridedFamilies):
+        if not isinstance(found, strided.StridedFamilies):
             event(f"{kind}: families")
             continue
         event(f"{kind}: records")

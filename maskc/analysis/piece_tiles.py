@@ -37,7 +37,7 @@ piece's guards and chunk ranges agree (else the parts are enumerated again). Pie
 condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
 which the caller classifies row by row.
 
-Where one region's families come as records of translates (:class:`~maskc.analysis.keys.StridedFamilies`: a
+Where one region's families come as records of translates (:class:`~maskc.analysis.strided.StridedFamilies`: a
 level-1 family's chunks, each interval its first one moved by ``j * stride`` keys), the records are classified
 as they are when the families they stand for would pass every condition above with nothing covered
 (:func:`_strided_runs`); else they are expanded into those families, by the enumeration's own code.
@@ -49,7 +49,9 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis.keys import StridedFamilies, covered_by_all, enumerate_keys, nest_of, union
+from maskc.analysis import strided
+from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
+from maskc.analysis.strided import StridedFamilies
 from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
@@ -243,7 +245,8 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     ends = last_rows(starts, seq_len)
     # One region's families in runs of translates (video's image rows) are classified as runs where that is
     # simple; else they are expanded into the families below.
-    first = enumerate_keys(regions[0], make, [starts, ends], kv_len, budget, strided=len(regions) == 1)
+    first = enumerate_keys(regions[0], make, [starts, ends], kv_len, budget,
+                           records=strided.records if len(regions) == 1 else None)
     if isinstance(first, StridedFamilies):
         found = _strided_runs(first, starts, seq_len, kv_len, block_m, block_n)
         if found is not None:
@@ -322,7 +325,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
 
 def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, block_m: int, block_n: int):
     """:func:`piece_runs`' answer for one region whose families come as records of translates
-    (:class:`~maskc.analysis.keys.StridedFamilies`), or None where it is not simply found from the records.
+    (:class:`~maskc.analysis.strided.StridedFamilies`), or None where it is not simply found from the records.
 
     It is, where the families of the records, expanded, would take piece_runs' path with nothing dropped,
     flagged or covered: in hull order with disjoint hulls within each piece (each record's members apart: hull
