@@ -638,7 +638,7 @@ _TRANSLATES = {        # masks whose level-0 intervals are translates across run
 @st.composite
 def _translate_binding(draw):
     """(kind, seq_len, kv_len, params) for a mask of _TRANSLATES, lengths at and off multiples of the width (a
-    last chunk cut short by kv_len, where the records are not tried)."""
+    last chunk cut short by kv_len: the clip binds at the last members of the runs that reach it, peeled)."""
     kind = draw(st.sampled_from(sorted(_TRANSLATES)))
     w = draw(st.integers(1, 12))
     seq_len = draw(st.one_of(st.integers(1, 160), st.integers(1, 12).map(lambda n: n * w)))
@@ -663,6 +663,10 @@ def _assert_members(records, owner, lo, hi, unsure) -> None:
         np.testing.assert_array_equal(np.repeat(records.lo[p], records.count) + step, lo[p])
         np.testing.assert_array_equal(np.repeat(records.hi[p], records.count) + step, hi[p])
     np.testing.assert_array_equal(records.unsure, unsure)
+
+
+def _some_empty(records) -> bool:
+    return any((lo >= hi).any() for lo, hi in zip(records.lo, records.hi))
 
 
 def _bound_with_records(text, seq_len, kv_len, params, shape, records=True):
@@ -704,6 +708,11 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, records=True):
 @example(("neighborhood", 144, 144, {"width": 12, "window": 2}), (1, 3))      # untouched blocks between members
 @example(("video", 30, 30, {"w": 5, "ht": 6, "r": 2, "p": 0}), (1, 4))         # a last member covers the short tile
 @example(("video", 64, 64, {"w": 4, "ht": 4, "r": 4, "p": 0}), (16, 8))       # whole image rows: members chain
+@example(("neighborhood", 124, 124, {"width": 11, "window": 3}), (4, 4))     # a short last row: peeled, some empty
+@example(("neighborhood", 125, 125, {"width": 11, "window": 5}), (8, 8))
+@example(("video", 116, 71, {"w": 9, "ht": 3, "r": 0, "p": 2}), (5, 2))     # peeled, empty at an end, not monotone
+@example(("clipped columns", 112, 103, {"w": 4, "r": 1, "a": 0}), (4, 3))
+@example(("neighborhood", 118, 98, {"width": 6, "window": 1}), (2, 5))   # peeled, empty at both ends: dropped
 def test_strided_records_are_the_families_they_stand_for(drawn, shape):
     """Each record of a StridedFamilies, its members listed (``lo + j * stride``, j < count), is the families that
     enumerate_keys finds without records (its ``expand``, today's code): owners, intervals at both end rows,
@@ -714,6 +723,9 @@ def test_strided_records_are_the_families_they_stand_for(drawn, shape):
     event(f"{kind}: records {'made' if made else 'not made'}, runs from them: {answered}")
     for records in made:
         assert (records.count >= 1).all() and (records.stride >= 1).all()
+        several = records.count > 1                       # only a record of one (peeled) may be empty
+        assert all(((lo < hi) | ~several).all() for lo, hi in zip(records.lo, records.hi))
+        event(f"{kind}: peeled members {'empty at an end' if _some_empty(records) else 'none empty'}")
         owner, lo, hi, unsure, *_ = records.expand()
         _assert_members(records, owner, lo, hi, unsure)
     _check_classes(bound, *shape, exact=mask.exact)
@@ -747,14 +759,15 @@ _BOUNDED_TRANSLATES = {    # level 0 with chunk-free bounds that bind at some ch
 
 @settings(max_examples=400)
 @given(st.sampled_from(sorted(_BOUNDED_TRANSLATES)), st.integers(1, 9), st.integers(1, 12), st.integers(0, 4),
-       st.integers(-4, 40), st.lists(st.tuples(st.integers(0, 120), st.integers(0, 6)), min_size=1, max_size=3))
-def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
+       st.integers(-4, 40), st.lists(st.tuples(st.integers(0, 120), st.integers(0, 6)), min_size=1, max_size=3),
+       st.integers(0, 8))
+def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows, short):
     """enumerate_keys with and without records, at one to three owners' two points anywhere (few owners: few
     records, so one whose chunk-free bound binds at a single chunk of its run is often the only one that could
     refuse them): the records' members are the families, or no records are made. Points a few rows apart (far
     apart, most owners' chunk ranges differ: unsure, no families)."""
     from maskc.analysis import keys, strided
-    kv_len = chunks * w                                  # whole last chunk: the records are tried
+    kv_len = max(1, chunks * w - short % w)                # the last chunk whole, or cut short (the clip binds)
     points = [(q, q + d) for q, d in rows]
     seq_len = max(q for p in points for q in p) + 1
     mask = maskc.compile_mask(_BOUNDED_TRANSLATES[kind])
@@ -771,5 +784,5 @@ def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
         if not isinstance(found, strided.StridedFamilies):
             event(f"{kind}: families")
             continue
-        event(f"{kind}: records")
+        event(f"{kind}: records, {'peeled' if (found.count == 1).any() else 'none of one'}")
         _assert_members(found, owner, lo, hi, unsure)

@@ -93,7 +93,7 @@ class _NestProgram:
         self.level_1_var = nest.levels[1].var if len(nest.levels) > 1 else None
         form = translate_stride(nest)
         self.stride = None if form is None else self.owners.lin(form)
-        # level 0's chunking (k + offset) // size, to tell whether kv_len cuts the last chunk short
+        # level 0's chunking (k + offset) // size, to tell where kv_len cuts the last chunk short
         level = nest.levels[0]
         self.chunking = None
         if form is not None:

@@ -334,10 +334,16 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     :func:`_nothing_covered` holds), none keeping block_n keys at every row, and none reaching kv_len whose
     keys at every row hold a block's start before the last block (so none covers a block; only a record's last
     member can reach kv_len: the next one, past it, would be empty). Then the runs are the touched blocks
-    (:func:`_touching_hulls`), PARTIAL."""
+    (:func:`_touching_hulls`), PARTIAL. Peeled members empty at one end or both are taken as :func:`_families` takes
+    such families (:func:`_settled_peeled`)."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     piece, count, stride = families.owner, families.count, families.stride
     (la, lb), (ha, hb) = families.lo, families.hi
+    if not ((la < ha) & (lb < hb)).all():                   # peeled members clamped empty (a short last image row)
+        settled = _settled_peeled(piece, la, ha, lb, hb, count, stride)
+        if settled is None:
+            return None
+        piece, la, ha, lb, hb, count, stride = settled
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     span = stride * (count - 1)                              # from a record's first member to its last
     same = piece[1:] == piece[:-1]
@@ -368,6 +374,27 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
         touched = union(*touched, kt)
     empty = np.zeros(0, np.int64)
     return _split_at_covered(touched, (empty, empty, empty), kt), bad
+
+
+def _settled_peeled(piece, la, ha, lb, hb, count, stride):
+    """The records (:func:`_strided_runs`' arrays) with their members empty at one end or both (peeled, records of
+    one) taken as :func:`_families` takes such families where their width is monotone (lo and hi moving in
+    opposite directions between the ends, or staying: :func:`~maskc.analysis.keys.enumerate_keys`' ``monotone``):
+    empty at both ends, dropped (empty between); at one end, kept as ``(h0, h0, h1, h1)``, its interval ``[h0, h1)``
+    at the other end (:func:`_emptying_hulls`: it narrows towards the empty end). None where one is not monotone
+    (then the families go through :func:`_families`, which reads their bounds)."""
+    live_a, live_b = la < ha, lb < hb
+    empty = (~(live_a & live_b)).nonzero()[0]
+    if ((lb[empty] - la[empty]) * (hb[empty] - ha[empty]) > 0).any():
+        return None
+    narrows = empty[live_a[empty] != live_b[empty]]
+    h0 = np.where(live_a[narrows], la[narrows], lb[narrows])
+    h1 = np.where(live_a[narrows], ha[narrows], hb[narrows])
+    la, ha, lb, hb = la.copy(), ha.copy(), lb.copy(), hb.copy()
+    la[narrows], ha[narrows], lb[narrows], hb[narrows] = h0, h0, h1, h1
+    keep = np.ones(len(piece), bool)
+    keep[empty[live_a[empty] == live_b[empty]]] = False       # empty at both ends
+    return piece[keep], la[keep], ha[keep], lb[keep], hb[keep], count[keep], stride[keep]
 
 
 def _touching_hulls(piece, h0, h1, count, stride, block_n: int):
