@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import maskc
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.intervals import visible_slots
+from maskc.analysis.intervals import NONE, compact, union, union_compacted, visible_slots
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.rows import RowValues, k_bound_rows
 
@@ -101,6 +101,38 @@ def test_row_intervals_of_the_ranges_are_the_mask(text, b):
         assert np.all((lo_a >= hi_a) <= (lo_b >= hi_b)), "an empty slot before a non-empty one"
         seen = (lo_a < hi_a) & (lo_b < hi_b)
         assert np.all(hi_a[seen] < lo_b[seen]), "slots of a row overlap, touch or are out of order"
+
+
+@st.composite
+def _row_intervals(draw):
+    """One to four intervals over the same rows, each row's ``lo < hi`` or empty (``NONE``), as masked() gives them:
+    apart, touching, overlapping, nested, equal starts; a region seen by no row now and then."""
+    rows = draw(st.integers(1, 8))
+    out = []
+    for _ in range(draw(st.integers(1, 4))):
+        lo = np.array(draw(st.lists(st.integers(0, 12), min_size=rows, max_size=rows)), np.int64)
+        width = np.array(draw(st.lists(st.integers(-2, 6), min_size=rows, max_size=rows)), np.int64)
+        seen = width > 0
+        out.append((np.where(seen, lo, NONE), np.where(seen, lo + width, NONE)))
+    return out
+
+
+@given(_row_intervals())
+def test_union_compacted_is_the_rows_keys_and_the_general_path(intervals):
+    """union_compacted (two seen intervals in closed form) is compact(union(...)) array for array, and its slots are
+    each row's keys as ascending, apart intervals, the empty ones last."""
+    found = union_compacted(intervals)
+    general = compact(union(intervals))
+    assert len(found) == len(general)
+    for (lo, hi), (g_lo, g_hi) in zip(found, general):
+        np.testing.assert_array_equal(lo, g_lo)
+        np.testing.assert_array_equal(hi, g_hi)
+    for row in range(len(intervals[0][0])):
+        keys = {k for lo, hi in intervals for k in range(lo[row], hi[row]) if hi[row] != NONE}
+        slots = [(lo[row], hi[row]) for lo, hi in found if lo[row] < hi[row]]
+        assert {k for a, b in slots for k in range(a, b)} == keys
+        assert all(b < c for (_, b), (c, _) in zip(slots, slots[1:])), "slots overlap, touch or are out of order"
+        assert all(lo[row] == hi[row] == NONE for lo, hi in found[len(slots):]), "an empty slot before a seen one"
 
 
 @pytest.mark.parametrize("coef", [-3, -2, -1, 1, 2, 3])

@@ -47,7 +47,11 @@ def masked(lo: np.ndarray, hi: np.ndarray, ok: np.ndarray):
 def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
     """Per row, the union of intervals as ascending, disjoint, non-adjacent slots; a row's empty
     slots may sit between its others (``compact`` moves them to the end)."""
-    intervals = [i for i in intervals if (i[0] < i[1]).any()]     # regions no row sees drop out
+    return _merged([i for i in intervals if (i[0] < i[1]).any()])     # regions no row sees drop out
+
+
+def _merged(intervals: list[tuple[np.ndarray, np.ndarray]]):
+    """:func:`union` of intervals each seen by some row."""
     if len(intervals) <= 1:
         return intervals
     lo = np.array([i[0] for i in intervals])
@@ -63,6 +67,34 @@ def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
         cur_lo = np.where(new, lo[j], cur_lo)
         cur_hi = np.where(new, hi[j], np.maximum(cur_hi, hi[j]))
     out.append((cur_lo, cur_hi))
+    return out
+
+
+def union_compacted(intervals: list[tuple[np.ndarray, np.ndarray]]):
+    """``compact(union(intervals))``, for intervals each ``lo < hi`` or ``lo = hi = NONE`` per row (as
+    :func:`masked` gives them); where exactly two are seen by some row, in closed form (:func:`_union_of_two`)."""
+    seen = [i for i in intervals if (i[0] < i[1]).any()]
+    if len(seen) == 2:
+        return _union_of_two(*seen)
+    return compact(_merged(seen))
+
+
+def _union_of_two(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]):
+    """What :func:`union_compacted` returns for two intervals per row, each ``lo < hi`` or empty (``NONE``), without
+    a sort: ``a``, the one starting first (the first on a tie, as a stable sort keeps it), and ``b``; where ``b``
+    starts past ``a``'s end (empty ``b`` included: NONE is past every key) the row's slots are ``a`` then ``b``, else
+    the one slot ``[a_lo, max(a_hi, b_hi))`` and an empty one (both empty: NONE throughout). The second slot is
+    dropped where no row has one."""
+    (l1, h1), (l2, h2) = first, second
+    swap = l2 < l1
+    a_lo, b_lo = np.minimum(l1, l2), np.maximum(l1, l2)
+    a_hi, b_hi = np.where(swap, h2, h1), np.where(swap, h1, h2)
+    apart = b_lo > a_hi
+    out = [(a_lo, np.where(apart, a_hi, np.maximum(a_hi, b_hi)))]
+    if apart.any():
+        lo, hi = np.where(apart, b_lo, NONE), np.where(apart, b_hi, NONE)
+        if (lo < hi).any():
+            out.append((lo, hi))
     return out
 
 
@@ -101,8 +133,8 @@ def visible_slots(allow, deny, rows: RowValues, kv_len: int):
 def combine(allow: list, deny: list):
     """Per row, the union of the ``allow`` intervals minus those of ``deny`` (each a (lo, hi) pair of
     arrays over the same rows, NONE where empty), as disjoint, non-adjacent slots."""
-    slots = compact(union(allow))
+    slots = union_compacted(allow)
     if deny:
-        for interval in compact(union(deny)):
+        for interval in union_compacted(deny):
             slots = compact(subtract(slots, interval))
     return slots
