@@ -569,6 +569,48 @@ def test_a_pinned_row_reaches_flex():
     assert kept == 32
 
 
+_NESTED_EXTREMES = {     # a form of q with extremes inside extremes: clamps, a shifted inner one, a scaled one
+    "clamp": "clamp(i % w + c, lo, hi)",
+    "clamp to a row": "clamp(i % w + c, 0, i // w)",
+    "parallel bound": "min(max(i % w + c, lo), i % w + hi)",
+    "max of a min": "max(min(i % w + c, hi), lo)",
+    "shifted inside": "min(max(i % w + c, lo) + 3, hi)",
+    "scaled inside": "min(2 * max(i % w + c, lo), hi)",
+    "three deep": "min(max(min(i % w + c, hi), lo), i % w + 1)",
+    "one inside twice": "min(max(i % w + c, lo), 2 * max(i % w + c, lo) - hi)",
+}
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(sorted(_NESTED_EXTREMES)), st.integers(1, 20), st.integers(-8, 8), st.integers(-4, 12),
+       st.integers(-4, 24), st.integers(1, 150), tile_shape)
+@example("shifted inside", 20, 0, 0, 10, 100, (16, 16))      # the outer one's crossing 3 rows from the inner form's
+def test_nested_extremes_are_affine_on_each_piece(kind, w, c, lo, hi, seq_len, shape):
+    """piece_starts' rounds of cuts (``Breaks.cut_rounds``: a clamp's forms cut in one round where they are free of
+    extremes): every extreme the mask reads is affine on each piece, at every row, and the classes are the
+    brute-force ones."""
+    from maskc.analysis.pieces import plan_of
+    text = (f"mask m(w: int, c: int, lo: int, hi: int)\n  let x(i) = {_NESTED_EXTREMES[kind]}\n"
+            "  allow k <= q, k >= q - x(q) - 1\n")
+    mask, bound = _compiled_and_bound(text, (seq_len, seq_len, {"w": w, "c": c, "lo": lo, "hi": hi}))
+    params = bound.params.batch[0]
+    spec = mask.specialized(params.ints)
+    plan = plan_of(spec.allow, spec.deny)
+    assume(plan is not None and plan.breaks.extremes)
+    breaks = plan.breaks
+    event(f"{kind}: {len(breaks.extremes)} extremes, {len(breaks.cut_rounds())} rounds")
+    starts = piece_tiles.piece_starts(breaks, params, 0, 0, seq_len, seq_len, shape[0])
+    piece = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, seq_len)))
+    env = Env(params, seq_len, seq_len, 0, 0, np.arange(seq_len, dtype=np.int64))
+    forms = [ir.Lin(((e, 1),), 0) for e in breaks.extremes]
+    for form, v in zip(forms, FormProgram([(f, None) for f in forms]).run(env)):
+        v = np.broadcast_to(v, (seq_len,))
+        step = np.diff(v)
+        bends = (step[1:] != step[:-1]) & (piece[2:] == piece[1:-1]) & (piece[1:-1] == piece[:-2])
+        assert not bends.any(), f"{form} bends inside a piece, at q = {int(bends.argmax()) + 1}"
+    _check_classes(bound, *shape, exact=mask.exact)
+
+
 def _guards_hold_piece_by_piece(regions, breaks, params, b, head, seq_len, kv_len, block_m):
     """Every guard of every region has one truth on each piece (:func:`piece_tiles.piece_starts`), at every row."""
     starts = piece_tiles.piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)

@@ -71,8 +71,8 @@ class Breaks:
         self.extremes: list = []
         self.lines: set = set()
         self.guards: list = []
-        self._programs: dict = {}
         self._guard_program: FormProgram | None = None
+        self._rounds: list | None = None
 
     def guard_program(self) -> FormProgram:
         """A program that evaluates the guards' forms, made once."""
@@ -80,12 +80,32 @@ class Breaks:
             self._guard_program = FormProgram([(g, None) for g in self.guards])
         return self._guard_program
 
-    def args_program(self, extreme):
-        """A program that evaluates the extreme's arguments (:mod:`maskc.analysis.formprog`), made once."""
-        hit = self._programs.get(extreme)
-        if hit is None:
-            hit = self._programs[extreme] = FormProgram([(a, None) for a in extreme.args])
-        return hit
+    def cut_rounds(self) -> list[FormProgram]:
+        """:func:`piece_starts`' rounds of cuts, made once: per extreme, innermost first, a program evaluating the
+        forms whose crossings are cut. Those are its args, except that an arg which is another extreme plus a
+        constant (a clamp's ``min(max(a, b), c)``) gives that extreme's forms, plus the constant, where every form
+        is then free of extremes (so affine on the pieces the floors and segments make); a round is dropped where a
+        later one cuts where it would (two forms cross where their difference changes sign: every difference of two
+        of its forms is one of the later round's, up to sign). Cut where any two cross, the forms keep their order on
+        each piece, and so every extreme over them its winner, in one round; where a crossing is not a winner's
+        change the cut is an extra one (finer pieces, the same classes)."""
+        if self._rounds is None:
+            forms: dict = {}
+            for extreme in self.extremes:
+                flat = []
+                for arg in extreme.args:
+                    term = arg.terms[0][0] if len(arg.terms) == 1 and arg.terms[0][1] == 1 else None
+                    inner = forms.get(term) if isinstance(term, ir.Extreme) else None
+                    flat += [L.add(f, L.const(arg.const)) for f in inner] if inner is not None else [arg]
+                if any(F.lin_mentions(f, lambda t: isinstance(t, ir.Extreme)) for f in flat):
+                    flat = list(extreme.args)                      # the extremes inside cut first, in their rounds
+                forms[extreme] = list(dict.fromkeys(flat))
+            crossings = {e: {frozenset((L.sub(f, g), L.sub(g, f))) for i, f in enumerate(forms[e])
+                             for g in forms[e][:i]} for e in self.extremes}
+            kept = [e for i, e in enumerate(self.extremes)
+                    if not any(crossings[e] <= crossings[later] for later in self.extremes[i + 1:])]
+            self._rounds = [FormProgram([(f, None) for f in forms[e]]) for e in kept]
+        return self._rounds
 
 
 def _free_of_rows(lin: ir.Lin) -> bool:
@@ -184,11 +204,11 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
     starts = sorted_unique(np.concatenate(parts))
     starts = starts[(starts >= row0) & (starts < row1)]
-    for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
+    for program in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
         n = len(starts)
         ends = last_rows(starts, row1)
         env = Env(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
-        values = breaks.args_program(extreme).run(env)          # at each piece's first and second rows
+        values = program.run(env)                               # at each piece's first and second rows
         cuts = [starts]
         for i in range(len(values)):
             for j in range(i + 1, len(values)):
