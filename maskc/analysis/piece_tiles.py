@@ -208,11 +208,11 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         n = len(starts)
         ends = last_rows(starts, row1)
         env = Env(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
-        values = program.run(env)                               # at each piece's first and second rows
+        at_rows = program.run(env)                              # at each piece's first and second rows
         cuts = [starts]
-        for i in range(len(values)):
-            for j in range(i + 1, len(values)):
-                d = values[i] - values[j]
+        for i in range(len(at_rows)):
+            for j in range(i + 1, len(at_rows)):
+                d = at_rows[i] - at_rows[j]
                 if not np.ndim(d):
                     continue                                    # two constants never cross
                 d0 = d[:n]
