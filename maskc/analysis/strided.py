@@ -54,7 +54,7 @@ def records(enumeration: Enumeration, owner, counts, chunks: dict, first, per, u
     binds nowhere, a family is one record; where it binds, the members it binds at are peeled off as records of
     one, clamped (:func:`_peeled`), and the rest stays one record if its interval is non-empty."""
     program, owner_values = enumeration.program, enumeration.owner_values
-    if _clipped_at_one_end(program, owner_values, enumeration.kv_len, owner, first + per - 1):
+    if _clipped_at_one_end(program, owner_values, enumeration.kv_len, owner, first, per):
         return None
     rest = functools.partial(_expanded_rest, enumeration, owner, counts, chunks, first, per, unsure, peak)
     keep = per > 0
@@ -99,10 +99,10 @@ def records(enumeration: Enumeration, owner, counts, chunks: dict, first, per, u
     return StridedFamilies(owner, _two(m_lo), _two(m_hi + 1), per, stride, unsure, peak, rest)
 
 
-def _clipped_at_one_end(program: keys._NestProgram, owner_values: list, kv_len: int, owner, last) -> bool:
+def _clipped_at_one_end(program: keys._NestProgram, owner_values: list, kv_len: int, owner, first, per) -> bool:
     """Whether kv_len cuts level 0's last chunk short (``(kv_len + offset) % size``, both free of q) and the clip to
     kv_len binds at one end row of a piece but not the other, in the member of that chunk of a level-1 family
-    reaching it (``last``, each family's last chunk): its upper end there is its owners' chunk-free part of
+    reaching it (chunks ``first`` to ``first + per - 1``): its upper end there is its owners' chunk-free part of
     level 0's chunk-reading upper bounds plus ``J1 * s`` (:func:`~maskc.analysis.keys.translate_stride`). Such
     a member empties between its ends as a min of bounds (video's short last image row, seen from a piece that
     crosses the clip): records would be refused after being made (:func:`_at_one_point`), at the cost of most
@@ -112,16 +112,15 @@ def _clipped_at_one_end(program: keys._NestProgram, owner_values: list, kv_len: 
     if np.ndim(offset) or np.ndim(size) or size <= 0 or (kv_len + offset) % size == 0:
         return False                          # the last chunk whole (or a chunking read at q: not told here)
     j_last = (kv_len - 1 + offset) // size
-    reaching = owner[last >= j_last]
-    if not len(reaching):
-        return False
     _, (lower, upper) = program.levels[0]
     fixed = next(f for moving, _, f in upper if moving is not None)
-    reach = functools.reduce(np.minimum, [owner_values[i] for i in fixed]) + j_last * owner_values[program.stride]
+    reach = functools.reduce(np.minimum, [owner_values[i] for i in fixed])
     if not np.ndim(reach):
         return False
-    n = len(reach) // 2                                   # the owners' rows at the first point, then the second
-    return bool(((reach[:n] > kv_len - 1) != (reach[n:] > kv_len - 1))[reaching].any())
+    binds = reach > kv_len - 1 - j_last * owner_values[program.stride]
+    n = len(binds) // 2                                   # the owners' rows at the first point, then the second
+    differ = binds[:n] != binds[n:]
+    return bool(differ.any() and differ[owner[first + per - 1 >= j_last]].any())
 
 
 def _peeled(owner, per, stride, sides, low, high, unsure, peak: int, rest):
