@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import maskc
@@ -105,22 +105,29 @@ def test_row_intervals_of_the_ranges_are_the_mask(text, b):
 
 @st.composite
 def _row_intervals(draw):
-    """One to four intervals over the same rows, each row's ``lo < hi`` or empty (``NONE``), as masked() gives them:
-    apart, touching, overlapping, nested, equal starts; a region seen by no row now and then."""
+    """One to five intervals over the same rows, each row's ``lo < hi`` or empty (``NONE``), as masked() gives them:
+    apart, touching, overlapping, nested, equal starts; a region seen by no row now and then; some seen on disjoint
+    rows."""
     rows = draw(st.integers(1, 8))
+    count = draw(st.integers(1, 5))
+    # now and then each row seen by a few of them only (intervals never seen together share a lane)
+    part = np.array(draw(st.lists(st.integers(0, 2), min_size=rows, max_size=rows))) if draw(st.booleans()) else None
     out = []
-    for _ in range(draw(st.integers(1, 4))):
+    for n in range(count):
         lo = np.array(draw(st.lists(st.integers(0, 12), min_size=rows, max_size=rows)), np.int64)
         width = np.array(draw(st.lists(st.integers(-2, 6), min_size=rows, max_size=rows)), np.int64)
-        seen = width > 0
+        seen = (width > 0) & (True if part is None else (part == n % 3) | (n == 0))
         out.append((np.where(seen, lo, NONE), np.where(seen, lo + width, NONE)))
     return out
 
 
+@settings(max_examples=300)
 @given(_row_intervals())
+@example([(np.array([0]), np.array([6])), (np.array([1]), np.array([2])), (np.array([3]), np.array([4]))])  # nested
 def test_union_compacted_is_the_rows_keys_and_the_general_path(intervals):
-    """union_compacted (two seen intervals in closed form) is compact(union(...)) array for array, and its slots are
-    each row's keys as ascending, apart intervals, the empty ones last."""
+    """union_compacted (two or three seen intervals, or lanes of intervals never seen together, in closed form) is
+    compact(union(...)) array for array, and its slots are each row's keys as ascending, apart intervals, the empty
+    ones last."""
     found = union_compacted(intervals)
     general = compact(union(intervals))
     assert len(found) == len(general)
