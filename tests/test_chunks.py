@@ -569,6 +569,48 @@ def test_a_pinned_row_reaches_flex():
     assert kept == 32
 
 
+_NESTED_EXTREMES = {     # a form of q with extremes inside extremes: clamps, a shifted inner one, a scaled one
+    "clamp": "clamp(i % w + c, lo, hi)",
+    "clamp to a row": "clamp(i % w + c, 0, i // w)",
+    "parallel bound": "min(max(i % w + c, lo), i % w + hi)",
+    "max of a min": "max(min(i % w + c, hi), lo)",
+    "shifted inside": "min(max(i % w + c, lo) + 3, hi)",
+    "scaled inside": "min(2 * max(i % w + c, lo), hi)",
+    "three deep": "min(max(min(i % w + c, hi), lo), i % w + 1)",
+    "one inside twice": "min(max(i % w + c, lo), 2 * max(i % w + c, lo) - hi)",
+}
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(sorted(_NESTED_EXTREMES)), st.integers(1, 20), st.integers(-8, 8), st.integers(-4, 12),
+       st.integers(-4, 24), st.integers(1, 150), tile_shape)
+@example("shifted inside", 20, 0, 0, 10, 100, (16, 16))      # the outer one's crossing 3 rows from the inner form's
+def test_nested_extremes_are_affine_on_each_piece(kind, w, c, lo, hi, seq_len, shape):
+    """piece_starts' rounds of cuts (``Breaks.cut_rounds``: a clamp's forms cut in one round where they are free of
+    extremes): every extreme the mask reads is affine on each piece, at every row, and the classes are the
+    brute-force ones."""
+    from maskc.analysis.pieces import plan_of
+    text = (f"mask m(w: int, c: int, lo: int, hi: int)\n  let x(i) = {_NESTED_EXTREMES[kind]}\n"
+            "  allow k <= q, k >= q - x(q) - 1\n")
+    mask, bound = _compiled_and_bound(text, (seq_len, seq_len, {"w": w, "c": c, "lo": lo, "hi": hi}))
+    params = bound.params.batch[0]
+    spec = mask.specialized(params.ints)
+    plan = plan_of(spec.allow, spec.deny)
+    assume(plan is not None and plan.breaks.extremes)
+    breaks = plan.breaks
+    event(f"{kind}: {len(breaks.extremes)} extremes, {len(breaks.cut_rounds())} rounds")
+    starts = piece_tiles.piece_starts(breaks, params, 0, 0, seq_len, seq_len, shape[0])
+    piece = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, seq_len)))
+    env = Env(params, seq_len, seq_len, 0, 0, np.arange(seq_len, dtype=np.int64))
+    forms = [ir.Lin(((e, 1),), 0) for e in breaks.extremes]
+    for form, v in zip(forms, FormProgram([(f, None) for f in forms]).run(env)):
+        v = np.broadcast_to(v, (seq_len,))
+        step = np.diff(v)
+        bends = (step[1:] != step[:-1]) & (piece[2:] == piece[1:-1]) & (piece[1:-1] == piece[:-2])
+        assert not bends.any(), f"{form} bends inside a piece, at q = {int(bends.argmax()) + 1}"
+    _check_classes(bound, *shape, exact=mask.exact)
+
+
 def _guards_hold_piece_by_piece(regions, breaks, params, b, head, seq_len, kv_len, block_m):
     """Every guard of every region has one truth on each piece (:func:`piece_tiles.piece_starts`), at every row."""
     starts = piece_tiles.piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)
@@ -638,7 +680,7 @@ _TRANSLATES = {        # masks whose level-0 intervals are translates across run
 @st.composite
 def _translate_binding(draw):
     """(kind, seq_len, kv_len, params) for a mask of _TRANSLATES, lengths at and off multiples of the width (a
-    last chunk cut short by kv_len, where the records are not tried)."""
+    last chunk cut short by kv_len: the clip binds at the last members of the runs that reach it, peeled)."""
     kind = draw(st.sampled_from(sorted(_TRANSLATES)))
     w = draw(st.integers(1, 12))
     seq_len = draw(st.one_of(st.integers(1, 160), st.integers(1, 12).map(lambda n: n * w)))
@@ -665,13 +707,17 @@ def _assert_members(records, owner, lo, hi, unsure) -> None:
     np.testing.assert_array_equal(records.unsure, unsure)
 
 
-def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
+def _some_empty(records) -> bool:
+    return any((lo >= hi).any() for lo, hi in zip(records.lo, records.hi))
+
+
+def _bound_with_records(text, seq_len, kv_len, params, shape, records=True):
     """The bound mask (from a fresh compile), its classes at ``shape`` found, the StridedFamilies that finding them
-    made, and whether piece_tiles._strided_runs answered for any (``strided`` off: no records tried, every family
+    made, and whether piece_tiles._strided_runs answered for any (``records`` off: no records tried, every family
     enumerated as before them)."""
-    from maskc.analysis import keys
+    from maskc.analysis import strided
     made, answered = [], []
-    real, real_runs = keys._strided, piece_tiles._strided_runs
+    real, real_runs = strided.records, piece_tiles._strided_runs
 
     def recorded(*args):
         found = real(*args)
@@ -682,7 +728,7 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
         found = real_runs(*args)
         answered.append(found is not None)
         return found
-    keys._strided = recorded if strided else (lambda *args: None)
+    strided.records = recorded if records else (lambda *args: None)
     piece_tiles._strided_runs = recorded_runs
     try:
         mask = maskc.compile_mask(text)
@@ -692,7 +738,7 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
         event(f"rejected: {type(err).__name__}")
         assume(False)
     finally:
-        keys._strided, piece_tiles._strided_runs = real, real_runs
+        strided.records, piece_tiles._strided_runs = real, real_runs
     return mask, bound, [f for f in made if f is not None], any(answered)
 
 
@@ -704,6 +750,11 @@ def _bound_with_records(text, seq_len, kv_len, params, shape, strided=True):
 @example(("neighborhood", 144, 144, {"width": 12, "window": 2}), (1, 3))      # untouched blocks between members
 @example(("video", 30, 30, {"w": 5, "ht": 6, "r": 2, "p": 0}), (1, 4))         # a last member covers the short tile
 @example(("video", 64, 64, {"w": 4, "ht": 4, "r": 4, "p": 0}), (16, 8))       # whole image rows: members chain
+@example(("neighborhood", 124, 124, {"width": 11, "window": 3}), (4, 4))     # a short last row: peeled, some empty
+@example(("neighborhood", 125, 125, {"width": 11, "window": 5}), (8, 8))
+@example(("video", 116, 71, {"w": 9, "ht": 3, "r": 0, "p": 2}), (5, 2))     # peeled, empty at an end, not monotone
+@example(("clipped columns", 112, 103, {"w": 4, "r": 1, "a": 0}), (4, 3))
+@example(("neighborhood", 118, 98, {"width": 6, "window": 1}), (2, 5))   # peeled, empty at both ends: dropped
 def test_strided_records_are_the_families_they_stand_for(drawn, shape):
     """Each record of a StridedFamilies, its members listed (``lo + j * stride``, j < count), is the families that
     enumerate_keys finds without records (its ``expand``, today's code): owners, intervals at both end rows,
@@ -714,10 +765,13 @@ def test_strided_records_are_the_families_they_stand_for(drawn, shape):
     event(f"{kind}: records {'made' if made else 'not made'}, runs from them: {answered}")
     for records in made:
         assert (records.count >= 1).all() and (records.stride >= 1).all()
+        several = records.count > 1                       # only a record of one (peeled) may be empty
+        assert all(((lo < hi) | ~several).all() for lo, hi in zip(records.lo, records.hi))
+        event(f"{kind}: peeled members {'empty at an end' if _some_empty(records) else 'none empty'}")
         owner, lo, hi, unsure, *_ = records.expand()
         _assert_members(records, owner, lo, hi, unsure)
     _check_classes(bound, *shape, exact=mask.exact)
-    _, before, _, _ = _bound_with_records(_TRANSLATES[kind], seq_len, kv_len, params, shape, strided=False)
+    _, before, _, _ = _bound_with_records(_TRANSLATES[kind], seq_len, kv_len, params, shape, records=False)
     for name in ("run_offsets", "runs", "work_order"):
         np.testing.assert_array_equal(getattr(bound.descriptor(*shape), name), getattr(before.descriptor(*shape), name))
 
@@ -731,7 +785,7 @@ def test_random_chunk_masks_classify_the_same_with_records(text, bind_args, shap
     mask, bound, made, answered = _bound_with_records(text, seq_len, kv_len, params, shape)
     event(f"records made: {bool(made)}, runs from them: {answered}")
     _check_classes(bound, *shape, exact=mask.exact)
-    _, before, _, _ = _bound_with_records(text, seq_len, kv_len, params, shape, strided=False)
+    _, before, _, _ = _bound_with_records(text, seq_len, kv_len, params, shape, records=False)
     for name in ("run_offsets", "runs", "work_order"):
         np.testing.assert_array_equal(getattr(bound.descriptor(*shape), name), getattr(before.descriptor(*shape), name))
 
@@ -747,14 +801,15 @@ _BOUNDED_TRANSLATES = {    # level 0 with chunk-free bounds that bind at some ch
 
 @settings(max_examples=400)
 @given(st.sampled_from(sorted(_BOUNDED_TRANSLATES)), st.integers(1, 9), st.integers(1, 12), st.integers(0, 4),
-       st.integers(-4, 40), st.lists(st.tuples(st.integers(0, 120), st.integers(0, 6)), min_size=1, max_size=3))
-def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
+       st.integers(-4, 40), st.lists(st.tuples(st.integers(0, 120), st.integers(0, 6)), min_size=1, max_size=3),
+       st.integers(0, 8))
+def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows, short):
     """enumerate_keys with and without records, at one to three owners' two points anywhere (few owners: few
     records, so one whose chunk-free bound binds at a single chunk of its run is often the only one that could
     refuse them): the records' members are the families, or no records are made. Points a few rows apart (far
     apart, most owners' chunk ranges differ: unsure, no families)."""
-    from maskc.analysis import keys
-    kv_len = chunks * w                                  # whole last chunk: the records are tried
+    from maskc.analysis import keys, strided
+    kv_len = max(1, chunks * w - short % w)                # the last chunk whole, or cut short (the clip binds)
     points = [(q, q + d) for q, d in rows]
     seq_len = max(q for p in points for q in p) + 1
     mask = maskc.compile_mask(_BOUNDED_TRANSLATES[kind])
@@ -766,10 +821,10 @@ def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows):
     make = values_at(params, seq_len, kv_len, 0, 0)
     at = [np.array(p, np.int64) for p in zip(*points)]
     for region in mask.specialized(params.ints).allow:
-        found = keys.enumerate_keys(region, make, at, kv_len, 1 << 20, strided=True)
+        found = keys.enumerate_keys(region, make, at, kv_len, 1 << 20, records=strided.records)
         owner, lo, hi, unsure, *_ = keys.enumerate_keys(region, make, at, kv_len, 1 << 20)
-        if not isinstance(found, keys.StridedFamilies):
+        if not isinstance(found, strided.StridedFamilies):
             event(f"{kind}: families")
             continue
-        event(f"{kind}: records")
+        event(f"{kind}: records, {'peeled' if (found.count == 1).any() else 'none of one'}")
         _assert_members(found, owner, lo, hi, unsure)

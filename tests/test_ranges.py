@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import maskc
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.intervals import visible_slots
+from maskc.analysis.intervals import NONE, compact, union, union_compacted, visible_slots
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.rows import RowValues, k_bound_rows
 
@@ -101,6 +101,45 @@ def test_row_intervals_of_the_ranges_are_the_mask(text, b):
         assert np.all((lo_a >= hi_a) <= (lo_b >= hi_b)), "an empty slot before a non-empty one"
         seen = (lo_a < hi_a) & (lo_b < hi_b)
         assert np.all(hi_a[seen] < lo_b[seen]), "slots of a row overlap, touch or are out of order"
+
+
+@st.composite
+def _row_intervals(draw):
+    """One to five intervals over the same rows, each row's ``lo < hi`` or empty (``NONE``), as masked() gives them:
+    apart, touching, overlapping, nested, equal starts; a region seen by no row now and then; some seen on disjoint
+    rows."""
+    rows = draw(st.integers(1, 8))
+    count = draw(st.integers(1, 5))
+    # now and then each row seen by a few of them only (intervals never seen together share a lane)
+    part = np.array(draw(st.lists(st.integers(0, 2), min_size=rows, max_size=rows))) if draw(st.booleans()) else None
+    out = []
+    for n in range(count):
+        lo = np.array(draw(st.lists(st.integers(0, 12), min_size=rows, max_size=rows)), np.int64)
+        width = np.array(draw(st.lists(st.integers(-2, 6), min_size=rows, max_size=rows)), np.int64)
+        seen = (width > 0) & (True if part is None else (part == n % 3) | (n == 0))
+        out.append((np.where(seen, lo, NONE), np.where(seen, lo + width, NONE)))
+    return out
+
+
+@settings(max_examples=300)
+@given(_row_intervals())
+@example([(np.array([0]), np.array([6])), (np.array([1]), np.array([2])), (np.array([3]), np.array([4]))])  # nested
+def test_union_compacted_is_the_rows_keys_and_the_general_path(intervals):
+    """union_compacted (two or three seen intervals, or lanes of intervals never seen together, in closed form) is
+    compact(union(...)) array for array, and its slots are each row's keys as ascending, apart intervals, the empty
+    ones last."""
+    found = union_compacted(intervals)
+    general = compact(union(intervals))
+    assert len(found) == len(general)
+    for (lo, hi), (g_lo, g_hi) in zip(found, general):
+        np.testing.assert_array_equal(lo, g_lo)
+        np.testing.assert_array_equal(hi, g_hi)
+    for row in range(len(intervals[0][0])):
+        keys = {k for lo, hi in intervals for k in range(lo[row], hi[row]) if hi[row] != NONE}
+        slots = [(lo[row], hi[row]) for lo, hi in found if lo[row] < hi[row]]
+        assert {k for a, b in slots for k in range(a, b)} == keys
+        assert all(b < c for (_, b), (c, _) in zip(slots, slots[1:])), "slots overlap, touch or are out of order"
+        assert all(lo[row] == hi[row] == NONE for lo, hi in found[len(slots):]), "an empty slot before a seen one"
 
 
 @pytest.mark.parametrize("coef", [-3, -2, -1, 1, 2, 3])

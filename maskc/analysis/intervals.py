@@ -47,7 +47,11 @@ def masked(lo: np.ndarray, hi: np.ndarray, ok: np.ndarray):
 def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
     """Per row, the union of intervals as ascending, disjoint, non-adjacent slots; a row's empty
     slots may sit between its others (``compact`` moves them to the end)."""
-    intervals = [i for i in intervals if (i[0] < i[1]).any()]     # regions no row sees drop out
+    return _merged([i for i in intervals if (i[0] < i[1]).any()])     # regions no row sees drop out
+
+
+def _merged(intervals: list[tuple[np.ndarray, np.ndarray]]):
+    """:func:`union` of intervals each seen by some row."""
     if len(intervals) <= 1:
         return intervals
     lo = np.array([i[0] for i in intervals])
@@ -64,6 +68,100 @@ def union(intervals: list[tuple[np.ndarray, np.ndarray]]):
         cur_hi = np.where(new, hi[j], np.maximum(cur_hi, hi[j]))
     out.append((cur_lo, cur_hi))
     return out
+
+
+def union_compacted(intervals: list[tuple[np.ndarray, np.ndarray]]):
+    """``compact(union(intervals))``, for intervals each ``lo < hi`` or ``lo = hi = NONE`` per row (as
+    :func:`masked` gives them): intervals no row sees together share a lane (:func:`_lanes`); where two lanes are
+    left, in closed form (:func:`_union_of_two`)."""
+    rows = [lo < hi for lo, hi in intervals]
+    kept = [i for i, r in enumerate(rows) if r.any()]
+    lanes = [intervals[i] for i in kept]
+    if len(lanes) > 2:
+        lanes = _lanes(lanes, [rows[i] for i in kept])
+    if len(lanes) == 2:
+        return _union_of_two(*lanes)
+    if len(lanes) == 3:
+        return _union_of_three(*lanes)
+    return compact(_merged(lanes))
+
+
+def _lanes(intervals: list, rows: list) -> list:
+    """The intervals (each seen on ``rows``, bool over the rows) with those that no row sees together merged into
+    one per row: the union of a row's intervals is what :func:`union_compacted` returns (sorted, merged, its empty
+    slots last), so it does not change, and fewer intervals go through the merge loop and the sorts (hstu_ctx32's
+    five, seen three a row: three). Greedy, in the intervals' order: each joins the first lane none of whose members
+    it meets (a bool matmul says which pairs meet)."""
+    seen = np.array(rows)
+    meets = (seen @ seen.T).tolist()                     # [intervals][intervals]: seen on a row together
+    if all(all(m) for m in meets):
+        return intervals
+    lanes: list[list[int]] = []
+    for i in range(len(intervals)):
+        lane = next((lane for lane in lanes if not any(meets[i][m] for m in lane)), None)
+        if lane is None:
+            lanes.append([i])
+        else:
+            lane.append(i)
+    if len(lanes) == len(intervals):
+        return intervals
+    out = []
+    for lane in lanes:
+        lo, hi = intervals[lane[0]]
+        for i in lane[1:]:
+            lo, hi = np.where(seen[i], intervals[i][0], lo), np.where(seen[i], intervals[i][1], hi)
+        out.append((lo, hi))
+    return out
+
+
+def _union_of_two(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]):
+    """What :func:`union_compacted` returns for two intervals per row, each ``lo < hi`` or empty (``NONE``), without
+    a sort: ``a``, the one starting first (the first on a tie, as a stable sort keeps it), and ``b``; where ``b``
+    starts past ``a``'s end (empty ``b`` included: NONE is past every key) the row's slots are ``a`` then ``b``, else
+    the one slot ``[a_lo, max(a_hi, b_hi))`` and an empty one (both empty: NONE throughout). The second slot is
+    dropped where no row has one."""
+    (l1, h1), (l2, h2) = first, second
+    swap = l2 < l1
+    a_lo, b_lo = np.minimum(l1, l2), np.maximum(l1, l2)
+    a_hi, b_hi = np.where(swap, h2, h1), np.where(swap, h1, h2)
+    apart = b_lo > a_hi
+    out = [(a_lo, np.where(apart, a_hi, np.maximum(a_hi, b_hi)))]
+    if apart.any():
+        lo, hi = np.where(apart, b_lo, NONE), np.where(apart, b_hi, NONE)
+        if (lo < hi).any():
+            out.append((lo, hi))
+    return out
+
+
+def _union_of_three(first, second, third):
+    """What :func:`union_compacted` returns for three intervals per row, each ``lo < hi`` or empty (``NONE``),
+    without a sort: ``a, b, c`` the three by start (three compare-exchanges, ties kept in order, as a stable sort
+    keeps them), the reach ``m2 = max(a_hi, b_hi)`` and ``m3 = max(m2, c_hi)``, and where each starts a slot (past
+    the reach before it: NONE is past every key). The slots, empty ones last: ``a`` alone, or with ``b``, or with
+    both; then ``b`` (alone or with ``c``) or ``c``; then ``c``. A slot no row has is dropped."""
+    (a_lo, a_hi), (b_lo, b_hi), (c_lo, c_hi) = first, second, third
+    a_lo, a_hi, b_lo, b_hi = _in_order(a_lo, a_hi, b_lo, b_hi)
+    b_lo, b_hi, c_lo, c_hi = _in_order(b_lo, b_hi, c_lo, c_hi)
+    a_lo, a_hi, b_lo, b_hi = _in_order(a_lo, a_hi, b_lo, b_hi)
+    m2 = np.maximum(a_hi, b_hi)
+    m3 = np.maximum(m2, c_hi)
+    new_b, new_c = b_lo > a_hi, c_lo > m2
+    out = [(a_lo, np.where(new_b, a_hi, np.where(new_c, m2, m3)))]
+    lo = np.where(new_b, b_lo, np.where(new_c, c_lo, NONE))
+    hi = np.where(new_b, np.where(new_c, m2, m3), np.where(new_c, m3, NONE))
+    if (lo < hi).any():
+        out.append((lo, hi))
+        both = new_b & new_c                              # (c may be empty there: NONE either way)
+        lo, hi = np.where(both, c_lo, NONE), np.where(both, c_hi, NONE)
+        if (lo < hi).any():
+            out.append((lo, hi))
+    return out
+
+
+def _in_order(x_lo, x_hi, y_lo, y_hi):
+    """Two intervals per row, the one with the lower start first (the first on a tie)."""
+    swap = y_lo < x_lo
+    return (np.minimum(x_lo, y_lo), np.where(swap, y_hi, x_hi), np.maximum(x_lo, y_lo), np.where(swap, x_hi, y_hi))
 
 
 def compact(slots):
@@ -101,8 +199,8 @@ def visible_slots(allow, deny, rows: RowValues, kv_len: int):
 def combine(allow: list, deny: list):
     """Per row, the union of the ``allow`` intervals minus those of ``deny`` (each a (lo, hi) pair of
     arrays over the same rows, NONE where empty), as disjoint, non-adjacent slots."""
-    slots = compact(union(allow))
+    slots = union_compacted(allow)
     if deny:
-        for interval in compact(union(deny)):
+        for interval in union_compacted(deny):
             slots = compact(subtract(slots, interval))
     return slots

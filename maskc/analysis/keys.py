@@ -9,9 +9,9 @@ intervals, with work proportional to the intervals enumerated (``budget`` caps t
 
 :func:`enumerate_keys` is the enumeration itself, for one region, at one or two points per owner: one
 (rows), or a piece's two end rows (:mod:`maskc.analysis.piece_tiles` reads the second point to tell which chunks,
-and which intervals, a whole piece of rows shares). Asked for it (``strided``), at two points, it returns runs of
-families whose intervals are translates of one another as one record each (:class:`StridedFamilies`: video's
-image rows, 2016 records for 16884 families at 32K), so that level 0 and what follows run on the records.
+and which intervals, a whole piece of rows shares). Given a level-1 step (``records``:
+:func:`maskc.analysis.strided.records`), at two points, it returns what that step makes of the level-1 families
+where it makes something (runs of families whose intervals are translates of one another, one record each).
 """
 from __future__ import annotations
 
@@ -91,9 +91,9 @@ class _NestProgram:
                               for (m, den), fixed in found.items()])
             self.levels.append((family, sides))
         self.level_1_var = nest.levels[1].var if len(nest.levels) > 1 else None
-        form = _translate_stride(nest)
+        form = translate_stride(nest)
         self.stride = None if form is None else self.owners.lin(form)
-        # level 0's chunking (k + offset) // size, to tell whether kv_len cuts the last chunk short
+        # level 0's chunking (k + offset) // size, to tell where kv_len cuts the last chunk short
         level = nest.levels[0]
         self.chunking = None
         if form is not None:
@@ -106,11 +106,11 @@ class _NestProgram:
                      for bounds in (nest.levels[0].lower, nest.levels[0].upper)]
 
 
-def _translate_stride(nest: ir.ChunkedKeys) -> ir.Lin | None:
+def translate_stride(nest: ir.ChunkedKeys) -> ir.Lin | None:
     """The form ``s`` (free of chunk indices) with level 0's chunk-reading bounds all ``J1 * s`` plus one and the
     same part free of J1, on both sides, none divided: then a level-1 family's level-0 intervals are translates
-    of one another by ``s`` keys wherever its chunk-free bounds do not bind (:func:`_strided`). None where the
-    nest has no level 1, or J1 enters otherwise (under a square, a floor, a min)."""
+    of one another by ``s`` keys wherever its chunk-free bounds do not bind (:mod:`maskc.analysis.strided`). None
+    where the nest has no level 1, or J1 enters otherwise (under a square, a floor, a min)."""
     if len(nest.levels) < 2:
         return None
     level, var = nest.levels[0], nest.levels[1].var
@@ -142,7 +142,7 @@ def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram
     return hit
 
 
-def _group_values(group, lower: bool, owner_values: list, family_values: list, index, fn):
+def group_values(group, lower: bool, owner_values: list, family_values: list, index, fn):
     """One group's bound (:class:`_NestProgram`) at the families of ``index`` (as
     :func:`~maskc.analysis.formprog.gathered_at` takes it): the extreme ``fn`` of its
     chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
@@ -166,7 +166,7 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     out = []
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
-        found += [_group_values(group, lower, owner_values, family_values, index, fn) for group in side]
+        found += [group_values(group, lower, owner_values, family_values, index, fn) for group in side]
         acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
         if np.shape(acc) != index.shape:           # equal at every point: repeated (a C call; broadcast_to is Python)
             acc = np.full(index.shape, acc) if not np.ndim(acc) else acc.reshape(1, -1).repeat(index.shape[0], axis=0)
@@ -175,7 +175,7 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
 
 
 def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int,
-                   strided: bool = False):
+                   records: Callable | None = None):
     """Every (owner, chunk) of one region and its key interval at each point.
 
     ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
@@ -195,8 +195,10 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     interval empty at both points is empty between, and one empty at one point only narrows towards it (its
     keys at every row lie inside its interval at the other point): no bound is read for those.
 
-    With two points and ``strided``, a :class:`StridedFamilies` instead where every level-1 family's intervals
-    are translates of one another (:func:`_strided`): the same families, one record per level-1 family.
+    With two points and ``records`` (:func:`maskc.analysis.strided.records`, tried where level 0's intervals move
+    with J1 only by a translate: :func:`translate_stride`), what ``records(enumeration, owner, counts, chunks,
+    first, per, unsure, peak)`` returns from the level-1 families where it returns something: the same families
+    as records of translates.
     """
     nest = nest_of(region)
     program = _nest_program(region, nest)
@@ -223,7 +225,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         unsure |= ~((at_point[0] & at_point[1]) | fails_at_both)
     owner = owner[at_point[0] & ~unsure]
     counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
-    enumeration = _Enumeration(program, make, points, owner_values, kv_len)
+    enumeration = Enumeration(program, make, points, owner_values, kv_len)
     chunks: dict = {}
     peak = 0
     for depth in range(len(nest.levels) - 1, 0, -1):
@@ -238,16 +240,15 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         if total > budget:
             raise TooMany(f"{total} chunks")
         peak = max(peak, total)
-        records = strided and count == 2 and program.stride is not None
-        if depth == 1 and records and _whole_last_chunk(program, owner_values, kv_len):
-            found = _strided(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
+        if depth == 1 and records is not None and count == 2 and program.stride is not None:
+            found = records(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
             if found is not None:
                 return found
-        owner, counts, chunks = _expanded(nest.levels[depth].var, owner, counts, chunks, lo[0], per)
+        owner, counts, chunks = expanded(nest.levels[depth].var, owner, counts, chunks, lo[0], per)
     return enumeration.level_0(owner, counts, chunks, unsure, peak)
 
 
-def _expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarray):
+def expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarray):
     """``(owner, counts, chunks)`` one level down: each family repeated once per chunk of its range (``per``
     chunks of ``var`` from ``first``), the chunks numbered from its lower bound up, in the families' order."""
     total = int(per.sum())
@@ -258,9 +259,10 @@ def _expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarr
     return np.repeat(owner, per), below[edges[1:]] - below[edges[:-1]], chunks
 
 
-class _Enumeration:
+class Enumeration:
     """One region's enumeration at ``points``: its program, the owners' values there, and the level-0 step
-    (:meth:`level_0`) that :func:`enumerate_keys` and :meth:`StridedFamilies.expand` end with."""
+    (:meth:`level_0`) that :func:`enumerate_keys` and
+    :meth:`~maskc.analysis.strided.StridedFamilies.expand` end with."""
 
     def __init__(self, program: "_NestProgram", make, points, owner_values: list, kv_len: int):
         self.program, self.make, self.points = program, make, points
@@ -291,7 +293,7 @@ class _Enumeration:
                 family_values = family.values(make(None, {v: c[pick] for v, c in chunks.items()}), owner_values,
                                               sub) if family.steps else []
                 zero = np.zeros(sub.shape, np.int64)
-                lows, highs = ([_group_values(g, lower, owner_values, family_values, sub, fn) + zero for g in each]
+                lows, highs = ([group_values(g, lower, owner_values, family_values, sub, fn) + zero for g in each]
                                + [zero + clip] for each, lower, fn, clip in zip(program.each, (True, False),
                                                                                 (np.maximum, np.minimum),
                                                                                 (0, kv_len - 1)))
@@ -309,92 +311,6 @@ class _Enumeration:
                     _blind_and_cuts(points, owner, lo, hi, pending, of_pending, blind, cut)
             ends = EndBounds(bounds_at, peak, empty, monotone, pending, of_pending)
         return owner, lo, hi, unsure, blind, cut, ends
-
-
-@dataclasses.dataclass(frozen=True)
-class StridedFamilies:
-    """A two-point enumeration (:func:`enumerate_keys`) whose families come in *records*, one per level-1
-    family: record i stands for ``count[i]`` families of owner ``owner[i]`` (consecutive chunks, in
-    enumerate_keys' order), the j-th of them (j < count[i]) with the interval ``[lo[p][i] + j * stride[i],
-    hi[p][i] + j * stride[i])`` at point p; none is empty at either point, ``stride >= 1``. Records ascend by
-    owner; ``unsure`` and ``peak`` are enumerate_keys'. :meth:`expand` returns what enumerate_keys returns
-    without ``strided`` (computed then, by the same code)."""
-    owner: np.ndarray
-    lo: list
-    hi: list
-    count: np.ndarray
-    stride: np.ndarray
-    unsure: np.ndarray
-    peak: int
-    _rest: Callable
-
-    def expand(self):
-        return self._rest()
-
-
-def _whole_last_chunk(program: _NestProgram, owner_values: list, kv_len: int) -> bool:
-    """Whether kv_len ends level 0's last chunk (``(kv_len + offset) % size == 0``, both free of q), where
-    :func:`_strided` is tried: a chunk cut short by kv_len has its keys clipped, and the clip then binds in every
-    run of translates that reaches it (the NATTEN image's short last row), so records would be refused after
-    being computed. A choice of path only: both give the same families."""
-    assert program.chunking is not None
-    offset, size = (owner_values[i] for i in program.chunking)
-    return not np.ndim(offset) and not np.ndim(size) and size > 0 and (kv_len + offset) % size == 0
-
-
-def _strided(enumeration: _Enumeration, owner, counts, chunks: dict, first, per, unsure, peak: int):
-    """The level-1 families ``(owner, counts, chunks)``, with ``per`` chunks of J1 each from ``first``, as a
-    :class:`StridedFamilies`, or None where one of them is not a run of translates (or there are none).
-
-    Level 0's chunk-reading bounds are ``J1 * s`` plus parts free of J1, one group a side
-    (:attr:`_NestProgram.stride`), so a family's lower bound at chunk ``J = first + j`` is the greatest of its
-    chunk-free lower bounds F and ``m(first) + j * s`` (m: the chunk-reading group, evaluated at ``first``
-    only). Where ``s >= 1`` and ``F <= m(first)``, m wins at every chunk of the range (it only grows); so the
-    upper side at the range's last chunk. Checked at both points, with ``s`` equal at both and the interval
-    non-empty; the upper side first (a clip to kv_len, which binds in a short last image row, fails soonest)."""
-    program, owner_values = enumeration.program, enumeration.owner_values
-    rest = functools.partial(_expanded_rest, enumeration, owner, counts, chunks, first, per, unsure, peak)
-    keep = per > 0
-    if not keep.all():                  # families without chunks have no members (nor any in enumerate_keys)
-        owner, first, per = owner[keep], first[keep], per[keep]
-        chunks = {v: a[keep] for v, a in chunks.items()}
-        counts = np.bincount(owner, minlength=len(counts))
-    if not len(owner):
-        return None
-    runs = OwnerRuns(2, counts, len(owner))
-    assert program.stride is not None
-    stride = gathered_at(owner_values[program.stride], runs)          # a scalar, or [1 or 2, records]
-    if np.ndim(stride) and len(stride) == 2 and stride[0].tobytes() != stride[1].tobytes():
-        return None                                        # the translate moves between the points
-    stride = stride[0] if np.ndim(stride) else np.full(len(owner), stride)
-    if stride.min() < 1:
-        return None
-    family, (lower, upper) = program.levels[0]
-    at_first = dict(chunks)
-    at_first[program.level_1_var] = first
-    family_values = family.values(enumeration.make(None, at_first), owner_values, runs) if family.steps else []
-    ends = []
-    for side, lower_side, fn, clip in ((upper, False, np.minimum, enumeration.kv_len - 1),
-                                       (lower, True, np.maximum, 0)):
-        moving = [_group_values(g, lower_side, owner_values, family_values, runs, fn) for g in side if g[0] is not None]
-        assert len(moving) == 1, "_NestProgram.stride: one chunk-reading group a side"
-        free = functools.reduce(fn, [np.int64(clip)] + [_group_values(g, lower_side, owner_values, family_values, runs,
-                                                                      fn) for g in side if g[0] is None])
-        # the chunk-free bounds bind at no chunk of the range: at its last (upper side), its first (lower)
-        if (free < moving[0] + stride * (per - 1) if not lower_side else free > moving[0]).any():
-            return None
-        ends.append(moving[0])
-    hi, lo = ends[0] + 1, ends[1]
-    if (lo >= hi).any():
-        return None
-    lo, hi = (np.broadcast_to(v, (2, len(owner))) for v in (lo, hi))
-    return StridedFamilies(owner, [lo[0], lo[1]], [hi[0], hi[1]], per, stride, unsure, peak, rest)
-
-
-def _expanded_rest(enumeration: _Enumeration, owner, counts, chunks, first, per, unsure, peak: int):
-    """What :func:`enumerate_keys` returns from its level-1 families (a :class:`StridedFamilies`' expand)."""
-    owner, counts, chunks = _expanded(enumeration.program.level_1_var, owner, counts, chunks, first, per)
-    return enumeration.level_0(owner, counts, chunks, unsure, peak)
 
 
 def _blind_and_cuts(points, owner, lo, hi, pick, bounds, blind, cut) -> None:

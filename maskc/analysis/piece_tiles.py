@@ -37,7 +37,7 @@ piece's guards and chunk ranges agree (else the parts are enumerated again). Pie
 condition (ends that disagree, overlapping hulls, an interval empty at one end only) flag their q_block,
 which the caller classifies row by row.
 
-Where one region's families come as records of translates (:class:`~maskc.analysis.keys.StridedFamilies`: a
+Where one region's families come as records of translates (:class:`~maskc.analysis.strided.StridedFamilies`: a
 level-1 family's chunks, each interval its first one moved by ``j * stride`` keys), the records are classified
 as they are when the families they stand for would pass every condition above with nothing covered
 (:func:`_strided_runs`); else they are expanded into those families, by the enumeration's own code.
@@ -49,7 +49,9 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis.keys import StridedFamilies, covered_by_all, enumerate_keys, nest_of, union
+from maskc.analysis import strided
+from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
+from maskc.analysis.strided import StridedFamilies
 from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
@@ -69,8 +71,8 @@ class Breaks:
         self.extremes: list = []
         self.lines: set = set()
         self.guards: list = []
-        self._programs: dict = {}
         self._guard_program: FormProgram | None = None
+        self._rounds: list | None = None
 
     def guard_program(self) -> FormProgram:
         """A program that evaluates the guards' forms, made once."""
@@ -78,12 +80,32 @@ class Breaks:
             self._guard_program = FormProgram([(g, None) for g in self.guards])
         return self._guard_program
 
-    def args_program(self, extreme):
-        """A program that evaluates the extreme's arguments (:mod:`maskc.analysis.formprog`), made once."""
-        hit = self._programs.get(extreme)
-        if hit is None:
-            hit = self._programs[extreme] = FormProgram([(a, None) for a in extreme.args])
-        return hit
+    def cut_rounds(self) -> list[FormProgram]:
+        """:func:`piece_starts`' rounds of cuts, made once: per extreme, innermost first, a program evaluating the
+        forms whose crossings are cut. Those are its args, except that an arg which is another extreme plus a
+        constant (a clamp's ``min(max(a, b), c)``) gives that extreme's forms, plus the constant, where every form
+        is then free of extremes (so affine on the pieces the floors and segments make); a round is dropped where a
+        later one cuts where it would (two forms cross where their difference changes sign: every difference of two
+        of its forms is one of the later round's, up to sign). Cut where any two cross, the forms keep their order on
+        each piece, and so every extreme over them its winner, in one round; where a crossing is not a winner's
+        change the cut is an extra one (finer pieces, the same classes)."""
+        if self._rounds is None:
+            forms: dict = {}
+            for extreme in self.extremes:
+                flat = []
+                for arg in extreme.args:
+                    term = arg.terms[0][0] if len(arg.terms) == 1 and arg.terms[0][1] == 1 else None
+                    inner = forms.get(term) if isinstance(term, ir.Extreme) else None
+                    flat += [L.add(f, L.const(arg.const)) for f in inner] if inner is not None else [arg]
+                if any(F.lin_mentions(f, lambda t: isinstance(t, ir.Extreme)) for f in flat):
+                    flat = list(extreme.args)                      # the extremes inside cut first, in their rounds
+                forms[extreme] = list(dict.fromkeys(flat))
+            crossings = {e: {frozenset((L.sub(f, g), L.sub(g, f))) for i, f in enumerate(forms[e])
+                             for g in forms[e][:i]} for e in self.extremes}
+            kept = [e for i, e in enumerate(self.extremes)
+                    if not any(crossings[e] <= crossings[later] for later in self.extremes[i + 1:])]
+            self._rounds = [FormProgram([(f, None) for f in forms[e]]) for e in kept]
+        return self._rounds
 
 
 def _free_of_rows(lin: ir.Lin) -> bool:
@@ -182,15 +204,15 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
     starts = sorted_unique(np.concatenate(parts))
     starts = starts[(starts >= row0) & (starts < row1)]
-    for extreme in breaks.extremes:      # affine args on each piece: cut where two of them cross
+    for program in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
         n = len(starts)
         ends = last_rows(starts, row1)
         env = Env(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
-        values = breaks.args_program(extreme).run(env)          # at each piece's first and second rows
+        at_rows = program.run(env)                              # at each piece's first and second rows
         cuts = [starts]
-        for i in range(len(values)):
-            for j in range(i + 1, len(values)):
-                d = values[i] - values[j]
+        for i in range(len(at_rows)):
+            for j in range(i + 1, len(at_rows)):
+                d = at_rows[i] - at_rows[j]
                 if not np.ndim(d):
                     continue                                    # two constants never cross
                 d0 = d[:n]
@@ -243,7 +265,8 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     ends = last_rows(starts, seq_len)
     # One region's families in runs of translates (video's image rows) are classified as runs where that is
     # simple; else they are expanded into the families below.
-    first = enumerate_keys(regions[0], make, [starts, ends], kv_len, budget, strided=len(regions) == 1)
+    first = enumerate_keys(regions[0], make, [starts, ends], kv_len, budget,
+                           records=strided.records if len(regions) == 1 else None)
     if isinstance(first, StridedFamilies):
         found = _strided_runs(first, starts, seq_len, kv_len, block_m, block_n)
         if found is not None:
@@ -322,7 +345,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
 
 def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, block_m: int, block_n: int):
     """:func:`piece_runs`' answer for one region whose families come as records of translates
-    (:class:`~maskc.analysis.keys.StridedFamilies`), or None where it is not simply found from the records.
+    (:class:`~maskc.analysis.strided.StridedFamilies`), or None where it is not simply found from the records.
 
     It is, where the families of the records, expanded, would take piece_runs' path with nothing dropped,
     flagged or covered: in hull order with disjoint hulls within each piece (each record's members apart: hull
@@ -331,10 +354,16 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     :func:`_nothing_covered` holds), none keeping block_n keys at every row, and none reaching kv_len whose
     keys at every row hold a block's start before the last block (so none covers a block; only a record's last
     member can reach kv_len: the next one, past it, would be empty). Then the runs are the touched blocks
-    (:func:`_touching_hulls`), PARTIAL."""
+    (:func:`_touching_hulls`), PARTIAL. Peeled members empty at one end or both are taken as :func:`_families` takes
+    such families (:func:`_settled_peeled`)."""
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     piece, count, stride = families.owner, families.count, families.stride
     (la, lb), (ha, hb) = families.lo, families.hi
+    if not ((la < ha) & (lb < hb)).all():                   # peeled members clamped empty (a short last image row)
+        settled = _settled_peeled(piece, la, ha, lb, hb, count, stride)
+        if settled is None:
+            return None
+        piece, la, ha, lb, hb, count, stride = settled
     h0, h1 = np.minimum(la, lb), np.maximum(ha, hb)
     span = stride * (count - 1)                              # from a record's first member to its last
     same = piece[1:] == piece[:-1]
@@ -365,6 +394,27 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
         touched = union(*touched, kt)
     empty = np.zeros(0, np.int64)
     return _split_at_covered(touched, (empty, empty, empty), kt), bad
+
+
+def _settled_peeled(piece, la, ha, lb, hb, count, stride):
+    """The records (:func:`_strided_runs`' arrays) with their members empty at one end or both (peeled, records of
+    one) taken as :func:`_families` takes such families where their width is monotone (lo and hi moving in
+    opposite directions between the ends, or staying: :func:`~maskc.analysis.keys.enumerate_keys`' ``monotone``):
+    empty at both ends, dropped (empty between); at one end, kept as ``(h0, h0, h1, h1)``, its interval ``[h0, h1)``
+    at the other end (:func:`_emptying_hulls`: it narrows towards the empty end). None where one is not monotone
+    (then the families go through :func:`_families`, which reads their bounds)."""
+    live_a, live_b = la < ha, lb < hb
+    empty = (~(live_a & live_b)).nonzero()[0]
+    if ((lb[empty] - la[empty]) * (hb[empty] - ha[empty]) > 0).any():
+        return None
+    narrows = empty[live_a[empty] != live_b[empty]]
+    h0 = np.where(live_a[narrows], la[narrows], lb[narrows])
+    h1 = np.where(live_a[narrows], ha[narrows], hb[narrows])
+    la, ha, lb, hb = la.copy(), ha.copy(), lb.copy(), hb.copy()
+    la[narrows], ha[narrows], lb[narrows], hb[narrows] = h0, h0, h1, h1
+    keep = np.ones(len(piece), bool)
+    keep[empty[live_a[empty] == live_b[empty]]] = False       # empty at both ends
+    return piece[keep], la[keep], ha[keep], lb[keep], hb[keep], count[keep], stride[keep]
 
 
 def _touching_hulls(piece, h0, h1, count, stride, block_n: int):
