@@ -31,7 +31,7 @@ def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarra
         end = np.maximum.reduceat(end, head)
         row, begin, kind = row[head], begin[head], kind[head]
     offsets = np.zeros(rows + 1, np.int32)
-    np.bincount(row, minlength=rows).cumsum(out=offsets[1:])
+    offsets[1:] = np.bincount(row, minlength=rows).cumsum()      # (cumsum into the int32 view: twice the time)
     runs = np.empty((len(row), 3), np.int32)
     runs[:, 0], runs[:, 1], runs[:, 2] = begin, end, kind
     return offsets, runs
