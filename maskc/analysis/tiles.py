@@ -103,7 +103,8 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     keep = begin < end
     keep[bad] = False
     at, col = keep.nonzero()
-    out = (present[at], begin[at, col], end[at, col], np.where(col % 3 == 1, FULL, PARTIAL))
+    cell = col * len(first) + at          # (at, col) in the [3 x slots, q_blocks] arrays begin and end transpose
+    out = (present[at], begin.T.ravel().take(cell), end.T.ravel().take(cell), _slot_run_kinds(len(slots)).take(col))
     if shared is not None and (shared & ~bad).any():          # shared blocks PARTIAL: runs in order, or counted
         unordered = _unordered(out[0], out[2])
         if len(unordered):
@@ -182,6 +183,14 @@ def _unordered(row, end) -> np.ndarray:
     non-empty run that ends before the previous one's end overlaps it unless it begins before it."""
     wrong = (row[1:] == row[:-1]) & (end[1:] < end[:-1])
     return sorted_unique(row[1:][wrong])
+
+
+@functools.lru_cache(maxsize=None)
+def _slot_run_kinds(slots: int) -> np.ndarray:
+    """The kind of each of runs_of_keys' (PARTIAL, FULL, PARTIAL) runs of ``slots`` slots, slot after slot."""
+    kinds = np.array([PARTIAL, FULL, PARTIAL] * slots, np.int64)
+    kinds.flags.writeable = False
+    return kinds
 
 
 @functools.lru_cache(maxsize=None)
