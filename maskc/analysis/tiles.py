@@ -77,11 +77,11 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     at_block = present.searchsorted(block)                    # each owner's place among the q_blocks present
     # A hole: consecutive live owners of one slot and q_block whose key blocks are apart.
     idx = live.ravel().nonzero()[0]
-    a, b = idx[:-1], idx[1:]
-    t0f, t1f = t0.ravel(), t1.ravel()
-    hole = (a // n == b // n) & (block[a % n] == block[b % n]) & ((t0f[b] > t1f[a]) | (t0f[a] > t1f[b]))
+    slot, q_block = idx // n, block.take(idx % n)                  # each live cell's slot and q_block
+    t0l, t1l = t0.ravel().take(idx), t1.ravel().take(idx)
+    hole = (slot[1:] == slot[:-1]) & (q_block[1:] == q_block[:-1]) & ((t0l[1:] > t1l[:-1]) | (t0l[:-1] > t1l[1:]))
     bad = np.zeros(len(first), bool)
-    bad[present.searchsorted(block[a[hole] % n])] = True
+    bad[present.searchsorted(q_block[:-1][hole])] = True
     h0, h1 = np.minimum.reduceat(t0, first, axis=1), np.maximum.reduceat(t1, first, axis=1)   # [slots, q_blocks]
     f0, f1 = np.maximum.reduceat(c0, first, axis=1), np.minimum.reduceat(c1, first, axis=1)
     some = h0 < h1
