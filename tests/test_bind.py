@@ -415,3 +415,27 @@ def test_the_evaluator_reads_segments_at_each_array_it_is_given(lengths, positio
         for attr in ("index", "start", "end", "length", "value:v"):
             fresh = Evaluator(None, params, n, n).segment("s", attr, at.copy())     # type: ignore[arg-type]
             assert ev.segment("s", attr, at).tolist() == fresh.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 9), max_size=40), st.integers(0, 6), st.booleans(), st.integers(0, 1))
+def test_segment_bounds_are_the_lengths_summed_from_the_origin(lengths, origin, as_array, off):
+    """values.segment_table, few lengths (Python ints) and many (numpy) alike: int64 bounds from the origin, the
+    lengths' running sums after it; a negative length or a sum that misses the range refused with its message."""
+    from maskc.analysis.values import FEW_SEGMENTS, segment_table
+
+    mask = maskc.compile_mask("mask m(o: int = 0, s: segments from o)\n  allow same(s)\n").resolved
+    p = next(x for x in mask.params if x.name == "s")
+    end = origin + max(sum(lengths), 0) + off
+    value = np.array(lengths, np.int64) if as_array else lengths
+    event(f"few: {len(lengths) <= FEW_SEGMENTS}")
+    if any(v < 0 for v in lengths):
+        with pytest.raises(BindError, match="has a negative length"):
+            segment_table(mask, p, value, origin, end, "", end, end)
+    elif sum(lengths) != end - origin:
+        with pytest.raises(BindError, match=f"sum to {sum(lengths)}, but must cover"):
+            segment_table(mask, p, value, origin, end, "", end, end)
+    else:
+        bounds = segment_table(mask, p, value, origin, end, "", end, end).bounds
+        assert bounds.dtype == np.int64
+        assert bounds.tolist() == [origin + sum(lengths[:i]) for i in range(len(lengths) + 1)]
