@@ -346,3 +346,96 @@ def test_segment_value_ranges_are_the_arrays_extremes(first, second):
     for name, values in arrays + arrays[::-1]:
         expected = (int(values.min()), int(values.max())) if len(values) else None
         assert table.value_range(name) == expected
+
+
+# Requires read through segments only (checked at the segments' starts) and through two tables (their bounds
+# merged), over segments from an origin (positions before it outside every segment) and empty segments.
+SEGMENT_REQUIRES = """mask reqs(lead: int = 0, docs: segments from lead, t: per docs, parts: segments, u: per parts)
+  require docs.index(q) >= 0 or lead <= 2
+  require t(q) <= docs.length(q) + 2 or docs.index(q) < 0
+  require t(q) + u(q) <= 6
+  allow same(docs), k <= q
+"""
+
+
+def _lengths(total: int, cuts: list[int]) -> list[int]:
+    bounds = sorted(min(c, total) for c in cuts)
+    return [b - a for a, b in zip([0] + bounds, bounds + [total])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 24), st.integers(0, 5), st.lists(st.integers(0, 24), max_size=5),
+       st.lists(st.integers(0, 24), max_size=4), st.lists(st.integers(-2, 8), min_size=6, max_size=6),
+       st.lists(st.integers(-2, 5), min_size=5, max_size=5))
+def test_segment_requires_fail_at_the_first_q_a_walk_finds(seq_len, lead, doc_cuts, part_cuts, t, u):
+    """bind checks a require that reads q only through segments at their starts (bind._piece_starts, one table's
+    bounds unsorted, empty segments repeating a start): it refuses exactly where evaluating the condition at every
+    q refuses, and names the first q where it fails."""
+    from maskc.analysis.evaluate import Evaluator
+
+    lead = min(lead, seq_len)
+    docs, parts = _lengths(seq_len - lead, doc_cuts), _lengths(seq_len, part_cuts)
+    params = {"lead": lead, "docs": docs, "t": t[:len(docs)], "parts": parts, "u": u[:len(parts)]}
+    mask = maskc.compile_mask(SEGMENT_REQUIRES)
+    try:
+        mask.bind(seq_len, **params)
+        refused = None
+    except BindError as err:
+        refused = err.message
+    # the same values checked at every q, rule by rule, with the checks left out
+    known = maskc.compile_mask(SEGMENT_REQUIRES.replace("  require", "  # require")).bind(seq_len, **params)
+    ev = Evaluator(mask.resolved, known.params.batch[0], seq_len, seq_len)
+    q = np.arange(seq_len, dtype=np.int64)
+    expected = None
+    for rule in mask.resolved.requires:
+        ok = np.broadcast_to(ev.cond(rule.cond, q, None), q.shape)
+        if not ok.all():
+            expected = f"at q = {int(np.argmin(ok))}:"
+            break
+    event("refused" if expected else "bound")
+    if expected is None:
+        assert refused is None
+    else:
+        assert refused is not None and expected in refused, (refused, expected)
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=5), st.lists(st.integers(-3, 30), min_size=1, max_size=8))
+def test_the_evaluator_reads_segments_at_each_array_it_is_given(lengths, positions):
+    """Evaluator.segment keeps the slots of the last array it looked up per table: reads at that array again, at a new
+    array of other positions and back at the first give what a fresh evaluator gives."""
+    from maskc.analysis.evaluate import Evaluator
+    from maskc.bound_params import BatchParams, SegmentTable
+
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    params = BatchParams((), (("s", SegmentTable(bounds, (("v", np.arange(len(lengths), dtype=np.int64) * 3),))),))
+    n = int(bounds[-1]) + 1
+    ev = Evaluator(None, params, n, n)       # type: ignore[arg-type]  # segment reads need no mask
+    first, second = np.array(positions, np.int64), np.array(positions[::-1], np.int64) + 1
+    for at in (first, first, second, first):
+        for attr in ("index", "start", "end", "length", "value:v"):
+            fresh = Evaluator(None, params, n, n).segment("s", attr, at.copy())     # type: ignore[arg-type]
+            assert ev.segment("s", attr, at).tolist() == fresh.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 9), max_size=40), st.integers(0, 6), st.booleans(), st.integers(0, 1))
+def test_segment_bounds_are_the_lengths_summed_from_the_origin(lengths, origin, as_array, off):
+    """values.segment_table, few lengths (Python ints) and many (numpy) alike: int64 bounds from the origin, the
+    lengths' running sums after it; a negative length or a sum that misses the range refused with its message."""
+    from maskc.analysis.values import FEW_SEGMENTS, segment_table
+
+    mask = maskc.compile_mask("mask m(o: int = 0, s: segments from o)\n  allow same(s)\n").resolved
+    p = next(x for x in mask.params if x.name == "s")
+    end = origin + max(sum(lengths), 0) + off
+    value = np.array(lengths, np.int64) if as_array else lengths
+    event(f"few: {len(lengths) <= FEW_SEGMENTS}")
+    if any(v < 0 for v in lengths):
+        with pytest.raises(BindError, match="has a negative length"):
+            segment_table(mask, p, value, origin, end, "", end, end)
+    elif sum(lengths) != end - origin:
+        with pytest.raises(BindError, match=f"sum to {sum(lengths)}, but must cover"):
+            segment_table(mask, p, value, origin, end, "", end, end)
+    else:
+        bounds = segment_table(mask, p, value, origin, end, "", end, end).bounds
+        assert bounds.dtype == np.int64
+        assert bounds.tolist() == [origin + sum(lengths[:i]) for i in range(len(lengths) + 1)]

@@ -2,6 +2,7 @@
 import math
 
 import numpy as np
+import pytest
 from hypothesis import event, given, settings, strategies as st
 
 import maskc
@@ -102,3 +103,23 @@ def test_segment_attributes_are_the_segments_by_hand(lengths, origin, extra, pos
         else:
             want = (i, int(bounds[i]), int(bounds[i + 1]), lengths[i], True, i, int(values[i]))
         assert got == want, (p, got, want)
+
+
+@given(st.integers(-300, (1 << 16) + 300), st.integers(0, 1 << 12), st.integers(1, 300),
+       st.randoms(use_true_random=False))
+def test_isqrt_takes_the_kept_roots_below_their_end(base, spread, count, rnd):
+    """rows.isqrt against math.isqrt where the values lie about the kept roots' end (rows.KEPT_ROOTS: below it the
+    table is read, at or past it the other paths), negative values included: each position's value."""
+    from maskc.analysis.rows import KEPT_ROOTS
+
+    values = np.array([base + rnd.randint(0, spread) for _ in range(count)], np.int64)
+    event(f"kept: {count > 64 and int(values.max()) < KEPT_ROOTS}")
+    want = np.array([math.isqrt(max(int(v), 0)) for v in values], np.int64)
+    np.testing.assert_array_equal(isqrt(values), want)
+
+
+@pytest.mark.parametrize("last", [(1 << 16) - 1, 1 << 16, (1 << 16) + 1])
+def test_isqrt_at_the_kept_roots_end(last):
+    """The greatest value just below, at and past the kept roots' end (the table's last entry, then none)."""
+    values = np.arange(last - 80, last + 1, dtype=np.int64)[::-1]
+    np.testing.assert_array_equal(isqrt(values), [math.isqrt(int(v)) for v in values])

@@ -4,7 +4,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, strategies as st
 
 import maskc
 from maskc.codegen.predicate import emit_predicate, pack_mask_data, predicate
@@ -278,3 +278,78 @@ def test_narrow_isqrt_is_exact_next_to_every_square():
     lib.maskc_isqrt32_misses.restype = ctypes.c_longlong
     lib.maskc_isqrt32_misses.argtypes = [ctypes.c_int, ctypes.c_int]
     assert lib.maskc_isqrt32_misses(0, 46341) == 0
+
+
+# Every kind of value the table holds: ints, two segments tables with per-segment arrays (one with none), a table
+# and a float (the score modifier's).
+LAYOUT_MASK = """mask layout(a: int, docs: segments, t: per docs, u: per docs, parts: segments, c: int = 0,
+                  w: table, f: float = 1.5)
+  allow same(docs), k <= q + a + c + t(q) + u(q) + w[0]
+  score = score * f
+"""
+
+
+def _layout_reference(bound) -> tuple[list[int], list[int]]:
+    """The module docstring's table, written out value by value: (data, offsets)."""
+    data, offsets = [], [0]
+    for params in bound.params.batch:
+        docs, parts, w = params.segment("docs"), params.segment("parts"), params.table("w")
+        header = [bound.seq_len, bound.kv_len, params.int("a"), params.int("c")]
+        start = len(header) + 4            # two segment offsets, one table offset, the float's bits
+        docs_body = [docs.count, *map(int, docs.bounds), *map(int, docs.value("t")), *map(int, docs.value("u"))]
+        parts_body = [parts.count, *map(int, parts.bounds)]
+        w_body = [w.count, *map(int, w.values)]
+        bits = int(np.array([params.float("f")], np.float32).view(np.int32)[0])
+        header += [start, start + len(docs_body), start + len(docs_body) + len(parts_body), bits]
+        data += header + docs_body + parts_body + w_body
+        offsets.append(len(data))
+    return data, offsets
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**31 + 1, 2**31 - 1), st.lists(st.integers(0, 5), min_size=1, max_size=4),
+                          st.lists(st.integers(0, 3), min_size=1, max_size=3),
+                          st.lists(st.integers(-2**31 + 1, 2**31 - 1), min_size=1, max_size=4)),
+                min_size=1, max_size=3))
+def test_the_packed_table_is_the_documented_layout(elements):
+    """pack_mask_data's int32 table, element after element, against the layout its docstring gives (built here
+    value by value), for batches of one to three elements with values at the int32 edges; the layout is kept
+    on the mask between binds."""
+    compiled = maskc.compile_mask(LAYOUT_MASK)
+    seq_len = 20
+    per = {"a": [], "docs": [], "t": [], "u": [], "parts": [], "w": []}
+    for a, docs, parts, w in elements:
+        docs = docs[:-1] + [seq_len - sum(docs[:-1])] if sum(docs[:-1]) <= seq_len else [seq_len]
+        parts = parts[:-1] + [seq_len - sum(parts[:-1])] if sum(parts[:-1]) <= seq_len else [seq_len]
+        per["a"].append(a)
+        per["docs"].append(docs)
+        per["t"].append([(7 * i) % 5 - 2 for i in range(len(docs))])
+        per["u"].append([a // (i + 2) for i in range(len(docs))])
+        per["parts"].append(parts)
+        per["w"].append(w)
+    if len(elements) == 1:
+        per = {k: v[0] for k, v in per.items()}
+    try:
+        bound = compiled.bind(seq_len, **per)
+    except maskc.BindError:
+        return                        # a width proof refused the values (k <= q + a + ... past 64 bits)
+    for _ in range(2):
+        data, offsets = pack_mask_data(compiled.ranges, bound.params)
+        want_data, want_offsets = _layout_reference(bound)
+        assert data.dtype == np.int32 and offsets.dtype == np.int32
+        assert data.tolist() == want_data and offsets.tolist() == want_offsets
+
+
+@pytest.mark.parametrize("value,fits", [(2**31 - 1, True), (-(2**31 - 1), True), (2**31, False), (-2**31, False)])
+def test_the_packed_table_refuses_values_past_int32(value, fits):
+    """A value past 32 bits (bind refuses those before; this is the packer's own guard): |x| <= 2**31 - 1."""
+    from maskc.bound_params import BatchParams, BoundParams, SegmentTable
+
+    compiled = maskc.compile_mask("mask m(docs: segments, t: per docs)\n  allow same(docs), k <= q + t(q)\n")
+    table = SegmentTable(np.array([0, 4], np.int64), (("t", np.array([value], np.int64)),))
+    bound = BoundParams(4, 4, None, (BatchParams((), (("docs", table),)),))
+    if fits:
+        assert pack_mask_data(compiled.ranges, bound)[0].tolist()[-1] == value
+    else:
+        with pytest.raises(OverflowError):
+            pack_mask_data(compiled.ranges, bound)

@@ -216,3 +216,17 @@ def test_remembered_nest_proofs_agree_with_the_walk(text, binds, offsets):
         walked = passes(lambda b: [_check_nest(r.chunks, b) for r in ranges.allow + ranges.deny
                                    if r.chunks is not None])
         assert passes(lambda b: _check_nests(ranges, b)) == walked
+
+
+def test_a_remembered_pass_is_of_the_widened_bounds():
+    """The memo of _Program.first_failing keeps a pass of the widened leaves (per-segment values rounded up to
+    2**n - 1), never of the exact ones: a first bind whose exact values fit 32 bits but whose widened ones do not,
+    then a second whose values (in the same power of two) do not fit, gets the narrow flag a fresh mask gives."""
+    text = "mask m(docs: segments, t: per docs, c: int)\n  allow same(docs), k <= q + t(q) + c\n"
+    remembering = maskc.compile_mask(text)
+    seq_len = 64
+    c = INT32_MAX - (2 ** 29 + 1) - (seq_len - 1 + 256) - (2 ** 28)   # q + t + c fits for t = 2**29 + 1 only
+    for t in (2 ** 29 + 1, 2 ** 30 - 1):
+        fresh = maskc.compile_mask(text).bind(seq_len, docs=[seq_len], t=[t], c=c)
+        assert remembering.bind(seq_len, docs=[seq_len], t=[t], c=c).params.narrow == fresh.params.narrow
+    assert not fresh.params.narrow

@@ -280,7 +280,9 @@ def _check_items(mask, divisors, requires, params, seq_len, kv_len, h, b, at):
     for r in requires:
         starts = _piece_starts(r.cond, params, seq_len)
         if starts is not None:            # constant between these positions: one check per piece
-            ok = np.broadcast_to(ev.cond(r.cond, starts, None), starts.shape)
+            ok = ev.cond(r.cond, starts, None)
+            if np.shape(ok) != starts.shape:      # a condition free of the segments' values: one value
+                ok = np.broadcast_to(ok, starts.shape)
             if not ok.all():
                 raise BindError(f"requirement not met{_unmet(ev, r.cond, int(starts[np.argmin(ok)]))}{at}", r.span)
             continue
@@ -316,15 +318,16 @@ def _segments_read(cond: ir.Cond) -> tuple[str, ...] | None:
 
 
 def _piece_starts(cond: ir.Cond, params, seq_len: int) -> np.ndarray | None:
-    """Sorted positions p_0 = 0 < p_1 < ... such that ``cond`` has one value on each [p_i, p_i+1) of
+    """Positions p_0 = 0 <= p_1 <= ..., in order, such that ``cond`` has one value on each [p_i, p_i+1) of
     [0, seq_len), when it reads q only through segments (their bounds cut it into pieces): checking it
     at these positions checks it at every position, in time that grows with the segments, not seq_len.
-    None when it reads q itself."""
+    A position may come twice (empty segments; one table's bounds are not sorted again). None when it
+    reads q itself."""
     segs = _segments_read(cond)
     if segs is None:
         return None
-    cuts = [np.zeros(1, np.int64)] + [params.segment(s).bounds for s in segs]
-    starts = sorted_unique(np.concatenate(cuts))
+    cuts = np.concatenate([np.zeros(1, np.int64)] + [params.segment(s).bounds for s in segs])
+    starts = cuts if len(segs) <= 1 else sorted_unique(cuts)    # one table's bounds ascend from its origin >= 0
     return starts[(starts >= 0) & (starts < seq_len)]
 
 

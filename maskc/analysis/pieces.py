@@ -221,7 +221,7 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     def at(rows: np.ndarray):
         """Every form at the rows (extrapolated along the pieces of the breaks: the forms are affine there)."""
         p = base.searchsorted(rows, side="right") - 1
-        return value0[:, p] + slope0[:, p] * (rows - base[p])
+        return value0.take(p, axis=1) + slope0.take(p, axis=1) * (rows - base.take(p))    # ([:, p]: 1.5x the time)
 
     if one:                                         # one allow region: often settled without cuts
         ends_ = _one_region(plan, value0, slope0, span)

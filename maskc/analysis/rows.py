@@ -7,6 +7,7 @@ single linear term, loose where terms are correlated.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy as np
@@ -75,14 +76,27 @@ class _Scalars:
 
 
 def isqrt(values):
-    """The floor of the square root of each value, exactly (negative values give 0). Many values over a narrow
-    range (a disc's radius per chunk: one of few row distances each) take the roots of that range, gathered."""
+    """The floor of the square root of each value, exactly (negative values give 0). Many values below
+    :data:`KEPT_ROOTS` (a disc's radius per chunk, radius < 256) take the kept roots; many over a narrow range
+    elsewhere take the roots of that range, gathered."""
     v = np.asarray(values)
     if v.size > 64:
         lo, hi = int(v.min()), int(v.max())
+        if hi < KEPT_ROOTS:
+            return _kept_roots().take(np.maximum(v, 0))
         if hi - lo < v.size // 4:
             return _isqrt(np.arange(lo, hi + 1))[v - lo]
     return _isqrt(values)
+
+
+KEPT_ROOTS = 1 << 16        # isqrt(0 .. KEPT_ROOTS - 1), 512 KiB, made once: 13 us a call for 257 of them
+
+
+@functools.lru_cache(maxsize=1)
+def _kept_roots() -> np.ndarray:
+    roots = _isqrt(np.arange(KEPT_ROOTS, dtype=np.int64))
+    roots.flags.writeable = False
+    return roots
 
 
 def _isqrt(values):

@@ -31,7 +31,7 @@ def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarra
         end = np.maximum.reduceat(end, head)
         row, begin, kind = row[head], begin[head], kind[head]
     offsets = np.zeros(rows + 1, np.int32)
-    np.bincount(row, minlength=rows).cumsum(out=offsets[1:])
+    offsets[1:] = np.bincount(row, minlength=rows).cumsum()      # (cumsum into the int32 view: twice the time)
     runs = np.empty((len(row), 3), np.int32)
     runs[:, 0], runs[:, 1], runs[:, 2] = begin, end, kind
     return offsets, runs
@@ -77,11 +77,11 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     at_block = present.searchsorted(block)                    # each owner's place among the q_blocks present
     # A hole: consecutive live owners of one slot and q_block whose key blocks are apart.
     idx = live.ravel().nonzero()[0]
-    a, b = idx[:-1], idx[1:]
-    t0f, t1f = t0.ravel(), t1.ravel()
-    hole = (a // n == b // n) & (block[a % n] == block[b % n]) & ((t0f[b] > t1f[a]) | (t0f[a] > t1f[b]))
+    slot, q_block = idx // n, block.take(idx % n)                  # each live cell's slot and q_block
+    t0l, t1l = t0.ravel().take(idx), t1.ravel().take(idx)
+    hole = (slot[1:] == slot[:-1]) & (q_block[1:] == q_block[:-1]) & ((t0l[1:] > t1l[:-1]) | (t0l[:-1] > t1l[1:]))
     bad = np.zeros(len(first), bool)
-    bad[present.searchsorted(block[a[hole] % n])] = True
+    bad[present.searchsorted(q_block[:-1][hole])] = True
     h0, h1 = np.minimum.reduceat(t0, first, axis=1), np.maximum.reduceat(t1, first, axis=1)   # [slots, q_blocks]
     f0, f1 = np.maximum.reduceat(c0, first, axis=1), np.minimum.reduceat(c1, first, axis=1)
     some = h0 < h1
@@ -103,7 +103,8 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     keep = begin < end
     keep[bad] = False
     at, col = keep.nonzero()
-    out = (present[at], begin[at, col], end[at, col], np.where(col % 3 == 1, FULL, PARTIAL))
+    cell = col * len(first) + at          # (at, col) in the [3 x slots, q_blocks] arrays begin and end transpose
+    out = (present[at], begin.T.ravel().take(cell), end.T.ravel().take(cell), _slot_run_kinds(len(slots)).take(col))
     if shared is not None and (shared & ~bad).any():          # shared blocks PARTIAL: runs in order, or counted
         unordered = _unordered(out[0], out[2])
         if len(unordered):
@@ -182,6 +183,14 @@ def _unordered(row, end) -> np.ndarray:
     non-empty run that ends before the previous one's end overlaps it unless it begins before it."""
     wrong = (row[1:] == row[:-1]) & (end[1:] < end[:-1])
     return sorted_unique(row[1:][wrong])
+
+
+@functools.lru_cache(maxsize=None)
+def _slot_run_kinds(slots: int) -> np.ndarray:
+    """The kind of each of runs_of_keys' (PARTIAL, FULL, PARTIAL) runs of ``slots`` slots, slot after slot."""
+    kinds = np.array([PARTIAL, FULL, PARTIAL] * slots, np.int64)
+    kinds.flags.writeable = False
+    return kinds
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,6 +4,7 @@ values give one entry per batch element. Each refusal is a :class:`~maskc.errors
 :mod:`maskc.analysis.bind` decides what is asked of each and checks the mask's own conditions."""
 from __future__ import annotations
 
+import itertools
 import numbers
 import sys
 
@@ -16,6 +17,7 @@ from maskc.bound_params import SegmentTable, Table
 
 INT32 = 2 ** 31 - 1
 MAX_TABLE = 1 << 24               # entries of one table parameter (the kernels' table is int32-indexed)
+FEW_SEGMENTS = 16                 # lengths up to which segment_table sums in Python ints
 
 
 def is_int(v) -> bool:
@@ -93,12 +95,13 @@ def segment_table(mask, p, value, origin: int, end: int, at: str, seq_len: int, 
     if value is None:
         raise BindError(f"mask '{mask.name}' needs segments '{p.name}' (a list of lengths)", p.span)
     lengths = _int_array(value, f"segments '{p.name}'{at}", p.span)
-    if (lengths < 0).any():
+    few = lengths.tolist() if len(lengths) <= FEW_SEGMENTS else None      # Python ints: cheaper than numpy calls
+    if min(few, default=0) < 0 if few is not None else (lengths < 0).any():
         raise BindError(f"segments '{p.name}' has a negative length{at}", p.span)
     length = "seq_len" if p.over == "q" else "kv_len"
     if not 0 <= origin <= end:
         raise BindError(f"segments '{p.name}' start at {origin}, outside [0, {length} = {end}]{at}", p.span)
-    total = int(lengths.sum())
+    total = sum(few) if few is not None else int(lengths.sum())
     if total != end - origin:
         other, other_end = ("kv_len", kv_len) if p.over == "q" else ("seq_len", seq_len)
         hint = (f"these lengths cover [{origin}, {other} = {other_end}): to partition the "
@@ -106,6 +109,8 @@ def segment_table(mask, p, value, origin: int, end: int, at: str, seq_len: int, 
                 f"{'k' if p.over == 'q' else 'q'}'") if total == other_end - origin and seq_len != kv_len else None
         raise BindError(f"segments '{p.name}' sum to {total}, but must cover [{origin}, {end})"
                         f"{' (the keys: kv_len)' if p.over == 'k' else ''}: {end - origin} tokens{at}", p.span, hint)
+    if few is not None:
+        return SegmentTable(np.array(list(itertools.accumulate(few, initial=origin)), np.int64))
     bounds = np.zeros(len(lengths) + 1, np.int64)
     bounds[0] = origin
     np.cumsum(lengths, out=bounds[1:])

@@ -78,7 +78,10 @@ class _Program:
                 self._add("expr", e)
             self.roots.append(len(self.steps))
         self.leaves = [node for kind, node, _ in self.steps if kind == "leaf"]     # in step order
-        self.widen = [_widening(node) for node in self.leaves]
+        # a node may be a leaf of a form and of a rule (two steps): its bounds are asked once a bind
+        self.distinct = tuple(dict.fromkeys(self.leaves))
+        self.leaf_at = [self.distinct.index(node) for node in self.leaves]
+        self.widen = [_widening(node) for node in self.distinct]
         self.monotone = all(_monotone(kind, node) for kind, node, _ in self.steps)
         self._passed: dict = {}         # widened leaves -> whether every step passes with them
 
@@ -106,17 +109,19 @@ class _Program:
         is monotone in them), so binds whose segment lengths and per-segment values change from batch to
         batch mostly skip the walk. Only passes are taken from there: a failure walks the exact leaves."""
         end = (self.roots[self.forms - 1] if self.forms else 0) if forms_only else len(self.steps)
-        leaves = [bounds.leaf(node) for node in self.leaves] if self.monotone else None
-        if leaves is not None:
-            key = (bounds.limit, bounds.padding, end, tuple(_widened(v, how) for v, how in zip(leaves, self.widen)))
-            passed = self._passed.get(key)
-            if passed is None:
-                if len(self._passed) >= _MEMO:
-                    self._passed.clear()
-                passed = self._passed[key] = self._walk(bounds, end, key[3]) is None
-            if passed:
-                return None
-        return self._walk(bounds, end, leaves)
+        if not self.monotone:
+            return self._walk(bounds, end, None)
+        distinct = [bounds.leaf(node) for node in self.distinct]
+        widened = tuple(_widened(v, how) for v, how in zip(distinct, self.widen))
+        key = (bounds.limit, bounds.padding, end, widened)
+        passed = self._passed.get(key)
+        if passed is None:
+            if len(self._passed) >= _MEMO:
+                self._passed.clear()
+            passed = self._passed[key] = self._walk(bounds, end, [widened[i] for i in self.leaf_at]) is None
+        if passed:
+            return None
+        return self._walk(bounds, end, [distinct[i] for i in self.leaf_at])
 
     def _walk(self, bounds: Bounds, end: int, leaves) -> int | None:
         """first_failing over the steps before ``end``, the leaves' bounds given in step order (else asked of

@@ -132,11 +132,23 @@ __device__ __forceinline__ MaskSegment maskc_segment(const int* __restrict__ tab
 """
 
 
+_INT32_MAX = 2 ** 31 - 1
+
+
+def _layout_of(mask: ir.RangeMask) -> TableLayout:
+    """The mask's TableLayout, made once and kept on the RangeMask (immutable) for the next binds."""
+    hit = mask.__dict__.get("_table_layout")
+    if hit is None or hit[0] is not mask.params:
+        hit = (mask.params, TableLayout.of(mask.params))
+        object.__setattr__(mask, "_table_layout", hit)
+    return hit[1]
+
+
 def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
                    origin: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(mask_data, mask_offsets): every batch element's table, concatenated (see module docstring);
     with ``origin`` = (q0, k0) each table is prefixed by them, for the predicate emitted with offsets."""
-    layout = TableLayout.of(mask.params)
+    layout = _layout_of(mask)
     chunks, offsets = [], [0]
     for params in bound.batch:
         header = [bound.seq_len, bound.kv_len] + [params.int(n) for n in layout.ints]
@@ -145,15 +157,15 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
         for s in layout.segments:
             table = params.segment(s)
             header.append(at)
-            body = [table.count] + [int(x) for x in table.bounds]
+            body = [table.count] + table.bounds.tolist()
             for name, seg, _ in layout.arrays:
                 if seg == s:
-                    body += [int(x) for x in table.value(name)]
+                    body += table.value(name).tolist()
             tables += body
             at += len(body)
         for name in layout.tables:
             header.append(at)
-            body = [params.table(name).count] + [int(x) for x in params.table(name).values]
+            body = [params.table(name).count] + params.table(name).values.tolist()
             tables += body
             at += len(body)
         for name, is_table in layout.floats:
@@ -163,7 +175,7 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
                 tables += [len(bits)] + bits
                 at += 1 + len(bits)
         chunk = np.asarray(([] if origin is None else list(origin)) + header + tables, np.int64)
-        if np.any(np.abs(chunk) > np.iinfo(np.int32).max):
+        if len(chunk) and (chunk.min() < -_INT32_MAX or chunk.max() > _INT32_MAX):    # |x| <= 2**31 - 1
             raise OverflowError("a mask parameter does not fit in int32")
         chunks.append(chunk.astype(np.int32))
         offsets.append(offsets[-1] + len(chunk))
