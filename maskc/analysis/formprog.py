@@ -14,7 +14,6 @@ Forms that read k (:class:`Unsupported`) are not compiled: their callers keep Ro
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Callable
 
 import numpy as np
@@ -121,8 +120,7 @@ class _Steps:
         key = ("bound", item.lin, item.den, lower)
         if key not in self._index:
             i, den = self.lin(item.lin), item.den
-            self._add(key, (lambda v, g, e: -((-plain(v[i])) // den)) if lower else
-                      (lambda v, g, e: plain(v[i]) // den))
+            self._add(key, (lambda v, g, e: -((-v[i]) // den)) if lower else (lambda v, g, e: v[i] // den))
         return self._index[key]
 
     def lin(self, lin: ir.Lin) -> int:
@@ -227,81 +225,6 @@ def _no_gather(i: int):
     raise AssertionError("a FormProgram's steps read no gathered values")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Tabled:
-    """A family value carried as ``table.take(index)``: ``table`` int64, the value at each of a narrow range of
-    one operand's values (clear's row distance: 33 values over 7696 families), ``index`` int64 (the value's
-    shape), where each family's operand falls in that range. A square, a root or a scalar-shifted multiple of
-    it acts on the table alone (:meth:`map`): a few dozen entries in place of a pass over the families.
-    :attr:`array` is the value itself (taken once, whoever reads it first)."""
-    table: np.ndarray
-    index: np.ndarray
-
-    def map(self, fn: Callable[[np.ndarray], np.ndarray]) -> "Tabled":
-        return Tabled(fn(self.table), self.index)
-
-    @functools.cached_property
-    def array(self) -> np.ndarray:
-        # the index lies in [0, len(table)) by construction: "clip" skips take's per-index check (9 against 13 us)
-        return self.table.take(self.index, mode="clip")
-
-
-def by_range(x):
-    """``x`` as a :class:`Tabled` over ``[min(x), max(x)]`` where that range spans at most a quarter of its
-    many (> 64) values, else ``x`` itself: the same values either way (``plain(by_range(x)) == x``)."""
-    if isinstance(x, Tabled) or np.ndim(x) == 0 or x.size <= 64:
-        return x
-    lo, hi = int(x.min()), int(x.max())
-    if hi - lo >= x.size // 4:
-        return x
-    return Tabled(np.arange(lo, hi + 1, dtype=np.int64), x - lo)
-
-
-def plain(x):
-    """A value as numpy holds it (a :class:`Tabled` taken at its index)."""
-    return x.array if isinstance(x, Tabled) else x
-
-
-def _square(x):
-    return x * x
-
-
-_ON_TABLES = {ir.Square: _square, ir.Root: isqrt}     # the unary terms a family value's table goes through
-
-
-def _tabled_unary(fn: Callable, i: int) -> Step:
-    """A square's or root's step in a FamilyProgram: its operand (step ``i``) carried as a table where narrow
-    (:func:`by_range`), ``fn`` applied to the table alone."""
-    def step(v, g, e):
-        x = by_range(v[i])
-        return x.map(fn) if isinstance(x, Tabled) else fn(x)
-    return step
-
-
-def _tabled_summed(parts, first: Callable) -> Step:
-    """:func:`_summed` in a FamilyProgram where some of ``parts`` may be :class:`Tabled`: one tabled part and a
-    scalar rest stay a table (``rest + c * table``); otherwise every part is taken at its index first."""
-    plain_sum = _summed(0, parts, first)
-    (only, c), = parts if len(parts) == 1 else ((None, 0),)
-
-    def step(v, g, e):
-        if only is not None and isinstance(v[only], Tabled):
-            rest = first(v, g, e)
-            if not np.ndim(rest):
-                return v[only].map(lambda t: rest + c * t)
-        return plain_sum(_plain_at(v, parts), g, e)
-    return step
-
-
-def _plain_at(v: list, parts) -> list:
-    """The values ``v`` with those of the steps ``parts`` ((step, ...) pairs) plain: what a step that reads only
-    those sees (the tables it does not read stay untaken)."""
-    out = list(v)
-    for i, *_ in parts:
-        out[i] = plain(v[i])
-    return out
-
-
 class FamilyProgram(_Steps):
     """Steps that evaluate forms reading chunk indices per family: chunk-free parts (of a form, and terms
     free of chunks) become steps of ``owners`` (a FormProgram run at the owners' rows) and are gathered to
@@ -310,8 +233,6 @@ class FamilyProgram(_Steps):
     def __init__(self, owners: FormProgram):
         super().__init__()
         self.owners = owners
-        self._carried: set[int] = set()       # steps whose value may be a Tabled
-        self._exposed: set[int] = set()       # steps a caller reads (by lin or bound): always plain arrays
 
     def values(self, env: Env, owner_values: list, index: np.ndarray | OwnerRuns) -> list:
         """Every step's value at the families: ``index`` [points, families] into the owners' rows (the
@@ -328,27 +249,14 @@ class FamilyProgram(_Steps):
         values: list = []
         for step in self.steps:
             values.append(step(values, gather, env))
-        for i in self._exposed & self._carried:          # what callers read is plain; the tables stay inside
-            values[i] = plain(values[i])
         return values
 
     def lin(self, lin: ir.Lin) -> int:
-        """The step of ``lin``, read by the caller: its value is a plain array (or scalar)."""
-        i = self._lin(lin)
-        self._exposed.add(i)
-        return i
-
-    def _lin(self, lin: ir.Lin) -> int:
         key = ("lin", lin)
         if key not in self._index:
             fixed, moving = split_on_chunks(lin)
             at = self.owners.lin(fixed)
-            parts = [(self.term(t), c) for t, c in moving]
-            if any(i in self._carried for i, _ in parts):
-                self._add(key, _tabled_summed(parts, lambda v, g, e: g(at)))
-                self._carried.add(self._index[key])
-            else:
-                self._add(key, _summed(0, parts, lambda v, g, e: g(at)))
+            self._add(key, _summed(0, [(self.term(t), c) for t, c in moving], lambda v, g, e: g(at)))
         return self._index[key]
 
     def term(self, t) -> int:
@@ -359,18 +267,8 @@ class FamilyProgram(_Steps):
             elif not F.term_reads_chunks(t):
                 at = self.owners.term(t)
                 self._add(key, lambda v, g, e: g(at))
-            elif type(t) in _ON_TABLES:
-                # a square or root of a narrow chunk-reading value (clear's row distance): on its table alone
-                self._add(key, _tabled_unary(_ON_TABLES[type(t)], self._lin(F.inner_lins(t)[0])))
-                self._carried.add(self._index[key])
             else:
-                inner = [self._lin(x) for x in F.inner_lins(t)]
-                step = _compound(t, inner)
-                if any(i in self._carried for i in inner):
-                    pairs = [(i,) for i in inner]
-                    self._add(key, lambda v, g, e: step(_plain_at(v, pairs), g, e))
-                else:
-                    self._add(key, step)
+                self._add(key, _compound(t, [self.lin(x) for x in F.inner_lins(t)]))
         return self._index[key]
 
 
