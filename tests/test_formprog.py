@@ -123,3 +123,48 @@ def test_isqrt_at_the_kept_roots_end(last):
     """The greatest value just below, at and past the kept roots' end (the table's last entry, then none)."""
     values = np.arange(last - 80, last + 1, dtype=np.int64)[::-1]
     np.testing.assert_array_equal(isqrt(values), [math.isqrt(int(v)) for v in values])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(-40, 300), min_size=1, max_size=6), st.lists(st.integers(0, 5), min_size=1, max_size=6),
+       st.integers(-3, 3), st.integers(-3, 3), st.integers(-3, 3), st.integers(-2, 2), st.integers(-50, 300),
+       st.integers(-5, 5))
+def test_family_lins_with_and_without_a_chunk_free_part(rows, counts, c_j, c_root, c_q, c_sq, radius2, const):
+    """FamilyProgram's lins (chunk-reading parts, and a chunk-free part of q and a constant that may be 0, as clear's
+    ``128 J1 +- root``) against each family worked out in Python ints: ``c_q q + const + c_j J + c_root isqrt(radius2 -
+    (q - J)**2) + c_sq (q - J)**2``, the families (owner, J) with J counting up from each owner's row."""
+    from maskc import ir
+    from maskc.analysis import linear as L
+    from maskc.analysis.formprog import FamilyProgram, FormProgram
+
+    n = min(len(rows), len(counts))
+    q, counts = np.array(rows[:n], np.int64), np.array(counts[:n], np.intp)
+    owner = np.repeat(np.arange(n), counts)
+    j_var, q_term = ir.ChunkVar(0), L.of_term(ir.Pos("q"))
+    J = L.of_term(j_var)
+    distance = L.sub(q_term, J)
+    square = L.of_term(ir.Square(distance))
+    root = L.of_term(ir.Root(L.sub(L.const(radius2), square)))
+    fixed = L.add(L.scale(q_term, c_q), L.const(const))
+    lin = L.add(L.add(L.add(fixed, L.scale(J, c_j)), L.scale(root, c_root)), L.scale(square, c_sq))
+    program = FamilyProgram(FormProgram())
+    at = program.lin(lin)
+    j = (q[owner] + np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)) if len(owner) else owner
+    env = Env(None, 1000, 1000, 0, 0, None, {j_var: j})
+    owner_values = program.owners.values(Env(None, 1000, 1000, 0, 0, q))
+    got = program.values(env, owner_values, owner[None])[at]
+    want = [c_q * int(q[o]) + const + c_j * int(jj) + c_root * math.isqrt(max(radius2 - (int(q[o]) - int(jj)) ** 2, 0))
+            + c_sq * (int(q[o]) - int(jj)) ** 2 for o, jj in zip(owner, j)]
+    event(f"chunk-free part zero: {fixed == L.ZERO}")
+    np.testing.assert_array_equal(np.broadcast_to(got, (1, len(owner))).ravel(), np.array(want, np.int64))
+
+
+@given(st.lists(st.integers(-2**63, -1), min_size=1, max_size=40), st.lists(st.integers(0, (1 << 16) - 1), min_size=65,
+                                                                          max_size=120), st.randoms(use_true_random=False))
+def test_isqrt_reads_root_0_for_negatives_of_any_size_among_kept_ones(negatives, kept, rnd):
+    """Below the kept roots' end, negative values (down to int64's least) read root 0 wherever they stand among
+    the others (the table is taken with its index clipped, not wrapped or checked)."""
+    values = kept + negatives
+    rnd.shuffle(values)
+    values = np.array(values, np.int64)
+    np.testing.assert_array_equal(isqrt(values), [math.isqrt(max(int(v), 0)) for v in values])

@@ -256,7 +256,9 @@ class FamilyProgram(_Steps):
         if key not in self._index:
             fixed, moving = split_on_chunks(lin)
             at = self.owners.lin(fixed)
-            self._add(key, _summed(0, [(self.term(t), c) for t, c in moving], lambda v, g, e: g(at)))
+            parts = [(self.term(t), c) for t, c in moving]
+            # a chunk-free part of 0 (clear's 128 J1 +- root) is not added: one pass over the families less
+            self._add(key, _summed(0, parts, None if fixed == ir.Lin((), 0) and parts else lambda v, g, e: g(at)))
         return self._index[key]
 
     def term(self, t) -> int:

@@ -81,9 +81,11 @@ def isqrt(values):
     elsewhere take the roots of that range, gathered."""
     v = np.asarray(values)
     if v.size > 64:
-        lo, hi = int(v.min()), int(v.max())
+        hi = int(v.max())
         if hi < KEPT_ROOTS:
-            return _kept_roots().take(np.maximum(v, 0))
+            # "clip" sends every negative value to index 0 (root 0) without take's per-index check: no min, no maximum
+            return _kept_roots().take(v, mode="clip")
+        lo = int(v.min())
         if hi - lo < v.size // 4:
             return _isqrt(np.arange(lo, hi + 1))[v - lo]
     return _isqrt(values)
