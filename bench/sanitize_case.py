@@ -4,11 +4,7 @@ modifier;
 then the backward kernels (both modes) on the same cases (``--forward``: the forward only). Exits non-zero if
 an output is wrong. The options are the environment's (MASKC_*).
 
-    compute-sanitizer --tool memcheck python bench/sanitize_case.py [--forward] [--sms N]
-
-``--sms N``: the runtime's grids as for a GPU of N SMs (maskc.runtime.kernels.sm_count), so that the persistent
-grids (the forward's; the dK/dV kernel's with MASKC_DKDV_GRID=persistent) give each CTA several work items even in
-these small cases.
+    compute-sanitizer --tool memcheck python bench/sanitize_case.py [--forward]
 """
 import argparse
 import sys
@@ -25,11 +21,7 @@ from maskc.runtime import attention, attention_backward  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description="A small case for compute-sanitizer (see the module docstring).")
     ap.add_argument("--forward", action="store_true", help="the forward kernels only")
-    ap.add_argument("--sms", type=int, default=0, help="grids as for a GPU of this many SMs (0: this GPU's)")
     args = ap.parse_args()
-    if args.sms:
-        from maskc.runtime import kernels
-        kernels.sm_count = lambda device: args.sms
     torch.manual_seed(0)
     ex = lambda n: maskc.load(ROOT / "examples" / f"{n}.mask")  # noqa: E731
     cases = [

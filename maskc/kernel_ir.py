@@ -39,10 +39,6 @@ DQ_REDUCTIONS = ("bulk_tile", "red2")
 # the deterministic wgmma_tma backward's launch order, which its dQ turns follow (maskc.runs.ordered_columns):
 # "shortest" first, or "wave": the first wave shortest first and the other columns longest first
 DQ_TURN_ORDERS = ("shortest", "wave")
-# the warp-specialized dK/dV kernel's grid (Options.dkdv_grid): "auto" (maskc.runs.persistent_pays decides from the
-# columns' work), "persistent" (one CTA an SM, each taking work items in turn: no CTA start or end between items)
-# or "per_item" (one CTA a work item, as the hardware schedules them)
-DKDV_GRIDS = ("auto", "persistent", "per_item")
 # how the deterministic wgmma_tma backward computes dQ (Options.deterministic_dq): "turns" (the dK/dV kernel adds
 # each query block's dQ in turns, in the launch order) or "kernel" (dK/dV without dQ, then its own dQ kernel over
 # the rows' view: two more products per tile, no waiting in turns)

@@ -28,8 +28,8 @@ from typing import Any, Mapping
 
 from maskc.analysis.order import parse_order
 from maskc.codegen.schedule import Tiles, capability_of
-from maskc.kernel_ir import (BACKWARD_ENGINES, DETERMINISTIC_DQ, DKDV_GRIDS, DQ_REDUCTIONS, DQ_TURN_ORDERS,
-                             ENGINES, EXP2_EMULATION, MAX_DESCRIPTOR_BYTES, PARTIAL_TILES)
+from maskc.kernel_ir import (BACKWARD_ENGINES, DETERMINISTIC_DQ, DQ_REDUCTIONS, DQ_TURN_ORDERS, ENGINES,
+                             EXP2_EMULATION, MAX_DESCRIPTOR_BYTES, PARTIAL_TILES)
 
 # variable -> the Options field it sets
 ENVIRONMENT = {
@@ -50,7 +50,6 @@ ENVIRONMENT = {
     "MASKC_DQ_TURN_ORDER": "dq_turn_order",
     "MASKC_DETERMINISTIC_DQ": "deterministic_dq",
     "MASKC_LONG_ROWS_FIRST": "long_rows_first",
-    "MASKC_DKDV_GRID": "dkdv_grid",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -102,10 +101,6 @@ class Options:
     # (maskc.runs.front_rows: CLEAR's text rows; measured 1.07x its 32K forward, 1.13x its backward, run 76); the
     # other masks have no such rows, so nothing changes for them. False: every row in its section
     long_rows_first: bool = True
-    # the wgmma_tma dK/dV kernel's grid outside the deterministic dQ turns (kernel_ir.DKDV_GRIDS): "auto" (persistent where the model of
-    # maskc.runs.persistent_pays says its saving on every CTA's start and end outweighs a static share of the work:
-    # short, alike columns such as sliding_window's), "persistent" or "per_item" (one CTA a column and kv head)
-    dkdv_grid: str = "auto"
 
     # token: these options as a string (JSON), for where only plain values may pass (the torch custom ops'
     # schemas); :func:`from_token` reads it back. Set by __post_init__.
@@ -118,7 +113,6 @@ class Options:
         _check_choice("partial tiles", self.partial_tiles, PARTIAL_TILES)
         _check_choice("dQ turn order", self.dq_turn_order, DQ_TURN_ORDERS)
         _check_choice("deterministic dQ", self.deterministic_dq, DETERMINISTIC_DQ)
-        _check_choice("dK/dV grid", self.dkdv_grid, DKDV_GRIDS)
         if self.exp2_emulation not in EXP2_EMULATION or isinstance(self.exp2_emulation, bool):
             raise ValueError(f"exp2 emulation {self.exp2_emulation!r}: expected one of "
                              f"{', '.join(map(str, EXP2_EMULATION))} (1 column tile in that many; 0: none)")

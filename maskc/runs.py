@@ -94,42 +94,6 @@ def front_rows(costs: np.ndarray, order: np.ndarray, pairs: int, section_pairs: 
     return int(np.count_nonzero(costs[order] > FRONT_SLACK * per_sm / sections))   # a prefix: order is heaviest first
 
 
-ITEM_START_STEPS = 5.0
-"""A dK/dV CTA's start and end, in steps' time, where each CTA takes one work item: what no other CTA's work
-overlaps, since one CTA fills an SM's shared memory (barriers, K and V loaded before the first product, the query
-side's stages filling; the last dQ additions, dK and dV stored). sliding_window at 32K, run 101: ~12 us a CTA
-beyond its ~18 steps at causal's 2.32 us a step (bench/NOTES.md "Where sliding_window's backward goes")."""
-
-PERSISTENT_ITEM_STEPS = 1.5
-"""The same between two items of a persistent CTA, where the next item's query side loads under this item's last
-steps and its K and V were prefetched to L2: the K and V load that dK and dV's stores do not hide. A prediction
-(session 21), to be replaced by a measured figure."""
-
-
-def launch_slots(slots: int, heads: int, section_heads: int, front: int) -> np.ndarray:
-    """int64 per work item x of the dK/dV grid over ``slots`` column slots (of the launch order) and ``heads`` kv
-    heads: the slot item x takes, as head_and_slot in templates/attention_bwd.cu.j2 maps it: the first ``front``
-    slots for every head, then per L2 section of ``section_heads`` heads each further slot for each of the
-    section's heads."""
-    parts = [np.repeat(np.arange(front), heads)]
-    for first in range(0, heads, max(1, section_heads)):
-        parts.append(np.repeat(np.arange(front, slots), min(section_heads, heads - first)))
-    return np.concatenate(parts)
-
-
-def persistent_pays(item_costs: np.ndarray, sms: int) -> bool:
-    """Whether a persistent dK/dV grid (``sms`` CTAs, CTA c taking items c, c + sms, ... of ``item_costs``, in
-    steps) ends before one CTA an item would: the persistent grid's largest static share, at PERSISTENT_ITEM_STEPS
-    more an item, against a perfect balance at ITEM_START_STEPS more an item (the best the hardware's dispatch of
-    one CTA an item reaches). False for one wave or less (nothing between items to save). sliding_window's short,
-    alike columns pay; causal's long ones save ~2% at most, less than the static shares lose to imbalance."""
-    items = len(item_costs)
-    if items <= sms:
-        return False
-    shares = np.bincount(np.arange(items) % sms, weights=item_costs + PERSISTENT_ITEM_STEPS, minlength=sms)
-    return bool(shares.max() < (item_costs.sum() + items * ITEM_START_STEPS) / sms)
-
-
 def runs_of(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CSR runs of equal non-EMPTY classes along the last axis of int8[R, C]:
     ``offsets`` int32[R + 1] and ``runs`` int32[n, 3] of (begin, end, kind)."""

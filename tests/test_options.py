@@ -35,7 +35,6 @@ SETTINGS = [
     ("MASKC_DQ_TURN_ORDER", "wave", "dq_turn_order", "wave"),
     ("MASKC_DETERMINISTIC_DQ", "kernel", "deterministic_dq", "kernel"),
     ("MASKC_LONG_ROWS_FIRST", "0", "long_rows_first", False),
-    ("MASKC_DKDV_GRID", "per_item", "dkdv_grid", "per_item"),
 ]
 
 

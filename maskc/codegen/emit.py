@@ -194,7 +194,7 @@ def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
     if spec.split_head_dim:      # P^T beside dS^T; the small buffers after the tiles, packed (shared memory is short)
         sizes = {**{n: sizes[n] for n in ("k", "v", "q", "do", "ds")}, "pt": sizes["ds"], **sizes}
     if spec.engine == "wgmma_tma":
-        sizes["bars"] = 6 * 8                                 # mbarriers: kv_full, q_full x2, q_empty x2, kv_empty
+        sizes["bars"] = 5 * 8                                 # mbarriers: kv_full, q_full x2, q_empty x2
     dq_sizes = {"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn), "bits": bm * (dbn // 32) * 4}
     roots = backward_root_tables(spec) * ROOT_ENTRIES * 4
     if roots:                        # the chunk nests' root tables (maskc.codegen.tile_bits), once per CTA

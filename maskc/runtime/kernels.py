@@ -30,12 +30,11 @@ from typing import NamedTuple
 import numpy as np
 
 from maskc.codegen.plan import POINTERS, TENSOR_MAPS
-from maskc.codegen.emit import backward_root_tables, dkdv_threads
+from maskc.codegen.emit import dkdv_threads
 from maskc.codegen.schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
 from maskc.kernel_ir import AUTO_STORED, BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec, Descriptor
 from maskc.options import Options
 from maskc.runtime import autotune
-from maskc.runs import launch_slots, persistent_pays, row_costs
 from maskc.runtime.launch import PackedLaunch
 from maskc.runtime.permute import from_order_all, ordered_for, to_order_all
 from maskc.runtime.loader import disk_cache, resolved_options
@@ -94,27 +93,6 @@ def _front(desc, pairs: int, section_pairs: int, device: int, options: Options, 
     if not options.long_rows_first or not isinstance(desc, Descriptor):
         return 0
     return desc.front(pairs, section_pairs, sm_count(device), transposed)
-
-
-def _persistent_dkdv(spec: BackwardSpec, desc, order: np.ndarray, heads: int, group: int, batch_grid: int,
-                     section_heads: int, front: int, in_turns: bool, device: int, options: Options) -> bool:
-    """Whether the wgmma_tma dK/dV kernel runs in a persistent grid (one CTA an SM, each taking work items in
-    turn) rather than one CTA an item: as Options.dkdv_grid says, and on "auto" where maskc.runs.persistent_pays
-    for the columns' steps. Never for the dQ turns (a CTA waiting its turn would hold the items after it), at head
-    dim 256 (dK and dV leave through the K and V tiles, so nothing overlaps the next item's load), where the
-    items of one CTA could need different root tables (filled once per CTA), within one wave, or (on "auto") for a
-    descriptor built on the device (its columns' costs are not on the host)."""
-    items = int(order.size) * heads * batch_grid
-    if (options.dkdv_grid == "per_item" or in_turns or spec.split_head_dim or items <= sm_count(device)
-            or (backward_root_tables(spec) and desc.batch > 1)):
-        return False
-    if options.dkdv_grid == "persistent":
-        return True
-    if not isinstance(desc, Descriptor):
-        return False
-    slot_costs = row_costs(desc.col_offsets, desc.col_runs)[order] * group
-    item_costs = slot_costs[launch_slots(int(order.size), heads, section_heads, front)]
-    return persistent_pays(np.tile(item_costs, batch_grid), sm_count(device))
 
 
 def _l2_section_heads(heads: int, bytes_per_head: int, device: int) -> int:
@@ -427,13 +405,9 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         order, rank_base, ranks = (device_turns(bound, block_m, block_n, qo.device, options, first_wave) if in_turns
                                    else (cols.work_order, None, None))
         maps = (("q", block_m), ("k", block_n), ("v", block_n), ("dout", block_m)) if warp_specialized else ()
-        # wgmma_tma's rank_base and ranks (null off the turns), the work items' grid (work_x x work_y, which a
-        # persistent grid takes in turn) and dq_turns (set per call when it takes turns, else null), after the
-        # stored path's column slots and words
-        work_x, work_y = int(order.size) * Hkv, batch_grid
-        grid = (work_x, work_y, 1)
-        turns = (((rank_base, ranks) if in_turns else (u64(0), u64(0))) + (i32(work_x), i32(work_y))
-                 + (() if in_turns else (u64(0),)) if warp_specialized else ())
+        # wgmma_tma's rank_base, ranks and dq_turns (set per call when it takes turns, else null), after the stored
+        # path's column slots and words
+        turns = ((rank_base, ranks) if in_turns else (u64(0),) * 3) if warp_specialized else ()
         stored = None
         if spec.partial_tiles == "stored":
             stored = stored_words(bound, kernel, block_m, block_n, qo.device, options, Outputs(qo).stream,
@@ -443,13 +417,10 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         # their order is the turns')
         front = 0 if in_turns else _front(cols.descriptor, Hkv * batch_grid, dkdv_sections, qo.device, options,
                                            transposed=True)
-        if warp_specialized and _persistent_dkdv(spec, cols.descriptor, order, Hkv, group, batch_grid, dkdv_sections,
-                                                 front, in_turns, qo.device, options):
-            grid = (sm_count(qo.device), 1, 1)
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
             *common, i32(dkdv_sections), i32(front), cols.run_offsets, cols.runs, order, cols.mask_data,
-            cols.mask_offsets, *scales, *turns), grid, (dkdv_threads(spec), 1, 1), maps,
-            late=("dq_turns",) if in_turns else ()))
+            cols.mask_offsets, *scales, *turns), (int(cols.work_order.size) * Hkv, batch_grid, 1),
+            (dkdv_threads(spec), 1, 1), maps, late=("dq_turns",) if in_turns else ()))
         if deterministic and not in_turns:
             rows_view = device_descriptor(bound, block_m, dq_block_n, qo.device, options)
             plan.append(packed(spec.entry_dq, ("q", "k", "v", "dout", "lse_log2", "delta", "dq"), (

@@ -736,14 +736,6 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, int c
                     "r"(batch), "r"(bar) : "memory");
 }
 
-// Ask the copy engine to bring one box of a 4-D tensor map into L2 (no shared memory, no barrier): a later
-// tma_load_4d of the box then reads L2 rather than DRAM.
-__device__ __forceinline__ void tma_prefetch_4d(const TensorMap& map, int col, int row, int head, int batch) {
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, { %1, %2, %3, %4 }];\n"
-                 :: "l"(reinterpret_cast<unsigned long long>(&map)), "r"(col), "r"(row), "r"(head), "r"(batch)
-                 : "memory");
-}
-
 // A contiguous piece of global memory into shared memory (both 16-byte aligned, `bytes` a multiple of 16);
 // completion is counted in bytes on `bar`.
 __device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {

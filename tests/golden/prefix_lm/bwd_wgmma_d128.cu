@@ -601,9 +601,10 @@ struct HeadSlot {
     int head, slot;
 };
 
-__device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads, int front, int cta, int grid_x) {
+__device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads, int front) {
+    const int cta = blockIdx.x;
     if (cta < front * heads) return {cta % heads, cta / heads};
-    const int blocks = grid_x / heads - front, rest = cta - front * heads;
+    const int blocks = gridDim.x / heads - front, rest = cta - front * heads;
     const int section = rest / (blocks * section_heads);
     const int first = section * section_heads;
     const int here = min(section_heads, heads - first);
@@ -611,18 +612,15 @@ __device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads, 
     return {first + j % here, front + j / here};
 }
 
-// The key block of work item (x, y) of a grid `grid_x` wide: the CTA's own (blockIdx) in a grid of one CTA an item;
-// in a persistent grid (bwd_dkdv_tma.cu.j2) each of the items it takes in turn.
 __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order, int num_heads, int num_kv_heads,
-                                              int kv_len, int mask_batch, int section_heads, int front_columns,
-                                              int x = blockIdx.x, int grid_x = gridDim.x, int y = blockIdx.y) {
+                                              int kv_len, int mask_batch, int section_heads, int front_columns) {
     KeyBlock kb;
-    const HeadSlot hs = head_and_slot(num_kv_heads, section_heads, front_columns, x, grid_x);
+    const HeadSlot hs = head_and_slot(num_kv_heads, section_heads, front_columns);
     kb.hk = hs.head;
     kb.column = col_order[hs.slot];
     const int kv_blocks = (kv_len + KV_BLOCK - 1) / KV_BLOCK;
     kb.mb = kb.column / kv_blocks;
-    kb.b = mask_batch == 1 ? y : kb.mb;
+    kb.b = mask_batch == 1 ? (int)blockIdx.y : kb.mb;
     kb.k0 = (kb.column % kv_blocks) * KV_BLOCK;
     kb.group = num_heads / num_kv_heads;
     return kb;
@@ -1017,9 +1015,7 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_pre
 }
 
 // Grid: x = column work items (len(col_order) * Hkv: the first front_columns column blocks for every kv head,
-// then the rest in L2 sections of section_heads kv heads, heaviest first in each), y = batch elements when the
-// mask is broadcast over the batch, else 1. The warp-specialized engine takes that grid's size as work_x x work_y
-// work items and may run in a smaller (persistent) grid, each CTA taking items blockIdx.x + n gridDim.x. Block:
+// then the rest in L2 sections of section_heads kv heads, heaviest first in each), y = batch elements when the mask is broadcast over the batch, else 1. Block:
 // DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
 // padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the prep kernel. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
@@ -1051,7 +1047,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_prefix_lm(
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const HeadSlot hs = head_and_slot(num_heads, section_heads, 0, blockIdx.x, gridDim.x);
+    const HeadSlot hs = head_and_slot(num_heads, section_heads, 0);
     const int h = hs.head;
     const int r = work_order[hs.slot];                          // row block
     const int q_blocks = (seq_len + Q_BLOCK - 1) / Q_BLOCK;

@@ -640,14 +640,6 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap& map, int c
                     "r"(batch), "r"(bar) : "memory");
 }
 
-// Ask the copy engine to bring one box of a 4-D tensor map into L2 (no shared memory, no barrier): a later
-// tma_load_4d of the box then reads L2 rather than DRAM.
-__device__ __forceinline__ void tma_prefetch_4d(const TensorMap& map, int col, int row, int head, int batch) {
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, { %1, %2, %3, %4 }];\n"
-                 :: "l"(reinterpret_cast<unsigned long long>(&map)), "r"(col), "r"(row), "r"(head), "r"(batch)
-                 : "memory");
-}
-
 // A contiguous piece of global memory into shared memory (both 16-byte aligned, `bytes` a multiple of 16);
 // completion is counted in bytes on `bar`.
 __device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
@@ -847,9 +839,10 @@ struct HeadSlot {
     int head, slot;
 };
 
-__device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads, int front, int cta, int grid_x) {
+__device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads, int front) {
+    const int cta = blockIdx.x;
     if (cta < front * heads) return {cta % heads, cta / heads};
-    const int blocks = grid_x / heads - front, rest = cta - front * heads;
+    const int blocks = gridDim.x / heads - front, rest = cta - front * heads;
     const int section = rest / (blocks * section_heads);
     const int first = section * section_heads;
     const int here = min(section_heads, heads - first);
@@ -857,18 +850,15 @@ __device__ __forceinline__ HeadSlot head_and_slot(int heads, int section_heads, 
     return {first + j % here, front + j / here};
 }
 
-// The key block of work item (x, y) of a grid `grid_x` wide: the CTA's own (blockIdx) in a grid of one CTA an item;
-// in a persistent grid (bwd_dkdv_tma.cu.j2) each of the items it takes in turn.
 __device__ __forceinline__ KeyBlock key_block(const int* __restrict__ col_order, int num_heads, int num_kv_heads,
-                                              int kv_len, int mask_batch, int section_heads, int front_columns,
-                                              int x = blockIdx.x, int grid_x = gridDim.x, int y = blockIdx.y) {
+                                              int kv_len, int mask_batch, int section_heads, int front_columns) {
     KeyBlock kb;
-    const HeadSlot hs = head_and_slot(num_kv_heads, section_heads, front_columns, x, grid_x);
+    const HeadSlot hs = head_and_slot(num_kv_heads, section_heads, front_columns);
     kb.hk = hs.head;
     kb.column = col_order[hs.slot];
     const int kv_blocks = (kv_len + KV_BLOCK - 1) / KV_BLOCK;
     kb.mb = kb.column / kv_blocks;
-    kb.b = mask_batch == 1 ? y : kb.mb;
+    kb.b = mask_batch == 1 ? (int)blockIdx.y : kb.mb;
     kb.k0 = (kb.column % kv_blocks) * KV_BLOCK;
     kb.group = num_heads / num_kv_heads;
     return kb;
@@ -1077,7 +1067,7 @@ __device__ __forceinline__ void sync_warpgroups() {
     asm volatile("bar.sync 1, %0;\n" :: "n"(KV_THREADS) : "memory");
 }
 
-constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 240;   // after setmaxnreg (FA3's split)
+constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;   // after setmaxnreg (FA3's split)
 static_assert(DKDV_THREADS == KV_THREADS + 128, "the consumers plus a producer warpgroup");
 static_assert(DKDV_THREADS * 168 <= 65536 && 128 * PRODUCER_REGISTERS + KV_THREADS * CONSUMER_REGISTERS <= 65536,
               "the register file at launch (168 per thread) and after setmaxnreg");
@@ -1089,35 +1079,22 @@ constexpr int DQ_WG_BYTES  = 64 * DQ_COLS * 4;               // a warpgroup's dQ
 // full (DQ_FULL + wg) or free again (DQ_EMPTY + wg), between its 128 threads and the dQ warp.
 constexpr int DQ_FULL = 2, DQ_EMPTY = 4, DQ_HANDOFF_THREADS = 128 + 32;
 
-// The mbarriers: [kv_full][q_full x2][q_empty x2][kv_empty]
+// The mbarriers: [kv_full][q_full x2][q_empty x2]
 __device__ __forceinline__ u32 kv_full_bar(u32 smem0) { return smem0 + KV_SMEM_BARS; }
 __device__ __forceinline__ u32 q_full_bar(u32 smem0, int stage) { return smem0 + KV_SMEM_BARS + 8 + 8 * stage; }
 __device__ __forceinline__ u32 q_empty_bar(u32 smem0, int stage) { return smem0 + KV_SMEM_BARS + 24 + 8 * stage; }
-__device__ __forceinline__ u32 kv_empty_bar(u32 smem0) { return smem0 + KV_SMEM_BARS + 40; }
-// dK and dV leave through the two dS^T stages (free between items), so that K and V are free as soon as the last
-// step's products have read them, and the next item's load runs under this item's stores
-static_assert(2 * DS_TILE_BYTES >= KV_BLOCK * HEAD_DIM * 2, "dK (or dV) staged in the dS^T stages");
 
-// Work items: the grid the launch stands for is work_x x work_y (one CTA an item: maskc.runtime.kernels); a CTA
-// takes items blockIdx.x, blockIdx.x + gridDim.x, ... (all of them when the grid is persistent, one CTA an SM;
-// its first alone when it is the whole grid). Every role walks the same items and steps in the same order, so
-// the barriers need no other message. Its steps' counter i runs on across items: the Q/dO stages of the next
-// item fill while this item's last steps run. Every item of a CTA has the same mask element mb where the chunk
-// nests read root tables (the runtime's choice of grid), since those are filled once per CTA.
 template <bool WITH_DQ, bool ORDERED = false>
 __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
-    const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int work_x, int work_y,
-    int* __restrict__ dq_turns,
+    const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int* __restrict__ dq_turns,
     const TensorMap& q_map, const TensorMap& k_map, const TensorMap& v_map, const TensorMap& do_map) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // the warp index through a shuffle: the compiler then knows it warp-uniform, and keeps the descriptors
     // and addresses derived from it in uniform registers (no conversion before each wgmma)
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
-    const int items = work_x * work_y;
-    auto item_block = [&](int item) {
-        return key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch, section_heads, front_columns,
-                         item % work_x, work_x, item / work_x);
-    };
+    const auto [hk, column, mb, b, k0, group] =
+        key_block(col_order, num_heads, num_kv_heads, kv_len, mask_batch, section_heads, front_columns);
+    const int run_begin = col_offsets[column], run_end = col_offsets[column + 1];
 
     // tiles start at the 1024-byte swizzle atom (the layout reserves the slack)
     const u32 smem0 = (smem_address(smem_raw) + 1023) & ~1023u;
@@ -1133,7 +1110,6 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
     const int* roots = nullptr;
     if (tid == 0) {
         mbar_init(kv_full_bar(smem0), 1);
-        mbar_init(kv_empty_bar(smem0), 1);
         for (int s = 0; s < 2; ++s) {
             mbar_init(q_full_bar(smem0, s), 1);
             mbar_init(q_empty_bar(smem0, s), KV_WARPS);     // one arrival per consumer warp
@@ -1146,95 +1122,66 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
         // ================= producer warpgroup =================
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PRODUCER_REGISTERS));
         if (warp == KV_WARPS && lane == 0) {
-            // ---- the loads: per item K and V once, then each step's query side into stage i % 2 ----
+            // ---- the loads: K and V once, then each step's query side into stage i % 2 ----
+            const u32 kv_full = kv_full_bar(smem0);
+            mbar_arrive_expect_bytes(kv_full, 2 * KV_BLOCK * HEAD_DIM * 2);
+            for (int cb = 0; cb < COL_BLOCKS; ++cb) {
+                tma_load_4d(k_smem + cb * KV_BLOCK * 128, k_map, cb * 64, k0, hk, b, kv_full);
+                tma_load_4d(v_smem + cb * KV_BLOCK * 128, v_map, cb * 64, k0, hk, b, kv_full);
+            }
             const int padded = padded_rows(seq_len);
-            int i = 0, n = 0;
-            for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
-                const auto [hk, column, mb, b, k0, group] = item_block(item);
-                const int run_begin = col_offsets[column], run_end = col_offsets[column + 1];
-                const u32 kv_full = kv_full_bar(smem0);
-                if (n > 0) mbar_wait(kv_empty_bar(smem0), (n - 1) & 1);   // the last item's products are done
-                mbar_arrive_expect_bytes(kv_full, 2 * KV_BLOCK * HEAD_DIM * 2);
-                for (int cb = 0; cb < COL_BLOCKS; ++cb) {
-                    tma_load_4d(k_smem + cb * KV_BLOCK * 128, k_map, cb * 64, k0, hk, b, kv_full);
-                    tma_load_4d(v_smem + cb * KV_BLOCK * 128, v_map, cb * 64, k0, hk, b, kv_full);
+            int i = 0;
+            for (ColumnStep step = first_step(run_begin, run_end, group, col_runs); step.gi < group;
+                 step = next_step(step, run_begin, run_end, group, col_runs), ++i) {
+                const int stage = i & 1;
+                if (i >= 2) mbar_wait(q_empty_bar(smem0, stage), ((i >> 1) & 1) ^ 1);   // step i - 2 is done
+                const int h = hk * group + step.gi, q0 = step.qb * Q_BLOCK;
+                const u32 full = q_full_bar(smem0, stage);
+                mbar_arrive_expect_bytes(full, 2 * Q_TILE_BYTES + 2 * Q_BLOCK * 4);
+                for (int cb = 0; cb < COL_BLOCKS; ++cb) {     // rows past seq_len arrive as zeros
+                    tma_load_4d(q_tile(stage) + cb * Q_BLOCK * 128, q_map, cb * 64, q0, h, b, full);
+                    tma_load_4d(do_tile(stage) + cb * Q_BLOCK * 128, do_map, cb * 64, q0, h, b, full);
                 }
-                if (item + gridDim.x < items) {   // the next item's K and V toward L2 meanwhile: its load then waits less
-                    const KeyBlock next = item_block(item + gridDim.x);
-                    for (int cb = 0; cb < COL_BLOCKS; ++cb) {
-                        tma_prefetch_4d(k_map, cb * 64, next.k0, next.hk, next.b);
-                        tma_prefetch_4d(v_map, cb * 64, next.k0, next.hk, next.b);
-                    }
-                }
-                for (ColumnStep step = first_step(run_begin, run_end, group, col_runs); step.gi < group;
-                     step = next_step(step, run_begin, run_end, group, col_runs), ++i) {
-                    const int stage = i & 1;
-                    if (i >= 2) mbar_wait(q_empty_bar(smem0, stage), ((i >> 1) & 1) ^ 1);   // step i - 2 is done
-                    const int h = hk * group + step.gi, q0 = step.qb * Q_BLOCK;
-                    const u32 full = q_full_bar(smem0, stage);
-                    mbar_arrive_expect_bytes(full, 2 * Q_TILE_BYTES + 2 * Q_BLOCK * 4);
-                    for (int cb = 0; cb < COL_BLOCKS; ++cb) {     // rows past seq_len arrive as zeros
-                        tma_load_4d(q_tile(stage) + cb * Q_BLOCK * 128, q_map, cb * 64, q0, h, b, full);
-                        tma_load_4d(do_tile(stage) + cb * Q_BLOCK * 128, do_map, cb * 64, q0, h, b, full);
-                    }
-                    const long long row0 = ((long long)b * num_heads + h) * padded + q0;   // whole in the padding
-                    bulk_load(smem0 + KV_SMEM_LSE + stage * Q_BLOCK * 4, lse_log2 + row0, Q_BLOCK * 4, full);
-                    bulk_load(smem0 + KV_SMEM_DELTA + stage * Q_BLOCK * 4, delta + row0, Q_BLOCK * 4, full);
-                }
+                const long long row0 = ((long long)b * num_heads + h) * padded + q0;   // whole in the padding
+                bulk_load(smem0 + KV_SMEM_LSE + stage * Q_BLOCK * 4, lse_log2 + row0, Q_BLOCK * 4, full);
+                bulk_load(smem0 + KV_SMEM_DELTA + stage * Q_BLOCK * 4, delta + row0, Q_BLOCK * 4, full);
             }
         } else if (warp == KV_WARPS + 1) {
             if constexpr (WITH_DQ) {
                 // ---- the dQ reductions: per step, each warpgroup's staged tile into the fp32 buffer ----
-                // whether one of this CTA's items after `item` has a step (a column some query sees)
-                auto later_steps = [&](int item) {
-                    for (int later = item + gridDim.x; later < items; later += gridDim.x) {
-                        const int column = item_block(later).column;
-                        if (col_offsets[column] < col_offsets[column + 1]) return true;
-                    }
-                    return false;
-                };
+                ColumnStep step = first_step(run_begin, run_end, group, col_runs);
+                if (step.gi < group) {                       // the staging tiles start out free
+                    named_barrier_arrive(DQ_EMPTY, DQ_HANDOFF_THREADS);
+                    named_barrier_arrive(DQ_EMPTY + 1, DQ_HANDOFF_THREADS);
+                }
                 const int q_blocks = padded_rows(seq_len) / Q_BLOCK;
-                bool started = false;
-                for (int item = blockIdx.x; item < items; item += gridDim.x) {
-                    const auto [hk, column, mb, b, k0, group] = item_block(item);
-                    const int run_begin = col_offsets[column], run_end = col_offsets[column + 1];
-                    ColumnStep step = first_step(run_begin, run_end, group, col_runs);
-                    if (!started && step.gi < group) {           // the staging tiles start out free
-                        named_barrier_arrive(DQ_EMPTY, DQ_HANDOFF_THREADS);
-                        named_barrier_arrive(DQ_EMPTY + 1, DQ_HANDOFF_THREADS);
-                        started = true;
+                while (step.gi < group) {
+                    const ColumnStep next = next_step(step, run_begin, run_end, group, col_runs);
+                    const long long bh = (long long)b * num_heads + hk * group + step.gi;
+                    int* turn = dq_turns + bh * q_blocks + step.qb;    // ORDERED: the additions these rows had
+                    if constexpr (ORDERED) {
+                        if (lane == 0) wait_turn(turn, dq_ranks[dq_rank_base[step.run] + step.qb]);
+                        __syncwarp();
                     }
-                    while (step.gi < group) {
-                        const ColumnStep next = next_step(step, run_begin, run_end, group, col_runs);
-                        // the consumers stage another tile after this one (this item's next step, or a later
-                        // item's first): free the staging tiles for it; else their last wait has no partner
-                        const bool more = next.gi < group || later_steps(item);
-                        const long long bh = (long long)b * num_heads + hk * group + step.gi;
-                        int* turn = dq_turns + bh * q_blocks + step.qb;    // ORDERED: the additions these rows had
-                        if constexpr (ORDERED) {
-                            if (lane == 0) wait_turn(turn, dq_ranks[dq_rank_base[step.run] + step.qb]);
-                            __syncwarp();
+                    #pragma unroll
+                    for (int wg = 0; wg < 2; ++wg) {
+                        named_barrier_sync(DQ_FULL + wg, DQ_HANDOFF_THREADS);
+                        if (lane == 0) {
+                            bulk_reduce_add_f32(dq_accum + dq_tile_index(bh, seq_len, step.qb * Q_BLOCK, wg * DQ_COLS),
+                                                dq_stage + wg * DQ_WG_BYTES, DQ_WG_BYTES);
+                            asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
                         }
-                        #pragma unroll
-                        for (int wg = 0; wg < 2; ++wg) {
-                            named_barrier_sync(DQ_FULL + wg, DQ_HANDOFF_THREADS);
-                            if (lane == 0) {
-                                bulk_reduce_add_f32(dq_accum + dq_tile_index(bh, seq_len, step.qb * Q_BLOCK, wg * DQ_COLS),
-                                                    dq_stage + wg * DQ_WG_BYTES, DQ_WG_BYTES);
-                                asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-                            }
-                            __syncwarp();
-                            if (more) named_barrier_arrive(DQ_EMPTY + wg, DQ_HANDOFF_THREADS);
-                        }
-                        if constexpr (ORDERED) {
-                            if (lane == 0) {
-                                asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");   // added, not just read
-                                pass_turn(turn);
-                            }
-                            __syncwarp();
-                        }
-                        step = next;
+                        __syncwarp();
+                        if (next.gi < group) named_barrier_arrive(DQ_EMPTY + wg, DQ_HANDOFF_THREADS);
                     }
+                    if constexpr (ORDERED) {
+                        if (lane == 0) {
+                            asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");   // added, not just read
+                            pass_turn(turn);
+                        }
+                        __syncwarp();
+                    }
+                    step = next;
                 }
                 if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");   // all added
             }
@@ -1246,102 +1193,93 @@ __device__ __forceinline__ void dkdv_kernel(MASKC_DKDV_PARAMS,
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CONSUMER_REGISTERS));
     const int wg = warp >> 2;
     const int key_row0 = warp * 16;                               // this warp's key rows in the tile
+    const int* mask = mask_data + mask_offsets[mb];
     u32* bits_smem = reinterpret_cast<u32*>(smem + KV_SMEM_BITS);   // [stage][BITS_WORDS]
 
-    int i = 0, n = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
-        const auto [hk, column, mb, b, k0, group] = item_block(item);
-        const int run_begin = col_offsets[column], run_end = col_offsets[column + 1];
-        const int* mask = mask_data + mask_offsets[mb];
-        float dk_acc[WG_D_TILES][4] = {}, dv_acc[WG_D_TILES][4] = {};   // this warp's 16 rows of dK and dV
+    float dk_acc[WG_D_TILES][4] = {}, dv_acc[WG_D_TILES][4] = {};   // this warp's 16 rows of dK and dV
 
-        mbar_wait(kv_full_bar(smem0), n & 1);   // K and V
-        for (ColumnStep step = first_step(run_begin, run_end, group, col_runs); step.gi < group;
-             step = next_step(step, run_begin, run_end, group, col_runs), ++i) {
-            const int stage = i & 1;
-            const int h = hk * group + step.gi;
-            const int q0 = step.qb * Q_BLOCK;
-            const u32 q_smem = q_tile(stage), do_smem = do_tile(stage);
-            u32* bits = bits_smem + stage * BITS_WORDS;
-            mbar_wait(q_full_bar(smem0, stage), (i >> 1) & 1);
+    mbar_wait(kv_full_bar(smem0), 0);      // K and V (also before the epilogue stages dK and dV through them)
+    int i = 0;
+    for (ColumnStep step = first_step(run_begin, run_end, group, col_runs); step.gi < group;
+         step = next_step(step, run_begin, run_end, group, col_runs), ++i) {
+        const int stage = i & 1;
+        const int h = hk * group + step.gi;
+        const int q0 = step.qb * Q_BLOCK;
+        const u32 q_smem = q_tile(stage), do_smem = do_tile(stage);
+        u32* bits = bits_smem + stage * BITS_WORDS;
+        mbar_wait(q_full_bar(smem0, stage), (i >> 1) & 1);
 
-            // ---- S^T = K Q^T and dP^T = V dO^T, issued together; the visibility bits meanwhile ----
-            float p[WG_Q_TILES][4], ds[WG_Q_TILES][4];
-            wgmma_fence();
-            transposed_scores(p, k_smem, wg, q_smem);
-            wgmma_commit();
-            transposed_scores(ds, v_smem, wg, do_smem);
-            wgmma_commit();
-            const bool masked = step.kind == KIND_PARTIAL;
-            if (masked) {
-                tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
-                sync_warpgroups();
-            }
-
-            // ---- P^T, then dV += P^T dO ----
-            wgmma_wait<1>();
-            fence_accumulators(p);
-            transposed_probabilities(p, lse_smem + stage * Q_BLOCK, bits, masked, key_row0, lane, scale_log2);
-            u32 pt[WG_Q_TILES / 2][4];
-            pack_a_fragments(pt, p);
-            // ---- dS^T = P^T (dP^T - delta); then dV += P^T dO, dQ += dS K, dK += dS^T Q (scaled at the end) ----
-            // dV waits for dS^T, as FA4 orders them (bench/NOTES.md run 86: 0.5-0.9% fewer cycles than dV first); dQ
-            // before dK, so that adding dQ to the buffer overlaps the dK product (as FA3/FA4 order them).
-            wgmma_wait<0>();
-            fence_accumulators(ds);
-            transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane);
-            u32 dst[WG_Q_TILES / 2][4];
-            pack_a_fragments(dst, ds);
-            fence_accumulators(dv_acc);
-            wgmma_fence();
-            accumulate_keys(dv_acc, pt, do_smem);
-            wgmma_commit();
-            if constexpr (WITH_DQ) {
-                const u32 ds_tile = smem0 + KV_SMEM_DS + stage * DS_TILE_BYTES;
-                store_transposed_ds(ds_tile, dst, key_row0, 0, lane);
-                fence_proxy_async();
-                sync_warpgroups();                                  // dS^T whole before either product reads it
-                float dq[DQ_COLS / 8][4];
-                wgmma_fence();
-                dq_product(dq, ds_tile, k_smem, wg * DQ_COLS);
-                wgmma_commit();
-                fence_accumulators(dk_acc);
-                accumulate_keys(dk_acc, dst, q_smem);
-                wgmma_commit();
-                wgmma_wait<1>();                                    // dV and dQ are done; dK runs on meanwhile
-                fence_accumulators(dq);
-                // this warp's 16 query rows of the warpgroup's tile, for the dQ warp to add
-                named_barrier_sync(DQ_EMPTY + wg, DQ_HANDOFF_THREADS);
-                stage_dq_tile(dq, dq_stage + warp * 16 * DQ_COLS * 4, lane);
-                fence_proxy_async();
-                named_barrier_arrive(DQ_FULL + wg, DQ_HANDOFF_THREADS);
-            } else {
-                fence_accumulators(dk_acc);
-                wgmma_fence();
-                accumulate_keys(dk_acc, dst, q_smem);
-                wgmma_commit();
-            }
-            wgmma_wait<0>();
-            fence_accumulators(dv_acc);
-            fence_accumulators(dk_acc);
-            __syncwarp();
-            // this warp is done with the stage: __syncwarp orders the other lanes' reads of its LSE and delta
-            // before lane 0's (release) arrival. compute-sanitizer's racecheck tracks arrivals per thread and
-            // reports the copy engine's next write there; every lane arriving silences it at 0.5-1.7% of the
-            // backward (run 65).
-            if (lane == 0) mbar_arrive(q_empty_bar(smem0, stage));
+        // ---- S^T = K Q^T and dP^T = V dO^T, issued together; the visibility bits meanwhile ----
+        float p[WG_Q_TILES][4], ds[WG_Q_TILES][4];
+        wgmma_fence();
+        transposed_scores(p, k_smem, wg, q_smem);
+        wgmma_commit();
+        transposed_scores(ds, v_smem, wg, do_smem);
+        wgmma_commit();
+        const bool masked = step.kind == KIND_PARTIAL;
+        if (masked) {
+            tile_visibility<Q_BLOCK, KV_BLOCK, KV_THREADS>(bits, mask, mb, h, q0, k0, seq_len, kv_len, tid, roots);
+            sync_warpgroups();
         }
 
-        // ---- the item's epilogue: dK (scaled) and dV, staged through this warp's own rows of shared memory ----
-        const long long out_row0 = ((long long)b * num_kv_heads + hk) * kv_len;
-        sync_warpgroups();   // every warpgroup's products have read K, V and the last dS^T
-        if (tid == 0) mbar_arrive(kv_empty_bar(smem0));   // the producer may load the next item's K and V
-        const u32 out_stage = smem0 + KV_SMEM_DS;
-        store_rows_16xD(dk_acc, scale, out_stage, key_row0, dk + out_row0 * HEAD_DIM, k0 + key_row0, kv_len, lane);
-        __syncwarp();          // every lane has read its dK chunks before dV's overwrite them
-        store_rows_16xD(dv_acc, 1.f, out_stage, key_row0, dv + out_row0 * HEAD_DIM, k0 + key_row0, kv_len, lane);
-        if (item + gridDim.x < items) sync_warpgroups();   // every warp's staged rows read before dS^T's next writes
+        // ---- P^T, then dV += P^T dO ----
+        wgmma_wait<1>();
+        fence_accumulators(p);
+        transposed_probabilities(p, lse_smem + stage * Q_BLOCK, bits, masked, key_row0, lane, scale_log2);
+        u32 pt[WG_Q_TILES / 2][4];
+        pack_a_fragments(pt, p);
+        // ---- dS^T = P^T (dP^T - delta); then dV += P^T dO, dQ += dS K, dK += dS^T Q (scaled at the end) ----
+        // dV waits for dS^T, as FA4 orders them (bench/NOTES.md run 86: 0.5-0.9% fewer cycles than dV first); dQ
+        // before dK, so that adding dQ to the buffer overlaps the dK product (as FA3/FA4 order them).
+        wgmma_wait<0>();
+        fence_accumulators(ds);
+        transposed_ds(ds, p, delta_smem + stage * Q_BLOCK, lane);
+        u32 dst[WG_Q_TILES / 2][4];
+        pack_a_fragments(dst, ds);
+        fence_accumulators(dv_acc);
+        wgmma_fence();
+        accumulate_keys(dv_acc, pt, do_smem);
+        wgmma_commit();
+        if constexpr (WITH_DQ) {
+            const u32 ds_tile = smem0 + KV_SMEM_DS + stage * DS_TILE_BYTES;
+            store_transposed_ds(ds_tile, dst, key_row0, 0, lane);
+            fence_proxy_async();
+            sync_warpgroups();                                  // dS^T whole before either product reads it
+            float dq[DQ_COLS / 8][4];
+            wgmma_fence();
+            dq_product(dq, ds_tile, k_smem, wg * DQ_COLS);
+            wgmma_commit();
+            fence_accumulators(dk_acc);
+            accumulate_keys(dk_acc, dst, q_smem);
+            wgmma_commit();
+            wgmma_wait<1>();                                    // dV and dQ are done; dK runs on meanwhile
+            fence_accumulators(dq);
+            // this warp's 16 query rows of the warpgroup's tile, for the dQ warp to add
+            named_barrier_sync(DQ_EMPTY + wg, DQ_HANDOFF_THREADS);
+            stage_dq_tile(dq, dq_stage + warp * 16 * DQ_COLS * 4, lane);
+            fence_proxy_async();
+            named_barrier_arrive(DQ_FULL + wg, DQ_HANDOFF_THREADS);
+        } else {
+            fence_accumulators(dk_acc);
+            wgmma_fence();
+            accumulate_keys(dk_acc, dst, q_smem);
+            wgmma_commit();
+        }
+        wgmma_wait<0>();
+        fence_accumulators(dv_acc);
+        fence_accumulators(dk_acc);
+        __syncwarp();
+        // this warp is done with the stage: __syncwarp orders the other lanes' reads of its LSE and delta before
+        // lane 0's (release) arrival. compute-sanitizer's racecheck tracks arrivals per thread and reports the
+        // copy engine's next write there; every lane arriving silences it at 0.5-1.7% of the backward (run 65).
+        if (lane == 0) mbar_arrive(q_empty_bar(smem0, stage));
     }
+
+    // ---- epilogue: dK (scaled) and dV, staged through this warp's own rows of the K and V tiles ----
+    sync_warpgroups();   // every warpgroup's products have read K and V
+    const long long out_row0 = ((long long)b * num_kv_heads + hk) * kv_len;
+    store_rows_16xD(dk_acc, scale, k_smem, key_row0, dk + out_row0 * HEAD_DIM, k0 + key_row0, kv_len, lane);
+    store_rows_16xD(dv_acc, 1.f, v_smem, key_row0, dv + out_row0 * HEAD_DIM, k0 + key_row0, kv_len, lane);
 }
 
 
@@ -1397,15 +1335,12 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sli
 }
 
 // Grid: x = column work items (len(col_order) * Hkv: the first front_columns column blocks for every kv head,
-// then the rest in L2 sections of section_heads kv heads, heaviest first in each), y = batch elements when the
-// mask is broadcast over the batch, else 1. The warp-specialized engine takes that grid's size as work_x x work_y
-// work items and may run in a smaller (persistent) grid, each CTA taking items blockIdx.x + n gridDim.x. Block:
+// then the rest in L2 sections of section_heads kv heads, heaviest first in each), y = batch elements when the mask is broadcast over the batch, else 1. Block:
 // DKDV_THREADS. Dynamic smem: KV_SMEM_BYTES. dk, dv: [B, Hkv, Skv, D] contiguous; dq_accum: [B, Hq,
 // padded_rows(S), D] fp32 (bulk_tile: in tiles), zeroed by the prep kernel. The warp-specialized engine also takes
 // tensor maps of q, k, v and dout (maskc.runtime.tma: boxes of 64 columns x Q_BLOCK or KV_BLOCK rows).
 #define MASKC_DKDV_ENTRY_PARAMS                                                                                  \
-    MASKC_DKDV_PARAMS, const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks, int work_x,       \
-    int work_y,                                                                                                  \
+    MASKC_DKDV_PARAMS, const int* __restrict__ dq_rank_base, const int* __restrict__ dq_ranks,                   \
     int* __restrict__ dq_turns, const __grid_constant__ maskc::TensorMap q_map,                                  \
     const __grid_constant__ maskc::TensorMap k_map, const __grid_constant__ maskc::TensorMap v_map,              \
     const __grid_constant__ maskc::TensorMap do_map
@@ -1413,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(PREP_WARPS * 32) maskc_bwd_prep_sli
     q, k, v, dout, lse_log2, delta, dk, dv, dq_accum, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,      \
     do_sb, do_sh, do_ss, num_heads, num_kv_heads, seq_len, kv_len, mask_batch, section_heads, front_columns,     \
     col_offsets, col_runs, col_order, mask_data, mask_offsets, scale, scale_log2, dq_rank_base, dq_ranks,   \
-    work_x, work_y, dq_turns, q_map, k_map, v_map, do_map
+    dq_turns, q_map, k_map, v_map, do_map
 
 extern "C" __global__ void __launch_bounds__(DKDV_THREADS, 1) maskc_bwd_dkdv_sliding_tile(MASKC_DKDV_ENTRY_PARAMS) {
     maskc::dkdv_kernel<true>(MASKC_DKDV_ARGS);
@@ -1442,7 +1377,7 @@ extern "C" __global__ void __launch_bounds__(DQ_THREADS) maskc_bwd_dq_sliding_ti
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const HeadSlot hs = head_and_slot(num_heads, section_heads, 0, blockIdx.x, gridDim.x);
+    const HeadSlot hs = head_and_slot(num_heads, section_heads, 0);
     const int h = hs.head;
     const int r = work_order[hs.slot];                          // row block
     const int q_blocks = (seq_len + Q_BLOCK - 1) / Q_BLOCK;
