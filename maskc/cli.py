@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from maskc import __version__
+from maskc.analysis.values import INT32
 from maskc.cli_run import run_cmd
 from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment_options, gpu_available,
                               head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
@@ -29,7 +30,6 @@ from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES, PARTIAL_TILES
 from maskc.runs import MAX_TILES
 from maskc.progress import status
 
-INT32 = 2 ** 31 - 1
 TILE = click.IntRange(1, INT32)     # a tile side: positive, and like every length an int32
 _load = load_mask                       # the name tests replace to reach the internal-error path
 

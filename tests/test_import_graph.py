@@ -56,3 +56,32 @@ def test_the_finder_sees_a_cycle(tmp_path):
     modules["maskc.a"].write_text("from maskc.b import f\n")
     modules["maskc.b"].write_text("def f():\n    from maskc.a import g\n")
     assert imports(modules["maskc.a"], modules) == {"maskc.b"} and imports(modules["maskc.b"], modules) == {"maskc.a"}
+
+
+def _constant_ints(node: ast.AST):
+    """Every value of a sub-expression of ``node`` built of integer literals and arithmetic alone (``2 ** 31 - 1``)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.BinOp, ast.UnaryOp)) and all(
+                isinstance(n, (ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
+                or (isinstance(n, ast.Constant) and type(n.value) is int) for n in ast.walk(sub)):
+            yield eval(compile(ast.Expression(sub), "<constant>", "eval"))      # literals and operators only
+
+
+def int32_copies(path: Path) -> list[str]:
+    """The module-level names ``path`` assigns the int32 range's ends (2**31 - 1, -2**31) to, spelled out."""
+    ends = {2 ** 31 - 1, -2 ** 31}
+    return [ast.unparse(stmt) for stmt in ast.parse(path.read_text()).body
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None
+            and ends & set(_constant_ints(stmt.value))]
+
+
+def test_the_int32_range_is_written_once():
+    """maskc.analysis.values holds INT32 and INT32_MIN; every other module imports them (a second copy can drift)."""
+    copies = {name: found for name, path in module_names().items()
+              if name != "maskc.analysis.values" and (found := int32_copies(path))}
+    assert not copies, copies
+
+
+def test_the_int32_finder_sees_a_copy(tmp_path):
+    (tmp_path / "m.py").write_text("A, B = -2 ** 31, 2**31 - 1\nC = 2 ** 31 - 2\n\ndef f():\n    D = 2 ** 31 - 1\n")
+    assert int32_copies(tmp_path / "m.py") == ["A, B = (-2 ** 31, 2 ** 31 - 1)"]

@@ -13,10 +13,11 @@ import math
 from maskc import ir
 from maskc.analysis import bitops
 from maskc.analysis import forms as F
+from maskc.analysis.values import INT32
 from maskc.bound_params import BatchParams
 
 LIMIT = 2 ** 62
-NARROW_LIMIT = 2 ** 31 - 1
+NARROW_LIMIT = INT32               # what the 32-bit proof holds every intermediate to
 
 
 COMPOUND_EXPRS = (ir.Const, ir.Func, ir.Arith, ir.TableAt)     # what of_expr combines (the rest are leaves)

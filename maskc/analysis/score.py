@@ -16,11 +16,11 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis.evaluate import Evaluator
+from maskc.analysis.values import INT32, INT32_MIN
 from maskc.errors import BindError
 from maskc.ir.walk import depends_on_position, mentions, nodes as walk_nodes
 from maskc.bound_params import BatchParams
 
-_INT32 = (-2 ** 31, 2 ** 31 - 1)
 POSITION_SLACK = 256
 """Kernels evaluate the modifier on whole tiles: positions up to a tile (at most 256) past seq_len and kv_len."""
 
@@ -339,7 +339,7 @@ def _interval(e: ir.IntExpr, box, params: BatchParams, name: str, at: str) -> tu
             out = (min(products), max(products))
     else:
         raise TypeError(e)
-    if out[0] < _INT32[0] or out[1] > _INT32[1]:
+    if out[0] < INT32_MIN or out[1] > INT32:
         raise BindError(f"the score modifier of mask '{name}' computes values in [{out[0]}, {out[1]}] here, past "
                         f"32 bits{at}", getattr(e, "span", None), "the kernels compute its integer parts in int")
     return out

@@ -15,7 +15,8 @@ from maskc.errors import BindError
 from maskc.ir.text import expr_text
 from maskc.bound_params import SegmentTable, Table
 
-INT32 = 2 ** 31 - 1
+INT32 = 2 ** 31 - 1               # the int32 range's ends: the package's one copy of them
+INT32_MIN = -2 ** 31
 MAX_TABLE = 1 << 24               # entries of one table parameter (the kernels' table is int32-indexed)
 FEW_SEGMENTS = 16                 # lengths up to which segment_table sums in Python ints
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.analysis import forms as F
+from maskc.analysis.values import INT32
 from maskc.codegen.cwriter import CWriter, TableLayout
 from maskc.codegen.sanitize import comment_text
 from maskc.codegen.tile_bits import RootTables, bits_function, chunk_function, has_tile_bits
@@ -132,8 +133,6 @@ __device__ __forceinline__ MaskSegment maskc_segment(const int* __restrict__ tab
 """
 
 
-_INT32_MAX = 2 ** 31 - 1
-
 
 def _layout_of(mask: ir.RangeMask) -> TableLayout:
     """The mask's TableLayout, made once and kept on the RangeMask (immutable) for the next binds."""
@@ -175,7 +174,7 @@ def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
                 tables += [len(bits)] + bits
                 at += 1 + len(bits)
         chunk = np.asarray(([] if origin is None else list(origin)) + header + tables, np.int64)
-        if len(chunk) and (chunk.min() < -_INT32_MAX or chunk.max() > _INT32_MAX):    # |x| <= 2**31 - 1
+        if len(chunk) and (chunk.min() < -INT32 or chunk.max() > INT32):    # |x| <= 2**31 - 1
             raise OverflowError("a mask parameter does not fit in int32")
         chunks.append(chunk.astype(np.int32))
         offsets.append(offsets[-1] + len(chunk))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from maskc import ir
 from maskc.analysis import linear
+from maskc.analysis.values import INT32
 from maskc.errors import ComplexityError, MaskError, MaskNameError, MaskTypeError, Span, did_you_mean
 from maskc.frontend.calls import FUNCTIONS, MAX_CALL_DEPTH, call_builtin, call_let, call_mask, check_divisor
 from maskc.frontend.params import resolve_params, table_at
@@ -27,7 +28,6 @@ MAX_EXPANDED_NODES = 20_000
 """The largest rule, in expression nodes once its lets and mask calls are written out (and the most nodes
 one resolution may build): a let used twice is copied twice, so a chain of lets that each use the last
 one twice doubles at every step. Past it, a :class:`~maskc.errors.ComplexityError` at the rule."""
-_INT32_MAX = 2 ** 31 - 1
 
 
 class _TooLarge(Exception):
@@ -197,7 +197,7 @@ class _Resolver:
 
     # -- integer expressions -----------------------------------------------------------------
     def _Num(self, node, scope, file):
-        if node.value > _INT32_MAX:      # the kernel computes in 32 bits (64 for squares and products)
+        if node.value > INT32:      # the kernel computes in 32 bits (64 for squares and products)
             raise MaskTypeError("this number does not fit in 32 bits", node.span)
         return ir.Const(node.value, node.span)
 

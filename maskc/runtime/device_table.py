@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from maskc import ir
+from maskc.analysis.values import INT32, INT32_MIN
 from maskc.codegen.cwriter import TableLayout
 from maskc.codegen.predicate import pack_mask_data
 from maskc.errors import BindError
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from maskc.bound import BoundMask
 
-INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 RANGE_BIT = 30                  # status[2]: a value given as a tensor does not fit in 32 bits
 MAX_REQUIRE_BITS = 30           # status[2] bits 0..29: `require` rule i failed
 
@@ -172,12 +172,12 @@ class DeviceTable:
         running sums of its lengths."""
         import torch
 
-        self.data.copy_(self.stage.clamp(INT32_MIN, INT32_MAX).to(torch.int32))
+        self.data.copy_(self.stage.clamp(INT32_MIN, INT32).to(torch.int32))
         for s in self.layout.segments:
             at, cap = self.segment_at[s], self.capacity[s]
             origin = self._origin(self.ranges.param(s))
             ends = torch.cumsum(self.stage[:, at + 2:at + 2 + cap], dim=1) + origin[:, None]
-            bounds = torch.cat([origin[:, None], ends], dim=1).clamp_(INT32_MIN, INT32_MAX)
+            bounds = torch.cat([origin[:, None], ends], dim=1).clamp_(INT32_MIN, INT32)
             self.data[:, at + 1:at + 2 + cap].copy_(bounds.to(torch.int32))
 
     def _rows(self, value, p: ir.Param, shape: tuple, dtype=None) -> "torch.Tensor":
@@ -199,7 +199,7 @@ class DeviceTable:
                 flat = np.asarray(value, dtype=object).reshape(-1)
                 if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in flat):
                     raise BindError(f"parameter '{p.name}' must be integers, got {value!r}", p.span)
-                if any(not INT32_MIN <= int(x) <= INT32_MAX for x in flat):
+                if any(not INT32_MIN <= int(x) <= INT32 for x in flat):
                     raise BindError(f"parameter '{p.name}' has a value that does not fit in 32 bits", p.span)
             v = torch.as_tensor(np.asarray(value, dtype=np.float64 if dtype == torch.float32 else np.int64),
                                 dtype=dtype).to(self.device, non_blocking=True)

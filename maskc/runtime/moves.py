@@ -16,10 +16,9 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from maskc.analysis.order import TokenOrder
+from maskc.analysis.values import INT32
 from maskc.codegen.moves import MoveSpec, emit_moves, moved_operand
 from maskc.options import Options
-
-_INT32_MAX = 2**31 - 1
 
 
 class Array(NamedTuple):
@@ -73,7 +72,7 @@ def plan_moves(arrays: Sequence[Array], order: TokenOrder, seq_len: int, into: b
         heads = a.shape[1]
         dst = (heads * seq_len * row, seq_len * row, row)
         blocks += batch * heads * -(-seq_len // op.tile)
-        if blocks > _INT32_MAX:
+        if blocks > INT32:
             return None
         pointers.append((len(args), len(args) + 1))
         args += [u64(0), u64(0), *(i64(s) for s in src + dst), i32(heads), i32(blocks)]
