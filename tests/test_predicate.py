@@ -313,8 +313,8 @@ def _layout_reference(bound) -> tuple[list[int], list[int]]:
                 min_size=1, max_size=3))
 def test_the_packed_table_is_the_documented_layout(elements):
     """pack_mask_data's int32 table, element after element, against the layout its docstring gives (built here
-    value by value), for batches of one to three elements with values at the int32 edges; the layout is kept
-    on the mask between binds."""
+    value by value), for batches of one to three elements with values at the int32 edges; the second pack
+    reuses the first's layout."""
     compiled = maskc.compile_mask(LAYOUT_MASK)
     seq_len = 20
     per = {"a": [], "docs": [], "t": [], "u": [], "parts": [], "w": []}
@@ -338,6 +338,22 @@ def test_the_packed_table_is_the_documented_layout(elements):
         want_data, want_offsets = _layout_reference(bound)
         assert data.dtype == np.int32 and offsets.dtype == np.int32
         assert data.tolist() == want_data and offsets.tolist() == want_offsets
+
+
+def test_packing_leaves_the_mask_as_it_was():
+    """The packer's layout is kept beside the IR, not on it (the RangeMask is frozen): packing adds nothing to the
+    mask's attributes, and a second compilation of the same parameters (new objects, equal values) reuses it."""
+    from maskc.codegen.predicate import _layout_of
+
+    compiled = maskc.compile_mask(LAYOUT_MASK)
+    bound = compiled.bind(20, a=3, docs=[20], t=[1], u=[2], parts=[20], w=[5])
+    before = dict(vars(compiled.ranges))
+    first, _ = pack_mask_data(compiled.ranges, bound.params)
+    assert vars(compiled.ranges) == before
+    again = maskc.compile_mask(LAYOUT_MASK)
+    assert again.ranges.params is not compiled.ranges.params
+    assert _layout_of(again.ranges.params) is _layout_of(compiled.ranges.params)
+    assert pack_mask_data(again.ranges, bound.params)[0].tolist() == first.tolist()
 
 
 @pytest.mark.parametrize("value,fits", [(2**31 - 1, True), (-(2**31 - 1), True), (2**31, False), (-2**31, False)])

@@ -31,6 +31,8 @@ the kernels' interval paths work unchanged; per-key atoms see ``k + k0``.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from maskc import ir
@@ -133,21 +135,18 @@ __device__ __forceinline__ MaskSegment maskc_segment(const int* __restrict__ tab
 """
 
 
-
-def _layout_of(mask: ir.RangeMask) -> TableLayout:
-    """The mask's TableLayout, made once and kept on the RangeMask (immutable) for the next binds."""
-    hit = mask.__dict__.get("_table_layout")
-    if hit is None or hit[0] is not mask.params:
-        hit = (mask.params, TableLayout.of(mask.params))
-        object.__setattr__(mask, "_table_layout", hit)
-    return hit[1]
+@functools.lru_cache(maxsize=128)
+def _layout_of(params: tuple[ir.Param, ...]) -> TableLayout:
+    """TableLayout.of the parameters, made once for the next binds (the IR is left as it is): keyed by the
+    parameters' value, which is all the layout reads; a hit costs their hash, under 1 us for the examples."""
+    return TableLayout.of(params)
 
 
 def pack_mask_data(mask: ir.RangeMask, bound: BoundParams,
                    origin: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(mask_data, mask_offsets): every batch element's table, concatenated (see module docstring);
     with ``origin`` = (q0, k0) each table is prefixed by them, for the predicate emitted with offsets."""
-    layout = _layout_of(mask)
+    layout = _layout_of(mask.params)
     chunks, offsets = [], [0]
     for params in bound.batch:
         header = [bound.seq_len, bound.kv_len] + [params.int(n) for n in layout.ints]
