@@ -401,8 +401,9 @@ def test_segment_requires_fail_at_the_first_q_a_walk_finds(seq_len, lead, doc_cu
 
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=5), st.lists(st.integers(-3, 30), min_size=1, max_size=8))
 def test_the_evaluator_reads_segments_at_each_array_it_is_given(lengths, positions):
-    """Evaluator.segment keeps the slots of the last array it looked up per table: reads at that array again, at a new
-    array of other positions and back at the first give what a fresh evaluator gives."""
+    """Evaluator.segment reads at an array again, at a new array of other positions, back at the first, and at the
+    first after it was written in place, give what a fresh evaluator gives (an evaluator kept the slots of the last
+    array it was given, by identity, and read the written array at its old positions)."""
     from maskc.analysis.evaluate import Evaluator
     from maskc.bound_params import BatchParams, SegmentTable
 
@@ -411,7 +412,10 @@ def test_the_evaluator_reads_segments_at_each_array_it_is_given(lengths, positio
     n = int(bounds[-1]) + 1
     ev = Evaluator(None, params, n, n)       # type: ignore[arg-type]  # segment reads need no mask
     first, second = np.array(positions, np.int64), np.array(positions[::-1], np.int64) + 1
-    for at in (first, first, second, first):
+    for at in (first, first, second, first, None):
+        if at is None:              # the first array again, written in place: its positions moved by a segment
+            at = first
+            at += int(bounds[1]) + 1
         for attr in ("index", "start", "end", "length", "value:v"):
             fresh = Evaluator(None, params, n, n).segment("s", attr, at.copy())     # type: ignore[arg-type]
             assert ev.segment("s", attr, at).tolist() == fresh.tolist()
