@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from maskc.analysis.order import parse_order
-from maskc.codegen.schedule import Tiles, capability_of
+from maskc.codegen.schedule import Tiles, check_target
 from maskc.kernel_ir import (BACKWARD_ENGINES, DETERMINISTIC_DQ, DQ_REDUCTIONS, DQ_TURN_ORDERS, ENGINES,
                              EXP2_EMULATION, MAX_DESCRIPTOR_BYTES, PARTIAL_TILES)
 
@@ -128,7 +128,7 @@ class Options:
                 raise ValueError("tiles and autotune both choose the forward tiles: give one")
             object.__setattr__(self, "tiles", tiles)
         if self.arch is not None:
-            capability_of(self.arch)      # ValueError unless sm_XY[a] or compute_XY
+            check_target(self.arch)       # ValueError unless one of schedule.ARCHES or compute_XY (XY >= 80)
         cap = self.max_descriptor_bytes
         if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
             raise ValueError(f"max_descriptor_bytes {cap!r}: expected a positive number of bytes")

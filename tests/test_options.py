@@ -64,7 +64,7 @@ def test_switches_read_the_usual_words(word, value):
 
 @pytest.mark.parametrize("variable,value", [("MASKC_ENGINE", "tensor-cores"), ("MASKC_ENGINE", "wgmma"),
                                             ("MASKC_BWD_DQ_REDUCTION", "none"), ("MASKC_SYNC", "maybe"),
-                                            ("MASKC_ARCH", "sm90"), ("MASKC_BWD_ENGINE", "tma"),
+                                            ("MASKC_ARCH", "sm90"), ("MASKC_ARCH", "sm_99"), ("MASKC_BWD_ENGINE", "tma"),
                                             ("MASKC_MAX_DESCRIPTOR_BYTES", "1GiB"), ("MASKC_MAX_DESCRIPTOR_BYTES", "0"),
                                             ("MASKC_TOKEN_ORDER", "patches"), ("MASKC_EXP2_EMULATION", "3"),
                                             ("MASKC_EXP2_EMULATION", "half"), ("MASKC_DETERMINISTIC_DQ", "own")])
@@ -83,6 +83,24 @@ def test_values_are_checked_when_made():
                 dict(exp2_emulation=3), dict(exp2_emulation=True), dict(exp2_emulation="2")):
         with pytest.raises(ValueError):
             Options(**bad)
+
+
+@pytest.mark.parametrize("arch", ["sm_99", "sm_90", "sm_75", "compute_75", "compute_90a", "compute_8", "hopper", 90])
+def test_a_target_maskc_does_not_build_for_is_refused_when_made(arch):
+    """Options(arch=...) and MASKC_ARCH take schedule.ARCHES or compute_XY (XY >= 80) and refuse any other target
+    then, listing the ones they take, rather than leaving it to NVRTC (or to a kernel built for sm_99 as mma)."""
+    from maskc.codegen.schedule import ARCHES
+
+    with pytest.raises(ValueError, match=f"^target {re.escape(repr(arch))} unsupported: maskc builds for "
+                                         f"{', '.join(ARCHES)}, or compute_XY") as err:
+        Options(arch=arch)
+    assert "compute_80" in str(err.value)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120a", "compute_80",
+                                  "compute_87", "compute_100"])
+def test_every_target_maskc_builds_for_is_taken(arch):
+    assert Options(arch=arch).arch == Options.from_environment({"MASKC_ARCH": arch}).arch == arch
 
 
 @pytest.mark.parametrize("options", [DEFAULT, Options(tiles=(64, 32, 4, "mma"), sync=True),
@@ -138,9 +156,10 @@ def test_compile_takes_the_environment_and_its_flags_win(tmp_path):
     assert (tmp_path / "k.cu").read_text() == causal.backward_source(dq_reduction="red2").source
 
 
-def test_a_bad_variable_is_a_cli_error(tmp_path):
-    result, _ = _compile(tmp_path, {"MASKC_ENGINE": "tensor-cores"})
-    assert result.exit_code == 1 and "MASKC_ENGINE='tensor-cores'" in result.output
+@pytest.mark.parametrize("variable,value", [("MASKC_ENGINE", "tensor-cores"), ("MASKC_ARCH", "sm_99")])
+def test_a_bad_variable_is_a_cli_error(tmp_path, variable, value):
+    result, source = _compile(tmp_path, {variable: value})
+    assert result.exit_code == 1 and f"{variable}={value!r}" in result.output and source is None
     assert "Traceback" not in result.output and "internal error" not in result.output
 
 

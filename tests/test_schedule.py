@@ -12,8 +12,8 @@ from maskc.codegen.emit import check_backward_spec, check_spec
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
 from maskc.codegen.plan import SMEM_LIMIT, plan_forward, shared_bytes
 from maskc.codegen.schedule import (ARCHES, DEFAULT_DQ_REDUCTION, DEFAULT_HOPPER_BACKWARD_ENGINE, DEFAULT_HOPPER_ENGINE,
-                            HOPPER, SUPPORTED_DTYPES, Tiles, arch_for, capability_of, choose_backward_tiles,
-                            choose_dq_reduction, choose_tiles, forward_candidates)
+                            HOPPER, SUPPORTED_DTYPES, Tiles, arch_for, capability_of, check_target,
+                            choose_backward_tiles, choose_dq_reduction, choose_tiles, forward_candidates)
 from conftest import EXAMPLE_NAMES, EXAMPLES
 
 CAPABILITIES = [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]
@@ -156,3 +156,17 @@ def test_capability_of_reads_every_target_and_refuses_others():
     for bad in ("sm90", "hopper", "sm_9", "compute_90a_x", ""):
         with pytest.raises(ValueError, match="sm_XY"):
             capability_of(bad)
+
+
+@pytest.mark.parametrize("major", range(8, 13))
+@pytest.mark.parametrize("minor", range(0, 10))
+def test_a_user_may_name_every_target_arch_for_picks(major, minor):
+    """check_target (what Options.arch takes) takes whatever arch_for builds for on a GPU, and PTX for it, but no sm
+    target outside ARCHES: sm_XY[a] of a capability without one is refused with ARCHES listed."""
+    target = arch_for((major, minor))
+    assert check_target(target) == capability_of(target)
+    assert check_target(f"compute_{major}{minor}") == (major, minor)
+    for sm in (f"sm_{major}{minor}", f"sm_{major}{minor}a"):
+        if sm not in ARCHES:
+            with pytest.raises(ValueError, match=f"^target '{sm}' unsupported: maskc builds for {', '.join(ARCHES)},"):
+                check_target(sm)

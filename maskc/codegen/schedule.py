@@ -78,6 +78,19 @@ def capability_of(arch: str) -> tuple[int, int]:
     if digits is None:
         raise ValueError(f"target {arch!r} is not sm_XY[a] or compute_XY")
     return int(digits.group(1)), int(digits.group(2))
+
+
+def check_target(arch: object) -> tuple[int, int]:
+    """The compute capability of a target a user names (``Options.arch``, ``MASKC_ARCH``): one of ARCHES, or
+    compute_XY for compute capability 8.0 or newer (PTX, as arch_for picks for a GPU without one of ARCHES).
+    Any other (sm_99, sm_90 for sm_90a, compute_75) is a ValueError listing them, before NVRTC is asked."""
+    if isinstance(arch, str) and (arch in ARCHES or re.fullmatch(r"compute_\d\d+", arch)):
+        if capability_of(arch) >= (8, 0):
+            return capability_of(arch)
+    raise ValueError(f"target {arch!r} unsupported: maskc builds for {', '.join(ARCHES)}, or compute_XY for compute "
+                     "capability X.Y >= 8.0 (PTX the driver compiles; compute_80 runs on every GPU maskc supports)")
+
+
 # The engine the schedule picks on Hopper: the one measured fastest on the H200 among those whose GPU tests
 # passed there (bench/NOTES.md). A kernel that has not run on the GPU is never the default. wgmma_tma: the
 # fastest engine in run 20 on every example mask at 1K, 4K and 32K but two (sliding_window at 1K and clear
