@@ -59,9 +59,16 @@ def test_bind_error_points_at_the_parameter():
     assert "document.mask:2:15: error: segments 'docs' sum to 30" in result.stderr
 
 
-def test_missing_file_is_a_clean_error(tmp_path):
-    result = invoke("compile", tmp_path / "nope.mask")
-    assert result.exit_code == 1 and "cannot read" in result.stderr
+@pytest.mark.parametrize("command", [["compile", "{f}"], ["compile", "{f}", "--backward", "-o", "{tmp}/k.cu"],
+                                     ["run", "{f}", "--seq-len", "64"], ["show", "{f}", "--seq-len", "64"],
+                                     ["explain", "{f}"]])
+@pytest.mark.parametrize("what,reason", [("nope.mask", "No such file or directory"), (".", "Is a directory")])
+def test_missing_file_is_a_clean_error(tmp_path, command, what, reason):
+    """A main file that cannot be read: one line naming it and why, exit 1, nothing on stdout, no traceback."""
+    path = tmp_path / what
+    result = invoke(*[a.format(f=path, tmp=tmp_path) for a in command])
+    assert result.exit_code == 1 and result.stdout == "" and not (tmp_path / "k.cu").exists()
+    assert result.stderr == f"error: cannot read {path}: {reason}\n"
 
 
 def test_internal_errors_exit_2_without_traceback(monkeypatch):
