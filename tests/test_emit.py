@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from maskc.codegen.emit import (compile_to_cubin, compile_with_log, emit_backward_kernel, emit_kernel, nvrtc_options,
-                        template_dir)
+from maskc.codegen.emit import (KernelCompileError, compile_to_cubin, compile_with_log, emit_backward_kernel,
+                                emit_kernel, nvrtc_options, template_dir)
 from maskc.kernel_ir import Predicate, KernelSpec
 from maskc.codegen.schedule import choose_tiles
 
@@ -224,3 +224,38 @@ def test_root_tables_reach_the_kernels(order):
     src = plain.kernel_source(Options(), head_dim=128, dtype="bf16", constants=plain.const_values({}),
                               engine="wgmma_tma")
     assert src.spec.predicate.tile_bits and src.plan.root_tables == 0 and "MASK_ROOT_TABLES" not in src.source
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_setmaxnreg_splits_fit_the_registers_held_from_launch(head_dim):
+    """setmaxnreg only moves registers between a CTA's warpgroups: an increase past what the others' decreases free
+    waits for ever, a hang (session 22: 32 / 240 at 384 threads asks 65536 registers of the 64512 held). Oracle:
+    ptxas's registers per thread for each warp-specialized kernel (what the CTA holds from launch) times its
+    threads, against the split the plan asks for."""
+    from maskc.codegen.emit import dkdv_registers, dkdv_threads
+    from maskc.runtime.cpu_check import cubin_registers_by_kernel
+
+    mask = maskc.load(EXAMPLES / "causal.mask")
+    fwd = mask.kernel_source(Options(engine="wgmma_tma"), head_dim=head_dim)
+    held = cubin_registers_by_kernel(compile_to_cubin(fwd))[fwd.entry] * fwd.spec.threads
+    producer, consumer = fwd.plan.registers
+    assert 128 * producer + (fwd.spec.threads - 128) * consumer <= held
+    bwd = mask.backward_source(engine="wgmma_tma", head_dim=head_dim)
+    spec = bwd.spec
+    registers = cubin_registers_by_kernel(compile_to_cubin(bwd))
+    producer, consumer = dkdv_registers(spec)
+    threads = dkdv_threads(spec)
+    kernels = [e for e in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered) if e in registers]
+    assert spec.entry_dkdv in kernels
+    for entry in kernels:
+        assert 128 * producer + (threads - 128) * consumer <= registers[entry] * threads, entry
+
+
+def test_a_setmaxnreg_split_past_the_launch_registers_does_not_compile(monkeypatch):
+    """The guard of the test above in the kernels themselves: a split that would hang is a compile error."""
+    from maskc.codegen import emit
+
+    monkeypatch.setattr(emit, "dkdv_registers", lambda spec: (32, 240))
+    src = maskc.load(EXAMPLES / "causal.mask").backward_source(engine="wgmma_tma", head_dim=128)
+    with pytest.raises(KernelCompileError, match="setmaxnreg's split"):
+        compile_to_cubin(src)

@@ -225,6 +225,15 @@ def dkdv_threads(spec: BackwardSpec) -> int:
     return consumers + (128 if spec.engine == "wgmma_tma" else 0)
 
 
+def dkdv_registers(spec: BackwardSpec) -> tuple[int, int]:
+    """The warp-specialized dK/dV kernel's (producer, consumer) registers per thread after setmaxnreg: FA3's
+    24 / 240, which hands the consumers every register the CTA holds from launch (168 a thread at 384 threads:
+    128 x 24 + 256 x 240 = 384 x 168). A split past that pool hangs the kernel (the template's static_assert)."""
+    if spec.engine != "wgmma_tma":
+        raise ValueError(f"the {spec.engine} dK/dV kernel does not hand registers over (setmaxnreg)")
+    return 24, 240
+
+
 def check_backward_spec(spec: BackwardSpec) -> None:
     """The backward template's assumptions (it re-checks them with static_assert)."""
     _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
@@ -274,7 +283,8 @@ def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
                                           else {wg_queries, spec.head_dim, spec.head_dim // 2}),
                       wg_queries=wg_queries, bits_stages=dkdv_bits_stages(spec),
                       dq_by_consumers=spec.engine == "wgmma" or spec.dq_reduction == "red2",
-                      wgmma_type="bf16" if spec.dtype == "bf16" else "f16")
+                      wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
+                      dkdv_registers=dkdv_registers(spec) if warp_specialized else None)
     else:
         engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), tile_loader="load_tile")
     source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),

@@ -42,7 +42,6 @@ static_assert(NUM_THREADS == CONSUMER_THREADS + 128, "the consumers plus a whole
 // Registers per thread after setmaxnreg (the schedule's choice: the most the consumers can have while ptxas
 // spills nothing in the producer).
 constexpr int PRODUCER_REGISTERS = 56, CONSUMER_REGISTERS = 224;
-static_assert(128 * PRODUCER_REGISTERS + CONSUMER_THREADS * CONSUMER_REGISTERS <= 65536, "the register file");
 constexpr int N_TILES     = BLOCK_N / 8;        // 8-column groups of the S accumulator
 constexpr int D_TILES     = HEAD_DIM / 8;       // 8-column groups of the O accumulator
 constexpr int CHUNKS      = HEAD_DIM / 8;       // 16-byte chunks per row
@@ -700,6 +699,14 @@ __device__ __forceinline__ void store_warp_rows(const float (&acc)[D_TILES][4], 
 // A tensor map (CUtensorMap, built on the host by maskc.runtime.tma) passed by value as a __grid_constant__ parameter.
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };
 
+// The registers a CTA of `threads` threads holds from launch to exit under __launch_bounds__(threads, 1): ptxas
+// gives a kernel that uses setmaxnreg the most per thread that fit, in whole units of 8 (168 at 384 threads, 128
+// at 512). setmaxnreg only moves registers between the CTA's warpgroups: an increase that the others' decreases
+// do not cover waits for ever (a hang, not an error), so every split is checked against this pool.
+__host__ __device__ constexpr int launch_register_pool(int threads) {
+    return threads * (65536 / threads / 8 * 8 < 256 ? 65536 / threads / 8 * 8 : 256);
+}
+
 __device__ __forceinline__ void mbar_init(u32 bar, u32 arrivals) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(arrivals) : "memory");
 }
@@ -767,6 +774,8 @@ __device__ __forceinline__ void pass_turn(int* turn) {
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" :: "l"(turn) : "memory");
 }
 
+static_assert(128 * PRODUCER_REGISTERS + CONSUMER_THREADS * CONSUMER_REGISTERS <= launch_register_pool(NUM_THREADS),
+              "setmaxnreg's split within the registers the CTA holds from launch");
 
 // Ping-pong: warpgroup wg issues its products only between taking its turn (named barrier 2 + wg, which
 // the previous warpgroup's 128 threads arrive at) and passing it on to the next (round robin); so one

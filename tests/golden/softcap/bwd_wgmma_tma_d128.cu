@@ -511,6 +511,14 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[16][4], const u32 (&a)[
 // A tensor map (CUtensorMap, built on the host by maskc.runtime.tma) passed by value as a __grid_constant__ parameter.
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };
 
+// The registers a CTA of `threads` threads holds from launch to exit under __launch_bounds__(threads, 1): ptxas
+// gives a kernel that uses setmaxnreg the most per thread that fit, in whole units of 8 (168 at 384 threads, 128
+// at 512). setmaxnreg only moves registers between the CTA's warpgroups: an increase that the others' decreases
+// do not cover waits for ever (a hang, not an error), so every split is checked against this pool.
+__host__ __device__ constexpr int launch_register_pool(int threads) {
+    return threads * (65536 / threads / 8 * 8 < 256 ? 65536 / threads / 8 * 8 : 256);
+}
+
 __device__ __forceinline__ void mbar_init(u32 bar, u32 arrivals) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(arrivals) : "memory");
 }
@@ -981,10 +989,11 @@ __device__ __forceinline__ void sync_warpgroups() {
     asm volatile("bar.sync 1, %0;\n" :: "n"(KV_THREADS) : "memory");
 }
 
-constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;   // after setmaxnreg (FA3's split)
+// after setmaxnreg (FA3's split: maskc.codegen.emit.dkdv_registers)
+constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 static_assert(DKDV_THREADS == KV_THREADS + 128, "the consumers plus a producer warpgroup");
-static_assert(DKDV_THREADS * 168 <= 65536 && 128 * PRODUCER_REGISTERS + KV_THREADS * CONSUMER_REGISTERS <= 65536,
-              "the register file at launch (168 per thread) and after setmaxnreg");
+static_assert(128 * PRODUCER_REGISTERS + KV_THREADS * CONSUMER_REGISTERS <= launch_register_pool(DKDV_THREADS),
+              "setmaxnreg's split within the registers the CTA holds from launch");
 constexpr int COL_BLOCKS   = HEAD_DIM / 64;                  // 64-column boxes per row (128 bytes each)
 constexpr int BITS_WORDS   = Q_BLOCK * (KV_BLOCK / 32);      // one step's visibility bits
 constexpr int DS_TILE_BYTES = KV_BLOCK * Q_BLOCK * 2;        // one step's dS^T
