@@ -307,3 +307,47 @@ def test_exact_where_slot_hulls_do_not_chain(cells, text, bind_args, shape):
     finally:
         tiles_module.ROW_COUNT_CELLS = saved
     np.testing.assert_array_equal(got, tile_truth(bound.dense(), *shape))
+
+
+@st.composite
+def _affine_slots(draw):
+    """Coarse pieces of ``[0, end)`` and, per slot, ends affine on each piece with slope -1, 0 or 1 (or NONE at
+    both rows: empty there), as (lo, hi) at the pieces' first then last rows; finer starts containing the pieces'."""
+    from maskc.analysis.intervals import NONE
+    end = draw(st.integers(1, 200))
+    pieces = np.array(sorted({0} | set(draw(st.lists(st.integers(0, end - 1), max_size=8)))), np.int64)
+    starts = np.array(sorted(set(pieces.tolist()) | set(draw(st.lists(st.integers(0, end - 1), max_size=12)))),
+                      np.int64)
+    span = np.append(pieces[1:], end) - 1 - pieces
+    slots = []
+    for _ in range(draw(st.integers(1, 3))):
+        ends = []
+        for _ in range(2):
+            at0 = np.array(draw(st.lists(st.integers(-50, 50), min_size=len(pieces), max_size=len(pieces))), np.int64)
+            slope = np.array(draw(st.lists(st.integers(-1, 1), min_size=len(pieces), max_size=len(pieces))), np.int64)
+            ends.append((at0, slope))
+        empty = np.array(draw(st.lists(st.booleans(), min_size=len(pieces), max_size=len(pieces))))
+        slots.append(tuple(np.concatenate([np.where(empty, NONE, a), np.where(empty, NONE, a + s * span)])
+                           for a, s in ends))
+    return slots, pieces, end, starts
+
+
+@given(_affine_slots())
+def test_slots_at_cuts_are_the_slot_ends_at_each_row(case):
+    """pieces.slots_at_cuts: every slot end at a finer piece's first and last rows is the coarse piece's end
+    extrapolated along its slope, computed here row by row from the coarse piece's first row (brute force),
+    and an empty slot stays NONE."""
+    from maskc.analysis.pieces import slots_at_cuts
+    slots, pieces, end, starts = case
+    n, m = len(pieces), len(starts)
+    lasts = np.append(starts[1:], end) - 1
+    got = slots_at_cuts(slots, pieces, end, starts)
+    assert len(got) == len(slots)
+    for (lo, hi), (g_lo, g_hi, g_lo_b, g_hi_b) in zip(slots, got):
+        for x, at_first, at_last in ((lo, g_lo, g_lo_b), (hi, g_hi, g_hi_b)):
+            for i in range(m):
+                p = int(np.searchsorted(pieces, starts[i], side="right")) - 1
+                last = (pieces[p + 1] if p + 1 < n else end) - 1
+                slope = 0 if last == pieces[p] else (int(x[n + p]) - int(x[p])) // (int(last) - int(pieces[p]))
+                assert at_first[i] == x[p] + slope * (starts[i] - pieces[p])
+                assert at_last[i] == x[p] + slope * (lasts[i] - pieces[p])

@@ -229,12 +229,10 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
             block = (base - row0) // block_m
             return runs_of_keys(block, [ends_], np.bincount(block, minlength=qt), kv_len, block_n, qt)
 
-    # The cuts where two forms change order; then every form is affine between the pieces' first and last rows.
-    starts = _refine(base, span, plan.with_ends(value0), plan.with_ends(value0 + slope0 * span), plan.pairs)
-    if not one:
-        starts = sorted_unique(np.concatenate([starts, np.arange(row0, row1, block_m, dtype=np.int64)]))
-    n = len(starts)
-    values = at(np.concatenate([starts, last_rows(starts, row1)]))
+    # The cuts where two forms change order: on the pieces that remain every slot end is one region end.
+    refined = _refine(base, span, plan.with_ends(value0), plan.with_ends(value0 + slope0 * span), plan.pairs)
+    n = len(refined)
+    values = at(np.concatenate([refined, last_rows(refined, row1)]))
     lo = values[plan.lower].max(axis=1)                     # [regions, first rows then last rows]
     hi = values[plan.upper].min(axis=1) + 1
     seen = (values[plan.guard] <= 0).all(axis=1) & (lo < hi)   # masked(), every region at once
@@ -242,9 +240,33 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
-    block = (starts - row0) // block_m
     for s_lo, s_hi in slots:
         if ((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])).any():
             raise AssertionError("a piece's slots differ between its first and last rows")
-    return runs_of_keys(block, [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots],
-                        np.bincount(block, minlength=qt), kv_len, block_n, qt)
+    if one:                                         # the base pieces were cut at q_block starts already
+        starts, ends = refined, [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots]
+    else:
+        starts = sorted_unique(np.concatenate([refined, np.arange(row0, row1, block_m, dtype=np.int64)]))
+        ends = slots_at_cuts(slots, refined, row1, starts)
+    block = (starts - row0) // block_m
+    return runs_of_keys(block, ends, np.bincount(block, minlength=qt), kv_len, block_n, qt)
+
+
+def slots_at_cuts(slots, pieces: np.ndarray, end: int, starts: np.ndarray) -> list:
+    """runs_of_keys' ``(lo, hi, lo_b, hi_b)`` per slot at the first and last rows of the pieces beginning at
+    ``starts``, from the slots ``(lo, hi)`` at the first then last rows of the coarser ``pieces`` (ascending,
+    all of them among ``starts``; the last piece of each list ends before ``end``).
+
+    Invariant relied on: along each of ``pieces`` every slot end is affine in the row with slope -1, 0 or 1
+    (one region end: :func:`_refine`'s cuts; :func:`plan_of` admits no steeper bound), or NONE at both rows
+    (the slot empty throughout). So its slope is the sign of its last row's value less its first's (0 where
+    the piece is one row), and its value at any row of the piece is extrapolated from the first row; a finer
+    piece lies inside one coarse piece, its first and last rows with it."""
+    n = len(pieces)
+    ends = np.array([x for slot in slots for x in slot])              # [2 x slots, first rows then last rows]
+    first, slope = ends[:, :n], np.sign(ends[:, n:] - ends[:, :n])
+    rows = np.concatenate([starts, last_rows(starts, end)])
+    p = pieces.searchsorted(rows, side="right") - 1                   # each row's coarse piece
+    at = first.take(p, axis=1) + slope.take(p, axis=1) * (rows - pieces.take(p))
+    m = len(starts)
+    return [(at[j, :m], at[j + 1, :m], at[j, m:], at[j + 1, m:]) for j in range(0, len(at), 2)]
