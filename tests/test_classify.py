@@ -351,3 +351,23 @@ def test_slots_at_cuts_are_the_slot_ends_at_each_row(case):
                 slope = 0 if last == pieces[p] else (int(x[n + p]) - int(x[p])) // (int(last) - int(pieces[p]))
                 assert at_first[i] == x[p] + slope * (starts[i] - pieces[p])
                 assert at_last[i] == x[p] + slope * (lasts[i] - pieces[p])
+
+
+@pytest.mark.parametrize("pair_pieces", [0, 1 << 30])
+@settings(max_examples=150)
+@given(st.lists(piecewise_mask(), min_size=2, max_size=3), binding(max_len=300), tile_shape)
+def test_refine_finds_the_same_cuts_with_and_without_the_order_prefilter(pair_pieces, rules, bind_args, shape):
+    """pieces._refine looks first for the pieces where the forms' order changes when pairs x pieces pass
+    _PAIR_PIECES (0: always; 2**30: never): either way the piecewise path's classes are the brute-force ones."""
+    import maskc.analysis.pieces as pieces_module
+    text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    saved = pieces_module._PAIR_PIECES
+    pieces_module._PAIR_PIECES = pair_pieces
+    try:
+        _check(bound, *shape, expect_exact=True)
+    finally:
+        pieces_module._PAIR_PIECES = saved

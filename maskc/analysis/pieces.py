@@ -141,25 +141,29 @@ def _pairs(groups) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
-def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.ndarray, pairs) -> np.ndarray:
-    """``starts`` with the rows added where a pair of forms changes order: ``first`` and ``last`` are the
-    forms' values [forms, pieces] at each piece's first and last row (``span`` rows after the first; the
-    forms affine on each piece), ``pairs`` two index arrays. Affine forms keep their order (<, = or >) over
-    a piece when they have it at both ends, so only those pairs and pieces are searched; with many pairs and
-    pieces, first only the pieces where the order of all the forms, ties included, differs between the ends."""
+def _refine(starts: np.ndarray, span: np.ndarray, ends: np.ndarray, pairs) -> np.ndarray:
+    """``starts`` with the rows added where a pair of forms changes order: ``ends`` [forms, 2 x pieces] holds the
+    forms' values at each piece's first rows, then at its last rows (``span`` rows after the first; the forms
+    affine on each piece), ``pairs`` two index arrays. Affine forms keep their order (<, = or >) over a piece
+    when they have it at both ends, so only those pairs and pieces are searched; with many pairs and pieces,
+    first only the pieces where the order of all the forms, ties included, differs between the ends."""
     i, j = pairs
+    n = len(starts)
     pieces = None
-    if len(i) * len(starts) > _PAIR_PIECES:
+    if len(i) * n > _PAIR_PIECES:
+        first, last = ends[:, :n], ends[:, n:]
         order = first.argsort(axis=0, kind="stable")
-        column = np.arange(first.shape[1])
+        column = np.arange(n)
         a, b = first[order, column], last[order, column]
         pieces = (((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0)).nonzero()[0]
-        first, last = first[:, pieces], last[:, pieces]
-    d0, d1 = first[i] - first[j], last[i] - last[j]
-    pair, piece = (np.sign(d0) != np.sign(d1)).nonzero()
+        ends, n = ends.take(np.concatenate([pieces, pieces + n]), axis=1), len(pieces)
+    d = ends[i] - ends[j]                         # [pairs, first rows then last rows]
+    sign = np.sign(d)
+    pair, piece = (sign[:, :n] != sign[:, n:]).nonzero()
     if not len(pair):
         return starts
-    d0, d1 = d0[pair, piece], d1[pair, piece]
+    cell = pair * (2 * n) + piece                 # (pair, piece) in the flat d, its last row n cells on
+    d0, d1 = d.take(cell), d.take(cell + n)
     piece = piece if pieces is None else pieces[piece]
     span = span[piece]
     step = (d1 - d0) // span                      # exact: the forms are affine on the piece
@@ -230,7 +234,8 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
             return runs_of_keys(block, [ends_], np.bincount(block, minlength=qt), kv_len, block_n, qt)
 
     # The cuts where two forms change order: on the pieces that remain every slot end is one region end.
-    refined = _refine(base, span, plan.with_ends(value0), plan.with_ends(value0 + slope0 * span), plan.pairs)
+    ends = plan.with_ends(np.concatenate([value0, value0 + slope0 * span], axis=1))   # first rows, then last
+    refined = _refine(base, span, ends, plan.pairs)
     n = len(refined)
     values = at(np.concatenate([refined, last_rows(refined, row1)]))
     lo = values[plan.lower].max(axis=1)                     # [regions, first rows then last rows]
