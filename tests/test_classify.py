@@ -371,3 +371,30 @@ def test_refine_finds_the_same_cuts_with_and_without_the_order_prefilter(pair_pi
         _check(bound, *shape, expect_exact=True)
     finally:
         pieces_module._PAIR_PIECES = saved
+
+
+@settings(max_examples=150)
+@given(st.lists(piecewise_mask(), min_size=1, max_size=3), binding(max_len=120))
+def test_piece_plan_intervals_are_the_regions_rows(rules, bind_args):
+    """PiecePlan.intervals (one take of every region's bounds and guards) at every row: each region's interval
+    as intervals.region_rows computes it row by row (RowValues), NONE where unseen."""
+    from maskc.analysis.formprog import Env
+    from maskc.analysis.intervals import region_rows
+    from maskc.analysis.pieces import plan_of
+    from maskc.analysis.rows import RowValues
+    text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    params = bound.params.batch[0]
+    special = mask.specialized(params.ints)
+    plan = plan_of(special.allow, special.deny) if special.linear else None
+    assume(plan is not None)
+    q = np.arange(bound.seq_len, dtype=np.int64)
+    lo, hi = plan.intervals(plan.values(Env(params, bound.seq_len, bound.kv_len, 0, 0, q), bound.kv_len))
+    rows = RowValues(params, bound.seq_len, bound.kv_len, 0, 0, q)
+    for r, region in enumerate(plan.allow + plan.deny):
+        want_lo, want_hi = region_rows(region, rows, bound.kv_len)
+        np.testing.assert_array_equal(lo[r], want_lo)
+        np.testing.assert_array_equal(hi[r], want_hi)

@@ -51,6 +51,10 @@ class PiecePlan:
         self.lower, self.upper, self.guard = (_padded([r[i] for r in regions], pad)
                                               for i, pad in enumerate((self.ZERO, self.LAST, self.ZERO)))
         self.uppers = np.array(sorted({u for r in regions for u in r[1]}))
+        # each region's rows of the table in one index, [lower bounds + upper bounds + guards, regions]: one take
+        # a bind, each kind a contiguous block of it
+        self._region_rows = np.ascontiguousarray(np.concatenate([self.lower, self.upper, self.guard], axis=1).T)
+        self._upper_at = self.lower.shape[1], self.lower.shape[1] + self.upper.shape[1]
         self._program: FormProgram | None = None
         # Two forms of one slope (parallel on every piece: two constants, two of slope 1) never change order.
         slope = [frozenset({0})] * 2 + [slopes(item.lin, Breaks()) for item, _ in self.forms[2:]]
@@ -62,6 +66,22 @@ class PiecePlan:
     def with_ends(self, values: np.ndarray) -> np.ndarray:
         """The table's values with, after them, those of the upper bounds plus one."""
         return np.concatenate([values, values[self.uppers] + 1])
+
+    def intervals(self, values: np.ndarray) -> np.ndarray:
+        """int64[2, regions, rows]: each region's keys ``[lo, hi)`` at the rows of ``values`` (the table's values,
+        [forms, rows]): ``lo`` the greatest of its lower bounds (0 among them), ``hi`` one past the least of its
+        upper bounds (kv_len - 1 among them); both NONE where a guard fails or the interval is empty, as
+        :func:`~maskc.analysis.intervals.masked` gives them."""
+        if not self.allow and not self.deny:
+            return np.full((2, 0, values.shape[1]), NONE, np.int64)
+        rows = values.take(self._region_rows, axis=0)             # [lower + upper + guards, regions, rows]
+        a, b = self._upper_at
+        ends = np.empty((2,) + rows.shape[1:], np.int64)
+        np.maximum.reduce(rows[:a], axis=0, out=ends[0])
+        np.minimum.reduce(rows[a:b], axis=0, out=ends[1])
+        ends[1] += 1
+        seen = (rows[b:] <= 0).all(axis=0) & (ends[0] < ends[1])
+        return np.where(seen, ends, NONE)
 
     def _add(self, item, lower) -> int:
         key = (item.lin, getattr(item, "den", 1), lower)
@@ -238,10 +258,8 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     refined = _refine(base, span, ends, plan.pairs)
     n = len(refined)
     values = at(np.concatenate([refined, last_rows(refined, row1)]))
-    lo = values[plan.lower].max(axis=1)                     # [regions, first rows then last rows]
-    hi = values[plan.upper].min(axis=1) + 1
-    seen = (values[plan.guard] <= 0).all(axis=1) & (lo < hi)   # masked(), every region at once
-    intervals = list(zip(np.where(seen, lo, NONE), np.where(seen, hi, NONE)))
+    lo, hi = plan.intervals(values)                         # [regions, first rows then last rows]
+    intervals = list(zip(lo, hi))
     slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
