@@ -398,3 +398,24 @@ def test_piece_plan_intervals_are_the_regions_rows(rules, bind_args):
         want_lo, want_hi = region_rows(region, rows, bound.kv_len)
         np.testing.assert_array_equal(lo[r], want_lo)
         np.testing.assert_array_equal(hi[r], want_hi)
+
+
+@pytest.mark.parametrize("union_before_cuts", [-1, 1 << 30])
+@settings(max_examples=150)
+@given(st.lists(piecewise_mask(), min_size=2, max_size=3), binding(max_len=300), tile_shape)
+def test_piecewise_path_is_exact_unioning_before_or_after_the_q_block_cuts(union_before_cuts, rules, bind_args, shape):
+    """runs_from_pieces unions the regions at the refined pieces and extrapolates the slots to the q_block cuts
+    (pieces.slots_at_cuts) where the cuts add more than _UNION_BEFORE_CUTS pieces, else unions at every piece:
+    forced each way (-1: always before, 2**30: never), the classes are the brute-force ones."""
+    import maskc.analysis.pieces as pieces_module
+    text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    saved = pieces_module._UNION_BEFORE_CUTS
+    pieces_module._UNION_BEFORE_CUTS = union_before_cuts
+    try:
+        _check(bound, *shape, expect_exact=True)
+    finally:
+        pieces_module._UNION_BEFORE_CUTS = saved

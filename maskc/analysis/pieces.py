@@ -256,23 +256,33 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     # The cuts where two forms change order: on the pieces that remain every slot end is one region end.
     ends = plan.with_ends(np.concatenate([value0, value0 + slope0 * span], axis=1))   # first rows, then last
     refined = _refine(base, span, ends, plan.pairs)
-    n = len(refined)
-    values = at(np.concatenate([refined, last_rows(refined, row1)]))
+    q_blocks = np.arange(row0, row1, block_m, dtype=np.int64)
+    starts = refined if one else sorted_unique(np.concatenate([refined, q_blocks]))
+    # The regions unioned at the refined pieces, their slots then extrapolated to the q_block cuts, where those
+    # add many pieces; else at every piece (a numpy call costs about as much on a few dozen rows as on a few hundred).
+    owners = refined if len(starts) - len(refined) > _UNION_BEFORE_CUTS else starts
+    n = len(owners)
+    values = at(np.concatenate([owners, last_rows(owners, row1)]))
     lo, hi = plan.intervals(values)                         # [regions, first rows then last rows]
-    intervals = list(zip(lo, hi))
-    slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
+    slots = combine(list(zip(lo[:len(plan.allow)], hi[:len(plan.allow)])),
+                    list(zip(lo[len(plan.allow):], hi[len(plan.allow):])))
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
     for s_lo, s_hi in slots:
         if ((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])).any():
             raise AssertionError("a piece's slots differ between its first and last rows")
-    if one:                                         # the base pieces were cut at q_block starts already
-        starts, ends = refined, [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots]
+    if owners is starts:
+        slot_ends = [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots]
     else:
-        starts = sorted_unique(np.concatenate([refined, np.arange(row0, row1, block_m, dtype=np.int64)]))
-        ends = slots_at_cuts(slots, refined, row1, starts)
+        slot_ends = slots_at_cuts(slots, refined, row1, starts)
     block = (starts - row0) // block_m
-    return runs_of_keys(block, ends, np.bincount(block, minlength=qt), kv_len, block_n, qt)
+    return runs_of_keys(block, slot_ends, np.bincount(block, minlength=qt), kv_len, block_n, qt)
+
+
+# Pieces the q_block cuts add past which runs_from_pieces unions the regions before the cuts (slots_at_cuts): at
+# 4096 (27-30 more pieces) unioning after them was 10-18 us faster (bind_ab, session 22), at 32768 (about 250
+# more) 0-35 us slower, at 131072 (about 1000 more) 30-220 us slower.
+_UNION_BEFORE_CUTS = 128
 
 
 def slots_at_cuts(slots, pieces: np.ndarray, end: int, starts: np.ndarray) -> list:
