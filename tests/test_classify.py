@@ -353,24 +353,30 @@ def test_slots_at_cuts_are_the_slot_ends_at_each_row(case):
                 assert at_last[i] == x[p] + slope * (lasts[i] - pieces[p])
 
 
-@pytest.mark.parametrize("pair_pieces", [0, 1 << 30])
-@settings(max_examples=150)
-@given(st.lists(piecewise_mask(), min_size=2, max_size=3), binding(max_len=300), tile_shape)
-def test_refine_finds_the_same_cuts_with_and_without_the_order_prefilter(pair_pieces, rules, bind_args, shape):
-    """pieces._refine looks first for the pieces where the forms' order changes when pairs x pieces pass
-    _PAIR_PIECES (0: always; 2**30: never): either way the piecewise path's classes are the brute-force ones."""
+def _exact_with_pieces_setting(name: str, value: int, rules, bind_args, shape):
+    """The piecewise path's classes are the brute-force ones for ``rules`` (their first an allow) with the
+    setting ``name`` of maskc.analysis.pieces set to ``value`` (a choice of path, forced)."""
     import maskc.analysis.pieces as pieces_module
     text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
     mask = _compile_or_skip(text)
     bound = _bind(mask, *bind_args)
     if bound is None:
         return
-    saved = pieces_module._PAIR_PIECES
-    pieces_module._PAIR_PIECES = pair_pieces
+    saved = getattr(pieces_module, name)
+    setattr(pieces_module, name, value)
     try:
         _check(bound, *shape, expect_exact=True)
     finally:
-        pieces_module._PAIR_PIECES = saved
+        setattr(pieces_module, name, saved)
+
+
+@pytest.mark.parametrize("pair_pieces", [0, 1 << 30])
+@settings(max_examples=150)
+@given(st.lists(piecewise_mask(), min_size=2, max_size=3), binding(max_len=300), tile_shape)
+def test_refine_finds_the_same_cuts_with_and_without_the_order_prefilter(pair_pieces, rules, bind_args, shape):
+    """pieces._refine looks first for the pieces where the forms' order changes when pairs x pieces pass
+    _PAIR_PIECES (0: always; 2**30: never): either way the piecewise path's classes are the brute-force ones."""
+    _exact_with_pieces_setting("_PAIR_PIECES", pair_pieces, rules, bind_args, shape)
 
 
 @settings(max_examples=150)
@@ -407,15 +413,4 @@ def test_piecewise_path_is_exact_unioning_before_or_after_the_q_block_cuts(union
     """runs_from_pieces unions the regions at the refined pieces and extrapolates the slots to the q_block cuts
     (pieces.slots_at_cuts) where the cuts add more than _UNION_BEFORE_CUTS pieces, else unions at every piece:
     forced each way (-1: always before, 2**30: never), the classes are the brute-force ones."""
-    import maskc.analysis.pieces as pieces_module
-    text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
-    mask = _compile_or_skip(text)
-    bound = _bind(mask, *bind_args)
-    if bound is None:
-        return
-    saved = pieces_module._UNION_BEFORE_CUTS
-    pieces_module._UNION_BEFORE_CUTS = union_before_cuts
-    try:
-        _check(bound, *shape, expect_exact=True)
-    finally:
-        pieces_module._UNION_BEFORE_CUTS = saved
+    _exact_with_pieces_setting("_UNION_BEFORE_CUTS", union_before_cuts, rules, bind_args, shape)
