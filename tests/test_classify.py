@@ -307,3 +307,110 @@ def test_exact_where_slot_hulls_do_not_chain(cells, text, bind_args, shape):
     finally:
         tiles_module.ROW_COUNT_CELLS = saved
     np.testing.assert_array_equal(got, tile_truth(bound.dense(), *shape))
+
+
+@st.composite
+def _affine_slots(draw):
+    """Coarse pieces of ``[0, end)`` and, per slot, ends affine on each piece with slope -1, 0 or 1 (or NONE at
+    both rows: empty there), as (lo, hi) at the pieces' first then last rows; finer starts containing the pieces'."""
+    from maskc.analysis.intervals import NONE
+    end = draw(st.integers(1, 200))
+    pieces = np.array(sorted({0} | set(draw(st.lists(st.integers(0, end - 1), max_size=8)))), np.int64)
+    starts = np.array(sorted(set(pieces.tolist()) | set(draw(st.lists(st.integers(0, end - 1), max_size=12)))),
+                      np.int64)
+    span = np.append(pieces[1:], end) - 1 - pieces
+    slots = []
+    for _ in range(draw(st.integers(1, 3))):
+        ends = []
+        for _ in range(2):
+            at0 = np.array(draw(st.lists(st.integers(-50, 50), min_size=len(pieces), max_size=len(pieces))), np.int64)
+            slope = np.array(draw(st.lists(st.integers(-1, 1), min_size=len(pieces), max_size=len(pieces))), np.int64)
+            ends.append((at0, slope))
+        empty = np.array(draw(st.lists(st.booleans(), min_size=len(pieces), max_size=len(pieces))))
+        slots.append(tuple(np.concatenate([np.where(empty, NONE, a), np.where(empty, NONE, a + s * span)])
+                           for a, s in ends))
+    return slots, pieces, end, starts
+
+
+@given(_affine_slots())
+def test_slots_at_cuts_are_the_slot_ends_at_each_row(case):
+    """pieces.slots_at_cuts: every slot end at a finer piece's first and last rows is the coarse piece's end
+    extrapolated along its slope, computed here row by row from the coarse piece's first row (brute force),
+    and an empty slot stays NONE."""
+    from maskc.analysis.pieces import slots_at_cuts
+    slots, pieces, end, starts = case
+    n, m = len(pieces), len(starts)
+    lasts = np.append(starts[1:], end) - 1
+    got = slots_at_cuts(slots, pieces, end, starts)
+    assert len(got) == len(slots)
+    for (lo, hi), (g_lo, g_hi, g_lo_b, g_hi_b) in zip(slots, got):
+        for x, at_first, at_last in ((lo, g_lo, g_lo_b), (hi, g_hi, g_hi_b)):
+            for i in range(m):
+                p = int(np.searchsorted(pieces, starts[i], side="right")) - 1
+                last = (pieces[p + 1] if p + 1 < n else end) - 1
+                slope = 0 if last == pieces[p] else (int(x[n + p]) - int(x[p])) // (int(last) - int(pieces[p]))
+                assert at_first[i] == x[p] + slope * (starts[i] - pieces[p])
+                assert at_last[i] == x[p] + slope * (lasts[i] - pieces[p])
+
+
+def _exact_with_pieces_setting(name: str, value: int, rules, bind_args, shape):
+    """The piecewise path's classes are the brute-force ones for ``rules`` (their first an allow) with the
+    setting ``name`` of maskc.analysis.pieces set to ``value`` (a choice of path, forced)."""
+    import maskc.analysis.pieces as pieces_module
+    text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    saved = getattr(pieces_module, name)
+    setattr(pieces_module, name, value)
+    try:
+        _check(bound, *shape, expect_exact=True)
+    finally:
+        setattr(pieces_module, name, saved)
+
+
+@pytest.mark.parametrize("pair_pieces", [0, 1 << 30])
+@settings(max_examples=150)
+@given(st.lists(piecewise_mask(), min_size=2, max_size=3), binding(max_len=300), tile_shape)
+def test_refine_finds_the_same_cuts_with_and_without_the_order_prefilter(pair_pieces, rules, bind_args, shape):
+    """pieces._refine looks first for the pieces where the forms' order changes when pairs x pieces pass
+    _PAIR_PIECES (0: always; 2**30: never): either way the piecewise path's classes are the brute-force ones."""
+    _exact_with_pieces_setting("_PAIR_PIECES", pair_pieces, rules, bind_args, shape)
+
+
+@settings(max_examples=150)
+@given(st.lists(piecewise_mask(), min_size=1, max_size=3), binding(max_len=120))
+def test_piece_plan_intervals_are_the_regions_rows(rules, bind_args):
+    """PiecePlan.intervals (one take of every region's bounds and guards) at every row: each region's interval
+    as intervals.region_rows computes it row by row (RowValues), NONE where unseen."""
+    from maskc.analysis.formprog import Env
+    from maskc.analysis.intervals import region_rows
+    from maskc.analysis.pieces import plan_of
+    from maskc.analysis.rows import RowValues
+    text = rules[0].replace("  deny ", "  allow ") + "".join(r.split("\n", 1)[1] for r in rules[1:])
+    mask = _compile_or_skip(text)
+    bound = _bind(mask, *bind_args)
+    if bound is None:
+        return
+    params = bound.params.batch[0]
+    special = mask.specialized(params.ints)
+    plan = plan_of(special.allow, special.deny) if special.linear else None
+    assume(plan is not None)
+    q = np.arange(bound.seq_len, dtype=np.int64)
+    lo, hi = plan.intervals(plan.values(Env(params, bound.seq_len, bound.kv_len, 0, 0, q), bound.kv_len))
+    rows = RowValues(params, bound.seq_len, bound.kv_len, 0, 0, q)
+    for r, region in enumerate(plan.allow + plan.deny):
+        want_lo, want_hi = region_rows(region, rows, bound.kv_len)
+        np.testing.assert_array_equal(lo[r], want_lo)
+        np.testing.assert_array_equal(hi[r], want_hi)
+
+
+@pytest.mark.parametrize("union_before_cuts", [-1, 1 << 30])
+@settings(max_examples=150)
+@given(st.lists(piecewise_mask(), min_size=2, max_size=3), binding(max_len=300), tile_shape)
+def test_piecewise_path_is_exact_unioning_before_or_after_the_q_block_cuts(union_before_cuts, rules, bind_args, shape):
+    """runs_from_pieces unions the regions at the refined pieces and extrapolates the slots to the q_block cuts
+    (pieces.slots_at_cuts) where the cuts add more than _UNION_BEFORE_CUTS pieces, else unions at every piece:
+    forced each way (-1: always before, 2**30: never), the classes are the brute-force ones."""
+    _exact_with_pieces_setting("_UNION_BEFORE_CUTS", union_before_cuts, rules, bind_args, shape)

@@ -159,3 +159,35 @@ def test_hstu_targets_stay_on_the_per_slot_path(monkeypatch):
     monkeypatch.setattr(tiles, "_counted_by_hand", counted)
     for shape in ((64, 64), (128, 128), (64, 32)):
         np.testing.assert_array_equal(bound.tile_map(*shape).classes[0], tile_truth(bound.dense(), *shape))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 70), st.integers(1, 9), st.sampled_from([1, 2, 4, 5, 8, 16]), st.data())
+def test_touched_and_covered_blocks_are_the_rounded_hull_and_intersection(kv_len, owners, block_n, data):
+    """tiles._touched_and_covered against each slot's ends rounded one by one in Python: touched [floor(min lo),
+    ceil(max hi)), covered [ceil(max lo), floor(min hi)) with kt where the keys reach kv_len; (2**40, -1) both for
+    a dead slot. Block sizes powers of two (a shift) and not (a division); intervals up to kv_len."""
+    kt = -(-kv_len // block_n)
+    slots = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        cols = [[], [], [], []]
+        for _ in range(owners):
+            if data.draw(st.booleans()):
+                lo, lo_b = data.draw(st.integers(0, kv_len - 1)), data.draw(st.integers(0, kv_len - 1))
+                ends = (lo, data.draw(st.integers(lo + 1, kv_len)), lo_b, data.draw(st.integers(lo_b + 1, kv_len)))
+            else:
+                ends = (NONE,) * 4
+            for col, v in zip(cols, ends):
+                col.append(v)
+        slots.append(tuple(np.array(c, np.int64) for c in cols))
+    live, t0, t1, c0, c1 = tiles._touched_and_covered(slots, kv_len, block_n)
+    for s, (lo, hi, lo_b, hi_b) in enumerate(slots):
+        for o in range(owners):
+            a, b, a2, b2 = int(lo[o]), int(hi[o]), int(lo_b[o]), int(hi_b[o])
+            if a >= b:
+                assert not live[s, o] and (t0[s, o], t1[s, o], c0[s, o], c1[s, o]) == (1 << 40, -1, 1 << 40, -1)
+                continue
+            inner = min(b, b2)
+            want = (min(a, a2) // block_n, -(-max(b, b2) // block_n), -(-max(a, a2) // block_n),
+                    kt if inner >= kv_len else inner // block_n)
+            assert live[s, o] and (t0[s, o], t1[s, o], c0[s, o], c1[s, o]) == want

@@ -51,6 +51,10 @@ class PiecePlan:
         self.lower, self.upper, self.guard = (_padded([r[i] for r in regions], pad)
                                               for i, pad in enumerate((self.ZERO, self.LAST, self.ZERO)))
         self.uppers = np.array(sorted({u for r in regions for u in r[1]}))
+        # each region's rows of the table in one index, [lower bounds + upper bounds + guards, regions]: one take
+        # a bind, each kind a contiguous block of it
+        self._region_rows = np.ascontiguousarray(np.concatenate([self.lower, self.upper, self.guard], axis=1).T)
+        self._upper_at = self.lower.shape[1], self.lower.shape[1] + self.upper.shape[1]
         self._program: FormProgram | None = None
         # Two forms of one slope (parallel on every piece: two constants, two of slope 1) never change order.
         slope = [frozenset({0})] * 2 + [slopes(item.lin, Breaks()) for item, _ in self.forms[2:]]
@@ -62,6 +66,22 @@ class PiecePlan:
     def with_ends(self, values: np.ndarray) -> np.ndarray:
         """The table's values with, after them, those of the upper bounds plus one."""
         return np.concatenate([values, values[self.uppers] + 1])
+
+    def intervals(self, values: np.ndarray) -> np.ndarray:
+        """int64[2, regions, rows]: each region's keys ``[lo, hi)`` at the rows of ``values`` (the table's values,
+        [forms, rows]): ``lo`` the greatest of its lower bounds (0 among them), ``hi`` one past the least of its
+        upper bounds (kv_len - 1 among them); both NONE where a guard fails or the interval is empty, as
+        :func:`~maskc.analysis.intervals.masked` gives them."""
+        if not self.allow and not self.deny:
+            return np.full((2, 0, values.shape[1]), NONE, np.int64)
+        rows = values.take(self._region_rows, axis=0)             # [lower + upper + guards, regions, rows]
+        a, b = self._upper_at
+        ends = np.empty((2,) + rows.shape[1:], np.int64)
+        np.maximum.reduce(rows[:a], axis=0, out=ends[0])
+        np.minimum.reduce(rows[a:b], axis=0, out=ends[1])
+        ends[1] += 1
+        seen = (rows[b:] <= 0).all(axis=0) & (ends[0] < ends[1])
+        return np.where(seen, ends, NONE)
 
     def _add(self, item, lower) -> int:
         key = (item.lin, getattr(item, "den", 1), lower)
@@ -141,25 +161,29 @@ def _pairs(groups) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
-def _refine(starts: np.ndarray, span: np.ndarray, first: np.ndarray, last: np.ndarray, pairs) -> np.ndarray:
-    """``starts`` with the rows added where a pair of forms changes order: ``first`` and ``last`` are the
-    forms' values [forms, pieces] at each piece's first and last row (``span`` rows after the first; the
-    forms affine on each piece), ``pairs`` two index arrays. Affine forms keep their order (<, = or >) over
-    a piece when they have it at both ends, so only those pairs and pieces are searched; with many pairs and
-    pieces, first only the pieces where the order of all the forms, ties included, differs between the ends."""
+def _refine(starts: np.ndarray, span: np.ndarray, ends: np.ndarray, pairs) -> np.ndarray:
+    """``starts`` with the rows added where a pair of forms changes order: ``ends`` [forms, 2 x pieces] holds the
+    forms' values at each piece's first rows, then at its last rows (``span`` rows after the first; the forms
+    affine on each piece), ``pairs`` two index arrays. Affine forms keep their order (<, = or >) over a piece
+    when they have it at both ends, so only those pairs and pieces are searched; with many pairs and pieces,
+    first only the pieces where the order of all the forms, ties included, differs between the ends."""
     i, j = pairs
+    n = len(starts)
     pieces = None
-    if len(i) * len(starts) > _PAIR_PIECES:
+    if len(i) * n > _PAIR_PIECES:
+        first, last = ends[:, :n], ends[:, n:]
         order = first.argsort(axis=0, kind="stable")
-        column = np.arange(first.shape[1])
+        column = np.arange(n)
         a, b = first[order, column], last[order, column]
         pieces = (((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0)).nonzero()[0]
-        first, last = first[:, pieces], last[:, pieces]
-    d0, d1 = first[i] - first[j], last[i] - last[j]
-    pair, piece = (np.sign(d0) != np.sign(d1)).nonzero()
+        ends, n = ends.take(np.concatenate([pieces, pieces + n]), axis=1), len(pieces)
+    d = ends[i] - ends[j]                         # [pairs, first rows then last rows]
+    sign = np.sign(d)
+    pair, piece = (sign[:, :n] != sign[:, n:]).nonzero()
     if not len(pair):
         return starts
-    d0, d1 = d0[pair, piece], d1[pair, piece]
+    cell = pair * (2 * n) + piece                 # (pair, piece) in the flat d, its last row n cells on
+    d0, d1 = d.take(cell), d.take(cell + n)
     piece = piece if pieces is None else pieces[piece]
     span = span[piece]
     step = (d1 - d0) // span                      # exact: the forms are affine on the piece
@@ -229,22 +253,53 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
             block = (base - row0) // block_m
             return runs_of_keys(block, [ends_], np.bincount(block, minlength=qt), kv_len, block_n, qt)
 
-    # The cuts where two forms change order; then every form is affine between the pieces' first and last rows.
-    starts = _refine(base, span, plan.with_ends(value0), plan.with_ends(value0 + slope0 * span), plan.pairs)
-    if not one:
-        starts = sorted_unique(np.concatenate([starts, np.arange(row0, row1, block_m, dtype=np.int64)]))
-    n = len(starts)
-    values = at(np.concatenate([starts, last_rows(starts, row1)]))
-    lo = values[plan.lower].max(axis=1)                     # [regions, first rows then last rows]
-    hi = values[plan.upper].min(axis=1) + 1
-    seen = (values[plan.guard] <= 0).all(axis=1) & (lo < hi)   # masked(), every region at once
-    intervals = list(zip(np.where(seen, lo, NONE), np.where(seen, hi, NONE)))
-    slots = combine(intervals[:len(plan.allow)], intervals[len(plan.allow):])
+    # The cuts where two forms change order: on the pieces that remain every slot end is one region end.
+    ends = plan.with_ends(np.concatenate([value0, value0 + slope0 * span], axis=1))   # first rows, then last
+    refined = _refine(base, span, ends, plan.pairs)
+    q_blocks = np.arange(row0, row1, block_m, dtype=np.int64)
+    starts = refined if one else sorted_unique(np.concatenate([refined, q_blocks]))
+    # The regions unioned at the refined pieces, their slots then extrapolated to the q_block cuts, where those
+    # add many pieces; else at every piece (a numpy call costs about as much on a few dozen rows as on a few hundred).
+    owners = refined if len(starts) - len(refined) > _UNION_BEFORE_CUTS else starts
+    n = len(owners)
+    values = at(np.concatenate([owners, last_rows(owners, row1)]))
+    lo, hi = plan.intervals(values)                         # [regions, first rows then last rows]
+    slots = combine(list(zip(lo[:len(plan.allow)], hi[:len(plan.allow)])),
+                    list(zip(lo[len(plan.allow):], hi[len(plan.allow):])))
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
-    block = (starts - row0) // block_m
     for s_lo, s_hi in slots:
         if ((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])).any():
             raise AssertionError("a piece's slots differ between its first and last rows")
-    return runs_of_keys(block, [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots],
-                        np.bincount(block, minlength=qt), kv_len, block_n, qt)
+    if owners is starts:
+        slot_ends = [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots]
+    else:
+        slot_ends = slots_at_cuts(slots, refined, row1, starts)
+    block = (starts - row0) // block_m
+    return runs_of_keys(block, slot_ends, np.bincount(block, minlength=qt), kv_len, block_n, qt)
+
+
+# Pieces the q_block cuts add past which runs_from_pieces unions the regions before the cuts (slots_at_cuts): at
+# 4096 (27-30 more pieces) unioning after them was 10-18 us faster (bind_ab, session 22), at 32768 (about 250
+# more) 0-35 us slower, at 131072 (about 1000 more) 30-220 us slower.
+_UNION_BEFORE_CUTS = 128
+
+
+def slots_at_cuts(slots, pieces: np.ndarray, end: int, starts: np.ndarray) -> list:
+    """runs_of_keys' ``(lo, hi, lo_b, hi_b)`` per slot at the first and last rows of the pieces beginning at
+    ``starts``, from the slots ``(lo, hi)`` at the first then last rows of the coarser ``pieces`` (ascending,
+    all of them among ``starts``; the last piece of each list ends before ``end``).
+
+    Invariant relied on: along each of ``pieces`` every slot end is affine in the row with slope -1, 0 or 1
+    (one region end: :func:`_refine`'s cuts; :func:`plan_of` admits no steeper bound), or NONE at both rows
+    (the slot empty throughout). So its slope is the sign of its last row's value less its first's (0 where
+    the piece is one row), and its value at any row of the piece is extrapolated from the first row; a finer
+    piece lies inside one coarse piece, its first and last rows with it."""
+    n = len(pieces)
+    ends = np.array([x for slot in slots for x in slot])              # [2 x slots, first rows then last rows]
+    first, slope = ends[:, :n], np.sign(ends[:, n:] - ends[:, :n])
+    rows = np.concatenate([starts, last_rows(starts, end)])
+    p = pieces.searchsorted(rows, side="right") - 1                   # each row's coarse piece
+    at = first.take(p, axis=1) + slope.take(p, axis=1) * (rows - pieces.take(p))
+    m = len(starts)
+    return [(at[j, :m], at[j + 1, :m], at[j, m:], at[j + 1, m:]) for j in range(0, len(at), 2)]

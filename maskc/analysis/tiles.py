@@ -62,14 +62,7 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     :func:`_none_full`, :func:`_unordered`); the touched and covered key blocks of the others' owners and
     slots are counted (:func:`_counted_runs`)."""
     kt = -(-kv_len // block_n)
-    big = np.int64(1) << 40
-    lo, hi, lo_b, hi_b = (np.array(x) for x in zip(*slots))          # [slots, owners]
-    live = lo < hi
-    t0 = np.where(live, floor_blocks(np.minimum(lo, lo_b), block_n), big)   # touched key blocks [t0, t1)
-    t1 = np.where(live, ceil_blocks(np.maximum(hi, hi_b), block_n), -1)
-    inner_hi = np.minimum(hi, hi_b)
-    c0 = np.where(live, ceil_blocks(np.maximum(lo, lo_b), block_n), big)    # covered key blocks [c0, c1)
-    c1 = np.where(live, np.where(inner_hi >= kv_len, kt, floor_blocks(inner_hi, block_n)), -1)   # short last tile
+    live, t0, t1, c0, c1 = _touched_and_covered(slots, kv_len, block_n)
     flat = (live, t0, t1, c0, c1)
     n = len(block)
     first = starts_of(block)                                  # each q_block's first owner
@@ -88,7 +81,7 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     shared = None
     if len(slots) > 1:                                        # a key block two slots' hulls share
         i, j = _slot_pairs(len(slots))
-        s0, s1 = np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j])     # empty where either hull is (big, -1)
+        s0, s1 = np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j])     # empty where either hull is (2**40, -1)
         pair = s0 < s1
         shared = pair.any(axis=0) & ~bad                      # (those with holes are counted anyway)
         if shared.any():
@@ -122,6 +115,38 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
         order = row.argsort(kind="stable")
         return _joined(row[order], begin[order], end[order], kind[order], rows)
     return merge_runs(*_cat(out, _counted_runs(block, owners, flat, need, kt)), rows)
+
+
+def _touched_and_covered(slots, kv_len: int, block_n: int):
+    """For runs_of_keys' ``slots`` (``(lo, hi, lo_b, hi_b)`` arrays over the owners), [slots, owners] arrays:
+    whether the slot is live (``lo < hi``: then also ``lo_b < hi_b``), the key blocks ``[t0, t1)`` it touches at
+    some row (the hull of its two intervals, rounded out) and ``[c0, c1)`` it covers at every row (their
+    intersection, rounded in; a last key block cut short by kv_len counts as covered when the keys reach kv_len).
+    Dead slots get the empty ranges ``[2**40, -1)``.
+
+    One pass over a stacked [4, slots, owners] array: the hull's low end and the intersection's high end are
+    floored by one shift, the other two ends negated first, so that the same shift ceils them
+    (``ceil(x / n) = -floor(-x / n)``), and negated back."""
+    kt = -(-kv_len // block_n)
+    ends = np.array(slots)                                    # [slots, 4 (lo, hi, lo_b, hi_b), owners]
+    lo, hi, lo_b, hi_b = ends[:, 0], ends[:, 1], ends[:, 2], ends[:, 3]
+    live = lo < hi
+    x = np.empty((4,) + lo.shape, np.int64)
+    np.minimum(lo, lo_b, out=x[0])                            # t0: floored
+    np.maximum(hi, hi_b, out=x[1])                            # t1: ceiled
+    np.maximum(lo, lo_b, out=x[2])                            # c0: ceiled
+    np.minimum(hi, hi_b, out=x[3])                            # c1: floored, kt where the keys reach kv_len
+    short_last = x[3] >= kv_len
+    np.negative(x[1:3], out=x[1:3])
+    x = floor_blocks(x, block_n)
+    np.negative(x[1:3], out=x[1:3])
+    x[3][short_last] = kt
+    x = np.where(live, x, _DEAD_BLOCKS)
+    return live, x[0], x[1], x[2], x[3]
+
+
+# The touched and covered block ranges of a dead slot (t0, t1, c0, c1): empty, below every q_block's hull.
+_DEAD_BLOCKS = np.array([1 << 40, -1, 1 << 40, -1], np.int64).reshape(4, 1, 1)
 
 
 # Live slots up to which runs_of_keys counts its bad q_blocks in Python (:func:`_counted_by_hand`): there each numpy
