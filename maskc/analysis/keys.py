@@ -142,24 +142,12 @@ def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram
     return hit
 
 
-def group_values(group, lower: bool, owner_values: list, family_values: list, index, fn,
-                 gathered: dict | None = None):
+def group_values(group, lower: bool, owner_values: list, family_values: list, index, fn):
     """One group's bound (:class:`_NestProgram`) at the families of ``index`` (as
     :func:`~maskc.analysis.formprog.gathered_at` takes it): the extreme ``fn`` of its
-    chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward.
-
-    ``gathered``, where given, keeps the gathered chunk-free parts of the caller's groups at this one ``index``
-    (keyed by their steps and ``fn``; a part of one step by its step alone, the same under either extreme): a
-    part two groups share (clear's disc: the row's ``x`` bounds keys from below and from above) is gathered
-    once. The caller makes it afresh for each ``index``."""
+    chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
     moving, den, fixed = group
-    if gathered is None:
-        v = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
-    else:
-        key = tuple(fixed) if len(fixed) == 1 else (tuple(fixed), fn)
-        v = gathered.get(key)
-        if v is None:
-            v = gathered[key] = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
+    v = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
     if moving is not None:
         v = v + family_values[moving]
     if den != 1:
@@ -176,10 +164,9 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     ceil((max(a, b) + m) / d)`` (and so for floors and minima); ``clip``, the bounds (0, kv_len - 1) of the
     keys at level 0."""
     out = []
-    gathered: dict = {}                            # chunk-free parts gathered once at ``index`` (group_values)
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
-        found += [group_values(group, lower, owner_values, family_values, index, fn, gathered) for group in side]
+        found += [group_values(group, lower, owner_values, family_values, index, fn) for group in side]
         acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
         if np.shape(acc) != index.shape:           # equal at every point: repeated (a C call; broadcast_to is Python)
             acc = np.full(index.shape, acc) if not np.ndim(acc) else acc.reshape(1, -1).repeat(index.shape[0], axis=0)

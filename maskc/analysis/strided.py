@@ -77,14 +77,12 @@ def records(enumeration: Enumeration, owner, counts, chunks: dict, first, per, u
     at_first[program.level_1_var] = first
     family_values = family.values(enumeration.make(None, at_first), owner_values, runs) if family.steps else []
     sides = []                          # per side: m at the range's first chunk, and F (scalars or [1 or 2, records])
-    gathered: dict = {}                 # chunk-free parts gathered once at ``runs`` (keys.group_values)
     for side, lower_side, fn, clip in ((lower, True, np.maximum, 0),
                                        (upper, False, np.minimum, enumeration.kv_len - 1)):
-        moving = [group_values(g, lower_side, owner_values, family_values, runs, fn, gathered)
-                  for g in side if g[0] is not None]
+        moving = [group_values(g, lower_side, owner_values, family_values, runs, fn) for g in side if g[0] is not None]
         assert len(moving) == 1, "keys._NestProgram.stride: one chunk-reading group a side"
         free = functools.reduce(fn, [np.int64(clip)] + [group_values(g, lower_side, owner_values, family_values, runs,
-                                                                      fn, gathered) for g in side if g[0] is None])
+                                                                      fn) for g in side if g[0] is None])
         sides.append((moving[0], free))
     (m_lo, f_lo), (m_hi, f_hi) = sides
     # where F binds: at the range's first chunk (lower side), at its last (upper side); at one point at least
