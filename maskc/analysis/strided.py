@@ -146,37 +146,20 @@ def _peeled(owner, per, stride, sides, low, high, unsure, peak: int, rest):
     if total > 2 * len(owner) or ((middle > 0) & _most(m_hi + 1 - m_lo <= 0)).any():
         return None
     src = np.repeat(np.arange(len(owner)), size)          # each entry's record, entries in member order
-    # Every entry as its record's middle record (member 0 on, unclamped: all a record that peels none has) ...
+    rank = np.arange(total) - np.repeat(size.cumsum() - size, size)
+    first = head[src]
+    one = rank != first                                   # a peeled member (the others: the middle records)
+    j = np.where(rank <= first, rank, per[src] - (size[src] - rank))      # the entry's first member
     step = stride[src]
-    lo, hi, count = _at(m_lo, src), _at(m_hi, src) + 1, middle[src]
-    peels = (size > 1).nonzero()[0]                       # ... then the entries of the records that peel (few)
-    if len(peels):
-        rank = np.arange(int(size[peels].sum())) - np.repeat(size[peels].cumsum() - size[peels], size[peels])
-        p = np.repeat(peels, size[peels])                 # each such entry's record
-        at = np.repeat((size.cumsum() - size)[peels], size[peels]) + rank      # and its place among all entries
-        first = head[p]
-        one = rank != first                               # a peeled member (the others: the middle records)
-        j = np.where(rank <= first, rank, per[p] - (size[p] - rank))      # the entry's first member
-        p_lo = _at(m_lo, p) + j * stride[p]
-        p_hi = _at(m_hi, p) + (j * stride[p] + 1)
-        lo = _written_over(lo, at, np.where(one, np.maximum(p_lo, _at(f_lo, p)), p_lo))
-        hi = _written_over(hi, at, np.where(one, np.minimum(p_hi, _at(f_hi, p) + 1), p_hi))
-        count[at] = np.where(one, 1, middle[p])
+    lo = _at(m_lo, src) + j * step
+    hi = _at(m_hi, src) + (j * step + 1)
+    lo = np.where(one, np.maximum(lo, _at(f_lo, src)), lo)
+    hi = np.where(one, np.minimum(hi, _at(f_hi, src) + 1), hi)
+    count = np.where(one, 1, middle[src])
     if (count == 0).any():                                # every member peeled: no middle record
         keep = count > 0
         src, lo, hi, count, step = src[keep], lo[..., keep], hi[..., keep], count[keep], step[keep]
     return StridedFamilies(owner[src], _two(lo), _two(hi), count, step, unsure, peak, rest)
-
-
-def _written_over(values: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """A copy of the per-entry ``values`` ([entries], or [points, entries]) with the entries ``at`` replaced by
-    ``new`` ([len(at)] or [points, len(at)]), in the shape the two broadcast to (a clamp at two points makes two
-    rows of one)."""
-    rows = max(len(values) if values.ndim == 2 else 0, len(new) if new.ndim == 2 else 0)
-    out = np.empty((rows, values.shape[-1]) if rows else values.shape, values.dtype)   # (np.broadcast_shapes and
-    out[...] = values                                                                  # broadcast_to: ~10 us each)
-    out[..., at] = new
-    return out
 
 
 def _at_one_point(binds) -> bool:
