@@ -217,10 +217,10 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
                     continue                                    # two constants never cross
                 d0 = d[:n]
                 step = d[n:] - d0
-                ahead = (step != 0) & (d0 * step < 0)
-                if ahead.any():
-                    at = starts[ahead] - (d0[ahead] // step[ahead])  # the first row past the crossing
-                    cuts.append(at[at <= ends[ahead]])
+                ahead = (d0 * step < 0).nonzero()[0]            # crossing ahead (so step != 0: // is safe)
+                if len(ahead):
+                    at = starts.take(ahead) - d0.take(ahead) // step.take(ahead)  # the first row past the crossing
+                    cuts.append(at[at <= ends.take(ahead)])
         if len(cuts) > 1:
             starts = sorted_unique(np.concatenate(cuts))
     if breaks.guards:
