@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskc.analysis.keys import covered_by_all, subtract, union
-from maskc.analysis.piece_tiles import _drop_covered, _split_at_covered
+from maskc.analysis.piece_tiles import _drop_covered, _merged_in_q_blocks, _split_at_covered
 from maskc.analysis.tiles import merge_runs
 from maskc.runs import FULL, PARTIAL
 
@@ -124,3 +124,48 @@ def test_touched_split_at_covered_is_the_runs_of_both(a, b):
     for got in (merge_runs(row, begin, end, kind, 8), merge_runs(row, begin, end, kind, 8, ordered=True)):
         for x, y in zip(got, expected):
             np.testing.assert_array_equal(x, y)
+
+
+@st.composite
+def _records(draw):
+    """Records as _strided_runs has them before _touching_hulls: sorted by piece (some pieces with several, some
+    with none), non-empty hulls ``[h0, h1)``, a count and stride each (few values, so that neighbours agree); and
+    each piece's q_block (ascending with the piece)."""
+    pieces = draw(st.integers(1, 8))
+    block = np.array(sorted(draw(st.lists(st.integers(0, 3), min_size=pieces, max_size=pieces))), np.int64)
+    rows = draw(st.lists(st.tuples(st.integers(0, pieces - 1), st.integers(0, 30), st.integers(1, 12),
+                                   st.integers(1, 3), st.sampled_from([3, 7, 20])), max_size=14))
+    rows.sort(key=lambda r: r[0])
+    piece, h0, width, count, stride = (np.array(c, np.int64).reshape(-1) for c in (zip(*rows) if rows else [[]] * 5))
+    return (piece, h0, h0 + width, count, stride), block
+
+
+def _member_blocks(piece, h0, h1, count, stride, block, block_n: int) -> set:
+    """(q_block, key block) of every block some member of some record touches (member j: ``[h0, h1) + j * stride``)."""
+    return {(int(block[p]), b) for p, a, z, c, s in zip(piece, h0, h1, count, stride) for j in range(c)
+            for b in range((a + j * s) // block_n, -(-(z + j * s) // block_n))}
+
+
+@settings(max_examples=400, deadline=None)
+@given(_records(), st.integers(1, 16))
+def test_records_merged_in_q_blocks_touch_the_same_blocks(drawn, block_n):
+    """The records merged across a q_block's pieces touch, q_block by q_block, exactly the key blocks the records
+    did (members listed one by one); they stay sorted by piece, and a piece with several records keeps them."""
+    (piece, h0, h1, count, stride), block = drawn
+    out = _merged_in_q_blocks(piece, h0, h1, count, stride, block)
+    assert _member_blocks(*out, block, block_n) == _member_blocks(piece, h0, h1, count, stride, block, block_n)
+    assert np.all(out[0][1:] >= out[0][:-1]) and np.all(out[1] < out[2])
+    several = [p for p in set(piece.tolist()) if (piece == p).sum() > 1]
+    for p in several:
+        for before, after in zip((piece, h0, h1, count, stride), out):
+            np.testing.assert_array_equal(before[piece == p], after[out[0] == p])
+
+
+def test_records_merged_in_q_blocks_chain_only_where_hulls_meet():
+    """Three single-record pieces of one q_block: the first two hulls abut ([0, 5), [5, 9)) and merge, the third
+    lies apart ([10, 12)) and stays; a fourth piece in the next q_block, abutting, stays too."""
+    piece, h0, h1 = np.arange(4), np.array([0, 5, 10, 12]), np.array([5, 9, 12, 14])
+    count, stride, block = np.full(4, 3), np.full(4, 20), np.array([0, 0, 0, 1])
+    out = _merged_in_q_blocks(piece, h0, h1, count, stride, block)
+    for got, want in zip(out, ([0, 2, 3], [0, 10, 12], [9, 12, 14], [3, 3, 3], [20, 20, 20])):
+        np.testing.assert_array_equal(got, want)
