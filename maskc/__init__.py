@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from maskc.device_mask import DeviceMask
-from maskc.errors import BindError, InputError, MaskError, MaskSyntaxError
+from maskc.errors import BindError, InputError, MaskError, MaskFileError, MaskSyntaxError
 from maskc.flex import create_block_mask, create_mask
 from maskc.kernel_ir import EMPTY, FULL, PARTIAL, Descriptor, TileMap
 from maskc.options import Options
@@ -108,6 +108,6 @@ def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, bo
 
 
 __all__ = ["load", "compile_mask", "compile_all", "CompiledMask", "BoundMask", "DeviceMask", "TileMap", "Descriptor",
-           "attention",
-           "attention_backward", "create_block_mask", "create_mask", "reference_attention", "MaskError",
-           "MaskSyntaxError", "BindError", "InputError", "Options", "EMPTY", "PARTIAL", "FULL", "__version__"]
+           "attention", "attention_backward", "create_block_mask", "create_mask", "reference_attention",
+           "MaskError", "MaskFileError", "MaskSyntaxError", "BindError", "InputError", "Options",
+           "EMPTY", "PARTIAL", "FULL", "__version__"]

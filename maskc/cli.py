@@ -24,13 +24,31 @@ from maskc.cli_shared import (CliError, bind_from_cli, dtype_option, environment
                               head_dim_option, import_path_option, kv_len_option, load_mask, mask_option, param_option,
                               parse_params, refuse_overwriting_sources, replacing, seq_len_option,
                               write_output)
-from maskc.codegen.schedule import ARCHES
+from maskc.codegen.schedule import ARCHES, check_target
 from maskc.errors import BindError, MaskError
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES, PARTIAL_TILES
 from maskc.runs import MAX_TILES
 from maskc.progress import status
 
 TILE = click.IntRange(1, INT32)     # a tile side: positive, and like every length an int32
+
+
+class _Target(click.ParamType):
+    """A build target as Options(arch=...) takes it (schedule.check_target): one of ARCHES or compute_XY, 8.0+."""
+
+    name = "target"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            check_target(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        return value
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(ARCHES) + "|compute_XY]"
+
+
 _load = load_mask                       # the name tests replace to reach the internal-error path
 
 
@@ -97,9 +115,10 @@ cli.add_command(run_cmd)
                    "(copy engine, warp-specialized); with --backward the dK/dV kernel's: mma, wgmma or wgmma_tma "
                    "(Hopper's default: warp-specialized); "
                    "default: $MASKC_ENGINE ($MASKC_BWD_ENGINE), else the schedule's")
-@click.option("--arch", type=click.Choice(list(ARCHES) + ["compute_80"]),
+@click.option("--arch", type=_Target(),
               help="the GPU to build for: sm_80 (A100), sm_86, sm_89 (L40S), sm_90a (H100/H200), sm_100a (B200), "
-                   "sm_120a; compute_80: PTX any newer GPU's driver compiles  [default: $MASKC_ARCH, else sm_90a]")
+                   "sm_120a; compute_XY (X.Y >= 8.0): PTX the driver of a GPU of that capability or newer "
+                   "compiles  [default: $MASKC_ARCH, else sm_90a]")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--token-order", "token_order", metavar="ROWSxCOLS",

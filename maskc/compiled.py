@@ -170,7 +170,7 @@ class CompiledMask:
         ``engine`` picks one; ``dq_reduction`` the wgmma kernel's, else the default; ``partial_tiles`` how PARTIAL
         tiles of a mask with a tile path are masked, Options.partial_tiles); const parameters and ``narrow`` as
         for kernel_spec."""
-        from maskc.codegen.emit import backward_fits
+        from maskc.codegen.plan import backward_fits
         from maskc.codegen.schedule import capability_of, choose_backward_tiles, choose_dq_reduction
 
         constants = self.const_values(constants)

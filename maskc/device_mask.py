@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from maskc.analysis.values import INT32
 from maskc.errors import BindError
 from maskc.kernel_ir import BackwardSpec, KernelSpec
 from maskc.runtime import handles
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 RUN_BYTES = 12
 MAX_RUNS = 2 ** 31 - 2          # runs one view holds at most (its offsets are int32)
+NO_ELEMENT = INT32              # the first failing batch element's atomicMin start: none has failed (the validate
+                                # kernel resets its scratch words to it, 0x7fffffff, after each check)
 
 
 class DeviceMask:
@@ -64,7 +67,7 @@ class DeviceMask:
         self._host = (0, host)
         self._builders: dict[tuple[int, int], Any] = {}
         self._status = torch.zeros(4, dtype=torch.int32, device=self.device)
-        self._status[3] = 2 ** 31 - 1
+        self._status[3] = NO_ELEMENT
         self._spec = self._kernel = None
         self.handle = handles.register(self)            # as BoundMask's: the torch ops look it up
         self.handle_array = handles.as_array(self.handle)
@@ -142,7 +145,7 @@ class DeviceMask:
 
             kernel, spec = self._builder_kernel()
             heads = (self.num_heads or 1) if self.mask.ranges.uses_head else 1
-            self._scratch = torch.tensor([0, 2 ** 31 - 1, 0, 2 ** 31 - 1, 0], dtype=torch.int32, device=self.device)
+            self._scratch = torch.tensor([0, NO_ELEMENT, 0, NO_ELEMENT, 0], dtype=torch.int32, device=self.device)
             launch = self._validate_launch = PackedLaunch(
                 kernel.functions[spec.entry_for("validate")],
                 (cupy.asarray(self._table.stage.view(-1)), cupy.asarray(self._table.data.view(-1)),
@@ -260,7 +263,7 @@ class DeviceMask:
                       if view is not None and view.version == self._version and int(view.info[2].item())]
         return {"segments": [s for i, s in enumerate(segments) if words[0] >> i & 1],
                 "requires": [i for i in range(MAX_REQUIRE_BITS) if words[2] >> i & 1],
-                "range": bool(words[2] >> RANGE_BIT & 1), "batch_element": first if first < 2 ** 31 - 1 else None,
+                "range": bool(words[2] >> RANGE_BIT & 1), "batch_element": first if first < NO_ELEMENT else None,
                 "overflowed": overflowed}
 
     def check(self) -> "DeviceMask":

@@ -81,6 +81,11 @@ class MaskSyntaxError(MaskError):
     """The text does not parse."""
 
 
+class MaskFileError(MaskError, OSError):
+    """A .mask file that cannot be read: missing, a directory, unreadable, too large, not a regular file (an
+    import). Also an OSError, so code that reads files and catches OSError catches it too."""
+
+
 class MaskNameError(MaskError):
     """An unknown or duplicate name."""
 

@@ -21,7 +21,7 @@ from maskc.runs import EMPTY, FULL, PARTIAL  # noqa: F401  (the tile kinds, as t
 if TYPE_CHECKING:
     from maskc.builder_ir import BuilderSpec
     from maskc.codegen.moves import MoveSpec
-    from maskc.codegen.plan import ForwardPlan
+    from maskc.codegen.plan import BackwardPlan, ForwardPlan
 
 # The default cap on a descriptor's bytes (maskc.runs.RunBudget): 1 GiB. BoundMask.descriptor(max_bytes=)
 # and Options(max_descriptor_bytes=) raise it.
@@ -467,7 +467,7 @@ class KernelSource:
     entry: str
     options: tuple[str, ...]   # NVRTC options the source is meant to be compiled with
     entries: tuple[str, ...] = ()
-    plan: ForwardPlan | None = None   # the forward kernel's plan (shared memory, parameters)
+    plan: ForwardPlan | BackwardPlan | None = None   # the kernels' plan (shared memory, parameters, block size)
 
     @property
     def functions(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import maskc
 from maskc import cli as cli_module
 from maskc import cli_run
 from maskc.cli import cli, parse_params
+from maskc.options import Options
 from maskc.runtime.cpu_check import blocked_attention, cubin_registers, round_to
 
 ROOT = Path(__file__).parent.parent
@@ -515,3 +516,20 @@ def test_status_line_only_on_a_terminal_and_only_when_slow():
     with status("compiling", stream=fast, delay=5.0, enabled=True):      # done before the delay
         pass
     assert fast.getvalue() == ""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_120a", "compute_80", "compute_87", "compute_100",
+                                  "sm_99", "sm_90", "compute_75", "compute_90a", "hopper"])
+def test_compile_arch_takes_what_options_takes(arch):
+    """`maskc compile --arch` accepts exactly the targets Options(arch=...) accepts (it once offered ARCHES and
+    compute_80 only); a refused one is a usage error (exit 2) carrying Options' message."""
+    try:
+        Options(arch=arch)
+        accepted = True
+    except ValueError:
+        accepted = False
+    result = invoke("compile", EXAMPLES / "causal.mask", "--arch", arch)
+    if accepted:
+        assert result.exit_code == 0 and "maskc_fwd_causal" in result.stdout, result.stderr
+    else:
+        assert result.exit_code == 2 and f"target '{arch}' unsupported" in result.stderr

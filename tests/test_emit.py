@@ -88,7 +88,8 @@ def test_wgmma_tma_rejects_shapes_it_cannot_run(tiles):
 def test_backward_wgmma_layout_and_tiles():
     """The wgmma dK/dV kernel reads every tile at the 1024-byte swizzle atom, with slack to align the base;
     it takes only its 64 x 128 tiles."""
-    from maskc.codegen.emit import backward_layout, check_backward_spec
+    from maskc.codegen.emit import check_backward_spec
+    from maskc.codegen.plan import backward_layout
 
     spec = dataclasses.replace(maskc.load(EXAMPLES / "causal.mask").backward_spec(head_dim=64), engine="wgmma",
                                dq_reduction="red2")
@@ -116,7 +117,7 @@ def test_backward_warp_specialized_layout_and_registers():
     """The warp-specialized dK/dV kernel double-buffers dS^T and the bits, keeps its mbarriers after the
     staging, launches a producer warpgroup more, and assembles within the register split it asks for (168
     per thread at launch: 24 for the producer, 240 for the consumers after setmaxnreg)."""
-    from maskc.codegen.emit import backward_layout, dkdv_threads
+    from maskc.codegen.plan import backward_layout, dkdv_threads
     from maskc.runtime.cpu_check import cubin_registers_by_kernel
 
     mask = maskc.load(EXAMPLES / "causal.mask")
@@ -201,7 +202,7 @@ def test_root_tables_reach_the_kernels(order):
     """CLEAR's chunk nests read their disc roots from tables: the forward plan gives each consumer warp one
     (counted in its shared memory) and fills it per work item; the backward's layouts hold one per CTA, filled
     by every kernel that masks through mask_bits. A mask whose nests have no roots (neighborhood) gets none."""
-    from maskc.codegen.emit import backward_layout
+    from maskc.codegen.plan import backward_layout
     from maskc.codegen.plan import shared_bytes
     from maskc.codegen.tile_bits import ROOT_ENTRIES
     from maskc.ordered import in_order
@@ -232,7 +233,6 @@ def test_setmaxnreg_splits_fit_the_registers_held_from_launch(head_dim):
     waits for ever, a hang (session 22: 32 / 240 at 384 threads asks 65536 registers of the 64512 held). Oracle:
     ptxas's registers per thread for each warp-specialized kernel (what the CTA holds from launch) times its
     threads, against the split the plan asks for."""
-    from maskc.codegen.emit import dkdv_registers, dkdv_threads
     from maskc.runtime.cpu_check import cubin_registers_by_kernel
 
     mask = maskc.load(EXAMPLES / "causal.mask")
@@ -243,8 +243,8 @@ def test_setmaxnreg_splits_fit_the_registers_held_from_launch(head_dim):
     bwd = mask.backward_source(engine="wgmma_tma", head_dim=head_dim)
     spec = bwd.spec
     registers = cubin_registers_by_kernel(compile_to_cubin(bwd))
-    producer, consumer = dkdv_registers(spec)
-    threads = dkdv_threads(spec)
+    producer, consumer = bwd.plan.registers
+    threads = bwd.plan.dkdv_threads
     kernels = [e for e in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered) if e in registers]
     assert spec.entry_dkdv in kernels
     for entry in kernels:
@@ -253,9 +253,29 @@ def test_setmaxnreg_splits_fit_the_registers_held_from_launch(head_dim):
 
 def test_a_setmaxnreg_split_past_the_launch_registers_does_not_compile(monkeypatch):
     """The guard of the test above in the kernels themselves: a split that would hang is a compile error."""
-    from maskc.codegen import emit
+    from maskc.codegen import plan
 
-    monkeypatch.setattr(emit, "dkdv_registers", lambda spec: (32, 240))
+    monkeypatch.setattr(plan, "dkdv_registers", lambda spec: (32, 240))
     src = maskc.load(EXAMPLES / "causal.mask").backward_source(engine="wgmma_tma", head_dim=128)
     with pytest.raises(KernelCompileError, match="setmaxnreg's split"):
         compile_to_cubin(src)
+
+
+@pytest.mark.parametrize("engine,head_dim", [("mma", 128), ("wgmma", 128), ("wgmma_tma", 64), ("wgmma_tma", 256)])
+def test_backward_plan_gives_every_entry_its_shared_memory(engine, head_dim):
+    """The loader launches each entry of a backward source with the plan's shared memory: every entry has one, the
+    dK/dV modes the dK/dV layout's total, the dQ kernel the dQ layout's, the others none; and the block size
+    the runtime launches is the plan's (a warp per 16 keys, plus the producer warpgroup on wgmma_tma)."""
+    from maskc.codegen.plan import backward_layout
+
+    bwd = maskc.load(EXAMPLES / "document.mask").backward_source(engine=engine, head_dim=head_dim)
+    spec, plan = bwd.spec, bwd.plan
+    layout = backward_layout(spec)
+    assert set(spec.entries) <= set(plan.shared_bytes)
+    for entry in spec.entries:
+        dkdv = entry in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered)
+        expected = layout["dkdv"]["total"] if dkdv else layout["dq"]["total"] if entry == spec.entry_dq else 0
+        assert plan.shared_bytes[entry] == expected, entry
+    consumers = 256 if spec.split_head_dim else spec.block_n // 16 * 32
+    assert plan.dkdv_threads == consumers + (128 if engine == "wgmma_tma" else 0)
+    assert (plan.registers is not None) == (engine == "wgmma_tma")

@@ -108,7 +108,7 @@ def test_backward_refusals():
 def test_head_dim_256_backward_splits_the_head_dim():
     """At D=256 the warpgroups share 64 keys (dK and dV for 64 keys x 256 columns do not fit one warpgroup), add
     dQ themselves (no room for staging tiles) and so have no in-turns variant; the layout fits one CTA."""
-    from maskc.codegen.emit import backward_layout, dkdv_threads
+    from maskc.codegen.plan import backward_layout, dkdv_threads
     from maskc.codegen.plan import SMEM_LIMIT
     tiles = choose_backward_tiles(256, "bf16")
     assert (tiles.block_m, tiles.block_n, tiles.engine) == (64, 64, "wgmma_tma")

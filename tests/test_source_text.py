@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import maskc
-from maskc.errors import MaskError, MaskNameError, MaskSyntaxError, Span
+from maskc.errors import MaskError, MaskFileError, MaskNameError, MaskSyntaxError, Span
 from maskc.lint import lint_file
 from maskc.frontend.parse import parse
 from maskc.frontend.sources import MAX_SOURCE_BYTES, read_source
@@ -69,10 +69,22 @@ def test_a_crlf_line_shows_without_its_carriage_return():
 def test_reading_stops_at_the_size_cap(tmp_path):
     path = tmp_path / "big.mask"
     path.write_bytes(b"#" * (MAX_SOURCE_BYTES + 1))
-    with pytest.raises(MaskSyntaxError, match="larger than 1 MiB"):
+    with pytest.raises(MaskFileError, match="larger than 1 MiB"):
         read_source(path)
     path.write_bytes(b"#" * (MAX_SOURCE_BYTES - 1) + b"\n")          # at the cap: read
     assert len(read_source(path)) == MAX_SOURCE_BYTES
+
+
+@pytest.mark.parametrize("what,reason", [("nope.mask", "No such file or directory"), (".", "Is a directory")])
+def test_a_file_that_cannot_be_read_is_a_file_error_not_a_syntax_error(tmp_path, what, reason):
+    """maskc.load of a missing file or a directory: a MaskFileError (a MaskError, and an OSError for code that
+    reads files), naming the file and why; not a MaskSyntaxError, which says the text is wrong."""
+    path = tmp_path / what
+    with pytest.raises(MaskFileError) as info:
+        maskc.load(path)
+    assert isinstance(info.value, MaskError) and isinstance(info.value, OSError)
+    assert not isinstance(info.value, MaskSyntaxError)
+    assert str(info.value) == f"error: cannot read {path}: {reason}"
 
 
 def test_parsing_text_past_the_cap_is_refused():

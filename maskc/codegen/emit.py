@@ -2,8 +2,8 @@
 (``KernelSource``) and, without a GPU, to a cubin.
 
 ``emit_kernel`` and ``emit_backward_kernel`` are pure: they render ``templates/attention_fwd.cu.j2`` /
-``attention_bwd.cu.j2`` with the spec (the forward's through its plan, with the switches of the
-:class:`~maskc.options.Options` given; the backward's with its shared-memory layout, computed here) and
+``attention_bwd.cu.j2`` through the spec's plan (:mod:`maskc.codegen.plan`; the forward's with the switches of
+the :class:`~maskc.options.Options` given) and
 attach the NVRTC options the source is meant for. ``compile_to_cubin`` runs NVRTC through CuPy's
 bindings (imported lazily; NVRTC needs no GPU) and raises :class:`KernelCompileError` with NVRTC's log.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import jinja2
 
-from maskc.codegen.plan import SMEM_LIMIT, TILE_WORDS_PARAMS, plan_forward
+from maskc.codegen.plan import (SMEM_LIMIT, TILE_WORDS_PARAMS, backward_fits, backward_layout, plan_backward,
+                                plan_forward)
 from maskc.codegen.schedule import capability_of
-from maskc.codegen.tile_bits import ROOT_ENTRIES
 from maskc.kernel_ir import (BACKWARD_ENGINES, BACKWARD_ROW_PAD, DQ_REDUCTIONS, ENGINES, BackwardSpec, KernelSource,
                               KernelSpec)
 from maskc.options import DEFAULT, Options
@@ -160,80 +160,6 @@ def emit_tma_check() -> KernelSource:
     return KernelSource(spec=None, source=source, entry=TMA_CHECK_ENTRY, options=nvrtc_options())
 
 
-def _placed(sizes: dict[str, int], align: int = 128, tight: tuple[str, ...] = ()) -> dict[str, int]:
-    """Byte offsets of consecutive buffers, each aligned to ``align`` (those named in ``tight`` to 128 bytes
-    only); ``total`` is the bytes used."""
-    out, at = {}, 0
-    for name, size in sizes.items():
-        step = 128 if name in tight else align
-        out[name] = at = -(-at // step) * step
-        at += -(-size // step) * step
-    out["total"] = at
-    return out
-
-
-def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
-    """Shared-memory layout of the two main backward kernels (byte offsets and ``total``), the one
-    source of truth for the template's constants and the runtime's launch size.
-
-    dK/dV: this CTA's K and V tiles, two stages of Q and dO, the dS^T tile (block_n x block_m, for dQ),
-    two stages of LSE and delta, and one PARTIAL tile's visibility bits (dkdv_bits_stages); where the
-    warpgroups split the head dim, P^T tiles as dS^T's. dQ: Q and dO, two stages of K and V, visibility
-    bits. Both: the root tables of a mask whose chunk nests read some."""
-    d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
-    tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
-    hopper = spec.engine in ("wgmma", "wgmma_tma")
-    # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base; the
-    # warp-specialized kernel double-buffers dS^T and the bits too (its warps drift apart by up to a step)
-    align = 1024 if hopper else 128
-    stages = 2 if spec.engine == "wgmma_tma" else 1
-    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": stages * bn * bm * 2,
-             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": dkdv_bits_stages(spec) * bm * (bn // 32) * 4}
-    if spec.dq_reduction == "bulk_tile":
-        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's dQ tile, as it lies in the buffer
-    if spec.split_head_dim:      # P^T beside dS^T; the small buffers after the tiles, packed (shared memory is short)
-        sizes = {**{n: sizes[n] for n in ("k", "v", "q", "do", "ds")}, "pt": sizes["ds"], **sizes}
-    if spec.engine == "wgmma_tma":
-        sizes["bars"] = 5 * 8                                 # mbarriers: kv_full, q_full x2, q_empty x2
-    dq_sizes = {"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn), "bits": bm * (dbn // 32) * 4}
-    roots = backward_root_tables(spec) * ROOT_ENTRIES * 4
-    if roots:                        # the chunk nests' root tables (maskc.codegen.tile_bits), once per CTA
-        sizes["roots"] = dq_sizes["roots"] = roots
-    dkdv = _placed(sizes, align, tight=("lse", "delta", "bits", "roots", "bars") if spec.split_head_dim else ())
-    if hopper:
-        dkdv["total"] += 1024
-    return {"dkdv": dkdv, "dq": _placed(dq_sizes)}
-
-
-def dkdv_bits_stages(spec: BackwardSpec) -> int:
-    """Stages of the dK/dV kernel's visibility bits: two in the warp-specialized kernel (its warps drift apart
-    by up to a step), one where its warpgroups split the head dim (no room for two; safe there: the step's
-    sync_warpgroups follows every read of them) and in the kernels that synchronize every step."""
-    return 2 if spec.engine == "wgmma_tma" and not spec.split_head_dim else 1
-
-
-def backward_root_tables(spec: BackwardSpec) -> int:
-    """The root tables the backward's tile path keeps per CTA (none where PARTIAL tiles take the interval
-    table, the per-pair predicate or the element path)."""
-    return spec.predicate.root_tables if spec.partial_tiles == "bits" else 0
-
-
-def dkdv_threads(spec: BackwardSpec) -> int:
-    """The dK/dV kernel's block size: a warp per 16 keys (two warpgroups where they split the head dim), plus a
-    producer warpgroup when warp-specialized."""
-    consumers = 256 if spec.split_head_dim else spec.block_n // 16 * 32
-    return consumers + (128 if spec.engine == "wgmma_tma" else 0)
-
-
-def dkdv_registers(spec: BackwardSpec) -> tuple[int, int]:
-    """The warp-specialized dK/dV kernel's (producer, consumer) registers per thread after setmaxnreg: FA3's
-    24 / 240, which hands the consumers every register the CTA holds from launch (168 a thread at 384 threads:
-    128 x 24 + 256 x 240 = 384 x 168). A split past that pool hangs the kernel (the template's static_assert)."""
-    if spec.engine != "wgmma_tma":
-        raise ValueError(f"the {spec.engine} dK/dV kernel does not hand registers over (setmaxnreg)")
-    return 24, 240
-
-
 def check_backward_spec(spec: BackwardSpec) -> None:
     """The backward template's assumptions (it re-checks them with static_assert)."""
     _check_name_dim_dtype(spec, BACKWARD_HEAD_DIMS, "backward: ")
@@ -259,41 +185,28 @@ def check_backward_spec(spec: BackwardSpec) -> None:
                          f"memory ({backward_layout(spec)['dkdv']['total']} bytes) passes {SMEM_LIMIT}")
 
 
-def backward_fits(spec: BackwardSpec) -> bool:
-    """Whether the backward kernels' shared memory fits one CTA's (head dim 256 leaves room for 3 root tables)."""
-    return all(part["total"] <= SMEM_LIMIT for part in backward_layout(spec).values())
-
-
 def emit_backward_kernel(spec: BackwardSpec) -> KernelSource:
-    """Render the backward kernels for ``spec`` (prep, dK/dV with and without atomic dQ, deterministic dQ,
-    dQ conversion) into one source, the dK/dV kernels on the spec's engine (mma.sync, or wgmma with its dQ
-    reduction). PARTIAL tiles build visibility bits from interval bounds where the predicate is made of
-    intervals (exact masks), from ``mask_bits`` or the element path where it has a tile path
-    (``spec.partial_tiles``), else by calling ``mask_visible`` per pair."""
+    """Render the backward kernels for ``spec`` from its plan (:func:`maskc.codegen.plan.plan_backward`): prep,
+    dK/dV with and without atomic dQ, deterministic dQ, dQ conversion, the dK/dV kernels on the spec's engine
+    (mma.sync, or wgmma with its dQ reduction). PARTIAL tiles build visibility bits from interval bounds where
+    the predicate is made of intervals (exact masks), from ``mask_bits`` or the element path where it has a tile
+    path (``spec.partial_tiles``), else by calling ``mask_visible`` per pair."""
     check_backward_spec(spec)
+    plan = plan_backward(spec)
+    engine: dict[str, object] = dict(dkdv_template=plan.dkdv_template, engine_includes=plan.engine_includes,
+                                     tile_loader=plan.tile_loader)
+    if plan.wgmma:
+        engine.update(dq_reduction=spec.dq_reduction, debug_waits=False, wgmma_widths=plan.wgmma_widths,
+                      wg_queries=plan.wg_queries, bits_stages=plan.bits_stages, dq_by_consumers=plan.dq_by_consumers,
+                      wgmma_type="bf16" if spec.dtype == "bf16" else "f16", dkdv_registers=plan.registers)
     template = _environment(str(template_dir())).get_template(BACKWARD_TEMPLATE_NAME)
-    engine: dict[str, object]
-    if spec.engine in ("wgmma", "wgmma_tma"):
-        warp_specialized = spec.engine == "wgmma_tma"
-        wg_queries = spec.block_m // 2 if spec.split_head_dim else spec.block_m   # the N of a warpgroup's S^T
-        engine = dict(dkdv_template="bwd_dkdv_tma.cu.j2" if warp_specialized else "bwd_dkdv_wgmma.cu.j2",
-                      engine_includes=("wgmma.cu.j2", "tma.cu.j2") if warp_specialized else ("wgmma.cu.j2",),
-                      tile_loader="load_tile_sw128", dq_reduction=spec.dq_reduction, debug_waits=False,
-                      wgmma_widths=sorted({wg_queries, spec.head_dim // 2} if spec.split_head_dim
-                                          else {wg_queries, spec.head_dim, spec.head_dim // 2}),
-                      wg_queries=wg_queries, bits_stages=dkdv_bits_stages(spec),
-                      dq_by_consumers=spec.engine == "wgmma" or spec.dq_reduction == "red2",
-                      wgmma_type="bf16" if spec.dtype == "bf16" else "f16",
-                      dkdv_registers=dkdv_registers(spec) if warp_specialized else None)
-    else:
-        engine = dict(dkdv_template="bwd_dkdv_mma.cu.j2", engine_includes=(), tile_loader="load_tile")
-    source = template.render(spec=spec, layout=backward_layout(spec), iv=interval_regions(spec),
-                             row_pad=BACKWARD_ROW_PAD, dkdv_threads=dkdv_threads(spec),
+    source = template.render(spec=spec, plan=plan, layout=plan.layout, iv=interval_regions(spec),
+                             row_pad=BACKWARD_ROW_PAD, dkdv_threads=plan.dkdv_threads,
                              tile_bits=spec.partial_tiles in ("bits", "stored"), elements=spec.partial_tiles == "elements",
                              stored=spec.partial_tiles == "stored", tile_words_params=TILE_WORDS_PARAMS,
-                             root_tables=backward_root_tables(spec), **engine)
+                             root_tables=plan.root_tables, **engine)
     return KernelSource(spec=spec, source=source, entry=spec.entry, options=nvrtc_options(spec.arch),
-                        entries=spec.entries)
+                        entries=spec.entries, plan=plan)
 
 
 def compile_to_cubin(src: KernelSource) -> bytes:

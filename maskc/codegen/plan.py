@@ -1,12 +1,15 @@
-"""The forward kernel's plan: one frozen value that decides a kernel, read by the template (constants, shared
+"""The kernels' plans: one frozen value that decides a source's kernels, read by the template (constants, shared
 memory layout, the signature), by the runtime (block size, shared memory, argument packing by name) and by
 the cache (the rendered source is a function of the plan alone).
 
     spec (mask, head dim, dtype, tiles, engine) + switches ─plan_forward→ ForwardPlan ─emit→ CUDA
+    backward spec ─plan_backward→ BackwardPlan ─emit→ CUDA
 
 ``plan_forward`` is pure; it makes every choice that used to be scattered between the emitter, the template
 and the runtime: the interval table, the K/V stages, where O is staged, the register split of the
 warp-specialized kernel, whether the pipeline overlaps, and the ordered list of kernel parameters.
+``plan_backward`` is pure too: the dK/dV kernel's template, block size, register split and shared-memory layout,
+and the dQ kernel's layout.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from maskc.codegen.tile_bits import ROOT_ENTRIES
-from maskc.kernel_ir import Descriptor, KernelSpec
+from maskc.kernel_ir import BackwardSpec, Descriptor, KernelSpec
 
 KV_STAGES = 2            # wgmma_tma: shared-memory stages of K and V
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory one CTA may have on sm_90
@@ -276,3 +279,155 @@ def plan_forward(spec: KernelSpec, overlap: bool = True, pingpong: bool = True,
                        pingpong=pingpong, debug_waits=debug_waits, root_tables=roots, partial_tiles=partial,
                        exp2_emulation=exp2_emulation, fixed_max=fixed_max,
                        lazy_rescale=spec.score is None)
+
+
+def _placed(sizes: dict[str, int], align: int = 128, tight: tuple[str, ...] = ()) -> dict[str, int]:
+    """Byte offsets of consecutive buffers, each aligned to ``align`` (those named in ``tight`` to 128 bytes
+    only); ``total`` is the bytes used."""
+    out, at = {}, 0
+    for name, size in sizes.items():
+        step = 128 if name in tight else align
+        out[name] = at = -(-at // step) * step
+        at += -(-size // step) * step
+    out["total"] = at
+    return out
+
+
+def backward_layout(spec: BackwardSpec) -> dict[str, dict[str, int]]:
+    """Shared-memory layout of the two main backward kernels (byte offsets and ``total``), the one
+    source of truth for the template's constants and the runtime's launch size.
+
+    dK/dV: this CTA's K and V tiles, two stages of Q and dO, the dS^T tile (block_n x block_m, for dQ),
+    two stages of LSE and delta, and one PARTIAL tile's visibility bits (dkdv_bits_stages); where the
+    warpgroups split the head dim, P^T tiles as dS^T's. dQ: Q and dO, two stages of K and V, visibility
+    bits. Both: the root tables of a mask whose chunk nests read some."""
+    d, bm, bn, dbn = spec.head_dim, spec.block_m, spec.block_n, spec.dq_block_n
+    tile = lambda rows: rows * d * 2   # noqa: E731  (16-bit elements)
+    hopper = spec.engine in ("wgmma", "wgmma_tma")
+    # wgmma reads its tiles at the 1024-byte swizzle atom: aligned buffers, plus slack to align the base; the
+    # warp-specialized kernel double-buffers dS^T and the bits too (its warps drift apart by up to a step)
+    align = 1024 if hopper else 128
+    stages = 2 if spec.engine == "wgmma_tma" else 1
+    sizes = {"k": tile(bn), "v": tile(bn), "q": 2 * tile(bm), "do": 2 * tile(bm), "ds": stages * bn * bm * 2,
+             "lse": 2 * bm * 4, "delta": 2 * bm * 4, "bits": dkdv_bits_stages(spec) * bm * (bn // 32) * 4}
+    if spec.dq_reduction == "bulk_tile":
+        sizes["dq_stage"] = (bn // 16) * 16 * (d // 2) * 4   # each warp's dQ tile, as it lies in the buffer
+    if spec.split_head_dim:      # P^T beside dS^T; the small buffers after the tiles, packed (shared memory is short)
+        sizes = {**{n: sizes[n] for n in ("k", "v", "q", "do", "ds")}, "pt": sizes["ds"], **sizes}
+    if spec.engine == "wgmma_tma":
+        sizes["bars"] = 5 * 8                                 # mbarriers: kv_full, q_full x2, q_empty x2
+    dq_sizes = {"q": tile(bm), "do": tile(bm), "k": 2 * tile(dbn), "v": 2 * tile(dbn), "bits": bm * (dbn // 32) * 4}
+    roots = backward_root_tables(spec) * ROOT_ENTRIES * 4
+    if roots:                        # the chunk nests' root tables (maskc.codegen.tile_bits), once per CTA
+        sizes["roots"] = dq_sizes["roots"] = roots
+    dkdv = _placed(sizes, align, tight=("lse", "delta", "bits", "roots", "bars") if spec.split_head_dim else ())
+    if hopper:
+        dkdv["total"] += 1024
+    return {"dkdv": dkdv, "dq": _placed(dq_sizes)}
+
+
+def dkdv_bits_stages(spec: BackwardSpec) -> int:
+    """Stages of the dK/dV kernel's visibility bits: two in the warp-specialized kernel (its warps drift apart
+    by up to a step), one where its warpgroups split the head dim (no room for two; safe there: the step's
+    sync_warpgroups follows every read of them) and in the kernels that synchronize every step."""
+    return 2 if spec.engine == "wgmma_tma" and not spec.split_head_dim else 1
+
+
+def backward_root_tables(spec: BackwardSpec) -> int:
+    """The root tables the backward's tile path keeps per CTA (none where PARTIAL tiles take the interval
+    table, the per-pair predicate or the element path)."""
+    return spec.predicate.root_tables if spec.partial_tiles == "bits" else 0
+
+
+def dkdv_threads(spec: BackwardSpec) -> int:
+    """The dK/dV kernel's block size: a warp per 16 keys (two warpgroups where they split the head dim), plus a
+    producer warpgroup when warp-specialized."""
+    consumers = 256 if spec.split_head_dim else spec.block_n // 16 * 32
+    return consumers + (128 if spec.engine == "wgmma_tma" else 0)
+
+
+def dkdv_registers(spec: BackwardSpec) -> tuple[int, int]:
+    """The warp-specialized dK/dV kernel's (producer, consumer) registers per thread after setmaxnreg: FA3's
+    24 / 240, which hands the consumers every register the CTA holds from launch (168 a thread at 384 threads:
+    128 x 24 + 256 x 240 = 384 x 168). A split past that pool hangs the kernel (the template's static_assert)."""
+    if spec.engine != "wgmma_tma":
+        raise ValueError(f"the {spec.engine} dK/dV kernel does not hand registers over (setmaxnreg)")
+    return 24, 240
+
+
+def backward_fits(spec: BackwardSpec) -> bool:
+    """Whether the backward kernels' shared memory fits one CTA's (head dim 256 leaves room for 3 root tables)."""
+    return all(part["total"] <= SMEM_LIMIT for part in backward_layout(spec).values())
+
+
+@dataclass(frozen=True)
+class BackwardPlan:
+    """Every decision of one backward source (prep, dK/dV in its modes, dQ, dQ's conversion, the stored path's
+    builder of visibility words): read by the template, by the loader (each entry's shared memory) and by the
+    runtime (the dK/dV kernel's block size); the rendered source, hence the cache key, is a function of it."""
+
+    spec: BackwardSpec
+    dkdv_template: str                          # the dK/dV kernel's engine: mma, wgmma or wgmma_tma's template
+    dkdv_shared: tuple[tuple[str, int], ...]    # the dK/dV kernel's shared memory: byte offsets, then "total"
+    dq_shared: tuple[tuple[str, int], ...]      # the deterministic dQ kernel's
+    dkdv_threads: int                           # the dK/dV kernel's block size (dkdv_threads)
+    bits_stages: int                            # stages of the dK/dV kernel's visibility bits (dkdv_bits_stages)
+    root_tables: int                            # root tables per CTA (backward_root_tables)
+    registers: tuple[int, int] | None = None    # wgmma_tma: (producer, consumer) per thread after setmaxnreg
+
+    @property
+    def layout(self) -> dict[str, dict[str, int]]:
+        """The shared-memory layouts as the template reads them: {"dkdv": {...}, "dq": {...}}."""
+        return {"dkdv": dict(self.dkdv_shared), "dq": dict(self.dq_shared)}
+
+    @property
+    def wgmma(self) -> bool:
+        """The dK/dV kernel is Hopper's (wgmma, or wgmma_tma: warp-specialized with the copy engine)."""
+        return self.spec.engine in ("wgmma", "wgmma_tma")
+
+    @property
+    def engine_includes(self) -> tuple[str, ...]:
+        """The engine's device-code templates the source includes."""
+        return {"wgmma": ("wgmma.cu.j2",), "wgmma_tma": ("wgmma.cu.j2", "tma.cu.j2")}.get(self.spec.engine, ())
+
+    @property
+    def tile_loader(self) -> str:
+        """The device function that loads a 16-bit tile into shared memory (wgmma's in its 128-byte swizzle)."""
+        return "load_tile_sw128" if self.wgmma else "load_tile"
+
+    @property
+    def wg_queries(self) -> int:
+        """The N of a warpgroup's S^T product: the tile's queries, or half of them where warpgroups split the head
+        dim."""
+        return self.spec.block_m // 2 if self.spec.split_head_dim else self.spec.block_m
+
+    @property
+    def wgmma_widths(self) -> tuple[int, ...]:
+        """The N of every wgmma product the dK/dV kernel issues."""
+        d = self.spec.head_dim
+        widths = {self.wg_queries, d // 2} if self.spec.split_head_dim else {self.wg_queries, d, d // 2}
+        return tuple(sorted(widths))
+
+    @property
+    def dq_by_consumers(self) -> bool:
+        """dQ added by the consumer warps themselves (red2 atomics), not handed to a dQ warp as whole tiles."""
+        return self.spec.engine == "wgmma" or self.spec.dq_reduction == "red2"
+
+    @property
+    def shared_bytes(self) -> dict[str, int]:
+        """Each entry's dynamic shared memory (the dK/dV modes' the same; prep, the conversion and the builder of
+        visibility words take none)."""
+        spec, dkdv = self.spec, dict(self.dkdv_shared)["total"]
+        return {spec.entry_prep: 0, **{entry: dkdv for entry in spec.entries
+                                       if entry in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered)},
+                spec.entry_dq: dict(self.dq_shared)["total"], spec.entry_dq_convert: 0, spec.entry_tile_words: 0}
+
+
+def plan_backward(spec: BackwardSpec) -> BackwardPlan:
+    """The plan of ``spec``'s backward kernels (the spec checked first: maskc.codegen.emit.check_backward_spec)."""
+    layout = backward_layout(spec)
+    template = {"mma": "bwd_dkdv_mma.cu.j2", "wgmma": "bwd_dkdv_wgmma.cu.j2",
+                "wgmma_tma": "bwd_dkdv_tma.cu.j2"}[spec.engine]
+    return BackwardPlan(spec, template, tuple(layout["dkdv"].items()), tuple(layout["dq"].items()),
+                        dkdv_threads(spec), dkdv_bits_stages(spec), backward_root_tables(spec),
+                        dkdv_registers(spec) if spec.engine == "wgmma_tma" else None)

@@ -17,7 +17,7 @@ from pathlib import Path, PurePath
 from typing import Iterable, Union
 
 from maskc import ir
-from maskc.errors import MaskSyntaxError, Span
+from maskc.errors import MaskFileError, MaskSyntaxError, Span
 
 # Where imports are looked for after the importing file's directory: directories, or one alone.
 ImportPaths = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]]
@@ -34,13 +34,15 @@ def read_source(path: Path, span: Span | None = None, regular_only: bool = False
         fd = os.open(path, os.O_RDONLY | (getattr(os, "O_NONBLOCK", 0) if regular_only else 0))
         with os.fdopen(fd, "rb") as f:
             if regular_only and not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise MaskSyntaxError(f"cannot read {path}: not a regular file", span)
+                raise MaskFileError(f"cannot read {path}: not a regular file", span)
             data = f.read(MAX_SOURCE_BYTES + 1)
+    except MaskFileError:                       # an OSError too: the not-regular refusal above, as it is
+        raise
     except (OSError, ValueError) as err:        # ValueError: a NUL byte in the name
         reason = getattr(err, "strerror", None) or "not a valid file name"
-        raise MaskSyntaxError(f"cannot read {path}: {reason}", span) from None
+        raise MaskFileError(f"cannot read {path}: {reason}", span) from None
     if len(data) > MAX_SOURCE_BYTES:
-        raise MaskSyntaxError(f"cannot read {path}: larger than {MAX_SOURCE_BYTES >> 20} MiB, the limit for a "
+        raise MaskFileError(f"cannot read {path}: larger than {MAX_SOURCE_BYTES >> 20} MiB, the limit for a "
                               ".mask file", span)
     try:
         return data.decode("utf-8-sig")

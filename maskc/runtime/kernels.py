@@ -29,8 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from maskc.codegen.plan import POINTERS, TENSOR_MAPS
-from maskc.codegen.emit import dkdv_threads
+from maskc.codegen.plan import POINTERS, TENSOR_MAPS, BackwardPlan
 from maskc.codegen.schedule import Tiles, choose_backward_tiles, choose_tiles, forward_candidates
 from maskc.kernel_ir import AUTO_STORED, BACKWARD_ROW_PAD as ROW_PAD, BackwardSpec, Descriptor
 from maskc.options import Options
@@ -362,7 +361,8 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         strides = lambda op: tuple(i64(s) for s in op.strides[:3])   # noqa: E731
         batch_grid = B if mask_batch == 1 else 1
         rows = B * Hq * (-(-S // ROW_PAD) * ROW_PAD)      # the prep kernel writes the padding rows too
-        fns = kernel.functions
+        fns, kernel_plan = kernel.functions, kernel.source.plan
+        assert isinstance(kernel_plan, BackwardPlan)      # a backward source carries its plan
         scales = (f32(scale), f32(scale * math.log2(math.e)))
         common = (*strides(qo), *strides(ko), *strides(vo), *strides(do), i32(Hq), i32(Hkv), i32(S), i32(Skv),
                   i32(mask_batch))
@@ -420,7 +420,7 @@ def _backward_plan(qo: Operand, ko: Operand, vo: Operand, oo: Operand, do: Opera
         plan.append(packed(entry, ("q", "k", "v", "dout", "lse_log2", "delta", "dk", "dv", "dq_accum"), (
             *common, i32(dkdv_sections), i32(front), cols.run_offsets, cols.runs, order, cols.mask_data,
             cols.mask_offsets, *scales, *turns), (int(cols.work_order.size) * Hkv, batch_grid, 1),
-            (dkdv_threads(spec), 1, 1), maps, late=("dq_turns",) if in_turns else ()))
+            (kernel_plan.dkdv_threads, 1, 1), maps, late=("dq_turns",) if in_turns else ()))
         if deterministic and not in_turns:
             rows_view = device_descriptor(bound, block_m, dq_block_n, qo.device, options)
             plan.append(packed(spec.entry_dq, ("q", "k", "v", "dout", "lse_log2", "delta", "dq"), (

@@ -10,7 +10,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from maskc.codegen.emit import backward_layout, compile_to_cubin, is_ptx, nvrtc_version
+from maskc.codegen.emit import compile_to_cubin, is_ptx, nvrtc_version
+from maskc.codegen.plan import BackwardPlan
 from maskc.builder_ir import BuilderSpec
 from maskc.codegen.moves import MoveSpec
 from maskc.kernel_ir import BackwardSpec, KernelSource
@@ -67,13 +68,9 @@ class LoadedKernel:
 def _shared_by_entry(src: KernelSource) -> dict[str, int]:
     if src.spec is None or isinstance(src.spec, (BuilderSpec, MoveSpec)):   # static shared memory only (or none)
         return {entry: 0 for entry in src.functions}
-    if isinstance(src.spec, BackwardSpec):
-        layout, spec = backward_layout(src.spec), src.spec
-        dkdv = {entry: layout["dkdv"]["total"] for entry in spec.entries
-                if entry in (spec.entry_dkdv, spec.entry_dkdv_det, spec.entry_dkdv_ordered)}
-        return {spec.entry_prep: 0, **dkdv, spec.entry_dq: layout["dq"]["total"], spec.entry_dq_convert: 0,
-                spec.entry_tile_words: 0}
-    assert src.plan is not None         # a forward source always has its plan
+    assert src.plan is not None         # a forward or backward source always has its plan
+    if isinstance(src.plan, BackwardPlan):
+        return src.plan.shared_bytes
     # the forward's shared memory; the stored path's builder of visibility words (its other entry) takes none
     return {entry: src.plan.shared_bytes if entry == src.entry else 0 for entry in src.functions}
 

@@ -61,7 +61,7 @@ static_assert(ROW_PAD % 64 == 0 && ROW_PAD % Q_BLOCK == 0, "whole steps and 64-r
 constexpr int KIND_PARTIAL = 1;
 constexpr int KIND_FULL    = 2;
 
-// Shared memory (byte offsets from maskc.codegen.emit.backward_layout).
+// Shared memory (byte offsets from maskc.codegen.plan.backward_layout).
 // dK/dV kernel: [K][V][Q x2][dO x2][dS^T][LSE x2][delta x2][visibility bits][dQ staging (bulk_tile reduction)]
 // [P^T (SPLIT_HEAD_DIM)]
 constexpr int KV_SMEM_K     = 0;

@@ -60,7 +60,7 @@ static_assert(ROW_PAD % 64 == 0 && ROW_PAD % Q_BLOCK == 0, "whole steps and 64-r
 constexpr int KIND_PARTIAL = 1;
 constexpr int KIND_FULL    = 2;
 
-// Shared memory (byte offsets from maskc.codegen.emit.backward_layout).
+// Shared memory (byte offsets from maskc.codegen.plan.backward_layout).
 // dK/dV kernel: [K][V][Q x2][dO x2][dS^T][LSE x2][delta x2][visibility bits][dQ staging (bulk_tile reduction)]
 // [P^T (SPLIT_HEAD_DIM)]
 constexpr int KV_SMEM_K     = 0;
@@ -905,7 +905,7 @@ __device__ __forceinline__ void add_dq(const float (&dq)[DQ_COLS / 8][4], float*
         }
 }
 
-// after setmaxnreg (FA3's split: maskc.codegen.emit.dkdv_registers)
+// after setmaxnreg (FA3's split: maskc.codegen.plan.dkdv_registers)
 constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 static_assert(DKDV_THREADS == KV_THREADS + 128, "the consumers plus a producer warpgroup");
 static_assert(128 * PRODUCER_REGISTERS + KV_THREADS * CONSUMER_REGISTERS <= launch_register_pool(DKDV_THREADS),
