@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from maskc.analysis.intervals import NONE, combine, masked
+from maskc.analysis.intervals import NONE, combine_stacked, masked
 from maskc.analysis.piece_tiles import Breaks, last_rows, piece_starts, slopes
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.tiles import runs_of_keys
@@ -263,9 +263,7 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     owners = refined if len(starts) - len(refined) > _UNION_BEFORE_CUTS else starts
     n = len(owners)
     values = at(np.concatenate([owners, last_rows(owners, row1)]))
-    lo, hi = plan.intervals(values)                         # [regions, first rows then last rows]
-    slots = combine(list(zip(lo[:len(plan.allow)], hi[:len(plan.allow)])),
-                    list(zip(lo[len(plan.allow):], hi[len(plan.allow):])))
+    slots = combine_stacked(plan.intervals(values), len(plan.allow))     # [2, regions, first rows then last rows]
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
     for s_lo, s_hi in slots:
