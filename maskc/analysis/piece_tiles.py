@@ -113,7 +113,7 @@ def _crossing_pairs(forms: list) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The pairs ``(i, j)``, ``i < j``, of ``forms`` (free of extremes, affine on each piece) that may cross on a
     piece, in order: all but those of one slope (one and the same on every piece: their difference is constant
     there, so never changes sign ahead). Two tuples."""
-    slope = [slopes(f, Breaks()) for f in forms]
+    slope = [slopes(f, Breaks()) or frozenset() for f in forms]
     found = [(i, j) for j in range(len(forms)) for i in range(j)
              if not (len(slope[i]) == 1 and slope[i] == slope[j])]
     found.sort()
@@ -223,7 +223,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     return starts
 
 
-def _crossing_cuts(program: FormProgram, pairs: tuple[np.ndarray, np.ndarray], starts: np.ndarray, row1: int,
+def _crossing_cuts(program: FormProgram, pairs: tuple[tuple[int, ...], tuple[int, ...]], starts: np.ndarray, row1: int,
                    params, b: int, head: int, seq_len: int, kv_len: int) -> np.ndarray:
     """``starts`` (ascending, the pieces ending before ``row1``) with, for every pair ``(i, j)`` of ``pairs`` (of the
     ``program``'s outputs, forms affine on each piece) whose difference ``d`` changes sign ahead on a piece, the row
