@@ -81,7 +81,8 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     shared = None
     if len(slots) > 1:                                        # a key block two slots' hulls share
         i, j = _slot_pairs(len(slots))
-        s0, s1 = np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j])     # empty where either hull is (2**40, -1)
+        s0 = np.maximum(h0.take(i, axis=0), h0.take(j, axis=0))    # empty where either hull is (2**40, -1)
+        s1 = np.minimum(h1.take(i, axis=0), h1.take(j, axis=0))
         pair = s0 < s1
         shared = pair.any(axis=0) & ~bad                      # (those with holes are counted anyway)
         if shared.any():
