@@ -13,18 +13,28 @@ from maskc.analysis.rows import RowValues, isqrt, k_bound_rows
 from mask_strategies import binding, mask_text
 
 
-@settings(max_examples=150, deadline=None)
-@given(text=mask_text(exact=False), bind_args=binding(max_len=60), rows=st.lists(st.integers(-3, 70), min_size=1))
-def test_programs_give_the_values_of_row_values(text, bind_args, rows):
-    """Every bound and guard of every region of random masks (q-side expressions with segments, per-segment
-    values, min/max, floors, squares, bit operations), at random positions (some outside [0, seq_len))."""
+def _bound_and_specialized(text, bind_args):
+    """The mask of ``text`` bound to ``bind_args`` and specialized to its int parameters, else None (a draw that
+    does not compile or bind)."""
     try:
         compiled = maskc.compile_mask(text)
         seq_len, kv_len, params = bind_args
         bound = compiled.bind(seq_len, kv_len, **params)
     except maskc.MaskError:
+        return None
+    return bound, compiled.specialized(bound.params.batch[0].ints)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=mask_text(exact=False), bind_args=binding(max_len=60), rows=st.lists(st.integers(-3, 70), min_size=1))
+def test_programs_give_the_values_of_row_values(text, bind_args, rows):
+    """Every bound and guard of every region of random masks (q-side expressions with segments, per-segment
+    values, min/max, floors, squares, bit operations), at random positions (some outside [0, seq_len))."""
+    found = _bound_and_specialized(text, bind_args)
+    if found is None:
         return
-    special = compiled.specialized(bound.params.batch[0].ints)
+    bound, special = found
+    seq_len, kv_len = bound.seq_len, bound.kv_len
     items = [(b, lower) for r in special.allow + special.deny for lower, bs in ((True, r.lower), (False, r.upper))
              for b in bs] + [(g.lin, None) for r in special.allow + special.deny for g in r.guards + r.static_guards]
     program = program_of(items)
@@ -46,13 +56,11 @@ def test_programs_give_the_values_of_row_values(text, bind_args, rows):
 def test_forms_a_constant_apart_give_the_values_of_row_values(text, bind_args, rows, shifts):
     """Every form of several terms of random masks and copies of it shifted by constants (FormProgram computes a
     later one as the first one's step plus the difference): each RowValues' value."""
-    try:
-        compiled = maskc.compile_mask(text)
-        seq_len, kv_len, params = bind_args
-        bound = compiled.bind(seq_len, kv_len, **params)
-    except maskc.MaskError:
+    found = _bound_and_specialized(text, bind_args)
+    if found is None:
         return
-    special = compiled.specialized(bound.params.batch[0].ints)
+    bound, special = found
+    seq_len, kv_len = bound.seq_len, bound.kv_len
     lins = [x.lin for r in special.allow + special.deny for x in r.lower + r.upper + r.guards + r.static_guards]
     lins = [ir.Lin(lin.terms, lin.const + shift) for lin in lins if len(lin.terms) > 1 for shift in [0] + shifts]
     program = program_of([(lin, None) for lin in lins])
