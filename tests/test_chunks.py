@@ -611,6 +611,48 @@ def test_nested_extremes_are_affine_on_each_piece(kind, w, c, lo, hi, seq_len, s
     _check_classes(bound, *shape, exact=mask.exact)
 
 
+_CUT_ROUNDS = {    # hstu's clamp of a position within its user, extremes over a segment, and a round of two-slope forms
+    "hstu": "clamp(i - users.start(i) - c, 0, users.length(i) - lo)",
+    "two segment forms": "min(max(i - users.start(i), lo), users.end(i) - hi)",
+    "a scaled one": "min(2 * max(i - users.start(i) - c, 0), users.length(i) + hi)",
+    "two scaled": "min(2 * max(i % w + c, lo), 2 * max(i % w, hi) - 1)",
+}
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(sorted(_NESTED_EXTREMES) + sorted(_CUT_ROUNDS)), st.integers(1, 20),
+       st.integers(-8, 8), st.integers(-4, 12), st.integers(-4, 24), st.integers(1, 150),
+       st.lists(st.integers(0, 60), min_size=1, max_size=5), tile_shape)
+def test_cut_rounds_leave_out_only_pairs_that_never_cross(kind, w, c, lo, hi, seq_len, lengths, shape):
+    """piece_starts' cut rounds compare only the pairs of forms that may cross (``Breaks.cut_rounds``: not two of
+    one slope): the pieces are those every pair of every round's forms gives (the pairs restored)."""
+    from maskc.analysis.pieces import plan_of
+    form = {**_NESTED_EXTREMES, **_CUT_ROUNDS}[kind]
+    if "users" in form:
+        text = (f"mask m(users: segments, w: int, c: int, lo: int, hi: int)\n"
+                f"  let x(i) = {form}\n  allow same(users), k <= q, k >= q - x(q) - 1\n")
+        seq_len = max(sum(lengths), 1)
+        values = {"users": lengths[:-1] + [seq_len - sum(lengths[:-1])]}     # segment lengths, covering the rows
+    else:
+        text = f"mask m(w: int, c: int, lo: int, hi: int)\n  let x(i) = {form}\n  allow k <= q, k >= q - x(q) - 1\n"
+        values = {}
+    mask, bound = _compiled_and_bound(text, (seq_len, seq_len, {"w": w, "c": c, "lo": lo, "hi": hi, **values}))
+    params = bound.params.batch[0]
+    spec = mask.specialized(params.ints)
+    plan = plan_of(spec.allow, spec.deny)
+    assume(plan is not None and plan.breaks.cut_rounds())
+    breaks = plan.breaks
+    every = piece_tiles.Breaks()
+    every.__dict__.update(breaks.__dict__)
+    every._rounds = [(program, tuple(zip(*[(i, j) for j in range(len(program.outputs)) for i in range(j)]))
+                      or ((), ())) for program, _ in breaks.cut_rounds()]
+    left_out = sum(len(p[0]) for _, p in every._rounds) - sum(len(p[0]) for _, p in breaks.cut_rounds())
+    event(f"{kind}: pairs left out {left_out}")
+    for block_m in (shape[0], None):
+        found = piece_tiles.piece_starts(breaks, params, 0, 0, seq_len, seq_len, block_m)
+        assert found.tolist() == piece_tiles.piece_starts(every, params, 0, 0, seq_len, seq_len, block_m).tolist()
+
+
 def _guards_hold_piece_by_piece(regions, breaks, params, b, head, seq_len, kv_len, block_m):
     """Every guard of every region has one truth on each piece (:func:`piece_tiles.piece_starts`), at every row."""
     starts = piece_tiles.piece_starts(breaks, params, b, head, seq_len, kv_len, block_m)

@@ -341,7 +341,7 @@ def test_slots_at_cuts_are_the_slot_ends_at_each_row(case):
     slots, pieces, end, starts = case
     n, m = len(pieces), len(starts)
     lasts = np.append(starts[1:], end) - 1
-    got = slots_at_cuts(slots, pieces, end, starts)
+    got = slots_at_cuts(np.array([x for slot in slots for x in slot]), pieces, end, starts)
     assert len(got) == len(slots)
     for (lo, hi), (g_lo, g_hi, g_lo_b, g_hi_b) in zip(slots, got):
         for x, at_first, at_last in ((lo, g_lo, g_lo_b), (hi, g_hi, g_hi_b)):

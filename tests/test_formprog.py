@@ -6,10 +6,23 @@ import pytest
 from hypothesis import event, given, settings, strategies as st
 
 import maskc
+from maskc import ir
 from maskc.analysis.formprog import Env, OwnerRuns, gathered_at, program_of
 from maskc.analysis.rows import RowValues, isqrt, k_bound_rows
 
 from mask_strategies import binding, mask_text
+
+
+def _bound_and_specialized(text, bind_args):
+    """The mask of ``text`` bound to ``bind_args`` and specialized to its int parameters, else None (a draw that
+    does not compile or bind)."""
+    try:
+        compiled = maskc.compile_mask(text)
+        seq_len, kv_len, params = bind_args
+        bound = compiled.bind(seq_len, kv_len, **params)
+    except maskc.MaskError:
+        return None
+    return bound, compiled.specialized(bound.params.batch[0].ints)
 
 
 @settings(max_examples=150, deadline=None)
@@ -17,13 +30,11 @@ from mask_strategies import binding, mask_text
 def test_programs_give_the_values_of_row_values(text, bind_args, rows):
     """Every bound and guard of every region of random masks (q-side expressions with segments, per-segment
     values, min/max, floors, squares, bit operations), at random positions (some outside [0, seq_len))."""
-    try:
-        compiled = maskc.compile_mask(text)
-        seq_len, kv_len, params = bind_args
-        bound = compiled.bind(seq_len, kv_len, **params)
-    except maskc.MaskError:
+    found = _bound_and_specialized(text, bind_args)
+    if found is None:
         return
-    special = compiled.specialized(bound.params.batch[0].ints)
+    bound, special = found
+    seq_len, kv_len = bound.seq_len, bound.kv_len
     items = [(b, lower) for r in special.allow + special.deny for lower, bs in ((True, r.lower), (False, r.upper))
              for b in bs] + [(g.lin, None) for r in special.allow + special.deny for g in r.guards + r.static_guards]
     program = program_of(items)
@@ -37,6 +48,31 @@ def test_programs_give_the_values_of_row_values(text, bind_args, rows):
     for (item, lower), value in zip(items, got):
         want = reference.lin(item) if lower is None else k_bound_rows(item, reference, lower=lower)
         np.testing.assert_array_equal(np.broadcast_to(value, q.shape), np.broadcast_to(want, q.shape))
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=mask_text(exact=False), bind_args=binding(max_len=60), rows=st.lists(st.integers(-3, 70), min_size=1),
+       shifts=st.lists(st.integers(-5, 5), min_size=1, max_size=4))
+def test_forms_a_constant_apart_give_the_values_of_row_values(text, bind_args, rows, shifts):
+    """Every form of several terms of random masks and copies of it shifted by constants (FormProgram computes a
+    later one as the first one's step plus the difference): each RowValues' value."""
+    found = _bound_and_specialized(text, bind_args)
+    if found is None:
+        return
+    bound, special = found
+    seq_len, kv_len = bound.seq_len, bound.kv_len
+    lins = [x.lin for r in special.allow + special.deny for x in r.lower + r.upper + r.guards + r.static_guards]
+    lins = [ir.Lin(lin.terms, lin.const + shift) for lin in lins if len(lin.terms) > 1 for shift in [0] + shifts]
+    program = program_of([(lin, None) for lin in lins])
+    event(f"forms of several terms: {len(lins) > 0}, compiled: {program is not None}")
+    if program is None or not lins:
+        return
+    q = np.array(rows, np.int64)
+    element = bound.params.batch[0]
+    got = program.run(Env(element, seq_len, kv_len, 0, 0, q))
+    reference = RowValues(element, seq_len, kv_len, 0, 0, q)
+    for lin, value in zip(lins, got):
+        np.testing.assert_array_equal(np.broadcast_to(value, q.shape), np.broadcast_to(reference.lin(lin), q.shape))
 
 
 @given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(1, 3), st.booleans(), st.data())

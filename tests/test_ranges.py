@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 import maskc
 from maskc import ir
 from maskc.analysis import forms as F
-from maskc.analysis.intervals import NONE, compact, union, union_compacted, visible_slots
+from maskc.analysis.intervals import (NONE, combine, combine_stacked, compact, union, union_compacted,
+                                      union_compacted_stacked, visible_slots)
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.rows import RowValues, k_bound_rows
 
@@ -126,20 +127,37 @@ def _row_intervals(draw):
 @example([(np.array([0]), np.array([6])), (np.array([1]), np.array([2])), (np.array([3]), np.array([4]))])  # nested
 def test_union_compacted_is_the_rows_keys_and_the_general_path(intervals):
     """union_compacted (two or three seen intervals, or lanes of intervals never seen together, in closed form) is
-    compact(union(...)) array for array, and its slots are each row's keys as ascending, apart intervals, the empty
-    ones last."""
+    compact(union(...)) array for array, and so is union_compacted_stacked (the intervals as one array, a lane's by
+    one min); its slots are each row's keys as ascending, apart intervals, the empty ones last."""
     found = union_compacted(intervals)
     general = compact(union(intervals))
-    assert len(found) == len(general)
-    for (lo, hi), (g_lo, g_hi) in zip(found, general):
+    stacked = union_compacted_stacked(np.array([[lo for lo, _ in intervals], [hi for _, hi in intervals]]))
+    assert len(found) == len(general) == len(stacked)
+    for (lo, hi), (g_lo, g_hi), (s_lo, s_hi) in zip(found, general, stacked):
         np.testing.assert_array_equal(lo, g_lo)
         np.testing.assert_array_equal(hi, g_hi)
+        np.testing.assert_array_equal(s_lo, g_lo)
+        np.testing.assert_array_equal(s_hi, g_hi)
     for row in range(len(intervals[0][0])):
         keys = {k for lo, hi in intervals for k in range(lo[row], hi[row]) if hi[row] != NONE}
         slots = [(lo[row], hi[row]) for lo, hi in found if lo[row] < hi[row]]
         assert {k for a, b in slots for k in range(a, b)} == keys
         assert all(b < c for (_, b), (c, _) in zip(slots, slots[1:])), "slots overlap, touch or are out of order"
         assert all(lo[row] == hi[row] == NONE for lo, hi in found[len(slots):]), "an empty slot before a seen one"
+
+
+@settings(max_examples=200)
+@given(_row_intervals(), st.integers(1, 5))
+def test_combine_stacked_is_combine(intervals, allow):
+    """combine_stacked of the intervals as one array, the first ``allow`` allowed and the others denied, is combine
+    of the two lists, array for array."""
+    allow = min(allow, len(intervals))
+    found = combine_stacked(np.array([[lo for lo, _ in intervals], [hi for _, hi in intervals]]), allow)
+    expected = combine(intervals[:allow], intervals[allow:])
+    assert len(found) == len(expected)
+    for (lo, hi), (e_lo, e_hi) in zip(found, expected):
+        np.testing.assert_array_equal(lo, e_lo)
+        np.testing.assert_array_equal(hi, e_hi)
 
 
 @pytest.mark.parametrize("coef", [-3, -2, -1, 1, 2, 3])

@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from maskc import ir
+from maskc.analysis import condprog
 from maskc.analysis import forms as F
 from maskc.analysis.evaluate import Evaluator
+from maskc.analysis.formprog import Env
 from maskc.analysis.forms import render
 from maskc.analysis.rows import lin_value
 from maskc.analysis.score import check_score
@@ -278,9 +280,19 @@ def _check_items(mask, divisors, requires, params, seq_len, kv_len, h, b, at):
         return
     ev = Evaluator(mask, params, seq_len, kv_len, h, b)
     for r in requires:
+        program = condprog.program_of(r.cond)
+
+        def truth(q: np.ndarray):
+            """The condition at positions q: by its compiled program, else (or past int64) by the Evaluator."""
+            if program is not None:
+                try:
+                    return program.run(Env(params, seq_len, kv_len, h, b, q))
+                except condprog.Inexact:
+                    pass
+            return ev.cond(r.cond, q, None)
         starts = _piece_starts(r.cond, params, seq_len)
         if starts is not None:            # constant between these positions: one check per piece
-            ok = ev.cond(r.cond, starts, None)
+            ok = truth(starts)
             if np.shape(ok) != starts.shape:      # a condition free of the segments' values: one value
                 ok = np.broadcast_to(ok, starts.shape)
             if not ok.all():
@@ -288,7 +300,7 @@ def _check_items(mask, divisors, requires, params, seq_len, kv_len, h, b, at):
             continue
         for start in range(0, seq_len, _REQUIRE_CHUNK):       # memory bounded at any seq_len
             q = np.arange(start, min(seq_len, start + _REQUIRE_CHUNK), dtype=np.int64)
-            ok = np.broadcast_to(ev.cond(r.cond, q, None), q.shape)
+            ok = np.broadcast_to(truth(q), q.shape)
             if not ok.all():
                 raise BindError(f"requirement not met{_unmet(ev, r.cond, start + int(np.argmin(ok)))}{at}", r.span)
 

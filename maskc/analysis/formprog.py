@@ -134,6 +134,7 @@ class FormProgram(_Steps):
 
     def __init__(self, items=()):
         super().__init__()
+        self._by_terms: dict = {}             # a form's terms -> (its step, its constant): the first form of them
         self.outputs = [self.lin(item) if lower is None else self.bound(item, lower) for item, lower in items]
 
     def values(self, env: Env) -> list:
@@ -150,7 +151,16 @@ class FormProgram(_Steps):
     def lin(self, lin: ir.Lin) -> int:
         key = ("lin", lin)
         if key not in self._index:
-            self._add(key, _summed(lin.const, [(self.term(t), c) for t, c in lin.terms]))
+            # a form of several terms that an earlier one has, constants apart: that one's value plus the difference
+            # (one numpy call, not one a term; int64 sums wrap alike in any order)
+            same = self._by_terms.get(lin.terms) if len(lin.terms) > 1 else None
+            if same is not None:
+                i, shift = same
+                delta = np.int64(lin.const - shift)
+                self._add(key, lambda v, g, e: v[i] + delta)
+            else:
+                self._add(key, _summed(lin.const, [(self.term(t), c) for t, c in lin.terms]))
+                self._by_terms[lin.terms] = (self._index[key], lin.const)
         return self._index[key]
 
     def term(self, t) -> int:

@@ -79,6 +79,30 @@ def union_compacted(intervals: list[tuple[np.ndarray, np.ndarray]]):
     lanes = [intervals[i] for i in kept]
     if len(lanes) > 2:
         lanes = _lanes(lanes, [rows[i] for i in kept])
+    return _union_of_lanes(lanes)
+
+
+def union_compacted_stacked(ends: np.ndarray):
+    """:func:`union_compacted` of the intervals ``(ends[0, i], ends[1, i])`` (``ends`` int64[2, intervals, rows], each
+    ``lo < hi`` or ``lo = hi = NONE`` per row), in fewer numpy calls: which rows see each interval by one comparison,
+    those seen at all by one ``any``, and every lane's interval (:func:`_lane_members`) by one min over its members
+    (padded to one width with its first): at each row one member at most is seen, and the others are NONE there,
+    above every key, so the min is the seen one's, or NONE: what :func:`_lanes`' ``where``s give."""
+    seen = ends[0] < ends[1]                                  # [intervals, rows]
+    kept = seen.any(axis=1).nonzero()[0]
+    if len(kept) < len(seen):
+        ends, seen = ends.take(kept, axis=1), seen.take(kept, axis=0)
+    lanes = _lane_members(seen) if len(kept) > 2 else None
+    if lanes is not None:
+        width = max(len(lane) for lane in lanes)
+        members = np.array([lane + lane[:1] * (width - len(lane)) for lane in lanes])     # [lanes, width]
+        ends = np.minimum.reduce(ends.take(members, axis=1), axis=2)
+    return _union_of_lanes(list(zip(ends[0], ends[1])))
+
+
+def _union_of_lanes(lanes: list):
+    """:func:`union_compacted` of intervals (each ``lo < hi`` or NONE, each seen by some row) left after their lanes
+    were merged."""
     if len(lanes) == 2:
         return _union_of_two(*lanes)
     if len(lanes) == 3:
@@ -90,20 +114,10 @@ def _lanes(intervals: list, rows: list) -> list:
     """The intervals (each seen on ``rows``, bool over the rows) with those that no row sees together merged into
     one per row: the union of a row's intervals is what :func:`union_compacted` returns (sorted, merged, its empty
     slots last), so it does not change, and fewer intervals go through the merge loop and the sorts (hstu_ctx32's
-    five, seen three a row: three). Greedy, in the intervals' order: each joins the first lane none of whose members
-    it meets (a bool matmul says which pairs meet)."""
+    five, seen three a row: three)."""
     seen = np.array(rows)
-    meets = (seen @ seen.T).tolist()                     # [intervals][intervals]: seen on a row together
-    if all(all(m) for m in meets):
-        return intervals
-    lanes: list[list[int]] = []
-    for i in range(len(intervals)):
-        lane = next((lane for lane in lanes if not any(meets[i][m] for m in lane)), None)
-        if lane is None:
-            lanes.append([i])
-        else:
-            lane.append(i)
-    if len(lanes) == len(intervals):
+    lanes = _lane_members(seen)
+    if lanes is None:
         return intervals
     out = []
     for lane in lanes:
@@ -112,6 +126,23 @@ def _lanes(intervals: list, rows: list) -> list:
             lo, hi = np.where(seen[i], intervals[i][0], lo), np.where(seen[i], intervals[i][1], hi)
         out.append((lo, hi))
     return out
+
+
+def _lane_members(seen: np.ndarray) -> list[list[int]] | None:
+    """The intervals seen on the rows of ``seen`` (bool[intervals, rows]) in lanes, each of intervals no row sees
+    together, as lists of their indices (ascending, the lanes by their first); None where that leaves each alone.
+    Greedy, in the intervals' order: each joins the first lane none of whose members it meets (a bool matmul says
+    which pairs meet)."""
+    meets = (seen @ seen.T).tolist()                     # [intervals][intervals]: seen on a row together
+    lanes: list[list[int]] = []
+    for i, row in enumerate(meets):
+        for lane in lanes:
+            if not any(row[m] for m in lane):
+                lane.append(i)
+                break
+        else:
+            lanes.append([i])
+    return None if len(lanes) == len(meets) else lanes
 
 
 def _union_of_two(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]):
@@ -199,7 +230,17 @@ def visible_slots(allow, deny, rows: RowValues, kv_len: int):
 def combine(allow: list, deny: list):
     """Per row, the union of the ``allow`` intervals minus those of ``deny`` (each a (lo, hi) pair of
     arrays over the same rows, NONE where empty), as disjoint, non-adjacent slots."""
-    slots = union_compacted(allow)
+    return _less_denied(union_compacted(allow), deny)
+
+
+def combine_stacked(ends: np.ndarray, allow: int):
+    """:func:`combine` of the intervals ``(ends[0, i], ends[1, i])`` (int64[2, intervals, rows], each ``lo < hi`` or
+    ``lo = hi = NONE`` per row, as :func:`masked` gives them), the first ``allow`` allowed, the others denied."""
+    return _less_denied(union_compacted_stacked(ends[:, :allow]), list(zip(ends[0, allow:], ends[1, allow:])))
+
+
+def _less_denied(slots, deny: list):
+    """``slots`` (a union's, compacted) less the ``deny`` intervals, row by row."""
     if deny:
         for interval in union_compacted(deny):
             slots = compact(subtract(slots, interval))

@@ -80,15 +80,16 @@ class Breaks:
             self._guard_program = FormProgram([(g, None) for g in self.guards])
         return self._guard_program
 
-    def cut_rounds(self) -> list[FormProgram]:
+    def cut_rounds(self) -> list[tuple[FormProgram, tuple[tuple[int, ...], tuple[int, ...]]]]:
         """:func:`piece_starts`' rounds of cuts, made once: per extreme, innermost first, a program evaluating the
-        forms whose crossings are cut. Those are its args, except that an arg which is another extreme plus a
-        constant (a clamp's ``min(max(a, b), c)``) gives that extreme's forms, plus the constant, where every form
-        is then free of extremes (so affine on the pieces the floors and segments make); a round is dropped where a
-        later one cuts where it would (two forms cross where their difference changes sign: every difference of two
-        of its forms is one of the later round's, up to sign). Cut where any two cross, the forms keep their order on
-        each piece, and so every extreme over them its winner, in one round; where a crossing is not a winner's
-        change the cut is an extra one (finer pieces, the same classes)."""
+        forms whose crossings are cut, and the pairs of its outputs that may cross (:func:`_crossing_pairs`). The
+        forms are its args, except that an arg which is another extreme plus a constant (a clamp's ``min(max(a, b),
+        c)``) gives that extreme's forms, plus the constant, where every form is then free of extremes (so affine on
+        the pieces the floors and segments make); a round is dropped where a later one cuts where it would (two
+        forms cross where their difference changes sign: every difference of two of its forms is one of the later
+        round's, up to sign). Cut where any two cross, the forms keep their order on each piece, and so every
+        extreme over them its winner, in one round; where a crossing is not a winner's change the cut is an extra
+        one (finer pieces, the same classes)."""
         if self._rounds is None:
             forms: dict = {}
             for extreme in self.extremes:
@@ -104,8 +105,19 @@ class Breaks:
                              for g in forms[e][:i]} for e in self.extremes}
             kept = [e for i, e in enumerate(self.extremes)
                     if not any(crossings[e] <= crossings[later] for later in self.extremes[i + 1:])]
-            self._rounds = [FormProgram([(f, None) for f in forms[e]]) for e in kept]
+            self._rounds = [(FormProgram([(f, None) for f in forms[e]]), _crossing_pairs(forms[e])) for e in kept]
         return self._rounds
+
+
+def _crossing_pairs(forms: list) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The pairs ``(i, j)``, ``i < j``, of ``forms`` (free of extremes, affine on each piece) that may cross on a
+    piece, in order: all but those of one slope (one and the same on every piece: their difference is constant
+    there, so never changes sign ahead). Two tuples."""
+    slope = [slopes(f, Breaks()) or frozenset() for f in forms]
+    found = [(i, j) for j in range(len(forms)) for i in range(j)
+             if not (len(slope[i]) == 1 and slope[i] == slope[j])]
+    found.sort()
+    return tuple(i for i, _ in found), tuple(j for _, j in found)
 
 
 def _free_of_rows(lin: ir.Lin) -> bool:
@@ -204,28 +216,36 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
     starts = sorted_unique(np.concatenate(parts))
     starts = starts[(starts >= row0) & (starts < row1)]
-    for program in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
-        n = len(starts)
-        ends = last_rows(starts, row1)
-        env = Env(params, seq_len, kv_len, head, b, np.concatenate([starts, np.minimum(starts + 1, ends)]))
-        at_rows = program.run(env)                              # at each piece's first and second rows
-        cuts = [starts]
-        for i in range(len(at_rows)):
-            for j in range(i + 1, len(at_rows)):
-                d = at_rows[i] - at_rows[j]
-                if not np.ndim(d):
-                    continue                                    # two constants never cross
-                d0 = d[:n]
-                step = d[n:] - d0
-                ahead = (d0 * step < 0).nonzero()[0]            # crossing ahead (so step != 0: // is safe)
-                if len(ahead):
-                    at = starts.take(ahead) - d0.take(ahead) // step.take(ahead)  # the first row past the crossing
-                    cuts.append(at[at <= ends.take(ahead)])
-        if len(cuts) > 1:
-            starts = sorted_unique(np.concatenate(cuts))
+    for program, pairs in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
+        starts = _crossing_cuts(program, pairs, starts, row1, params, b, head, seq_len, kv_len)
     if breaks.guards:
         starts = _guard_cuts(breaks, starts, row1, params, b, head, seq_len, kv_len)
     return starts
+
+
+def _crossing_cuts(program: FormProgram, pairs: tuple[tuple[int, ...], tuple[int, ...]], starts: np.ndarray, row1: int,
+                   params, b: int, head: int, seq_len: int, kv_len: int) -> np.ndarray:
+    """``starts`` (ascending, the pieces ending before ``row1``) with, for every pair ``(i, j)`` of ``pairs`` (of the
+    ``program``'s outputs, forms affine on each piece) whose difference ``d`` changes sign ahead on a piece, the row
+    ``start - d0 // step`` (``d0`` its value at the piece's first row, ``step`` its change to the second) where that
+    lies in the piece. Pair by pair: stacking the pairs into one array took more numpy calls than it saved (session
+    23: the few pieces make every call cost what a call costs)."""
+    n = len(starts)
+    ends = last_rows(starts, row1)
+    rows = np.concatenate([starts, np.minimum(starts + 1, ends)])          # each piece's first and second rows
+    at_rows = program.run(Env(params, seq_len, kv_len, head, b, rows))
+    cuts = [starts]
+    for i, j in zip(*pairs):
+        d = at_rows[i] - at_rows[j]
+        if not np.ndim(d):
+            continue                                    # two constants never cross
+        d0 = d[:n]
+        step = d[n:] - d0
+        ahead = (d0 * step < 0).nonzero()[0]            # crossing ahead (so step != 0: // is safe)
+        if len(ahead):
+            at = starts.take(ahead) - d0.take(ahead) // step.take(ahead)  # the first row past the crossing
+            cuts.append(at[at <= ends.take(ahead)])
+    return sorted_unique(np.concatenate(cuts)) if len(cuts) > 1 else starts
 
 
 def _guard_cuts(breaks: Breaks, starts: np.ndarray, row1: int, params, b: int, head: int, seq_len: int,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from maskc.analysis.intervals import NONE, combine, masked
+from maskc.analysis.intervals import NONE, combine_stacked, masked
 from maskc.analysis.piece_tiles import Breaks, last_rows, piece_starts, slopes
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.tiles import runs_of_keys
@@ -65,7 +65,7 @@ class PiecePlan:
 
     def with_ends(self, values: np.ndarray) -> np.ndarray:
         """The table's values with, after them, those of the upper bounds plus one."""
-        return np.concatenate([values, values[self.uppers] + 1])
+        return np.concatenate([values, values.take(self.uppers, axis=0) + 1])
 
     def intervals(self, values: np.ndarray) -> np.ndarray:
         """int64[2, regions, rows]: each region's keys ``[lo, hi)`` at the rows of ``values`` (the table's values,
@@ -177,7 +177,7 @@ def _refine(starts: np.ndarray, span: np.ndarray, ends: np.ndarray, pairs) -> np
         a, b = first[order, column], last[order, column]
         pieces = (((b[1:] < b[:-1]) | ((a[1:] == a[:-1]) != (b[1:] == b[:-1]))).any(axis=0)).nonzero()[0]
         ends, n = ends.take(np.concatenate([pieces, pieces + n]), axis=1), len(pieces)
-    d = ends[i] - ends[j]                         # [pairs, first rows then last rows]
+    d = ends.take(i, axis=0) - ends.take(j, axis=0)   # [pairs, first rows then last rows] (take: half a fancy index)
     sign = np.sign(d)
     pair, piece = (sign[:, :n] != sign[:, n:]).nonzero()
     if not len(pair):
@@ -209,15 +209,17 @@ def _one_region(plan: PiecePlan, value0: np.ndarray, slope0: np.ndarray, span: n
     bound below a lower bound at both ends stays below between them)."""
     lower, upper, guards = plan.lower[0], plan.upper[0], plan.guard[0]
     last = value0 + slope0 * span
-    s_lo, s_hi = slope0[lower], slope0[upper]
+    # each gather once, by take (half the cost of fancy indexing on these few rows)
+    s_lo, s_hi = slope0.take(lower, axis=0), slope0.take(upper, axis=0)
     monotone = ((s_lo >= 0).all(axis=0) | (s_lo <= 0).all(axis=0)) & ((s_hi >= 0).all(axis=0) | (s_hi <= 0).all(axis=0))
-    g_first, g_last = value0[guards] <= 0, last[guards] <= 0
+    g_first, g_last = value0.take(guards, axis=0) <= 0, last.take(guards, axis=0) <= 0
     ok = g_first.all(axis=0)
-    lo_a, lo_b = value0[lower].max(axis=0), last[lower].max(axis=0)
-    hi_a, hi_b = value0[upper].min(axis=0) + 1, last[upper].min(axis=0) + 1
+    lower_a, lower_b = value0.take(lower, axis=0), last.take(lower, axis=0)
+    upper_a, upper_b = value0.take(upper, axis=0), last.take(upper, axis=0)
+    lo_a, lo_b = lower_a.max(axis=0), lower_b.max(axis=0)
+    hi_a, hi_b = upper_a.min(axis=0) + 1, upper_b.min(axis=0) + 1
     seen_a, seen_b = ok & (lo_a < hi_a), ok & (lo_b < hi_b)
-    below = ((value0[upper][:, None] < value0[lower][None])
-             & (last[upper][:, None] < last[lower][None])).any(axis=(0, 1))
+    below = ((upper_a[:, None] < lower_a[None]) & (upper_b[:, None] < lower_b[None])).any(axis=(0, 1))
     settled = monotone & (g_first == g_last).all(axis=0) & np.where(seen_a, seen_b, ~seen_b & (~ok | below))
     if not settled.all():
         return None
@@ -263,18 +265,17 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
     owners = refined if len(starts) - len(refined) > _UNION_BEFORE_CUTS else starts
     n = len(owners)
     values = at(np.concatenate([owners, last_rows(owners, row1)]))
-    lo, hi = plan.intervals(values)                         # [regions, first rows then last rows]
-    slots = combine(list(zip(lo[:len(plan.allow)], hi[:len(plan.allow)])),
-                    list(zip(lo[len(plan.allow):], hi[len(plan.allow):])))
+    slots = combine_stacked(plan.intervals(values), len(plan.allow))     # [2, regions, first rows then last rows]
     if not slots:
         return np.zeros(qt + 1, np.int32), np.zeros((0, 3), np.int32)
-    for s_lo, s_hi in slots:
-        if ((s_lo[:n] < s_hi[:n]) != (s_lo[n:] < s_hi[n:])).any():
-            raise AssertionError("a piece's slots differ between its first and last rows")
+    ends = np.array(slots)                                  # [slots, lo and hi, first rows then last rows]
+    seen = ends[:, 0] < ends[:, 1]
+    if (seen[:, :n] != seen[:, n:]).any():
+        raise AssertionError("a piece's slots differ between its first and last rows")
     if owners is starts:
         slot_ends = [(s_lo[:n], s_hi[:n], s_lo[n:], s_hi[n:]) for s_lo, s_hi in slots]
     else:
-        slot_ends = slots_at_cuts(slots, refined, row1, starts)
+        slot_ends = slots_at_cuts(ends.reshape(-1, 2 * n), refined, row1, starts)
     block = (starts - row0) // block_m
     return runs_of_keys(block, slot_ends, np.bincount(block, minlength=qt), kv_len, block_n, qt)
 
@@ -285,10 +286,11 @@ def runs_from_pieces(plan: PiecePlan, params, b: int, head: int, seq_len: int, k
 _UNION_BEFORE_CUTS = 128
 
 
-def slots_at_cuts(slots, pieces: np.ndarray, end: int, starts: np.ndarray) -> list:
+def slots_at_cuts(ends: np.ndarray, pieces: np.ndarray, end: int, starts: np.ndarray) -> list:
     """runs_of_keys' ``(lo, hi, lo_b, hi_b)`` per slot at the first and last rows of the pieces beginning at
-    ``starts``, from the slots ``(lo, hi)`` at the first then last rows of the coarser ``pieces`` (ascending,
-    all of them among ``starts``; the last piece of each list ends before ``end``).
+    ``starts``, from the slots' ends ``ends`` (int64[2 x slots, 2 x pieces]: each slot's lo then hi, at the first then
+    the last rows of the coarser ``pieces``, ascending, all of them among ``starts``; the last piece of each list
+    ends before ``end``).
 
     Invariant relied on: along each of ``pieces`` every slot end is affine in the row with slope -1, 0 or 1
     (one region end: :func:`_refine`'s cuts; :func:`plan_of` admits no steeper bound), or NONE at both rows
@@ -296,7 +298,6 @@ def slots_at_cuts(slots, pieces: np.ndarray, end: int, starts: np.ndarray) -> li
     the piece is one row), and its value at any row of the piece is extrapolated from the first row; a finer
     piece lies inside one coarse piece, its first and last rows with it."""
     n = len(pieces)
-    ends = np.array([x for slot in slots for x in slot])              # [2 x slots, first rows then last rows]
     first, slope = ends[:, :n], np.sign(ends[:, n:] - ends[:, :n])
     rows = np.concatenate([starts, last_rows(starts, end)])
     p = pieces.searchsorted(rows, side="right") - 1                   # each row's coarse piece

@@ -81,7 +81,8 @@ def runs_of_keys(block: np.ndarray, slots, need: np.ndarray, kv_len: int, block_
     shared = None
     if len(slots) > 1:                                        # a key block two slots' hulls share
         i, j = _slot_pairs(len(slots))
-        s0, s1 = np.maximum(h0[i], h0[j]), np.minimum(h1[i], h1[j])     # empty where either hull is (2**40, -1)
+        s0 = np.maximum(h0.take(i, axis=0), h0.take(j, axis=0))    # empty where either hull is (2**40, -1)
+        s1 = np.minimum(h1.take(i, axis=0), h1.take(j, axis=0))
         pair = s0 < s1
         shared = pair.any(axis=0) & ~bad                      # (those with holes are counted anyway)
         if shared.any():
@@ -124,28 +125,29 @@ def _touched_and_covered(slots, kv_len: int, block_n: int):
     intersection, rounded in; a last key block cut short by kv_len counts as covered when the keys reach kv_len).
     Dead slots get the empty ranges ``[2**40, -1)``.
 
-    One pass over a stacked [4, slots, owners] array: the hull's low end and the intersection's high end are
-    floored by one shift, the other two ends negated first, so that the same shift ceils them
-    (``ceil(x / n) = -floor(-x / n)``), and negated back."""
+    One pass over a stacked [4, slots, owners] array: the pairs' minima (t0, c1) and maxima (c0, t1) by one call
+    each, then the hull's low end and the intersection's high end floored by one shift, the other two ends negated
+    first, so that the same shift ceils them (``ceil(x / n) = -floor(-x / n)``), and negated back."""
     kt = -(-kv_len // block_n)
-    ends = np.array(slots)                                    # [slots, 4 (lo, hi, lo_b, hi_b), owners]
-    lo, hi, lo_b, hi_b = ends[:, 0], ends[:, 1], ends[:, 2], ends[:, 3]
-    live = lo < hi
-    x = np.empty((4,) + lo.shape, np.int64)
-    np.minimum(lo, lo_b, out=x[0])                            # t0: floored
-    np.maximum(hi, hi_b, out=x[1])                            # t1: ceiled
-    np.maximum(lo, lo_b, out=x[2])                            # c0: ceiled
-    np.minimum(hi, hi_b, out=x[3])                            # c1: floored, kt where the keys reach kv_len
-    short_last = x[3] >= kv_len
-    np.negative(x[1:3], out=x[1:3])
+    # [4 (lo, hi, lo_b, hi_b), slots, owners], contiguous: each call below then runs one loop over all slots (one
+    # slot's [slots, 4, owners] is that already, and stacks faster)
+    ends = (np.array(slots).reshape(4, 1, -1) if len(slots) == 1 else
+            np.array([[slot[i] for slot in slots] for i in range(4)]))
+    live = ends[0] < ends[1]
+    x = np.empty(ends.shape, np.int64)                        # t0, c1 (floored), then c0, t1 (ceiled)
+    np.minimum(ends[:2], ends[2:], out=x[:2])
+    np.maximum(ends[:2], ends[2:], out=x[2:])
+    short_last = x[1] >= kv_len                               # c1: kt where the keys reach kv_len
+    np.negative(x[2:], out=x[2:])
     x = floor_blocks(x, block_n)
-    np.negative(x[1:3], out=x[1:3])
-    x[3][short_last] = kt
+    np.negative(x[2:], out=x[2:])
+    x[1][short_last] = kt
     x = np.where(live, x, _DEAD_BLOCKS)
-    return live, x[0], x[1], x[2], x[3]
+    return live, x[0], x[3], x[2], x[1]
 
 
-# The touched and covered block ranges of a dead slot (t0, t1, c0, c1): empty, below every q_block's hull.
+# The touched and covered block ranges of a dead slot (t0, c1, c0, t1: _touched_and_covered's order): empty, below
+# every q_block's hull.
 _DEAD_BLOCKS = np.array([1 << 40, -1, 1 << 40, -1], np.int64).reshape(4, 1, 1)
 
 
