@@ -264,11 +264,7 @@ def _reads_values_only(found) -> bool:
 
 def _checks_of(mask: ir.ResolvedMask, ranges: ir.RangeMask) -> _Checks:
     """The mask's :class:`_Checks`, kept on ``ranges`` (immutable; the divisors are its)."""
-    hit = ranges.__dict__.get("_value_checks")
-    if hit is None or hit[0] is not mask:
-        hit = (mask, _Checks(mask, ranges.divisors))
-        object.__setattr__(ranges, "_value_checks", hit)
-    return hit[1]
+    return ir.kept_on(ranges, "_value_checks", lambda: _Checks(mask, ranges.divisors), along=mask)
 
 
 def _check_items(mask, divisors, requires, params, seq_len, kv_len, h, b, at):
@@ -321,12 +317,11 @@ def _unmet(ev: Evaluator, cond: ir.Cond, q: int) -> str:
 
 def _segments_read(cond: ir.Cond) -> tuple[str, ...] | None:
     """The segments ``cond`` reads (sorted), None when it reads q itself; kept on the condition (immutable)."""
-    if "_segments_read" not in cond.__dict__:
+    def read() -> tuple[str, ...] | None:
         found = list(nodes(cond))
         reads_q = any(isinstance(n, (ir.Pos, ir.Same)) for n in found)
-        segs = sorted({n.seg for n in found if isinstance(n, (ir.SegAttr, ir.SegValue))})
-        object.__setattr__(cond, "_segments_read", None if reads_q else tuple(segs))
-    return cond.__dict__["_segments_read"]
+        return None if reads_q else tuple(sorted({n.seg for n in found if isinstance(n, (ir.SegAttr, ir.SegValue))}))
+    return ir.kept_on(cond, "_segments_read", read)
 
 
 def _piece_starts(cond: ir.Cond, params, seq_len: int) -> np.ndarray | None:

@@ -76,18 +76,16 @@ def classify_batch_element(mask: ir.RangeMask, bound: BoundParams, b: int, block
 def _piece_plan(mask: ir.RangeMask):
     """The mask's :class:`~maskc.analysis.pieces.PiecePlan` (None where its forms are not affine on pieces), worked
     out on its first classification and kept on it (a RangeMask is immutable)."""
-    if "_piece_plan" not in mask.__dict__:
-        object.__setattr__(mask, "_piece_plan", plan_of(mask.allow, mask.deny))
-    return mask.__dict__["_piece_plan"]
+    return ir.kept_on(mask, "_piece_plan", lambda: plan_of(mask.allow, mask.deny))
 
 
 def _piece_breaks(mask: ir.RangeMask) -> Breaks | None:
     """Where the q-pieces of a mask with chunked regions end (:mod:`maskc.analysis.piece_tiles`), None where its
     forms do not meet the piece conditions (or it has deny regions): worked out once and kept on the mask."""
-    if "_piece_breaks" not in mask.__dict__:
+    def breaks_of() -> Breaks | None:
         breaks = Breaks()
-        object.__setattr__(mask, "_piece_breaks", breaks if not mask.deny and slopes_ok(mask.allow, breaks) else None)
-    return mask.__dict__["_piece_breaks"]
+        return breaks if not mask.deny and slopes_ok(mask.allow, breaks) else None
+    return ir.kept_on(mask, "_piece_breaks", breaks_of)
 
 
 def _row_runs(allow, deny, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int, block_n: int,

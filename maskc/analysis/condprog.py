@@ -153,10 +153,9 @@ class CondProgram:
 def program_of(cond: ir.Cond) -> CondProgram | None:
     """The condition's program, made on the first call and kept on it (immutable), None where it has a node
     this module does not compile."""
-    if "_cond_program" not in cond.__dict__:
+    def compiled() -> CondProgram | None:
         try:
-            program: CondProgram | None = CondProgram(cond)
+            return CondProgram(cond)
         except Unsupported:
-            program = None
-        object.__setattr__(cond, "_cond_program", program)
-    return cond.__dict__["_cond_program"]
+            return None
+    return ir.kept_on(cond, "_cond_program", compiled)

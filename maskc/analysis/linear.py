@@ -71,11 +71,7 @@ def term_size(term) -> int:
     inner = inner_lins(term)
     if not inner:
         return 1
-    cached = term.__dict__.get("_size")
-    if cached is None:
-        cached = 1 + sum(lin_size(lin) for lin in inner)
-        object.__setattr__(term, "_size", cached)
-    return cached
+    return ir.kept_on(term, "_size", lambda: 1 + sum(lin_size(lin) for lin in inner))
 
 
 def lin_size(lin: ir.Lin) -> int:

@@ -194,13 +194,11 @@ class RowValues(_Scalars):
 def split_on_chunks(lin: ir.Lin) -> tuple[ir.Lin, tuple]:
     """``lin`` as (the form of its terms free of chunk indices and its constant, the terms that read them);
     cached on the form (immutable)."""
-    cached = lin.__dict__.get("_chunk_split")
-    if cached is None:
+    def split() -> tuple[ir.Lin, tuple]:
         moving = tuple((t, c) for t, c in lin.terms if F.term_reads_chunks(t))
         fixed = lin if not moving else ir.Lin(tuple((t, c) for t, c in lin.terms if (t, c) not in moving), lin.const)
-        cached = (fixed, moving)
-        object.__setattr__(lin, "_chunk_split", cached)
-    return cached
+        return fixed, moving
+    return ir.kept_on(lin, "_chunk_split", split)
 
 
 def lin_value(lin: ir.Lin, params: BatchParams, seq_len: int, kv_len: int, head: int, batch_index: int) -> int:

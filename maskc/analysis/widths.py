@@ -182,11 +182,7 @@ def _program(resolved: ir.ResolvedMask | None, ranges: ir.RangeMask) -> _Program
     """The mask's compiled check, kept on ``ranges`` (an immutable RangeMask) for the next binds; without
     ``resolved``, the forms' alone (kept apart: the forms of a kernel's element path, fits_32_bits)."""
     attr = "_width_program" if resolved is not None else "_width_forms_program"
-    cached = ranges.__dict__.get(attr)
-    if cached is None or cached[0] is not resolved:
-        cached = (resolved, _Program(resolved, ranges))
-        object.__setattr__(ranges, attr, cached)
-    return cached[1]
+    return ir.kept_on(ranges, attr, lambda: _Program(resolved, ranges), along=resolved)
 
 
 def _refuse(mask_name: str, params: BatchParams, names: set[str], form: str, err: Exception, span, at: str):
@@ -271,7 +267,7 @@ def _check_nests(ranges: ir.RangeMask, bounds: Bounds) -> None:
 def _nest_leaves(ranges: ir.RangeMask, nests) -> tuple | None:
     """The leaves (positions, builtins, ints, segment attributes and values) every nest reads, in a fixed order,
     or None where one reads data beyond its leaves' bounds (a table entry, a segment bound); kept on ``ranges``."""
-    if "_nest_leaves" not in ranges.__dict__:
+    def leaves() -> tuple | None:
         found: dict = {}
         data = False
         for nest in nests:
@@ -284,8 +280,8 @@ def _nest_leaves(ranges: ir.RangeMask, nests) -> tuple | None:
                     data |= isinstance(t, (ir.Lookup, ir.SegBound))
                     if not isinstance(t, ir.HashOnce):
                         found.setdefault(t, None)
-        object.__setattr__(ranges, "_nest_leaves", None if data else tuple(found))
-    return ranges.__dict__["_nest_leaves"]
+        return None if data else tuple(found)
+    return ir.kept_on(ranges, "_nest_leaves", leaves)
 
 
 def _check_nest(nest: ir.ChunkedKeys, bounds: Bounds) -> None:

@@ -15,7 +15,7 @@ nodes, mentions, nesting) and :mod:`maskc.ir.text` (expressions and conditions a
 """
 from __future__ import annotations
 
-from maskc.ir.base import HashOnce, span_field
+from maskc.ir.base import HashOnce, kept_on, span_field
 from maskc.ir.bounds import ChunkLevel, ChunkedKeys, Inexact, KBound, RangeMask, RegionBounds
 from maskc.ir.expr import (BIT_OPS, BUILTINS, MAX_SHIFT, POSITIONS, SEGMENT_ATTRS, All, Any_, Arith, Builtin, Cmp,
                            Cond, Const, Func, IntExpr, Negate, ParamRef, Pos, Same, SegAttr, SegValue, TableAt, Truth)
@@ -27,7 +27,7 @@ from maskc.ir.syntax import (Arg, BinOp, BoolLit, BoolOp, Call, Compare, FloatNu
                              LetDecl, MaskDecl, MethodCall, Name, Not, Num, ParamDecl, RuleDecl, ScoreDecl,
                              SourceFile, Subscript, Syntax, UnaryMinus)
 
-__all__ = ["span_field", "HashOnce", "Num", "FloatNum", "Name", "BoolLit", "BinOp", "UnaryMinus", "Invert",
+__all__ = ["span_field", "HashOnce", "kept_on", "Num", "FloatNum", "Name", "BoolLit", "BinOp", "UnaryMinus", "Invert",
            "Subscript", "Arg", "Call", "MethodCall", "Compare", "InRange", "BoolOp", "Not", "Syntax", "ParamDecl",
            "LetDecl", "RuleDecl", "ScoreDecl", "MaskDecl", "ImportDecl", "SourceFile", "POSITIONS", "BUILTINS",
            "SEGMENT_ATTRS", "Const", "Pos", "Builtin", "ParamRef", "SegAttr", "SegValue", "TableAt", "BIT_OPS",

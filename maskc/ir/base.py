@@ -1,10 +1,14 @@
-"""What every IR node module shares: the span field that takes no part in equality, and the hash
-computed once for the normal form's nested terms."""
+"""What every IR node module shares: the span field that takes no part in equality, the hash computed once for
+the normal form's nested terms, and the memo that passes keep on a node (:func:`kept_on`)."""
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Callable, TypeVar
 
 from maskc.errors import NO_SPAN, Span
+
+
+T = TypeVar("T")
 
 
 def span_field() -> Span:
@@ -29,3 +33,17 @@ class HashOnce:
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
+def kept_on(node: object, name: str, compute: Callable[[], T], along: object = None) -> T:
+    """``compute()``, worked out on the first call for ``node`` (and ``along``, by identity: a second object the
+    value depends on) and kept on the node under ``name``; the kept value while ``along`` is the same object.
+
+    For pure functions of immutable IR nodes that passes ask again at every bind (a RangeMask's piece plan, a
+    condition's program). The value lives in the instance's ``__dict__``, outside its dataclass fields: equality,
+    hashing and repr never see it, and a node made by ``dataclasses.replace`` starts without it."""
+    kept = node.__dict__.get(name)
+    if kept is None or kept[0] is not along:
+        kept = (along, compute())
+        object.__setattr__(node, name, kept)
+    return kept[1]
