@@ -13,7 +13,7 @@ from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.keys import region_keys, union, values_at
 from maskc.analysis.rows import RowValues, k_bound_rows
 from conftest import EXAMPLES, tile_truth
-from mask_strategies import chunk_atom, chunk_binding, chunk_mask_text, q_guard, tile_shape
+from mask_strategies import binding, chunk_atom, chunk_binding, chunk_mask_text, mask_text, q_guard, tile_shape
 
 
 def _compiled_and_bound(text, bind_args):
@@ -828,3 +828,39 @@ def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows, sho
             continue
         event(f"{kind}: records, {'peeled' if (found.count == 1).any() else 'none of one'}")
         _assert_members(found, owner, lo, hi, unsure)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mask_text(exact=True), binding(), st.data())
+def test_one_level_intervals_are_each_owners_bounds(text, bind_args, data):
+    """A one-level region free of chunks (a linear region: keys ``k`` between forms of q) enumerated at one or two
+    points: its families are the owners whose guards hold at every point, each with the interval of its own row at
+    each point, ``[max(0, lower bounds), min(kv_len - 1, upper bounds) + 1)`` rounded inward, evaluated row by row
+    (RowValues) here."""
+    from maskc.analysis.keys import enumerate_keys
+    mask, bound = _compiled_and_bound(text, bind_args)
+    params, s, kv = bound.params.batch[0], bound.seq_len, bound.kv_len
+    make = values_at(params, s, kv, 0, 0)
+    n = data.draw(st.integers(1, 6))
+    points = [np.array(data.draw(st.lists(st.integers(0, s - 1), min_size=n, max_size=n)), np.int64)
+              for _ in range(data.draw(st.integers(1, 2)))]
+    for region in mask.specialized(params.ints).allow:
+        if region.chunks is not None or not region.linear:
+            continue
+        owner, lo, hi, *_ = enumerate_keys(region, make, points, kv, 1 << 20)
+        holds = np.ones(n, bool)
+        for q in points:
+            rows = RowValues(params, s, kv, 0, 0, q)
+            for g in region.static_guards + region.guards:
+                holds &= np.broadcast_to(rows.lin(g.lin) <= 0, (n,))
+        np.testing.assert_array_equal(owner, holds.nonzero()[0])
+        for p, q in enumerate(points):
+            rows = RowValues(params, s, kv, 0, 0, q[owner])
+            low = np.zeros(len(owner), np.int64)
+            high = np.full(len(owner), kv - 1, np.int64)
+            for b in region.lower:
+                low = np.maximum(low, k_bound_rows(b, rows, True))
+            for b in region.upper:
+                high = np.minimum(high, k_bound_rows(b, rows, False))
+            np.testing.assert_array_equal(lo[p], low)
+            np.testing.assert_array_equal(hi[p], high + 1)

@@ -174,6 +174,27 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     return out
 
 
+def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, clip: tuple | None):
+    """:func:`_extremes` of a one-level region whose bounds read no chunk index (clear's ``q < text`` and ``k <
+    text``), where each family is one of the owners ``owner`` (ascending, each once): its bounds are the
+    owner's, so each side is reduced at the owners' rows first (scalars stay scalars, the clip among them) and
+    taken at the families once: no OwnerRuns, no gather per group, no broadcast of a [1, families] value."""
+    out = []
+    for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
+        found = [] if clip is None else [clip[0 if lower else 1]]
+        for moving, den, fixed in side:
+            assert moving is None, "a bound that reads no chunk index"
+            v = functools.reduce(fn, [owner_values[i] for i in fixed])
+            found.append(v if den == 1 else -((-v) // den) if lower else v // den)
+        acc = functools.reduce(fn, found)
+        if np.ndim(acc):
+            out.append(acc.reshape(points, -1).take(owner, axis=1))
+        else:                                   # two C calls, where np.full adds its Python
+            out.append(np.empty((points, len(owner)), np.int64))
+            out[-1].fill(acc)
+    return out
+
+
 def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int,
                    records: Callable | None = None):
     """Every (owner, chunk) of one region and its key interval at each point.
@@ -271,8 +292,10 @@ class Enumeration:
     def extremes(self, depth: int, owner, counts, chunks: dict, clip=None):
         """Level ``depth``'s bounds' extremes (lo, hi inclusive) [points, families], all points at once (forms
         of the chunks alone evaluated once per owner, not per point)."""
-        runs = OwnerRuns(len(self.points), counts, len(owner))
         family, sides = self.program.levels[depth]
+        if not family.steps and len(self.program.levels) == 1:
+            return _owner_extremes(sides, self.owner_values, len(self.points), owner, clip)
+        runs = OwnerRuns(len(self.points), counts, len(owner))
         family_values = family.values(self.make(None, chunks), self.owner_values, runs) if family.steps else []
         return _extremes(sides, self.owner_values, family_values, runs, clip)
 
