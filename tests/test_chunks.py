@@ -516,8 +516,31 @@ def test_families_apart_from_the_column_by_hand(drawn, columns):
                  for p, la, ha, lb, hb in rows for q, lo, hi in col)
     abuts = any(p == q and (ha == hb == lo or la == lb == hi) for p, la, ha, lb, hb in rows for q, lo, hi in col)
     event(f"across: {across}, abuts: {abuts}")
-    ordered = piece_tiles._hull_order(families, 100, sort=False)
-    assert piece_tiles._apart(ordered, c_piece, c_lo, c_hi, 100) == (not across and not abuts)
+    ordered, key = piece_tiles._keyed_hull_order(families, 100, sort=False)
+    assert piece_tiles._apart(ordered, key, c_piece, c_lo, c_hi, 100) == (not across and not abuts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 60), st.integers(0, 40), st.integers(0, 60),
+                          st.integers(0, 40)), min_size=1, max_size=30), st.booleans())
+def test_keyed_hull_order_keys_its_families(rows, presorted):
+    """_keyed_hull_order's key is each family's ``piece * (kv_len + 1) + hull start`` in the order it returns the
+    families (sorted by piece and hull start, stably), sorting or not, and that order is _hull_order's."""
+    kv_len = 100
+    rows = [(p, la, la + wa, lb, lb + wb) for p, la, wa, lb, wb in rows]
+    if presorted:
+        rows.sort(key=lambda r: (r[0], min(r[1], r[3])))
+    families = tuple(np.array(x, np.int64) for x in zip(*rows))
+    ordered, key = piece_tiles._keyed_hull_order(families, kv_len)
+    expect = sorted(range(len(rows)), key=lambda i: (rows[i][0], min(rows[i][1], rows[i][3])))
+    for got, column in zip(ordered[0], zip(*rows)):
+        np.testing.assert_array_equal(got, np.array(column)[expect])
+    (piece, la, _, lb, _), h0, _, _ = ordered
+    np.testing.assert_array_equal(key, piece * (kv_len + 1) + np.minimum(la, lb))
+    np.testing.assert_array_equal(h0, np.minimum(la, lb))
+    same = piece_tiles._hull_order(families, kv_len)
+    for a, b in zip(same[0] + same[1:], ordered[0] + ordered[1:]):
+        np.testing.assert_array_equal(a, b)
 
 
 # Rules that pin q to a point or a bounded interval in the middle of a q_block, with a chunked region in the mask:

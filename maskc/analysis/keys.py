@@ -167,6 +167,10 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
         found += [group_values(group, lower, owner_values, family_values, index, fn) for group in side]
+        # smallest first (scalars, then values equal at every point, [1, families]): one pass over [points,
+        # families] for the last only, where the groups' order would spend one on each
+        if len(found) > 2:
+            found.sort(key=np.size)
         acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
         if np.shape(acc) != index.shape:           # equal at every point: repeated (a C call; broadcast_to is Python)
             acc = np.full(index.shape, acc) if not np.ndim(acc) else acc.reshape(1, -1).repeat(index.shape[0], axis=0)

@@ -488,26 +488,26 @@ def _column_apart(parts, pieces: int, kv_len: int):
               if 0 < len(owner) <= pieces and ((la == lb) & (ha == hb)).all()]
     if not column or len(parts) - len(column) != 1:
         return None, None
-    ordered = _hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
-    if ordered is None or not len(ordered[1]):
+    found = _keyed_hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
+    if found is None or not len(found[0][1]):
         return None, None
+    ordered, key = found
     piece, lo, hi = (np.concatenate([parts[i][j] for i in column]) for j in range(3))
     c_piece, c_lo, c_hi = union(piece, lo, hi, kv_len)
-    if not _apart(ordered, c_piece, c_lo, c_hi, kv_len):
+    if not _apart(ordered, key, c_piece, c_lo, c_hi, kv_len):
         return None, None
     return (c_piece, c_lo, c_hi), ordered
 
 
-def _apart(ordered, c_piece, c_lo, c_hi, kv_len: int) -> bool:
-    """Whether no family of ``ordered`` (:func:`_hull_order`; hulls disjoint within a piece where it is not
-    flagged) has a hull across an end of a column interval ``[c_lo, c_hi)`` of its piece (sorted by ``c_piece``
+def _apart(ordered, key, c_piece, c_lo, c_hi, kv_len: int) -> bool:
+    """Whether no family of ``ordered`` (:func:`_hull_order`, ``key`` its order's key: :func:`_keyed_hull_order`;
+    hulls disjoint within a piece where it is not flagged) has a hull across an end of a column interval ``[c_lo, c_hi)`` of its piece (sorted by ``c_piece``
     and ``c_lo``, disjoint), and none abuts one at both of its piece's end rows (its high ends at ``c_lo``, or its
     low ends at ``c_hi``). Per column, by search: the last family starting before it (across its start if it ends past it;
     abutting if both high ends are its start), the last one starting before its end (across that end if it ends
     past it), the one after (abutting if both low ends are its end)."""
     (piece, la, ha, lb, hb), h0, h1, _ = ordered
     width = kv_len + 1
-    key = piece * width + h0
     n = len(key)
     before = key.searchsorted(c_piece * width + c_lo) - 1
     inside = key.searchsorted(c_piece * width + c_hi) - 1
@@ -728,6 +728,13 @@ def _hull_order(families, kv_len: int, sort: bool = True):
     """``(families, h0, h1, same)``: the families sorted by piece and hull start (a stable sort; None where
     they are out of that order and ``sort`` is off), their hulls ``[h0, h1)``, and whether each follows one
     of its piece."""
+    found = _keyed_hull_order(families, kv_len, sort)
+    return None if found is None else found[0]
+
+
+def _keyed_hull_order(families, kv_len: int, sort: bool = True):
+    """``(ordered, key)``: :func:`_hull_order`'s answer (None where it is None) and the order's key, ``piece *
+    (kv_len + 1) + h0`` of each family (ascending), for a search among them (:func:`_apart`)."""
     piece, la, ha, lb, hb = families
     h0 = np.minimum(la, lb)
     key = piece * (kv_len + 1) + h0
@@ -735,8 +742,8 @@ def _hull_order(families, kv_len: int, sort: bool = True):
         if not sort:
             return None
         order = key.argsort(kind="stable")
-        piece, la, ha, lb, hb, h0 = piece[order], la[order], ha[order], lb[order], hb[order], h0[order]
-    return (piece, la, ha, lb, hb), h0, np.maximum(ha, hb), piece[1:] == piece[:-1]
+        piece, la, ha, lb, hb, h0, key = piece[order], la[order], ha[order], lb[order], hb[order], h0[order], key[order]
+    return ((piece, la, ha, lb, hb), h0, np.maximum(ha, hb), piece[1:] == piece[:-1]), key
 
 
 def _nothing_covered(families, h0, h1, same) -> bool:
