@@ -388,15 +388,22 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
         piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
     need = np.bincount(block, minlength=qt)
     several = need.max() > 1                     # pieces a q_block: their blocks unioned per q_block below
-    if several and len(stride) and stride.max() > block_n:
+    apart = several and len(stride) and stride.max() > block_n
+    if apart:
         # members that may lie apart are listed one by one below (_touching_hulls): fewer records, fewer members.
         # (A stride of at most block_n gives one hull a record already: nothing to gain, video's.)
         piece, h0, h1, count, stride = _merged_in_q_blocks(piece, h0, h1, count, stride, block)
     piece, h0, h1 = _touching_hulls(piece, h0, h1, count, stride, block_n)
-    by_piece = _touched_blocks(piece, h0, h1, block_n)
-    touched = (block[by_piece[0]], by_piece[1], by_piece[2])
-    if several:
-        touched = union(*touched, kt)
+    if several and not apart:
+        # one hull a record: the union per q_block of their blocks is that of each piece's (_touched_blocks',
+        # then unioned), in one step (video: 170 -> 149 us). Members listed one by one (NATTEN's) come out of
+        # order across a q_block's pieces: merged per piece first, the union sorts fewer (one step: 237 -> 256).
+        touched = union(block[piece], floor_blocks(h0, block_n), ceil_blocks(h1, block_n), kt)
+    else:
+        by_piece = _touched_blocks(piece, h0, h1, block_n)
+        touched = (block[by_piece[0]], by_piece[1], by_piece[2])
+        if several:
+            touched = union(*touched, kt)
     empty = np.zeros(0, np.int64)
     return _split_at_covered(touched, (empty, empty, empty), kt), bad
 
