@@ -179,10 +179,11 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
 
 
 def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, clip: tuple | None):
-    """:func:`_extremes` of a one-level region whose bounds read no chunk index (clear's ``q < text`` and ``k <
-    text``), where each family is one of the owners ``owner`` (ascending, each once): its bounds are the
-    owner's, so each side is reduced at the owners' rows first (scalars stay scalars, the clip among them) and
-    taken at the families once: no OwnerRuns, no gather per group, no broadcast of a [1, families] value."""
+    """:func:`_extremes` of a nest's top level whose bounds read no chunk index (a one-level region's, as clear's
+    ``q < text`` and ``k < text``; level 1 of clear's disc), where each family is one of the owners ``owner``
+    (ascending, each once): its bounds are the owner's, so each side is reduced at the owners' rows first
+    (scalars stay scalars, the clip among them) and taken at the families once: no OwnerRuns, no gather per
+    group, no broadcast of a [1, families] value."""
     out = []
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
@@ -297,7 +298,7 @@ class Enumeration:
         """Level ``depth``'s bounds' extremes (lo, hi inclusive) [points, families], all points at once (forms
         of the chunks alone evaluated once per owner, not per point)."""
         family, sides = self.program.levels[depth]
-        if not family.steps and len(self.program.levels) == 1:
+        if depth == len(self.program.levels) - 1 and not family.steps:       # the top level: families are owners
             return _owner_extremes(sides, self.owner_values, len(self.points), owner, clip)
         runs = OwnerRuns(len(self.points), counts, len(owner))
         family_values = family.values(self.make(None, chunks), self.owner_values, runs) if family.steps else []
