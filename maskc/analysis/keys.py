@@ -234,23 +234,26 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     count = len(points)               # the points stacked: the owners' forms evaluated at all of them at once
     at = points[0] if count == 1 else np.concatenate(points)
     owner_values = program.owners.values(make(at))
-    ok = np.ones(n * count, bool)
-    fails_at_both = np.zeros(n, bool)         # two points: some guard false at both (so at every row between)
-    for g in program.guards:
-        holds = owner_values[g] <= 0
-        ok = ok & holds
-        if count == 2 and np.ndim(holds):
-            fails_at_both |= ~(holds[:n] | holds[n:])
-        elif count == 2 and not holds:
-            fails_at_both[:] = True
-    at_point = ok.reshape(count, n)
-    if count == 2:
-        # Each affine guard's truth changes once at most between the points, but their conjunction (an interval
-        # of rows) may be false at both and true between (q == 1000): it is known only where every guard
-        # holds at both points or one fails at both.
-        unsure |= ~((at_point[0] & at_point[1]) | fails_at_both)
-    owner = owner[at_point[0] & ~unsure]
-    counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
+    if program.guards:
+        ok = np.ones(n * count, bool)
+        fails_at_both = np.zeros(n, bool)         # two points: some guard false at both (so at every row between)
+        for g in program.guards:
+            holds = owner_values[g] <= 0
+            ok = ok & holds
+            if count == 2 and np.ndim(holds):
+                fails_at_both |= ~(holds[:n] | holds[n:])
+            elif count == 2 and not holds:
+                fails_at_both[:] = True
+        at_point = ok.reshape(count, n)
+        if count == 2:
+            # Each affine guard's truth changes once at most between the points, but their conjunction (an
+            # interval of rows) may be false at both and true between (q == 1000): it is known only where every
+            # guard holds at both points or one fails at both.
+            unsure |= ~((at_point[0] & at_point[1]) | fails_at_both)
+        owner = owner[at_point[0] & ~unsure]
+        counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
+    else:                                         # no guard (clear's disc, `k < text`): every owner, sure
+        counts = np.ones(n, np.intp)
     enumeration = Enumeration(program, make, points, owner_values, kv_len)
     chunks: dict = {}
     peak = 0
