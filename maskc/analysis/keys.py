@@ -262,8 +262,9 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
-            unsure[owner[differ]] = True
-            hi[0] = np.where(differ, lo[0] - 1, hi[0])
+            if differ.any():                  # usual: none (a piece in one image row)
+                unsure[owner[differ]] = True
+                hi[0] = np.where(differ, lo[0] - 1, hi[0])
         per = np.maximum(hi[0] - lo[0] + 1, 0)
         total = int(per.sum())
         if total > budget:
@@ -280,11 +281,13 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
 def expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarray):
     """``(owner, counts, chunks)`` one level down: each family repeated once per chunk of its range (``per``
     chunks of ``var`` from ``first``), the chunks numbered from its lower bound up, in the families' order."""
-    total = int(per.sum())
-    below = np.concatenate([[0], per.cumsum()])             # the chunks of the families before each
+    below = np.zeros(len(per) + 1, np.int64)                # the chunks of the families before each
+    np.cumsum(per, out=below[1:])
+    total = int(below[-1])
     chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
     chunks[var] = np.repeat(first - below[:-1], per) + np.arange(total)
-    edges = np.concatenate([[0], counts.cumsum()])          # each owner's first family, before this level
+    edges = np.zeros(len(counts) + 1, np.intp)              # each owner's first family, before this level
+    np.cumsum(counts, out=edges[1:])
     return np.repeat(owner, per), below[edges[1:]] - below[edges[:-1]], chunks
 
 
@@ -315,7 +318,8 @@ class Enumeration:
         lo, hi = self.extremes(0, owner, counts, chunks, (np.int64(0), np.int64(kv_len - 1)))
         lo, hi = list(lo), list(hi + 1)
         blind = np.zeros(len(owner), bool)
-        cut = np.full(len(owner), -1, np.int64)
+        cut = np.empty(len(owner), np.int64)
+        cut.fill(-1)
         ends = None
         if count == 2:
             def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
