@@ -69,9 +69,15 @@ def records(enumeration: Enumeration, owner, counts, chunks: dict, first, per, u
     stride = gathered_at(owner_values[program.stride], runs)          # a scalar, or [1 or 2, records]
     if np.ndim(stride) and len(stride) == 2 and stride[0].tobytes() != stride[1].tobytes():
         return None                                        # the translate moves between the points
-    stride = stride[0] if np.ndim(stride) else np.full(len(owner), stride)
-    if stride.min() < 1:
+    if not np.ndim(stride):                                # usual: one stride (an image's width)
+        if stride < 1:
+            return None
+        value, stride = stride, np.empty(len(owner), np.int64)
+        stride.fill(value)
+    elif stride[0].min() < 1:
         return None
+    else:
+        stride = stride[0]
     family, (lower, upper) = program.levels[0]
     at_first = dict(chunks)
     at_first[program.level_1_var] = first
