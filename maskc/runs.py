@@ -136,15 +136,17 @@ def ceil_blocks(x, block: int):
     return -floor_blocks(-x, block)
 
 
-def sorted_unique(values: np.ndarray, return_inverse: bool = False):
+def sorted_unique(values: np.ndarray, return_inverse: bool = False, runs: bool = False):
     """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
-    short arrays classification makes), and with ``return_inverse`` where each value went."""
+    short arrays classification makes), and with ``return_inverse`` where each value went. ``runs``: the values
+    are a few ascending runs (sorted lists concatenated), which a stable sort (timsort) merges in linear time
+    (2.5x faster than the default at 400-900 values; 2x slower on values in no order)."""
     if return_inverse:
         order = values.argsort(kind="stable")
         ordered = values[order]
     else:
         ordered = values.copy()
-        ordered.sort()
+        ordered.sort(kind="stable" if runs else None)
     new = np.empty(len(ordered), bool)
     new[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])

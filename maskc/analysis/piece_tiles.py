@@ -202,7 +202,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     if breaks.lines:                     # c*q + r <= 0 changes truth once: past -r/c (c > 0), at r/-c (c < 0)
         values = [(c, lin_value(r, params, seq_len, kv_len, head, b)) for c, r in breaks.lines]
         parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
-    starts = sorted_unique(np.concatenate(parts))
+    starts = sorted_unique(np.concatenate(parts), runs=True)
     starts = starts[(starts >= row0) & (starts < row1)]
     for program in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
         n = len(starts)
@@ -222,7 +222,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
                     at = starts.take(ahead) - d0.take(ahead) // step.take(ahead)  # the first row past the crossing
                     cuts.append(at[at <= ends.take(ahead)])
         if len(cuts) > 1:
-            starts = sorted_unique(np.concatenate(cuts))
+            starts = sorted_unique(np.concatenate(cuts), runs=True)
     if breaks.guards:
         starts = _guard_cuts(breaks, starts, row1, params, b, head, seq_len, kv_len)
     return starts
@@ -251,7 +251,7 @@ def _guard_cuts(breaks: Breaks, starts: np.ndarray, row1: int, params, b: int, h
         change = (t > 0) & (starts + t <= ends)
         if change.any():
             cuts.append(starts[change] + t[change])
-    return sorted_unique(np.concatenate(cuts)) if len(cuts) > 1 else starts
+    return sorted_unique(np.concatenate(cuts), runs=True) if len(cuts) > 1 else starts
 
 
 def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
