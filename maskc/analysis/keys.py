@@ -142,22 +142,28 @@ def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram
     return hit
 
 
-def group_values(group, lower: bool, owner_values: list, family_values: list, index, fn):
+def group_values(group, lower: bool, owner_values: list, family_values: list, index, fn, plus: int = 0):
     """One group's bound (:class:`_NestProgram`) at the families of ``index`` (as
     :func:`~maskc.analysis.formprog.gathered_at` takes it): the extreme ``fn`` of its
-    chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
+    chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward; then ``plus``
+    (added to the chunk-free part at the owners' rows where nothing is divided: fewer values than families)."""
     moving, den, fixed = group
-    v = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
+    fixed_part = functools.reduce(fn, [owner_values[i] for i in fixed])
+    if plus and den == 1:
+        fixed_part, plus = fixed_part + plus, 0
+    v = gathered_at(fixed_part, index)
     if moving is not None:
         v = v + family_values[moving]
     if den != 1:
         v = -((-v) // den) if lower else v // den
-    return v
+    return v + plus if plus else v
 
 
-def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple | None):
+def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple | None, ends: bool = False):
     """A level's greatest lower bound and least upper bound, int64[points, families] each, at the families of
-    ``index`` ([points, families] rows of the owners, or :class:`~maskc.analysis.formprog.OwnerRuns`).
+    ``index`` ([points, families] rows of the owners, or :class:`~maskc.analysis.formprog.OwnerRuns`); with
+    ``ends``, the least upper bound plus 1 (the intervals' exclusive ends: min commutes with the addition, made
+    on each bound where it is cheapest, :func:`group_values`).
 
     By groups (:class:`_NestProgram`): the greatest of a group's chunk-free parts is taken at the owners' rows,
     gathered once, and its chunk-reading part added once: ``max(ceil((a + m) / d), ceil((b + m) / d)) =
@@ -165,8 +171,9 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     keys at level 0."""
     out = []
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
-        found = [] if clip is None else [clip[0 if lower else 1]]
-        found += [group_values(group, lower, owner_values, family_values, index, fn) for group in side]
+        plus = 1 if ends and not lower else 0
+        found = [] if clip is None else [clip[0 if lower else 1] + plus]
+        found += [group_values(group, lower, owner_values, family_values, index, fn, plus) for group in side]
         # smallest first (scalars, then values equal at every point, [1, families]): one pass over [points,
         # families] for the last only, where the groups' order would spend one on each
         if len(found) > 2:
@@ -178,12 +185,13 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     return out
 
 
-def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, clip: tuple | None):
+def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, clip: tuple | None,
+                    ends: bool = False):
     """:func:`_extremes` of a nest's top level whose bounds read no chunk index (a one-level region's, as clear's
     ``q < text`` and ``k < text``; level 1 of clear's disc), where each family is one of the owners ``owner``
     (ascending, each once): its bounds are the owner's, so each side is reduced at the owners' rows first
     (scalars stay scalars, the clip among them) and taken at the families once: no OwnerRuns, no gather per
-    group, no broadcast of a [1, families] value."""
+    group, no broadcast of a [1, families] value. ``ends``: as :func:`_extremes`'."""
     out = []
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
@@ -192,6 +200,8 @@ def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, c
             v = functools.reduce(fn, [owner_values[i] for i in fixed])
             found.append(v if den == 1 else -((-v) // den) if lower else v // den)
         acc = functools.reduce(fn, found)
+        if ends and not lower:
+            acc = acc + 1
         if np.ndim(acc):
             out.append(acc.reshape(points, -1).take(owner, axis=1))
         else:                                   # two C calls, where np.full adds its Python
@@ -300,23 +310,23 @@ class Enumeration:
         self.program, self.make, self.points = program, make, points
         self.owner_values, self.kv_len = owner_values, kv_len
 
-    def extremes(self, depth: int, owner, counts, chunks: dict, clip=None):
-        """Level ``depth``'s bounds' extremes (lo, hi inclusive) [points, families], all points at once (forms
-        of the chunks alone evaluated once per owner, not per point)."""
+    def extremes(self, depth: int, owner, counts, chunks: dict, clip=None, ends: bool = False):
+        """Level ``depth``'s bounds' extremes (lo, hi inclusive; with ``ends``, hi exclusive) [points, families],
+        all points at once (forms of the chunks alone evaluated once per owner, not per point)."""
         family, sides = self.program.levels[depth]
         if depth == len(self.program.levels) - 1 and not family.steps:       # the top level: families are owners
-            return _owner_extremes(sides, self.owner_values, len(self.points), owner, clip)
+            return _owner_extremes(sides, self.owner_values, len(self.points), owner, clip, ends)
         runs = OwnerRuns(len(self.points), counts, len(owner))
         family_values = family.values(self.make(None, chunks), self.owner_values, runs) if family.steps else []
-        return _extremes(sides, self.owner_values, family_values, runs, clip)
+        return _extremes(sides, self.owner_values, family_values, runs, clip, ends)
 
     def level_0(self, owner, counts, chunks: dict, unsure, peak: int):
         """:func:`enumerate_keys`' answer from the level-0 families ``(owner, counts, chunks)``."""
         program, make, points, owner_values, kv_len = (self.program, self.make, self.points, self.owner_values,
                                                        self.kv_len)
         count, n = len(points), len(points[0])
-        lo, hi = self.extremes(0, owner, counts, chunks, (np.int64(0), np.int64(kv_len - 1)))
-        lo, hi = list(lo), list(hi + 1)
+        lo, hi = self.extremes(0, owner, counts, chunks, (np.int64(0), np.int64(kv_len - 1)), ends=True)
+        lo, hi = list(lo), list(hi)
         blind = np.zeros(len(owner), bool)
         cut = np.empty(len(owner), np.int64)
         cut.fill(-1)
