@@ -20,6 +20,17 @@ def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int
             + (f" x {batch} batch elements" if batch > 1 else ""))
 
 
+def any_true(x) -> bool:
+    """Whether some value of ``x`` (an array of any shape, or a scalar) is true: one C call (np.count_nonzero),
+    where ``ndarray.any()`` goes through numpy's Python methods (0.5 against 1.3 us at a few hundred values)."""
+    return np.count_nonzero(x) > 0
+
+
+def all_true(x) -> bool:
+    """Whether every value of ``x`` (an array of any shape, or a scalar) is true; as :func:`any_true`."""
+    return np.count_nonzero(x) == np.size(x)
+
+
 class RunBudget:
     """The bytes a descriptor may take, counted as its runs are made: a BindError naming ``max_bytes`` (what
     a user raises) as soon as the total passes it. ``what`` names the sizes; ``used``: bytes already taken."""

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from maskc.analysis.keys import covered_by_all, subtract, union
 from maskc.analysis.piece_tiles import _drop_covered, _merged_in_q_blocks, _split_at_covered
 from maskc.analysis.tiles import merge_runs
-from maskc.runs import FULL, PARTIAL, sorted_unique
+from maskc.runs import FULL, PARTIAL, all_true, any_true, sorted_unique
 
 KV = 40
 
@@ -181,3 +181,16 @@ def test_sorted_unique_is_np_unique_for_runs_and_any_values(parts, ascending, ru
     got, inverse = sorted_unique(values, return_inverse=True)
     np.testing.assert_array_equal(got[inverse], values)
     np.testing.assert_array_equal(got, np.unique(values))
+
+
+@settings(max_examples=300)
+@given(st.lists(st.booleans(), max_size=12), st.sampled_from([(-1,), (2, -1), (-1, 1)]), st.booleans())
+def test_truth_tests_by_count_are_numpy_s(values, shape, scalar):
+    """any_true and all_true give ndarray.any() and .all() on arrays of any shape (empty ones included) and on
+    numpy scalars."""
+    x = np.array(values, bool)
+    if scalar:
+        x = np.bool_(bool(values) and values[0])
+    elif len(values) % 2 == 0:
+        x = x.reshape(shape)
+    assert any_true(x) == bool(np.asarray(x).any()) and all_true(x) == bool(np.asarray(x).all())

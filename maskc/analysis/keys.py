@@ -26,7 +26,7 @@ from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, OwnerRuns, gathered_at
 from maskc.analysis.rows import split_on_chunks
-from maskc.runs import sorted_unique
+from maskc.runs import all_true, any_true, sorted_unique
 
 
 class TooMany(Exception):
@@ -272,7 +272,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
-            if differ.any():                  # usual: none (a piece in one image row)
+            if any_true(differ):                  # usual: none (a piece in one image row)
                 unsure[owner[differ]] = True
                 hi[0] = np.where(differ, lo[0] - 1, hi[0])
         per = np.maximum(hi[0] - lo[0] + 1, 0)
@@ -394,21 +394,21 @@ def _blind_and_cuts(points, owner, lo, hi, pick, bounds, blind, cut) -> None:
 def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
     """Per row, the union of the intervals as sorted, disjoint, non-adjacent ones (empty ones dropped)."""
     keep = lo < hi
-    if not keep.all():
+    if not all_true(keep):
         row, lo, hi = row[keep], lo[keep], hi[keep]
     if not len(row):
         return row, lo, hi
     width = kv_len + 1                                 # rows never touch on this line
     g_lo = row * width + lo
-    if (g_lo[1:] < g_lo[:-1]).any():                   # often in order already
+    if any_true(g_lo[1:] < g_lo[:-1]):                   # often in order already
         order = g_lo.argsort(kind="stable")
         row, lo, hi, g_lo = row[order], lo[order], hi[order], g_lo[order]
     g_hi = row * width + hi
     # the furthest key reached so far (a running maximum costs ~3 ns a key: skipped where the ends ascend)
-    reach = g_hi if not (g_hi[1:] < g_hi[:-1]).any() else np.maximum.accumulate(g_hi)
+    reach = g_hi if not any_true(g_hi[1:] < g_hi[:-1]) else np.maximum.accumulate(g_hi)
     starts = np.ones(len(g_lo), bool)
     starts[1:] = g_lo[1:] > reach[:-1]
-    if starts.all():                                   # disjoint and apart already
+    if all_true(starts):                                   # disjoint and apart already
         return row, lo, hi
     first = starts.nonzero()[0]
     row = row[first]
