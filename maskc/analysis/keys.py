@@ -244,25 +244,31 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     count = len(points)               # the points stacked: the owners' forms evaluated at all of them at once
     at = points[0] if count == 1 else np.concatenate(points)
     owner_values = program.owners.values(make(at))
-    if program.guards:
-        ok = np.ones(n * count, bool)
-        fails_at_both = np.zeros(n, bool)         # two points: some guard false at both (so at every row between)
-        for g in program.guards:
-            holds = owner_values[g] <= 0
-            ok = ok & holds
-            if count == 2 and np.ndim(holds):
-                fails_at_both |= ~(holds[:n] | holds[n:])
-            elif count == 2 and not holds:
-                fails_at_both[:] = True
+    ok = None                                     # every guard holds, at the owners' rows point after point
+    fails_at_both = None                          # two points: some guard false at both (so at every row between)
+    for g in program.guards:
+        holds = owner_values[g] <= 0
+        if not np.ndim(holds):                    # one truth at every row
+            if holds:
+                continue
+            holds = np.zeros(n * count, bool)
+        ok = holds if ok is None else ok & holds
+        if count == 2:
+            fails = ~(holds[:n] | holds[n:])
+            fails_at_both = fails if fails_at_both is None else fails_at_both | fails
+    if ok is not None:
         at_point = ok.reshape(count, n)
+        kept = at_point[0]
         if count == 2:
             # Each affine guard's truth changes once at most between the points, but their conjunction (an
             # interval of rows) may be false at both and true between (q == 1000): it is known only where every
             # guard holds at both points or one fails at both.
-            unsure |= ~((at_point[0] & at_point[1]) | fails_at_both)
-        owner = owner[at_point[0] & ~unsure]
-        counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
-    else:                                         # no guard (clear's disc, `k < text`): every owner, sure
+            sure = (at_point[0] & at_point[1]) | fails_at_both
+            unsure = ~sure
+            kept = kept & sure
+        owner = kept.nonzero()[0]
+        counts = kept.astype(np.intp)             # each owner's families (in owner order)
+    else:                                         # no guard, or none false (clear's disc, `k < text`): every owner
         counts = np.ones(n, np.intp)
     enumeration = Enumeration(program, make, points, owner_values, kv_len)
     chunks: dict = {}
@@ -399,20 +405,21 @@ def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
     if not len(row):
         return row, lo, hi
     width = kv_len + 1                                 # rows never touch on this line
-    g_lo = row * width + lo
-    if any_true(g_lo[1:] < g_lo[:-1]):                   # often in order already
+    base = row * width
+    g_lo = base + lo
+    if any_true(g_lo[1:] < g_lo[:-1]):                 # often in order already
         order = g_lo.argsort(kind="stable")
-        row, lo, hi, g_lo = row[order], lo[order], hi[order], g_lo[order]
-    g_hi = row * width + hi
+        row, lo, hi, g_lo, base = row[order], lo[order], hi[order], g_lo[order], base[order]
+    g_hi = base + hi
     # the furthest key reached so far (a running maximum costs ~3 ns a key: skipped where the ends ascend)
     reach = g_hi if not any_true(g_hi[1:] < g_hi[:-1]) else np.maximum.accumulate(g_hi)
-    starts = np.ones(len(g_lo), bool)
-    starts[1:] = g_lo[1:] > reach[:-1]
-    if all_true(starts):                                   # disjoint and apart already
+    starts = np.empty(len(g_lo), bool)
+    starts[:1] = True
+    np.greater(g_lo[1:], reach[:-1], out=starts[1:])
+    if all_true(starts):                               # disjoint and apart already
         return row, lo, hi
     first = starts.nonzero()[0]
-    row = row[first]
-    return row, lo[first], np.maximum.reduceat(g_hi, first) - row * width
+    return row[first], lo[first], np.maximum.reduceat(g_hi, first) - base[first]
 
 
 def subtract(keys, deny, kv_len: int):
