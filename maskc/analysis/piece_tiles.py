@@ -294,7 +294,9 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
-    joined = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])            # abuts the previous at both ends
+    joined = ha[:-1] == la[1:]                  # abuts the previous at both ends (usual: nowhere at the first)
+    if any_true(joined):
+        joined &= same & (hb[:-1] == lb[1:])
     if any_true(joined):
         first = np.concatenate([[0], (~joined).nonzero()[0] + 1])
         last = last_rows(first, len(piece))
