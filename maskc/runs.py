@@ -20,6 +20,17 @@ def sizes_text(seq_len: int, kv_len: int, block_m: int, block_n: int, batch: int
             + (f" x {batch} batch elements" if batch > 1 else ""))
 
 
+def any_true(x) -> bool:
+    """Whether some value of ``x`` (an array of any shape, or a scalar) is true: one C call (np.count_nonzero),
+    where ``ndarray.any()`` goes through numpy's Python methods (0.5 against 1.3 us at a few hundred values)."""
+    return bool(np.count_nonzero(x))
+
+
+def all_true(x) -> bool:
+    """Whether every value of ``x`` (an array of any shape, or a scalar) is true; as :func:`any_true`."""
+    return np.count_nonzero(x) == np.size(x)
+
+
 class RunBudget:
     """The bytes a descriptor may take, counted as its runs are made: a BindError naming ``max_bytes`` (what
     a user raises) as soon as the total passes it. ``what`` names the sizes; ``used``: bytes already taken."""
@@ -136,15 +147,17 @@ def ceil_blocks(x, block: int):
     return -floor_blocks(-x, block)
 
 
-def sorted_unique(values: np.ndarray, return_inverse: bool = False):
+def sorted_unique(values: np.ndarray, return_inverse: bool = False, runs: bool = False):
     """``np.unique`` of int64 values by one sort (numpy's own hashes first: several times slower on the
-    short arrays classification makes), and with ``return_inverse`` where each value went."""
+    short arrays classification makes), and with ``return_inverse`` where each value went. ``runs``: the values
+    are a few ascending runs (sorted lists concatenated), which a stable sort (timsort) merges in linear time
+    (2.5x faster than the default at 400-900 values; 2x slower on values in no order)."""
     if return_inverse:
         order = values.argsort(kind="stable")
         ordered = values[order]
     else:
         ordered = values.copy()
-        ordered.sort()
+        ordered.sort(kind="stable" if runs else None)
     new = np.empty(len(ordered), bool)
     new[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])

@@ -13,7 +13,7 @@ from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.keys import region_keys, union, values_at
 from maskc.analysis.rows import RowValues, k_bound_rows
 from conftest import EXAMPLES, tile_truth
-from mask_strategies import chunk_atom, chunk_binding, chunk_mask_text, q_guard, tile_shape
+from mask_strategies import binding, chunk_atom, chunk_binding, chunk_mask_text, mask_text, q_guard, tile_shape
 
 
 def _compiled_and_bound(text, bind_args):
@@ -516,8 +516,31 @@ def test_families_apart_from_the_column_by_hand(drawn, columns):
                  for p, la, ha, lb, hb in rows for q, lo, hi in col)
     abuts = any(p == q and (ha == hb == lo or la == lb == hi) for p, la, ha, lb, hb in rows for q, lo, hi in col)
     event(f"across: {across}, abuts: {abuts}")
-    ordered = piece_tiles._hull_order(families, 100, sort=False)
-    assert piece_tiles._apart(ordered, c_piece, c_lo, c_hi, 100) == (not across and not abuts)
+    ordered, key = piece_tiles._keyed_hull_order(families, 100, sort=False)
+    assert piece_tiles._apart(ordered, key, c_piece, c_lo, c_hi, 100) == (not across and not abuts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 60), st.integers(0, 40), st.integers(0, 60),
+                          st.integers(0, 40)), min_size=1, max_size=30), st.booleans())
+def test_keyed_hull_order_keys_its_families(rows, presorted):
+    """_keyed_hull_order's key is each family's ``piece * (kv_len + 1) + hull start`` in the order it returns the
+    families (sorted by piece and hull start, stably), sorting or not, and that order is _hull_order's."""
+    kv_len = 100
+    rows = [(p, la, la + wa, lb, lb + wb) for p, la, wa, lb, wb in rows]
+    if presorted:
+        rows.sort(key=lambda r: (r[0], min(r[1], r[3])))
+    families = tuple(np.array(x, np.int64) for x in zip(*rows))
+    ordered, key = piece_tiles._keyed_hull_order(families, kv_len)
+    expect = sorted(range(len(rows)), key=lambda i: (rows[i][0], min(rows[i][1], rows[i][3])))
+    for got, column in zip(ordered[0], zip(*rows)):
+        np.testing.assert_array_equal(got, np.array(column)[expect])
+    (piece, la, _, lb, _), h0, _, _ = ordered
+    np.testing.assert_array_equal(key, piece * (kv_len + 1) + np.minimum(la, lb))
+    np.testing.assert_array_equal(h0, np.minimum(la, lb))
+    same = piece_tiles._hull_order(families, kv_len)
+    for a, b in zip(same[0] + same[1:], ordered[0] + ordered[1:]):
+        np.testing.assert_array_equal(a, b)
 
 
 # Rules that pin q to a point or a bounded interval in the middle of a q_block, with a chunked region in the mask:
@@ -870,3 +893,39 @@ def test_records_at_any_points_are_the_families(kind, w, chunks, r, a, rows, sho
             continue
         event(f"{kind}: records, {'peeled' if (found.count == 1).any() else 'none of one'}")
         _assert_members(found, owner, lo, hi, unsure)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mask_text(exact=True), binding(), st.data())
+def test_one_level_intervals_are_each_owners_bounds(text, bind_args, data):
+    """A one-level region free of chunks (a linear region: keys ``k`` between forms of q) enumerated at one or two
+    points: its families are the owners whose guards hold at every point, each with the interval of its own row at
+    each point, ``[max(0, lower bounds), min(kv_len - 1, upper bounds) + 1)`` rounded inward, evaluated row by row
+    (RowValues) here."""
+    from maskc.analysis.keys import enumerate_keys
+    mask, bound = _compiled_and_bound(text, bind_args)
+    params, s, kv = bound.params.batch[0], bound.seq_len, bound.kv_len
+    make = values_at(params, s, kv, 0, 0)
+    n = data.draw(st.integers(1, 6))
+    points = [np.array(data.draw(st.lists(st.integers(0, s - 1), min_size=n, max_size=n)), np.int64)
+              for _ in range(data.draw(st.integers(1, 2)))]
+    for region in mask.specialized(params.ints).allow:
+        if region.chunks is not None or not region.linear:
+            continue
+        owner, lo, hi, *_ = enumerate_keys(region, make, points, kv, 1 << 20)
+        holds = np.ones(n, bool)
+        for q in points:
+            rows = RowValues(params, s, kv, 0, 0, q)
+            for g in region.static_guards + region.guards:
+                holds &= np.broadcast_to(rows.lin(g.lin) <= 0, (n,))
+        np.testing.assert_array_equal(owner, holds.nonzero()[0])
+        for p, q in enumerate(points):
+            rows = RowValues(params, s, kv, 0, 0, q[owner])
+            low = np.zeros(len(owner), np.int64)
+            high = np.full(len(owner), kv - 1, np.int64)
+            for b in region.lower:
+                low = np.maximum(low, k_bound_rows(b, rows, True))
+            for b in region.upper:
+                high = np.minimum(high, k_bound_rows(b, rows, False))
+            np.testing.assert_array_equal(lo[p], low)
+            np.testing.assert_array_equal(hi[p], high + 1)

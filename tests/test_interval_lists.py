@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from maskc.analysis.keys import covered_by_all, subtract, union
 from maskc.analysis.piece_tiles import _drop_covered, _merged_in_q_blocks, _split_at_covered
 from maskc.analysis.tiles import merge_runs
-from maskc.runs import FULL, PARTIAL
+from maskc.runs import FULL, PARTIAL, all_true, any_true, sorted_unique
 
 KV = 40
 
@@ -169,3 +169,28 @@ def test_records_merged_in_q_blocks_chain_only_where_hulls_meet():
     out = _merged_in_q_blocks(piece, h0, h1, count, stride, block)
     for got, want in zip(out, ([0, 2, 3], [0, 10, 12], [9, 12, 14], [3, 3, 3], [20, 20, 20])):
         np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.lists(st.integers(-50, 200), max_size=40), min_size=1, max_size=5), st.booleans(), st.booleans())
+def test_sorted_unique_is_np_unique_for_runs_and_any_values(parts, ascending, runs):
+    """sorted_unique with and without ``runs`` (its sort kind only), and with ``return_inverse``: np.unique's
+    values (and inverse), for a few ascending runs concatenated or the same values in no order."""
+    values = np.concatenate([np.array(sorted(p) if ascending else p, np.int64) for p in parts])
+    np.testing.assert_array_equal(sorted_unique(values, runs=runs), np.unique(values))
+    got, inverse = sorted_unique(values, return_inverse=True)
+    np.testing.assert_array_equal(got[inverse], values)
+    np.testing.assert_array_equal(got, np.unique(values))
+
+
+@settings(max_examples=300)
+@given(st.lists(st.booleans(), max_size=12), st.sampled_from([(-1,), (2, -1), (-1, 1)]), st.booleans())
+def test_truth_tests_by_count_are_numpy_s(values, shape, scalar):
+    """any_true and all_true give ndarray.any() and .all() on arrays of any shape (empty ones included) and on
+    numpy scalars."""
+    x = np.array(values, bool)
+    if scalar:
+        x = np.bool_(bool(values) and values[0])
+    elif len(values) % 2 == 0:
+        x = x.reshape(shape)
+    assert any_true(x) == bool(np.asarray(x).any()) and all_true(x) == bool(np.asarray(x).all())

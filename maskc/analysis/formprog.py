@@ -53,7 +53,11 @@ class Env:
 
 def _summed(const: int, parts, first: Callable | None = None) -> Step:
     """RowValues.lin's sum: ``first`` (a value, else the constant) plus each (step, coefficient) of
-    ``parts``; no leading zero added, no negation."""
+    ``parts``; no leading zero added, no negation. A constant (no parts) is made once, here."""
+    if not parts and first is None:
+        value = np.int64(const)
+        return lambda v, g, e: value
+
     def step(v, g, e):
         out = first(v, g, e) if first is not None else (None if const == 0 else np.int64(const))
         for i, c in parts:

@@ -26,7 +26,7 @@ from maskc.analysis import forms as F
 from maskc.analysis import linear as L
 from maskc.analysis.formprog import Env, FamilyProgram, FormProgram, OwnerRuns, gathered_at
 from maskc.analysis.rows import split_on_chunks
-from maskc.runs import sorted_unique
+from maskc.runs import all_true, any_true, sorted_unique
 
 
 class TooMany(Exception):
@@ -134,30 +134,32 @@ def translate_stride(nest: ir.ChunkedKeys) -> ir.Lin | None:
 
 
 def _nest_program(region: ir.RegionBounds, nest: ir.ChunkedKeys) -> _NestProgram:
-    """The region's _NestProgram, kept on it (a RegionBounds is immutable)."""
-    hit = region.__dict__.get("_nest_program")
-    if hit is None:
-        hit = _NestProgram(region, nest)
-        object.__setattr__(region, "_nest_program", hit)
-    return hit
+    """The region's _NestProgram (of its one chunk nest, ``nest``), kept on it (a RegionBounds is immutable)."""
+    return ir.kept_on(region, "_nest_program", lambda: _NestProgram(region, nest))
 
 
-def group_values(group, lower: bool, owner_values: list, family_values: list, index, fn):
+def group_values(group, lower: bool, owner_values: list, family_values: list, index, fn, plus: int = 0):
     """One group's bound (:class:`_NestProgram`) at the families of ``index`` (as
     :func:`~maskc.analysis.formprog.gathered_at` takes it): the extreme ``fn`` of its
-    chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward."""
+    chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward; then ``plus``
+    (added to the chunk-free part at the owners' rows where nothing is divided: fewer values than families)."""
     moving, den, fixed = group
-    v = gathered_at(functools.reduce(fn, [owner_values[i] for i in fixed]), index)
+    fixed_part = functools.reduce(fn, [owner_values[i] for i in fixed])
+    if plus and den == 1:
+        fixed_part, plus = fixed_part + plus, 0
+    v = gathered_at(fixed_part, index)
     if moving is not None:
         v = v + family_values[moving]
     if den != 1:
         v = -((-v) // den) if lower else v // den
-    return v
+    return v + plus if plus else v
 
 
-def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple | None):
+def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple | None, ends: bool = False):
     """A level's greatest lower bound and least upper bound, int64[points, families] each, at the families of
-    ``index`` ([points, families] rows of the owners, or :class:`~maskc.analysis.formprog.OwnerRuns`).
+    ``index`` ([points, families] rows of the owners, or :class:`~maskc.analysis.formprog.OwnerRuns`); with
+    ``ends``, the least upper bound plus 1 (the intervals' exclusive ends: min commutes with the addition, made
+    on each bound where it is cheapest, :func:`group_values`).
 
     By groups (:class:`_NestProgram`): the greatest of a group's chunk-free parts is taken at the owners' rows,
     gathered once, and its chunk-reading part added once: ``max(ceil((a + m) / d), ceil((b + m) / d)) =
@@ -165,12 +167,42 @@ def _extremes(sides, owner_values: list, family_values: list, index, clip: tuple
     keys at level 0."""
     out = []
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
-        found = [] if clip is None else [clip[0 if lower else 1]]
-        found += [group_values(group, lower, owner_values, family_values, index, fn) for group in side]
+        plus = 1 if ends and not lower else 0
+        found = [] if clip is None else [clip[0 if lower else 1] + plus]
+        found += [group_values(group, lower, owner_values, family_values, index, fn, plus) for group in side]
+        # smallest first (scalars, then values equal at every point, [1, families]): one pass over [points,
+        # families] for the last only, where the groups' order would spend one on each
+        if len(found) > 2:
+            found.sort(key=np.size)
         acc = functools.reduce(fn, found)          # a level's bounds include its chunk's range: never empty
         if np.shape(acc) != index.shape:           # equal at every point: repeated (a C call; broadcast_to is Python)
             acc = np.full(index.shape, acc) if not np.ndim(acc) else acc.reshape(1, -1).repeat(index.shape[0], axis=0)
         out.append(acc)
+    return out
+
+
+def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, clip: tuple | None,
+                    ends: bool = False):
+    """:func:`_extremes` of a nest's top level whose bounds read no chunk index (a one-level region's, as clear's
+    ``q < text`` and ``k < text``; level 1 of clear's disc), where each family is one of the owners ``owner``
+    (ascending, each once): its bounds are the owner's, so each side is reduced at the owners' rows first
+    (scalars stay scalars, the clip among them) and taken at the families once: no OwnerRuns, no gather per
+    group, no broadcast of a [1, families] value. ``ends``: as :func:`_extremes`'."""
+    out = []
+    for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
+        found = [] if clip is None else [clip[0 if lower else 1]]
+        for moving, den, fixed in side:
+            assert moving is None, "a bound that reads no chunk index"
+            v = functools.reduce(fn, [owner_values[i] for i in fixed])
+            found.append(v if den == 1 else -((-v) // den) if lower else v // den)
+        acc = functools.reduce(fn, found)
+        if ends and not lower:
+            acc = acc + 1
+        if np.ndim(acc):
+            out.append(acc.reshape(points, -1).take(owner, axis=1))
+        else:                                   # two C calls, where np.full adds its Python
+            out.append(np.empty((points, len(owner)), np.int64))
+            out[-1].fill(acc)
     return out
 
 
@@ -208,23 +240,32 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     count = len(points)               # the points stacked: the owners' forms evaluated at all of them at once
     at = points[0] if count == 1 else np.concatenate(points)
     owner_values = program.owners.values(make(at))
-    ok = np.ones(n * count, bool)
-    fails_at_both = np.zeros(n, bool)         # two points: some guard false at both (so at every row between)
+    ok = None                                     # every guard holds, at the owners' rows point after point
+    fails_at_both = None                          # two points: some guard false at both (so at every row between)
     for g in program.guards:
         holds = owner_values[g] <= 0
-        ok = ok & holds
-        if count == 2 and np.ndim(holds):
-            fails_at_both |= ~(holds[:n] | holds[n:])
-        elif count == 2 and not holds:
-            fails_at_both[:] = True
-    at_point = ok.reshape(count, n)
-    if count == 2:
-        # Each affine guard's truth changes once at most between the points, but their conjunction (an interval
-        # of rows) may be false at both and true between (q == 1000): it is known only where every guard
-        # holds at both points or one fails at both.
-        unsure |= ~((at_point[0] & at_point[1]) | fails_at_both)
-    owner = owner[at_point[0] & ~unsure]
-    counts = (at_point[0] & ~unsure).astype(np.intp)             # each owner's families (in owner order)
+        if not np.ndim(holds):                    # one truth at every row
+            if holds:
+                continue
+            holds = np.zeros(n * count, bool)
+        ok = holds if ok is None else ok & holds
+        if count == 2:
+            fails = ~(holds[:n] | holds[n:])
+            fails_at_both = fails if fails_at_both is None else fails_at_both | fails
+    if ok is not None:
+        at_point = ok.reshape(count, n)
+        kept = at_point[0]
+        if count == 2:
+            # Each affine guard's truth changes once at most between the points, but their conjunction (an
+            # interval of rows) may be false at both and true between (q == 1000): it is known only where every
+            # guard holds at both points or one fails at both.
+            sure = (at_point[0] & at_point[1]) | fails_at_both
+            unsure = ~sure
+            kept = kept & sure
+        owner = kept.nonzero()[0]
+        counts = kept.astype(np.intp)             # each owner's families (in owner order)
+    else:                                         # no guard, or none false (clear's disc, `k < text`): every owner
+        counts = np.ones(n, np.intp)
     enumeration = Enumeration(program, make, points, owner_values, kv_len)
     chunks: dict = {}
     peak = 0
@@ -233,8 +274,9 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         lo, hi = list(lo), list(hi)
         if count == 2:
             differ = (lo[0] != lo[1]) | (hi[0] != hi[1])
-            unsure[owner[differ]] = True
-            hi[0] = np.where(differ, lo[0] - 1, hi[0])
+            if any_true(differ):                  # usual: none (a piece in one image row)
+                unsure[owner[differ]] = True
+                hi[0] = np.where(differ, lo[0] - 1, hi[0])
         per = np.maximum(hi[0] - lo[0] + 1, 0)
         total = int(per.sum())
         if total > budget:
@@ -251,11 +293,13 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
 def expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarray):
     """``(owner, counts, chunks)`` one level down: each family repeated once per chunk of its range (``per``
     chunks of ``var`` from ``first``), the chunks numbered from its lower bound up, in the families' order."""
-    total = int(per.sum())
-    below = np.concatenate([[0], per.cumsum()])             # the chunks of the families before each
+    below = np.zeros(len(per) + 1, np.int64)                # the chunks of the families before each
+    np.cumsum(per, out=below[1:])
+    total = int(below[-1])
     chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
     chunks[var] = np.repeat(first - below[:-1], per) + np.arange(total)
-    edges = np.concatenate([[0], counts.cumsum()])          # each owner's first family, before this level
+    edges = np.zeros(len(counts) + 1, np.intp)              # each owner's first family, before this level
+    np.cumsum(counts, out=edges[1:])
     return np.repeat(owner, per), below[edges[1:]] - below[edges[:-1]], chunks
 
 
@@ -268,23 +312,26 @@ class Enumeration:
         self.program, self.make, self.points = program, make, points
         self.owner_values, self.kv_len = owner_values, kv_len
 
-    def extremes(self, depth: int, owner, counts, chunks: dict, clip=None):
-        """Level ``depth``'s bounds' extremes (lo, hi inclusive) [points, families], all points at once (forms
-        of the chunks alone evaluated once per owner, not per point)."""
-        runs = OwnerRuns(len(self.points), counts, len(owner))
+    def extremes(self, depth: int, owner, counts, chunks: dict, clip=None, ends: bool = False):
+        """Level ``depth``'s bounds' extremes (lo, hi inclusive; with ``ends``, hi exclusive) [points, families],
+        all points at once (forms of the chunks alone evaluated once per owner, not per point)."""
         family, sides = self.program.levels[depth]
+        if depth == len(self.program.levels) - 1 and not family.steps:       # the top level: families are owners
+            return _owner_extremes(sides, self.owner_values, len(self.points), owner, clip, ends)
+        runs = OwnerRuns(len(self.points), counts, len(owner))
         family_values = family.values(self.make(None, chunks), self.owner_values, runs) if family.steps else []
-        return _extremes(sides, self.owner_values, family_values, runs, clip)
+        return _extremes(sides, self.owner_values, family_values, runs, clip, ends)
 
     def level_0(self, owner, counts, chunks: dict, unsure, peak: int):
         """:func:`enumerate_keys`' answer from the level-0 families ``(owner, counts, chunks)``."""
         program, make, points, owner_values, kv_len = (self.program, self.make, self.points, self.owner_values,
                                                        self.kv_len)
         count, n = len(points), len(points[0])
-        lo, hi = self.extremes(0, owner, counts, chunks, (np.int64(0), np.int64(kv_len - 1)))
-        lo, hi = list(lo), list(hi + 1)
+        lo, hi = self.extremes(0, owner, counts, chunks, (np.int64(0), np.int64(kv_len - 1)), ends=True)
+        lo, hi = list(lo), list(hi)
         blind = np.zeros(len(owner), bool)
-        cut = np.full(len(owner), -1, np.int64)
+        cut = np.empty(len(owner), np.int64)
+        cut.fill(-1)
         ends = None
         if count == 2:
             def bounds_at(pick):          # every bound of level 0 at both points, for the families ``pick``
@@ -349,25 +396,26 @@ def _blind_and_cuts(points, owner, lo, hi, pick, bounds, blind, cut) -> None:
 def union(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, kv_len: int):
     """Per row, the union of the intervals as sorted, disjoint, non-adjacent ones (empty ones dropped)."""
     keep = lo < hi
-    if not keep.all():
+    if not all_true(keep):
         row, lo, hi = row[keep], lo[keep], hi[keep]
     if not len(row):
         return row, lo, hi
     width = kv_len + 1                                 # rows never touch on this line
-    g_lo = row * width + lo
-    if (g_lo[1:] < g_lo[:-1]).any():                   # often in order already
+    base = row * width
+    g_lo = base + lo
+    if any_true(g_lo[1:] < g_lo[:-1]):                 # often in order already
         order = g_lo.argsort(kind="stable")
-        row, lo, hi, g_lo = row[order], lo[order], hi[order], g_lo[order]
-    g_hi = row * width + hi
+        row, lo, hi, g_lo, base = row[order], lo[order], hi[order], g_lo[order], base[order]
+    g_hi = base + hi
     # the furthest key reached so far (a running maximum costs ~3 ns a key: skipped where the ends ascend)
-    reach = g_hi if not (g_hi[1:] < g_hi[:-1]).any() else np.maximum.accumulate(g_hi)
-    starts = np.ones(len(g_lo), bool)
-    starts[1:] = g_lo[1:] > reach[:-1]
-    if starts.all():                                   # disjoint and apart already
+    reach = g_hi if not any_true(g_hi[1:] < g_hi[:-1]) else np.maximum.accumulate(g_hi)
+    starts = np.empty(len(g_lo), bool)
+    starts[:1] = True
+    np.greater(g_lo[1:], reach[:-1], out=starts[1:])
+    if all_true(starts):                               # disjoint and apart already
         return row, lo, hi
     first = starts.nonzero()[0]
-    row = row[first]
-    return row, lo[first], np.maximum.reduceat(g_hi, first) - row * width
+    return row[first], lo[first], np.maximum.reduceat(g_hi, first) - base[first]
 
 
 def subtract(keys, deny, kv_len: int):

@@ -52,7 +52,7 @@ from maskc.analysis import linear as L
 from maskc.analysis import strided
 from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
 from maskc.analysis.strided import StridedFamilies
-from maskc.runs import ceil_blocks, floor_blocks, sorted_unique
+from maskc.runs import all_true, any_true, ceil_blocks, floor_blocks, sorted_unique
 from maskc.analysis.formprog import Env, FormProgram
 from maskc.analysis.rows import lin_value
 from maskc.kernel_ir import FULL, PARTIAL
@@ -214,7 +214,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     if breaks.lines:                     # c*q + r <= 0 changes truth once: past -r/c (c > 0), at r/-c (c < 0)
         values = [(c, lin_value(r, params, seq_len, kv_len, head, b)) for c, r in breaks.lines]
         parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
-    starts = sorted_unique(np.concatenate(parts))
+    starts = sorted_unique(np.concatenate(parts), runs=True)
     starts = starts[(starts >= row0) & (starts < row1)]
     for program, pairs in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
         starts = _crossing_cuts(program, pairs, starts, row1, params, b, head, seq_len, kv_len)
@@ -245,7 +245,7 @@ def _crossing_cuts(program: FormProgram, pairs: tuple[tuple[int, ...], tuple[int
         if len(ahead):
             at = starts.take(ahead) - d0.take(ahead) // step.take(ahead)  # the first row past the crossing
             cuts.append(at[at <= ends.take(ahead)])
-    return sorted_unique(np.concatenate(cuts)) if len(cuts) > 1 else starts
+    return sorted_unique(np.concatenate(cuts), runs=True) if len(cuts) > 1 else starts   # each piece's cuts ascend
 
 
 def _guard_cuts(breaks: Breaks, starts: np.ndarray, row1: int, params, b: int, head: int, seq_len: int,
@@ -269,9 +269,9 @@ def _guard_cuts(breaks: Breaks, starts: np.ndarray, row1: int, params, b: int, h
         t = np.where(step > 0, np.where(g0 <= 0, (-g0) // up + 1, 0),
                      np.where((step < 0) & (g0 > 0), (g0 + down - 1) // down, 0))
         change = (t > 0) & (starts + t <= ends)
-        if change.any():
+        if any_true(change):
             cuts.append(starts[change] + t[change])
-    return sorted_unique(np.concatenate(cuts)) if len(cuts) > 1 else starts
+    return sorted_unique(np.concatenate(cuts), runs=True) if len(cuts) > 1 else starts
 
 
 def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len: int, kv_len: int,
@@ -314,8 +314,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
-    joined = same & (ha[:-1] == la[1:]) & (hb[:-1] == lb[1:])            # abuts the previous at both ends
-    if joined.any():
+    joined = ha[:-1] == la[1:]                  # abuts the previous at both ends (usual: nowhere at the first)
+    if any_true(joined):
+        joined &= same & (hb[:-1] == lb[1:])
+    if any_true(joined):
         first = np.concatenate([[0], (~joined).nonzero()[0] + 1])
         last = last_rows(first, len(piece))
         c_piece, c_lo, c_hi = piece[first], np.maximum(la[first], lb[first]), np.minimum(ha[last], hb[last])
@@ -328,7 +330,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     bad[block[bad_piece]] = True
     # Touched key blocks: the union of the families' hulls, piece by piece (in order already: no sort), then
     # q_block by q_block; covered: those every piece's chains cover.
-    if bad.any():
+    if any_true(bad):
         ok = ~bad[block[piece]]
         piece, h0, h1 = piece[ok], h0[ok], h1[ok]
     need = np.bincount(block, minlength=qt)
@@ -339,13 +341,13 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     touched = (block[by_piece[0]], by_piece[1], by_piece[2])
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
-    if bad.any():
+    if any_true(bad):
         ok &= ~bad[block[c_piece]]
     cover = c_piece[ok], k0[ok], k1[ok]
     if column is not None:
         # the column's blocks: touched, and covered where whole (it is a chain of its own: none abuts it)
         p, lo, hi = column
-        if bad.any():
+        if any_true(bad):
             keep = ~bad[block[p]]
             p, lo, hi = p[keep], lo[keep], hi[keep]
         touched = union(np.concatenate([touched[0], block[p]]), np.concatenate([touched[1], floor_blocks(lo, block_n)]),
@@ -379,7 +381,7 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     qt, kt = -(-seq_len // block_m), -(-kv_len // block_n)
     piece, count, stride = families.owner, families.count, families.stride
     (la, lb), (ha, hb) = families.lo, families.hi
-    if not ((la < ha) & (lb < hb)).all():                   # peeled members clamped empty (a short last image row)
+    if not all_true((la < ha) & (lb < hb)):                   # peeled members clamped empty (a short last image row)
         settled = _settled_peeled(piece, la, ha, lb, hb, count, stride)
         if settled is None:
             return None
@@ -391,32 +393,39 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     c_lo, c_hi = np.maximum(la, lb), np.minimum(ha, hb)     # a member's keys at every row of its piece
     # The overlap tests hold by construction (one region's families lie in distinct chunks, each interval inside
     # its chunk), as piece_runs' own test does; kept, two operations each, since the cover test leans on them.
-    if ((same & (h0[1:] < h1[:-1] + span[:-1])).any()                                # records overlap
-            or (many & (h1 - h0 > stride)).any()                                     # members overlap
-            or (many & (ha - la == stride) & (hb - lb == stride)).any()              # members chain
-            or (same & (ha[:-1] + span[:-1] == la[1:]) & (hb[:-1] + span[:-1] == lb[1:])).any()   # records chain
-            or (c_hi - c_lo >= block_n).any()                                         # may cover a block
-            or ((c_hi + span >= kv_len) & (ceil_blocks(c_lo + span, block_n) < kt)).any()):  # covers the last
+    if (any_true(same & (h0[1:] < h1[:-1] + span[:-1]))                                # records overlap
+            or any_true(many & (h1 - h0 > stride))                                     # members overlap
+            or any_true(many & (ha - la == stride) & (hb - lb == stride))              # members chain
+            or any_true(same & (ha[:-1] + span[:-1] == la[1:]) & (hb[:-1] + span[:-1] == lb[1:]))   # records chain
+            or any_true(c_hi - c_lo >= block_n)                                         # may cover a block
+            or any_true((c_hi + span >= kv_len) & (ceil_blocks(c_lo + span, block_n) < kt))):  # covers the last
         return None
     block = starts // block_m
     bad = np.zeros(qt, bool)
     bad[block[families.unsure]] = True
     if not len(piece):                           # no row of any piece sees a key
         return (np.zeros(0, np.int64),) * 4, bad
-    if bad.any():
+    if any_true(bad):
         ok = ~bad[block[piece]]
         piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
     need = np.bincount(block, minlength=qt)
     several = need.max() > 1                     # pieces a q_block: their blocks unioned per q_block below
-    if several and len(stride) and stride.max() > block_n:
+    apart = several and len(stride) and stride.max() > block_n
+    if apart:
         # members that may lie apart are listed one by one below (_touching_hulls): fewer records, fewer members.
         # (A stride of at most block_n gives one hull a record already: nothing to gain, video's.)
         piece, h0, h1, count, stride = _merged_in_q_blocks(piece, h0, h1, count, stride, block)
     piece, h0, h1 = _touching_hulls(piece, h0, h1, count, stride, block_n)
-    by_piece = _touched_blocks(piece, h0, h1, block_n)
-    touched = (block[by_piece[0]], by_piece[1], by_piece[2])
-    if several:
-        touched = union(*touched, kt)
+    if several and not apart:
+        # one hull a record: the union per q_block of their blocks is that of each piece's (_touched_blocks',
+        # then unioned), in one step (video: 170 -> 149 us). Members listed one by one (NATTEN's) come out of
+        # order across a q_block's pieces: merged per piece first, the union sorts fewer (one step: 237 -> 256).
+        touched = union(block[piece], floor_blocks(h0, block_n), ceil_blocks(h1, block_n), kt)
+    else:
+        by_piece = _touched_blocks(piece, h0, h1, block_n)
+        touched = (block[by_piece[0]], by_piece[1], by_piece[2])
+        if several:
+            touched = union(*touched, kt)
     empty = np.zeros(0, np.int64)
     return _split_at_covered(touched, (empty, empty, empty), kt), bad
 
@@ -430,7 +439,7 @@ def _settled_peeled(piece, la, ha, lb, hb, count, stride):
     (then the families go through :func:`_families`, which reads their bounds)."""
     live_a, live_b = la < ha, lb < hb
     empty = (~(live_a & live_b)).nonzero()[0]
-    if ((lb[empty] - la[empty]) * (hb[empty] - ha[empty]) > 0).any():
+    if any_true((lb[empty] - la[empty]) * (hb[empty] - ha[empty]) > 0):
         return None
     narrows = empty[live_a[empty] != live_b[empty]]
     h0 = np.where(live_a[narrows], la[narrows], lb[narrows])
@@ -467,7 +476,7 @@ def _merged_in_q_blocks(piece, h0, h1, count, stride, block):
     join &= h0[:-1] <= h1[1:]
     join &= count[1:] == count[:-1]
     join &= stride[1:] == stride[:-1]
-    if not join.any():
+    if not any_true(join):
         return piece, h0, h1, count, stride
     first = np.concatenate([[0], (~join).nonzero()[0] + 1])
     return (piece[first], np.minimum.reduceat(h0, first), np.maximum.reduceat(h1, first), count[first],
@@ -481,7 +490,7 @@ def _touching_hulls(piece, h0, h1, count, stride, block_n: int):
     next member inside the previous one's hull), else each member's hull (NATTEN's 181-key image rows, 13 keys
     seen in each, apart by more than a block)."""
     apart = (count > 1) & (stride > np.maximum(h1 - h0, block_n))
-    if not apart.any():
+    if not any_true(apart):
         return piece, h0, h1 + stride * (count - 1)
     times = np.where(apart, count, 1)                            # the hulls each record gives
     shift = (np.arange(int(times.sum())) - np.repeat(times.cumsum() - times, times)) * np.repeat(stride, times)
@@ -505,29 +514,30 @@ def _column_apart(parts, pieces: int, kv_len: int):
     Only regions with at most one family a piece on average are tested for constancy (four operations on
     each): a large region is taken to be no column."""
     column = [i for i, (owner, la, ha, lb, hb) in enumerate(parts)
-              if 0 < len(owner) <= pieces and ((la == lb) & (ha == hb)).all()]
+              if 0 < len(owner) <= pieces and all_true((la == lb) & (ha == hb))]
     if not column or len(parts) - len(column) != 1:
         return None, None
-    ordered = _hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
-    if ordered is None or not len(ordered[1]):
+    found = _keyed_hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
+    if found is None or not len(found[0][1]):
         return None, None
+    ordered, key = found
     piece, lo, hi = (np.concatenate([parts[i][j] for i in column]) for j in range(3))
     c_piece, c_lo, c_hi = union(piece, lo, hi, kv_len)
-    if not _apart(ordered, c_piece, c_lo, c_hi, kv_len):
+    if not _apart(ordered, key, c_piece, c_lo, c_hi, kv_len):
         return None, None
     return (c_piece, c_lo, c_hi), ordered
 
 
-def _apart(ordered, c_piece, c_lo, c_hi, kv_len: int) -> bool:
-    """Whether no family of ``ordered`` (:func:`_hull_order`; hulls disjoint within a piece where it is not
-    flagged) has a hull across an end of a column interval ``[c_lo, c_hi)`` of its piece (sorted by ``c_piece``
-    and ``c_lo``, disjoint), and none abuts one at both of its piece's end rows (its high ends at ``c_lo``, or its
-    low ends at ``c_hi``). Per column, by search: the last family starting before it (across its start if it ends past it;
-    abutting if both high ends are its start), the last one starting before its end (across that end if it ends
-    past it), the one after (abutting if both low ends are its end)."""
+def _apart(ordered, key, c_piece, c_lo, c_hi, kv_len: int) -> bool:
+    """Whether no family of ``ordered`` (:func:`_hull_order`, ``key`` its order's key: :func:`_keyed_hull_order`;
+    hulls disjoint within a piece where it is not flagged) has a hull across an end of a column interval
+    ``[c_lo, c_hi)`` of its piece (sorted by ``c_piece`` and ``c_lo``, disjoint), and none abuts one at both of its
+    piece's end rows (its high ends at ``c_lo``, or its low ends at ``c_hi``). Per column, by search: the last
+    family starting before it (across its start if it ends past it; abutting if both high ends are its start), the
+    last one starting before its end (across that end if it ends past it), the one after (abutting if both low ends
+    are its end)."""
     (piece, la, ha, lb, hb), h0, h1, _ = ordered
     width = kv_len + 1
-    key = piece * width + h0
     n = len(key)
     before = key.searchsorted(c_piece * width + c_lo) - 1
     inside = key.searchsorted(c_piece * width + c_hi) - 1
@@ -538,7 +548,7 @@ def _apart(ordered, c_piece, c_lo, c_hi, kv_len: int) -> bool:
     a_here = (after < n) & (piece[a] == c_piece)
     across = (b_here & (h1[b] > c_lo)) | (i_here & (h1[i] > c_hi))
     abuts = (b_here & (ha[b] == c_lo) & (hb[b] == c_lo)) | (a_here & (la[a] == c_hi) & (lb[a] == c_hi))
-    return not (across | abuts).any()
+    return not any_true(across | abuts)
 
 
 def _split_at_covered(touched, covered, kt: int):
@@ -711,7 +721,7 @@ def _parts_by_interpolation(enumerated, starts, ends, new_starts, new_ends, whol
     parts, bad = [], np.zeros(len(new_starts), bool)
     span = np.maximum(ends - starts, 1)
     for owner, _, _, unsure, _, _, bounds in enumerated:
-        if (unsure & cut).any():
+        if any_true(unsure & cut):
             return None
         bad |= unsure[whole]                                       # a piece not cut: as it was
         first = owner.searchsorted(whole)                          # owners ascend: each part's piece's families
@@ -724,7 +734,7 @@ def _parts_by_interpolation(enumerated, starts, ends, new_starts, new_ends, whol
         a, b = np.array(lows_a + highs_a), np.array(lows_b + highs_b)       # [bounds, families]
         length = span[whole][part]
         slope = (b - a) // length
-        if (slope * length != b - a).any():
+        if any_true(slope * length != b - a):
             return None
         n = len(lows_a)
         (lo0, hi0, below0), (lo1, hi1, below1) = (_interval(a + slope * (rows - starts[whole])[part], n)
@@ -748,15 +758,22 @@ def _hull_order(families, kv_len: int, sort: bool = True):
     """``(families, h0, h1, same)``: the families sorted by piece and hull start (a stable sort; None where
     they are out of that order and ``sort`` is off), their hulls ``[h0, h1)``, and whether each follows one
     of its piece."""
+    found = _keyed_hull_order(families, kv_len, sort)
+    return None if found is None else found[0]
+
+
+def _keyed_hull_order(families, kv_len: int, sort: bool = True):
+    """``(ordered, key)``: :func:`_hull_order`'s answer (None where it is None) and the order's key, ``piece *
+    (kv_len + 1) + h0`` of each family (ascending), for a search among them (:func:`_apart`)."""
     piece, la, ha, lb, hb = families
     h0 = np.minimum(la, lb)
     key = piece * (kv_len + 1) + h0
-    if (key[1:] < key[:-1]).any():
+    if any_true(key[1:] < key[:-1]):
         if not sort:
             return None
         order = key.argsort(kind="stable")
-        piece, la, ha, lb, hb, h0 = piece[order], la[order], ha[order], lb[order], hb[order], h0[order]
-    return (piece, la, ha, lb, hb), h0, np.maximum(ha, hb), piece[1:] == piece[:-1]
+        piece, la, ha, lb, hb, h0, key = piece[order], la[order], ha[order], lb[order], hb[order], h0[order], key[order]
+    return ((piece, la, ha, lb, hb), h0, np.maximum(ha, hb), piece[1:] == piece[:-1]), key
 
 
 def _nothing_covered(families, h0, h1, same) -> bool:
@@ -765,17 +782,17 @@ def _nothing_covered(families, h0, h1, same) -> bool:
     one's end) and no two constant ones touch (they would merge; none can hold another)."""
     _, la, ha, lb, hb = families
     constant = (la == lb) & (ha == hb)
-    if not constant.any():
+    if not any_true(constant):
         return True
     gap = h0[1:] - h1[:-1]
-    return not (same & ((gap < 0) | ((gap == 0) & constant[1:] & constant[:-1]))).any()
+    return not any_true(same & ((gap < 0) | ((gap == 0) & constant[1:] & constant[:-1])))
 
 
 def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
     """Families constant over their piece replaced by their union; other families inside it dropped. Where the
     union merges none and none lies inside it, the families come back as they are (in their order)."""
     constant = (la == lb) & (ha == hb)
-    if not constant.any():
+    if not any_true(constant):
         return piece, la, ha, lb, hb
     c_piece, c_lo, c_hi = union(piece[constant], la[constant], ha[constant], kv_len)
     h0 = np.minimum(la, lb)
@@ -783,7 +800,7 @@ def _drop_covered(piece, la, ha, lb, hb, kv_len: int):
     safe = np.maximum(at, 0)
     inside = (~constant & (at >= 0) & (c_piece[safe] == piece) & (c_lo[safe] <= h0)
               & (c_hi[safe] >= np.maximum(ha, hb)))
-    if not inside.any() and len(c_piece) == np.count_nonzero(constant):
+    if not any_true(inside) and len(c_piece) == np.count_nonzero(constant):
         return piece, la, ha, lb, hb
     keep = ~constant & ~inside
     piece, la, ha, lb, hb = piece[keep], la[keep], ha[keep], lb[keep], hb[keep]
@@ -798,7 +815,7 @@ def _union_holding(piece: np.ndarray, h0: np.ndarray, c_piece: np.ndarray, c_lo:
     end). Among several of a piece that is the last one starting at or before ``h0`` (a search); with one union
     interval per piece (usual: a text region's keys) it is that one, looked up in a table by piece: a gather,
     cheaper than the search (clear's 7.7K unsorted families: `_drop_covered` 163 -> 127 us)."""
-    if len(c_piece) and (c_piece[1:] != c_piece[:-1]).all():
+    if len(c_piece) and all_true(c_piece[1:] != c_piece[:-1]):
         slot = np.full(int(max(piece.max(), c_piece.max())) + 1, -1)
         slot[c_piece] = np.arange(len(c_piece))
         return slot[piece]

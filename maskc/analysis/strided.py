@@ -18,6 +18,7 @@ import numpy as np
 from maskc.analysis import keys
 from maskc.analysis.formprog import OwnerRuns, gathered_at
 from maskc.analysis.keys import Enumeration, expanded, group_values
+from maskc.runs import all_true, any_true
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +59,7 @@ def records(enumeration: Enumeration, owner, counts, chunks: dict, first, per, u
         return None
     rest = functools.partial(_expanded_rest, enumeration, owner, counts, chunks, first, per, unsure, peak)
     keep = per > 0
-    if not keep.all():                  # families without chunks have no members (nor any in enumerate_keys)
+    if not all_true(keep):                  # families without chunks have no members (nor any in enumerate_keys)
         owner, first, per = owner[keep], first[keep], per[keep]
         chunks = {v: a[keep] for v, a in chunks.items()}
         counts = np.bincount(owner, minlength=len(counts))
@@ -69,9 +70,15 @@ def records(enumeration: Enumeration, owner, counts, chunks: dict, first, per, u
     stride = gathered_at(owner_values[program.stride], runs)          # a scalar, or [1 or 2, records]
     if np.ndim(stride) and len(stride) == 2 and stride[0].tobytes() != stride[1].tobytes():
         return None                                        # the translate moves between the points
-    stride = stride[0] if np.ndim(stride) else np.full(len(owner), stride)
-    if stride.min() < 1:
+    if not np.ndim(stride):                                # usual: one stride (an image's width)
+        if stride < 1:
+            return None
+        value, stride = stride, np.empty(len(owner), np.int64)
+        stride.fill(value)
+    elif stride[0].min() < 1:
         return None
+    else:
+        stride = stride[0]
     family, (lower, upper) = program.levels[0]
     at_first = dict(chunks)
     at_first[program.level_1_var] = first
@@ -87,14 +94,14 @@ def records(enumeration: Enumeration, owner, counts, chunks: dict, first, per, u
     (m_lo, f_lo), (m_hi, f_hi) = sides
     # where F binds: at the range's first chunk (lower side), at its last (upper side); at one point at least
     low, high = f_lo > m_lo, f_hi < m_hi + stride * (per - 1)
-    if low.any() or high.any():
+    if any_true(low) or any_true(high):
         if _at_one_point(low) or _at_one_point(high):
             # a peeled member clamped at one end of its piece only (video's short last image row, seen from rows
             # left of the clip and right of it) empties between its ends as a min of bounds, not monotone: its
             # piece is refused (_settled_peeled) after the records are made. A choice of path only.
             return None
         return _peeled(owner, per, stride, sides, low, high, unsure, peak, rest)
-    if (m_hi + 1 - m_lo <= 0).any():
+    if any_true(m_hi + 1 - m_lo <= 0):
         return None
     return StridedFamilies(owner, _two(m_lo), _two(m_hi + 1), per, stride, unsure, peak, rest)
 
@@ -120,7 +127,7 @@ def _clipped_at_one_end(program: keys._NestProgram, owner_values: list, kv_len: 
     binds = reach > kv_len - 1 - j_last * owner_values[program.stride]
     n = len(binds) // 2                                   # the owners' rows at the first point, then the second
     differ = binds[:n] != binds[n:]
-    return bool(differ.any() and differ[owner[first + per - 1 >= j_last]].any())
+    return bool(any_true(differ) and any_true(differ[owner[first + per - 1 >= j_last]]))
 
 
 def _peeled(owner, per, stride, sides, low, high, unsure, peak: int, rest):
@@ -143,7 +150,7 @@ def _peeled(owner, per, stride, sides, low, high, unsure, peak: int, rest):
     middle = per - head - tail
     size = head + 1 + tail                                # record i's entries: head, one record, tail
     total = int(size.sum())
-    if total > 2 * len(owner) or ((middle > 0) & _most(m_hi + 1 - m_lo <= 0)).any():
+    if total > 2 * len(owner) or any_true((middle > 0) & _most(m_hi + 1 - m_lo <= 0)):
         return None
     src = np.repeat(np.arange(len(owner)), size)          # each entry's record, entries in member order
     rank = np.arange(total) - np.repeat(size.cumsum() - size, size)
@@ -156,7 +163,7 @@ def _peeled(owner, per, stride, sides, low, high, unsure, peak: int, rest):
     lo = np.where(one, np.maximum(lo, _at(f_lo, src)), lo)
     hi = np.where(one, np.minimum(hi, _at(f_hi, src) + 1), hi)
     count = np.where(one, 1, middle[src])
-    if (count == 0).any():                                # every member peeled: no middle record
+    if any_true(count == 0):                                # every member peeled: no middle record
         keep = count > 0
         src, lo, hi, count, step = src[keep], lo[..., keep], hi[..., keep], count[keep], step[keep]
     return StridedFamilies(owner[src], _two(lo), _two(hi), count, step, unsure, peak, rest)
