@@ -190,7 +190,7 @@ class Descriptor:
     def _transposed(self):
         offsets, runs = transposed(self.run_offsets, self.runs, self.batch, self.n_q_blocks, self.n_kv_blocks)
         work = heaviest_first(offsets, runs)
-        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+        what = functools.partial(sizes_text, self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
         RunBudget(self.max_bytes, what, self.nbytes + offsets.nbytes + runs.nbytes + work.nbytes)
         return offsets, runs, work
 
@@ -223,7 +223,7 @@ class Descriptor:
 
     def _budgeted_slots(self, offsets: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         slots = partial_slots(offsets, runs)
-        what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+        what = functools.partial(sizes_text, self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
         RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in slots))
         return slots
 
@@ -256,7 +256,7 @@ class Descriptor:
         cache = self.__dict__.setdefault("_turns", {})
         if first_wave not in cache:
             turns = ordered_columns(self.col_offsets, self.col_runs, self.batch, self.n_q_blocks, first_wave)
-            what = sizes_text(self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
+            what = functools.partial(sizes_text, self.seq_len, self.kv_len, self.block_m, self.block_n, self.batch)
             RunBudget(self.max_bytes, what, self.nbytes + sum(a.nbytes for a in turns))
             cache[first_wave] = turns
         return cache[first_wave]

@@ -3,6 +3,8 @@ alone, whatever the mask (the dense grid and back, the column view, the launch o
 layer under both the analysis passes that make runs and the kernel IR that carries them."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from maskc.errors import BindError
@@ -33,11 +35,12 @@ def all_true(x) -> bool:
 
 class RunBudget:
     """The bytes a descriptor may take, counted as its runs are made: a BindError naming ``max_bytes`` (what
-    a user raises) as soon as the total passes it. ``what`` names the sizes; ``used``: bytes already taken."""
+    a user raises) as soon as the total passes it. ``what`` names the sizes (text, or a function that writes it:
+    made only for the error, not on every bind); ``used``: bytes already taken."""
 
     RUN_BYTES = 12                  # (begin, end, kind), int32
 
-    def __init__(self, max_bytes, what: str, used: int = 0):
+    def __init__(self, max_bytes, what: str | Callable[[], str], used: int = 0):
         if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) or max_bytes < 1:
             raise BindError(f"max_bytes (the descriptor memory cap) must be a positive integer, got {max_bytes!r}")
         self.max_bytes, self.what, self.used = int(max_bytes), what, 0
@@ -49,7 +52,8 @@ class RunBudget:
     def add_bytes(self, n: int) -> None:
         self.used += n
         if self.used > self.max_bytes:
-            raise BindError(f"the descriptor of {self.what} takes more than max_bytes = {self.max_bytes} bytes "
+            what = self.what if isinstance(self.what, str) else self.what()
+            raise BindError(f"the descriptor of {what} takes more than max_bytes = {self.max_bytes} bytes "
                             f"({_size(self.max_bytes)}), the memory cap on descriptors",
                             hint="raise it: bound.descriptor(..., max_bytes=N), or maskc.Options("
                                  "max_descriptor_bytes=N) for maskc.attention (MASKC_MAX_DESCRIPTOR_BYTES); or "

@@ -15,6 +15,8 @@ dense mask is never built.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from maskc import ir
@@ -158,7 +160,7 @@ def classify(mask, bound: BoundParams, block_m: int, block_n: int, max_bytes: in
     masks = [mask] * len(bound.batch) if isinstance(mask, ir.RangeMask) else list(mask)
     kt = -(-bound.kv_len // block_n)
     qt = -(-bound.seq_len // block_m)
-    what = sizes_text(bound.seq_len, bound.kv_len, block_m, block_n, len(bound.batch))
+    what = functools.partial(sizes_text, bound.seq_len, bound.kv_len, block_m, block_n, len(bound.batch))
     budget = RunBudget(max_bytes, what, 8 * len(bound.batch) * qt + 4)     # offsets and work order
     if not all(m.exact for m in masks):
         _check_grid(bound, block_m, block_n, (bound.num_heads or 1) if any(m.uses_head for m in masks) else 1)

@@ -9,6 +9,8 @@ within ``max_bytes`` (a BindError naming it otherwise).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from maskc.kernel_ir import FULL, MAX_DESCRIPTOR_BYTES, PARTIAL, Descriptor, TileMap
@@ -27,7 +29,8 @@ def pack(tile_map: TileMap, mask_data: np.ndarray, mask_offsets: np.ndarray,
 
 def check_size(desc: Descriptor | TileMap, max_bytes: int) -> None:
     """A BindError naming ``max_bytes`` where the descriptor (or tile map) takes more bytes."""
-    RunBudget(max_bytes, sizes_text(desc.seq_len, desc.kv_len, desc.block_m, desc.block_n, desc.batch),
+    RunBudget(max_bytes,
+              functools.partial(sizes_text, desc.seq_len, desc.kv_len, desc.block_m, desc.block_n, desc.batch),
               desc.nbytes)
 
 

@@ -22,6 +22,8 @@ the classes: FULL where the count is every pair of the tile.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from maskc import ir
@@ -41,7 +43,7 @@ def classify_ordered(masks, bound: BoundParams, order: TokenOrder, block_m: int,
     batch element (exact); masks that read h: a tile keeps a class only where every head agrees."""
     S = bound.seq_len
     qt, kt = -(-S // block_m), -(-S // block_n)
-    budget = RunBudget(max_bytes, sizes_text(S, S, block_m, block_n, len(bound.batch)), 8 * len(bound.batch) * qt + 4)
+    budget = RunBudget(max_bytes, functools.partial(sizes_text, S, S, block_m, block_n, len(bound.batch)), 8 * len(bound.batch) * qt + 4)
     parts = []
     for b, mask in enumerate(masks):
         heads = range(bound.num_heads or 1) if mask.uses_head else (0,)
