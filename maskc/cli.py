@@ -222,7 +222,8 @@ def _check_with_nvrtc(src) -> str:
 def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple[str, ...]) -> None:
     """Report every error and likely mistake in .mask files.
 
-    Errors: every block that does not parse and every rule that does not resolve, in every file.
+    Errors: every block that does not parse and every rule that does not resolve, in every file and in every
+    mask of the files they import (called or not).
     Warnings: unused parameters, allow rules that never hold or that deny rules cancel, deny rules that
     remove nothing, and rules whose keys per row maskc cannot compute exactly, so their tiles are not exact
     (k in a product, outside a disc, or in floors with no common chunk; k through // and % by divisors
@@ -233,8 +234,14 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple
       maskc lint examples/*.mask
       maskc lint --format github masks/*.mask      # in a GitHub Actions step
     """
-    from maskc.lint import lint_file, render
-    diags = [d for f in files for d in lint_file(f, import_paths)]
+    from maskc.lint import Diagnostic, lint_file, render
+    # A file that several of FILES import (or that is one of them) is reported once: imports are named by their
+    # resolved path, FILES as given, so they are compared resolved.
+    seen: dict[tuple, Diagnostic] = {}
+    for f in files:
+        for d in lint_file(f, import_paths):
+            seen.setdefault((os.path.realpath(d.file), d.line, d.col, d.severity, d.message), d)
+    diags = list(seen.values())
     click.echo(render(diags, fmt), nl=False)
     errors = sum(d.severity == "error" for d in diags)
     warnings = len(diags) - errors
