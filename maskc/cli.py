@@ -240,7 +240,7 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple
     seen: dict[tuple, Diagnostic] = {}
     for f in files:
         for d in lint_file(f, import_paths):
-            seen.setdefault((os.path.realpath(d.file), d.line, d.col, d.severity, d.message), d)
+            seen.setdefault((_resolved(d.file), d.line, d.col, d.severity, d.message), d)
     diags = list(seen.values())
     click.echo(render(diags, fmt), nl=False)
     errors = sum(d.severity == "error" for d in diags)
@@ -249,6 +249,14 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple
         click.echo(f"{len(files)} file(s): {errors} error(s), {warnings} warning(s)", err=True)
     if errors or (strict and warnings):
         sys.exit(1)
+
+
+def _resolved(path: str) -> str:
+    """The path with its symlinks resolved, where it can be (not with a NUL byte in it: as given)."""
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
 
 
 # -- show and explain -------------------------------------------------------------------------
