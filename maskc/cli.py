@@ -34,7 +34,8 @@ TILE = click.IntRange(1, INT32)     # a tile side: positive, and like every leng
 
 
 class _Target(click.ParamType):
-    """A build target as Options(arch=...) takes it (schedule.check_target): one of ARCHES or compute_XY, 8.0+."""
+    """A build target as Options(arch=...) takes it (schedule.check_target): one of ARCHES or compute_XY (XY of
+    schedule.PTX_CAPABILITIES)."""
 
     name = "target"
 
@@ -117,7 +118,8 @@ cli.add_command(run_cmd)
                    "default: $MASKC_ENGINE ($MASKC_BWD_ENGINE), else the schedule's")
 @click.option("--arch", type=_Target(),
               help="the GPU to build for: sm_80 (A100), sm_86, sm_89 (L40S), sm_90a (H100/H200), sm_100a (B200), "
-                   "sm_120a; compute_XY (X.Y >= 8.0): PTX the driver of a GPU of that capability or newer "
+                   "sm_120a; compute_XY (80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121): PTX the driver of a GPU of that "
+                   "capability or newer "
                    "compiles  [default: $MASKC_ARCH, else sm_90a]")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")

@@ -546,7 +546,7 @@ def test_status_line_only_on_a_terminal_and_only_when_slow():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_120a", "compute_80", "compute_87", "compute_100",
-                                  "sm_99", "sm_90", "compute_75", "compute_90a", "hopper"])
+                                  "sm_99", "sm_90", "compute_75", "compute_90a", "hopper", "compute_99", "compute_121"])
 def test_compile_arch_takes_what_options_takes(arch):
     """`maskc compile --arch` accepts exactly the targets Options(arch=...) accepts (it once offered ARCHES and
     compute_80 only); a refused one is a usage error (exit 2) carrying Options' message."""
