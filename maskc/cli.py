@@ -34,7 +34,8 @@ TILE = click.IntRange(1, INT32)     # a tile side: positive, and like every leng
 
 
 class _Target(click.ParamType):
-    """A build target as Options(arch=...) takes it (schedule.check_target): one of ARCHES or compute_XY, 8.0+."""
+    """A build target as Options(arch=...) takes it (schedule.check_target): one of ARCHES or compute_XY (XY of
+    schedule.PTX_CAPABILITIES)."""
 
     name = "target"
 
@@ -117,7 +118,8 @@ cli.add_command(run_cmd)
                    "default: $MASKC_ENGINE ($MASKC_BWD_ENGINE), else the schedule's")
 @click.option("--arch", type=_Target(),
               help="the GPU to build for: sm_80 (A100), sm_86, sm_89 (L40S), sm_90a (H100/H200), sm_100a (B200), "
-                   "sm_120a; compute_XY (X.Y >= 8.0): PTX the driver of a GPU of that capability or newer "
+                   "sm_120a; compute_XY (80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121): PTX the driver of a GPU of that "
+                   "capability or newer "
                    "compiles  [default: $MASKC_ARCH, else sm_90a]")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
@@ -222,7 +224,8 @@ def _check_with_nvrtc(src) -> str:
 def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple[str, ...]) -> None:
     """Report every error and likely mistake in .mask files.
 
-    Errors: every block that does not parse and every rule that does not resolve, in every file.
+    Errors: every block that does not parse and every rule that does not resolve, in every file and in every
+    mask of the files they import (called or not).
     Warnings: unused parameters, allow rules that never hold or that deny rules cancel, deny rules that
     remove nothing, and rules whose keys per row maskc cannot compute exactly, so their tiles are not exact
     (k in a product, outside a disc, or in floors with no common chunk; k through // and % by divisors
@@ -233,8 +236,14 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple
       maskc lint examples/*.mask
       maskc lint --format github masks/*.mask      # in a GitHub Actions step
     """
-    from maskc.lint import lint_file, render
-    diags = [d for f in files for d in lint_file(f, import_paths)]
+    from maskc.lint import Diagnostic, lint_file, render
+    # A file that several of FILES import (or that is one of them) is reported once: imports are named by their
+    # resolved path, FILES as given, so they are compared resolved.
+    seen: dict[tuple, Diagnostic] = {}
+    for f in files:
+        for d in lint_file(f, import_paths):
+            seen.setdefault((_resolved(d.file), d.line, d.col, d.severity, d.message), d)
+    diags = list(seen.values())
     click.echo(render(diags, fmt), nl=False)
     errors = sum(d.severity == "error" for d in diags)
     warnings = len(diags) - errors
@@ -242,6 +251,14 @@ def lint_cmd(files: tuple[str, ...], fmt: str, strict: bool, import_paths: tuple
         click.echo(f"{len(files)} file(s): {errors} error(s), {warnings} warning(s)", err=True)
     if errors or (strict and warnings):
         sys.exit(1)
+
+
+def _resolved(path: str) -> str:
+    """The path with its symlinks resolved, where it can be (not with a NUL byte in it: as given)."""
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
 
 
 # -- show and explain -------------------------------------------------------------------------

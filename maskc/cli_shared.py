@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NoReturn
@@ -118,7 +119,7 @@ def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_pa
     values = parse_params(mask, raw_params)
     try:
         # Only a mask that reads h is bound per head (else every head shares one mask).
-        return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None, **values)
+        return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None, params=values)
     except BindError as err:
         # bind names num_heads, which the command line calls --heads (whose default the user may not know)
         count = _heads_given(mask, err, raw_params)
@@ -167,12 +168,50 @@ def refuse_overwriting_sources(output: str, flag: str, file: str, import_paths: 
                            "write to another file")
 
 
+def _descriptor_named(path: str) -> int | None:
+    """The descriptor of this process that ``path`` names through its symlinks (/dev/stdout, /dev/stderr,
+    /dev/fd/N, /proc/self/fd/N), else None. Opening such a name opens the file behind the descriptor anew, from
+    its start and truncated, where the descriptor itself goes on where the shell opened it: `-o /dev/stdout >>
+    all.cu` appends to all.cu only when written through descriptor 1."""
+    own = {os.path.realpath("/proc/self/fd"), os.path.realpath("/dev/fd")}
+    current = os.path.abspath(path)
+    for _ in range(40):                     # a symlink chain longer than the kernel's own limit: not ours
+        parent, name = os.path.split(current)
+        try:
+            if name.isdigit() and os.path.realpath(parent) in own:
+                return int(name)
+            if not os.path.islink(current):
+                return None
+            current = os.path.normpath(os.path.join(parent, os.readlink(current)))
+        except (OSError, ValueError):       # ValueError: a NUL in the name (writing will say so)
+            return None
+    return None
+
+
+def _write_to_descriptor(descriptor: int, data: bytes) -> None:
+    """All of ``data`` to an open descriptor, after what Python's own streams hold for it (the order of output)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view):]
+
+
 @contextlib.contextmanager
 def replacing(path: str) -> Iterator[str]:
     """Where to write the new content of the file ``path``: a file beside it that replaces it only once written
     whole, so that a write that fails (a full disk) leaves what was there; it keeps the old file's permission
-    bits. Anything but a regular file or a new name (a symlink, /dev/stdout, /dev/null, a FIFO) is written in
-    place, as it was: replacing the file behind `/dev/stdout >> all.cu` would drop what all.cu held."""
+    bits. A name of one of this process's descriptors (/dev/stdout, /dev/fd/3) is written through that
+    descriptor, once the content is whole: `-o /dev/stdout >> all.cu` appends to all.cu, as the shell opened
+    it. Anything else but a regular file or a new name (a symlink, /dev/null, a FIFO) is written in place."""
+    descriptor = _descriptor_named(path)
+    if descriptor is not None:
+        with tempfile.TemporaryDirectory(prefix="maskc-") as directory:
+            temporary = os.path.join(directory, "output")
+            yield temporary
+            _write_to_descriptor(descriptor, Path(temporary).read_bytes())
+        return
     try:
         found = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):

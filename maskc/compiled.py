@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from maskc import ir
 from maskc.analysis.bind import bind as bind_params
@@ -16,6 +16,7 @@ from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.score import reads_head as score_reads_head
 from maskc.analysis.widths import fits_32_bits
 from maskc.bound import BoundMask
+from maskc.call_params import merged
 from maskc.codegen.elements import element_code
 from maskc.codegen.predicate import predicate
 from maskc.codegen.score import score_code
@@ -95,9 +96,12 @@ class CompiledMask:
             hit = cache[ints] = analyze_ranges(specialize(self.normal, dict(ints))) if ints else self.ranges
         return hit
 
-    def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None,
-             **params) -> "BoundMask":
-        bound = bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **params)
+    def bind(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None, *,
+             params: Mapping[str, Any] | None = None, **values: Any) -> "BoundMask":
+        """The mask bound to lengths and parameter values, given as keyword arguments and/or as ``params=``, a
+        mapping (:mod:`maskc.call_params`)."""
+        values = merged("bind", params, values)
+        bound = bind_params(self.resolved, self.ranges, seq_len, kv_len, num_heads, **values)
         forms = self._element_ranges(bound.constants(self.const_params)) if bound.narrow else None
         if forms is not None and forms is not self.ranges:
             # a kernel's element path computes these forms (the raster mask's, with its const parameters folded in;
@@ -110,17 +114,18 @@ class CompiledMask:
 
     def bind_on_device(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None, *,
                        max_segments: int | dict[str, int] | None = None, device=None, max_bytes: int | None = None,
-                       **params) -> "DeviceMask":
+                       params: Mapping[str, Any] | None = None, **values: Any) -> "DeviceMask":
         """Bind on a GPU (:class:`maskc.DeviceMask`): the parameter table in a device buffer of fixed size, the
         descriptor built there by a generated kernel, new values written with ``update`` without a host
-        round trip (capturable in a CUDA graph). ``params`` are the initial values, bound and checked as ``bind``
-        checks them; ``max_segments`` is how many segments each segments parameter may hold from now on (an int
+        round trip (capturable in a CUDA graph). The initial values (keyword arguments and/or ``params=``) are
+        bound and checked as ``bind`` checks them; ``max_segments`` is how many segments each segments parameter may hold from now on (an int
         for all, or by name; default: as many as the initial values have); ``device`` a torch device (default the
         current CUDA device; "cpu" runs the host path on the same table); ``max_bytes`` caps each tile shape's
-        descriptor (default: a few runs per row and slot). Masks linear in k only (a BindError otherwise)."""
+        descriptor (default: a few runs per row and slot). Masks linear in k only (a BindError otherwise). A mask
+        parameter named like one of these keywords is given in ``params=`` (:mod:`maskc.call_params`)."""
         from maskc.device_mask import bind_on_device
         return bind_on_device(self, seq_len, kv_len, num_heads, max_segments=max_segments, device=device,
-                              max_bytes=max_bytes, **params)
+                              max_bytes=max_bytes, params=params, **values)
 
     @property
     def const_params(self) -> tuple[str, ...]:

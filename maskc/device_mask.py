@@ -17,11 +17,13 @@ the capacity). Masks linear in k only (the examples but the chunked and the soun
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from maskc.analysis.values import INT32
+from maskc.call_params import merged, own_keywords
 from maskc.errors import BindError
 from maskc.kernel_ir import BackwardSpec, KernelSpec
 from maskc.runtime import handles
@@ -107,7 +109,7 @@ class DeviceMask:
         return f"DeviceMask({self.mask.name}: {', '.join(shown)}, device={self.device})"
 
     # -- new values -------------------------------------------------------------------------------------
-    def update(self, **values) -> "DeviceMask":
+    def update(self, *, params: Mapping[str, Any] | None = None, **values: Any) -> "DeviceMask":
         """Write new values: an int parameter as a number or a tensor (one value, or one per batch element),
         segments as their lengths ``[n]`` or ``[batch, n]`` (n up to max_segments; the rest become empty
         segments), per-segment arrays likewise, tables and floats in their bound shapes. Tensors on the device
@@ -115,9 +117,11 @@ class DeviceMask:
         when replayed (give tensors there: a host value would be baked in). Checked on the device (segments that
         do not partition their range, `require` rules, 32-bit ranges: :meth:`check` reports them; meanwhile
         nothing is visible); const parameters cannot change. Descriptors are rebuilt when next used. Under
-        torch.compile it is one custom op (give tensors: a number is a constant of the graph)."""
+        torch.compile it is one custom op (give tensors: a number is a constant of the graph). Values come as
+        keyword arguments and/or as ``params=``, a mapping (:mod:`maskc.call_params`)."""
         import torch
 
+        values = merged("update", params, values)
         if torch.compiler.is_compiling():
             from maskc.runtime.device_ops import update_device_mask
             names = sorted(values)
@@ -320,14 +324,18 @@ class DeviceMask:
 
 def bind_on_device(mask: "CompiledMask", seq_len: int, kv_len: int | None = None, num_heads: int | None = None, *,
                    max_segments: int | dict[str, int] | None = None, device=None, max_bytes: int | None = None,
-                   **params) -> DeviceMask:
+                   params: Mapping[str, Any] | None = None, **values: Any) -> DeviceMask:
     """:meth:`maskc.CompiledMask.bind_on_device`: the initial values are bound (and checked) on the host, their
     segments padded to their capacity."""
     from maskc.runtime.device_table import capacities, pad_segments
 
-    capacity = capacities(mask.resolved, params, max_segments)
-    padded = pad_segments(mask.resolved, params, capacity)
-    host = mask.bind(seq_len, kv_len, num_heads, **padded)
+    own = {"device": (device is not None, "device"), "max_segments": (max_segments is not None, "segment capacity"),
+           "max_bytes": (max_bytes is not None, "descriptor memory cap")}
+    with own_keywords("bind_on_device", mask.resolved, params, own):
+        values = merged("bind_on_device", params, values)
+        capacity = capacities(mask.resolved, values, max_segments)
+        padded = pad_segments(mask.resolved, values, capacity)
+        host = mask.bind(seq_len, kv_len, num_heads, **padded)
     if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer))
                                   or max_bytes < 1):
         raise BindError(f"max_bytes (the device descriptor's memory cap) must be a positive integer, got {max_bytes!r}")

@@ -10,6 +10,11 @@
   rule is reported (a mask-wide error such as "no 'allow' rule" too);
 * a mask name defined twice in one file (each repeat is an error; linting goes on with the first).
 
+Every mask of every file the program reads is checked for errors, the imported files' masks too (a mask the main
+file never calls compiles nowhere else, and its errors would wait for the first file that calls it); warnings are
+the main file's (an imported file's come when that file is linted). A main file that cannot be read is one error
+without a position (there is no line to point at): ``error: cannot read m.mask: No such file or directory``.
+
 Then it looks for masks that compile but probably do not mean what their author meant (warnings):
 
 * a parameter that no allow/deny/require rule reads after resolution (a ``segments from p``
@@ -41,7 +46,7 @@ from maskc.analysis.normalize import intersect, normalize
 from maskc.analysis.bind import check_constants
 from maskc.analysis.ranges import analyze_ranges
 from maskc.analysis.widths import check_static
-from maskc.errors import MaskError, MaskSyntaxError, Span
+from maskc.errors import MaskError, MaskFileError, MaskSyntaxError, Span
 from maskc.frontend.parse import parse, source_lines
 from maskc.frontend.resolve import Program, resolve
 from maskc.frontend.sources import ImportPaths, read_source
@@ -56,8 +61,8 @@ _COVER_BUDGET = 512          # regions visited when proving that deny rules canc
 @dataclass(frozen=True)
 class Diagnostic:
     file: str
-    line: int
-    col: int
+    line: int | None        # None (and col None): about a file that cannot be read, which has no lines
+    col: int | None
     severity: str           # "error" or "warning"
     message: str
     hint: str | None = None
@@ -65,14 +70,21 @@ class Diagnostic:
     source_line: str = field(default="", compare=False)    # the line's text, for the caret
 
     def __str__(self) -> str:
+        if self.line is None or self.col is None:    # the message names the file, as the other commands print it
+            return f"{self.severity}: {self.message}" + (f"\n  hint: {self.hint}" if self.hint else "")
         text = f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
         caret = Span(self.file, self.line, self.col, self.length, self.source_line).caret()
         return text + (f"\n{caret}" if caret else "") + (f"\n  hint: {self.hint}" if self.hint else "")
 
     @property
-    def end_col(self) -> int:
+    def end_col(self) -> int | None:
         """The column just past the marked text (on the same line)."""
-        return self.col + self.length
+        return None if self.col is None else self.col + self.length
+
+    @property
+    def order(self) -> tuple:
+        """Where it sorts: by file, then line and column (a file's position-less error first)."""
+        return self.file, self.line or 0, self.col or 0, self.message
 
     def as_dict(self) -> dict:
         return {"file": self.file, "line": self.line, "col": self.col, "end_col": self.end_col,
@@ -85,12 +97,14 @@ def _at(span: Span | None, path: str, severity: str, message: str, hint: str | N
 
 
 def _from_error(err: MaskError, path: str) -> Diagnostic:
+    if isinstance(err, MaskFileError) and err.span is None:     # the file itself cannot be read: no line exists
+        return Diagnostic(path, None, None, "error", err.message, err.hint)
     return _at(err.span, path, "error", err.message, err.hint)
 
 
 def lint_file(path: str | Path, import_paths: ImportPaths = ()) -> list[Diagnostic]:
-    """All diagnostics of one file (and of the files it imports, where they are the cause), sorted; imports
-    are looked for as :func:`maskc.load` does, ``import_paths`` after the file's own directory."""
+    """All diagnostics of one file, and the errors of every mask of the files it imports (called or not), sorted;
+    imports are looked for as :func:`maskc.load` does, ``import_paths`` after the file's own directory."""
     path = str(Path(path))
     program, out, broken = _load_recovering(path, import_paths)
     if program is None:
@@ -98,20 +112,27 @@ def lint_file(path: str | Path, import_paths: ImportPaths = ()) -> list[Diagnost
     if not program.main.masks and not out:
         out.append(Diagnostic(path, 1, 1, "warning", "this file defines no mask",
                               "a mask starts with a line like 'mask causal()'"))
-    first: dict[str, ir.MaskDecl] = {}
-    for m in program.main.masks:
-        if m.name in first:
-            out.append(_at(m.span, path, "error", f"mask '{m.name}' is defined twice in this file "
-                                                  f"(first at line {first[m.name].span.line})",
-                           "rename one of them"))
-        else:
-            first[m.name] = m
-    # Lint the first definition of each name; resolve would stop at the duplicate.
-    program = replace(program, files=(replace(program.main, masks=tuple(first.values())),) + program.files[1:])
-    for name in first:
-        out.extend(d for d in _lint_mask(program, name, path)
-                   if not any(f"'{b}'" in d.message for b in broken))   # not the echo of a broken mask
-    return sorted(set(out), key=lambda d: (d.file, d.line, d.col, d.message))
+    # Each file keeps the first definition of each name (resolve would stop at a duplicate); each repeat is an error.
+    files = []
+    for file in program.files:
+        first: dict[str, ir.MaskDecl] = {}
+        for m in file.masks:
+            if m.name in first:
+                out.append(_at(m.span, file.path, "error", f"mask '{m.name}' is defined twice in this file "
+                                                           f"(first at line {first[m.name].span.line})",
+                               "rename one of them"))
+            else:
+                first[m.name] = m
+        files.append(replace(file, masks=tuple(first.values())))
+    program = replace(program, files=tuple(files))
+    for index, file in enumerate(program.files):
+        # The file as the main one: resolve looks a mask up in the main file, and what each file sees of the
+        # others follows its own import lines (Program.imports), whichever file comes first.
+        as_main = replace(program, files=(file,) + program.files[:index] + program.files[index + 1:])
+        for m in file.masks:
+            found = _lint_mask(as_main, m.name, file.path, warnings=index == 0)
+            out.extend(d for d in found if not any(f"'{b}'" in d.message for b in broken))   # not a broken mask's echo
+    return sorted(set(out), key=lambda d: d.order)
 
 
 # -- errors: every broken block and every wrong rule ----------------------------------------------
@@ -184,14 +205,15 @@ def _blocks(lines: list[str]) -> list[tuple[int, int]]:
     return list(zip(starts, starts[1:] + [len(lines)]))
 
 
-def _lint_mask(program: Program, name: str, path: str) -> list[Diagnostic]:
+def _lint_mask(program: Program, name: str, path: str, warnings: bool = True) -> list[Diagnostic]:
+    """The errors of mask ``name`` of the program's main file (``path``), and with ``warnings`` its warnings."""
     try:
         resolved = resolve(program, name)
         normal = normalize(resolved)
         ranges = analyze_ranges(normal)
     except MaskError as err:
         return _rule_errors(program, name, path, err)
-    return _warnings(resolved, normal, ranges, path) + _compile_errors(resolved, ranges, path)
+    return (_warnings(resolved, normal, ranges, path) if warnings else []) + _compile_errors(resolved, ranges, path)
 
 
 def _compile_errors(resolved: ir.ResolvedMask, ranges: ir.RangeMask, path: str) -> list[Diagnostic]:
@@ -378,7 +400,7 @@ def render(diags: list[Diagnostic], fmt: str) -> str:
     if fmt == "json":
         return json.dumps([d.as_dict() for d in diags], indent=2) + "\n"
     if fmt == "github":
-        return "".join(f"::{d.severity} file={_github_escape(d.file, True)},line={d.line},col={d.col},"
-                       f"endColumn={d.end_col}::{_github_escape(d.message + (f' (hint: {d.hint})' if d.hint else ''))}"
-                       "\n" for d in diags)
+        return "".join(f"::{d.severity} file={_github_escape(d.file, True)}"
+                       + (f",line={d.line},col={d.col},endColumn={d.end_col}" if d.line is not None else "")
+                       + f"::{_github_escape(d.message + (f' (hint: {d.hint})' if d.hint else ''))}\n" for d in diags)
     return "".join(f"{d}\n" for d in diags)

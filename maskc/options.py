@@ -128,7 +128,7 @@ class Options:
                 raise ValueError("tiles and autotune both choose the forward tiles: give one")
             object.__setattr__(self, "tiles", tiles)
         if self.arch is not None:
-            check_target(self.arch)       # ValueError unless one of schedule.ARCHES or compute_XY (XY >= 80)
+            check_target(self.arch)       # ValueError unless one of schedule.ARCHES or compute_XY (PTX_CAPABILITIES)
         cap = self.max_descriptor_bytes
         if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
             raise ValueError(f"max_descriptor_bytes {cap!r}: expected a positive number of bytes")

@@ -239,6 +239,33 @@ def test_outputs_never_overwrite_a_mask_file_they_read(tmp_path, target):
         assert {p.name: p.read_bytes() for p in (main, tmp_path / "lib.mask")} == before
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names of open descriptors: Linux's /proc")
+def test_output_to_a_name_of_an_open_descriptor_goes_through_it(tmp_path):
+    """`-o /dev/stdout >> all.cu` appends to all.cu (opening /dev/stdout anew truncated it): a name of one of the
+    process's descriptors (/dev/stdout, /dev/fd/N, /proc/self/fd/N) is written through that descriptor, as the
+    shell opened it; so is show's --png. A failed command writes nothing there; a regular file is still replaced
+    whole."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    all_cu = tmp_path / "all.cu"
+    all_cu.write_text("// kept\n")
+    maskc_cmd = f"{sys.executable} -m maskc"
+    script = (f"{maskc_cmd} compile {EXAMPLES / 'causal.mask'} -o /dev/stdout >> {all_cu} && "
+              f"{maskc_cmd} compile {EXAMPLES / 'causal.mask'} -o /dev/fd/3 3>> {all_cu} && "
+              f"{maskc_cmd} compile {EXAMPLES / 'causal.mask'} -o /proc/self/fd/1 --head-dim 64 >> {all_cu} && "
+              f"{maskc_cmd} show {EXAMPLES / 'causal.mask'} --seq-len 256 --png /dev/stdout > {tmp_path / 'both'}; "
+              f"{maskc_cmd} compile {EXAMPLES / 'causal.mask'} --block-m 7 -o /dev/stdout >> {all_cu}")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert "Traceback" not in proc.stderr and proc.returncode == 1, proc.stderr     # the last one fails
+    text = all_cu.read_text()
+    assert text.startswith("// kept\n") and text.count("maskc_fwd_causal(") == 3, text[:200]
+    both = (tmp_path / "both").read_bytes()
+    assert both.startswith(b"mask causal") and both.count(b"\x89PNG") == 1
+    replaced = tmp_path / "k.cu"
+    replaced.write_text("old")
+    assert invoke("compile", EXAMPLES / "causal.mask", "-o", replaced).exit_code == 0
+    assert replaced.read_text().count("maskc_fwd_causal(") == 1
+
+
 # -- run --------------------------------------------------------------------------------------
 
 def test_parse_params_kinds_and_batches():
@@ -519,7 +546,7 @@ def test_status_line_only_on_a_terminal_and_only_when_slow():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_120a", "compute_80", "compute_87", "compute_100",
-                                  "sm_99", "sm_90", "compute_75", "compute_90a", "hopper"])
+                                  "sm_99", "sm_90", "compute_75", "compute_90a", "hopper", "compute_99", "compute_121"])
 def test_compile_arch_takes_what_options_takes(arch):
     """`maskc compile --arch` accepts exactly the targets Options(arch=...) accepts (it once offered ARCHES and
     compute_80 only); a refused one is a usage error (exit 2) carrying Options' message."""

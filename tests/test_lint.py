@@ -1,4 +1,5 @@
 """Lint: each check finds what it claims, at the user's line:col, and valid examples lint clean."""
+import json
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,68 @@ def test_import_errors_are_reported_and_linting_goes_on(tmp_path):
     assert "missing.mask" in diags[2].message and diags[2].col == 1
     assert diags[3].hint == "did you mean 'q'?"
     assert {d.file for d in diags} == {lib, here}
+
+
+# -- every mask of every file read, and files that cannot be read --------------------------------------
+
+def _library(tmp_path) -> Path:
+    """A main file calling one mask of a library whose other masks it never calls: one with an unknown name, one
+    defined twice, one a warning only (an unused parameter)."""
+    (tmp_path / "lib.mask").write_text("mask used(w: int)\n  allow k <= q, q - k < w\n"
+                                       "mask typo()\n  allow k <= q + nosuch\n"
+                                       "mask twice()\n  allow k <= q\n"
+                                       "mask twice()\n  allow k >= q\n"
+                                       "mask idle(x: int)\n  allow k <= q\n")
+    main = tmp_path / "main.mask"
+    main.write_text('import "lib.mask"\nmask main(w: int)\n  allow used(w)\n')
+    return main
+
+
+def test_errors_of_imported_masks_the_main_file_never_calls_are_reported(tmp_path):
+    """lint checks every mask of every file it reads: the main file's and its imports', called or not, each error
+    at its own file:line:col with its caret. Warnings stay the main file's (the library's come when it is linted)."""
+    diags = lint_file(_library(tmp_path))
+    lib = str(tmp_path / "lib.mask")
+    assert [(d.file, d.line, d.col, d.severity) for d in diags] == [(lib, 4, 18, "error"), (lib, 7, 6, "error")], diags
+    assert diags[0].message == "unknown name 'nosuch'"
+    assert str(diags[0]).endswith("    allow k <= q + nosuch\n                   ^~~~~~")
+    assert "'twice' is defined twice" in diags[1].message
+    # linted itself, the library gives the same errors and its warning
+    own = lint_file(tmp_path / "lib.mask")
+    assert [d for d in own if d.severity == "error"] == diags
+    assert [(d.line, d.severity) for d in own if d.severity == "warning"] == [(9, "warning")]
+
+
+def test_an_imported_mask_error_is_reported_once_however_many_files_import_it(tmp_path):
+    from click.testing import CliRunner
+    from maskc.cli import cli
+    main = _library(tmp_path)
+    (tmp_path / "other.mask").write_text('import "lib.mask"\nmask other()\n  allow used(1)\n')
+    result = CliRunner().invoke(cli, ["lint", str(main), str(tmp_path / "other.mask"), str(tmp_path / "lib.mask")])
+    assert result.exit_code == 1
+    assert result.stdout.count("unknown name 'nosuch'") == 1 and result.stdout.count("defined twice") == 1
+
+
+def test_a_main_file_that_cannot_be_read_is_one_error_without_a_position(tmp_path):
+    """No line exists to point at: the error names the path and the OS's reason, as the other commands print it."""
+    from maskc.lint import render
+    path = tmp_path / "missing.mask"
+    [diag] = lint_file(path)
+    assert (diag.line, diag.col, diag.end_col, diag.severity) == (None, None, None, "error")
+    assert str(diag) == f"error: cannot read {path}: No such file or directory"
+    assert render([diag], "text") == f"error: cannot read {path}: No such file or directory\n"
+    assert render([diag], "github") == f"::error file={path}::cannot read {path}: No such file or directory\n"
+    item = json.loads(render([diag], "json"))[0]
+    assert (item["line"], item["col"], item["end_col"]) == (None, None, None)
+    [directory] = lint_file(tmp_path)
+    assert str(directory) == f"error: cannot read {tmp_path}: Is a directory"
+
+
+def test_lint_of_a_missing_file_exits_1_and_lints_the_others(tmp_path):
+    from click.testing import CliRunner
+    from maskc.cli import cli
+    path = tmp_path / "missing.mask"
+    result = CliRunner().invoke(cli, ["lint", str(path), str(EXAMPLES[0].parent / "causal.mask")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stdout == f"error: cannot read {path}: No such file or directory\n"
+    assert result.stderr == "2 file(s): 1 error(s), 0 warning(s)\n"

@@ -17,7 +17,7 @@ def shapes(n: int) -> dict[str, str]:
     lets = "".join(f"  let a{i} = a{i - 1} + 1\n" for i in range(1, n))
     fns = "".join(f"  let f{i}(x) = f{i - 1}(x) + 1\n" for i in range(1, n))
     return {
-        "sum": head + "  allow k <= q" + " + 1" * (n - 1) + "\n",
+        "nested sum": head + "  allow k <= " + "1 + (" * (n - 1) + "q" + ")" * (n - 1) + "\n",
         "negation": head + "  allow k <= " + "-" * (n - 1) + "q\n",
         "not": head + "  allow " + "not " * (n - 1) + "k <= q\n",
         "min": head + "  allow k <= " + "min(" * (n - 2) + "q" + ", a)" * (n - 2) + "\n",
@@ -88,3 +88,104 @@ def test_deepest_chain_with_deep_lets_in_every_mask():
     text = "mask m0()\n" + deep + "".join(f"mask m{i}()\n  allow m{i - 1}() and k >= 0\n"
                                           for i in range(1, MAX_CALL_DEPTH))
     maskc.compile_mask(text, name=f"m{MAX_CALL_DEPTH - 1}").bind(8).dense()
+
+
+# -- flat sums: regrouped, any length ------------------------------------------------------------------
+
+def _flat_sum(terms: list[str], signs: list[bool]) -> str:
+    return terms[0] + "".join(f" {'+' if plus else '-'} {t}" for t, plus in zip(terms[1:], signs[1:]))
+
+
+def _value(values: list, signs: list[bool]):
+    """The sum left to right, without Python's parser (which cannot take 5000 terms in one expression)."""
+    total = values[0]
+    for v, plus in zip(values[1:], signs[1:]):
+        total = total + v if plus else total - v
+    return total
+
+
+TERMS = {"1": 1, "a": 3, "q": "q", "k": "k", "2 * c": -4, "(a - 1)": 2, "(q - k + 1)": "d", "c * (1 - a)": 4}
+
+
+def _check_flat_sum(picks: list[str], signs: list[bool], seq_len: int = 12):
+    import numpy as np
+    q, k = np.meshgrid(np.arange(seq_len), np.arange(seq_len), indexing="ij")
+    arrays = {"q": q, "k": k, "d": q - k + 1}
+    values = [arrays[TERMS[t]] if isinstance(TERMS[t], str) else TERMS[t] for t in picks]
+    compiled = maskc.compile_mask(f"mask m(a: int, c: int)\n  allow k <= {_flat_sum(picks, signs)}\n")
+    dense = compiled.bind(seq_len, a=3, c=-2).dense()
+    assert (dense == (k <= _value(values, signs))).all()
+    return compiled
+
+
+@pytest.mark.parametrize("n", [MAX_NESTING + 1, 1000, 5000])
+def test_a_flat_sum_of_any_length_runs_every_pass(n, tmp_path):
+    """A flat sum is not nesting: past MAX_NESTING terms (refused before session 24) it compiles, binds to what
+    its terms add up to, and every pass runs (kernel, explain, lint), inside 40 levels of true nesting too (a sum of
+    5000 terms nests 13 deep)."""
+    import random
+    rng = random.Random(n)
+    picks = [rng.choice(sorted(TERMS)) for _ in range(n)]
+    signs = [True] + [rng.random() < 0.5 for _ in range(n - 1)]
+    compiled = _check_flat_sum(picks, signs)
+    compiled.kernel_spec(head_dim=64)
+    text = "mask m(a: int = 3, c: int = -2)\n  allow k <= " + "-(" * 40 + _flat_sum(picks, signs) + ")" * 40 + "\n"
+    (tmp_path / "m.mask").write_text(text)
+    for args in (["explain", str(tmp_path / "m.mask"), "--seq-len", "40"], ["lint", str(tmp_path / "m.mask")]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0 and "internal error" not in result.output, result.output
+
+
+def test_a_flat_sum_needs_a_stack_of_log_depth():
+    """The guarantee the nesting limit gives, kept for flat sums: compiling and binding one of 4000 terms takes no
+    more stack than the nesting limit allows: it passes under a recursion limit that a left-to-right tree of its
+    4000 levels could never pass."""
+    import sys
+    text = "mask m(a: int)\n  allow k <= q" + " + a - 1" * 2000 + "\n"
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(600)
+        assert maskc.compile_mask(text).bind(64, a=1).dense().sum() == 64 * 65 // 2
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_long_sums_keep_their_order_and_signs_in_the_syntax():
+    """The regrouped tree holds the same terms in the same order, each with its sign: a - b + c ... read back."""
+    from maskc import ir
+    from maskc.frontend.parse import SUM_AS_WRITTEN, parse
+    n = 3 * SUM_AS_WRITTEN + 1
+    signs = [True] + [i % 3 != 1 for i in range(1, n)]
+    rule = parse("mask m()\n  allow k <= " + _flat_sum([f"{i}" for i in range(n)], signs) + "\n").masks[0].rules[0]
+    out: list[tuple[int, bool]] = []
+    stack = [(rule.conditions[0].operands[1], True)]
+    while stack:
+        node, plus = stack.pop()
+        if isinstance(node, ir.BinOp):
+            stack += [(node.right, plus == (node.op == "+")), (node.left, plus)]
+        else:
+            out.append((node.value, plus))
+    assert out == list(zip(range(n), signs))
+    short = parse("mask m()\n  allow k <= q - 1 + 2\n").masks[0].rules[0].conditions[0].operands[1]
+    assert isinstance(short.left, ir.BinOp) and short.op == "+"          # as written, left to right
+
+
+def test_a_flat_float_sum_in_a_score_modifier():
+    compiled = maskc.compile_mask("mask m()\n  allow k <= q\n  score = score" + " + 0.25" * 200 + "\n")
+    assert compiled.resolved.score is not None
+
+
+try:
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(1, 400).flatmap(lambda n: st.lists(st.tuples(st.sampled_from(sorted(TERMS)), st.booleans()),
+                                                          min_size=n, max_size=n)))
+    def test_random_flat_sums_bind_to_their_value(items):
+        """Sums of random terms and signs, 1 to 400 terms (regrouped past SUM_AS_WRITTEN): bound, they show what
+        their terms add up to left to right."""
+        picks = [t for t, _ in items]
+        signs = [True] + [plus for _, plus in items[1:]]
+        _check_flat_sum(picks, signs)
+except ImportError:          # hypothesis is a test extra
+    pass

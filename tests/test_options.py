@@ -85,9 +85,10 @@ def test_values_are_checked_when_made():
             Options(**bad)
 
 
-@pytest.mark.parametrize("arch", ["sm_99", "sm_90", "sm_75", "compute_75", "compute_90a", "compute_8", "hopper", 90])
+@pytest.mark.parametrize("arch", ["sm_99", "sm_90", "sm_75", "compute_75", "compute_90a", "compute_8", "hopper", 90,
+                                  "compute_99", "compute_95", "compute_101", "compute_1000"])
 def test_a_target_maskc_does_not_build_for_is_refused_when_made(arch):
-    """Options(arch=...) and MASKC_ARCH take schedule.ARCHES or compute_XY (XY >= 80) and refuse any other target
+    """Options(arch=...) and MASKC_ARCH take schedule.ARCHES or compute_XY (PTX_CAPABILITIES) and refuse any other target
     then, listing the ones they take, rather than leaving it to NVRTC (or to a kernel built for sm_99 as mma)."""
     from maskc.codegen.schedule import ARCHES
 

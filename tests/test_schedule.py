@@ -12,7 +12,7 @@ from maskc.codegen.emit import check_backward_spec, check_spec
 from maskc.kernel_ir import BACKWARD_ENGINES, ENGINES
 from maskc.codegen.plan import SMEM_LIMIT, plan_forward, shared_bytes
 from maskc.codegen.schedule import (ARCHES, DEFAULT_DQ_REDUCTION, DEFAULT_HOPPER_BACKWARD_ENGINE, DEFAULT_HOPPER_ENGINE,
-                            HOPPER, SUPPORTED_DTYPES, Tiles, arch_for, capability_of, check_target,
+                            HOPPER, PTX_CAPABILITIES, SUPPORTED_DTYPES, Tiles, arch_for, capability_of, check_target,
                             choose_backward_tiles, choose_dq_reduction, choose_tiles, forward_candidates)
 from conftest import EXAMPLE_NAMES, EXAMPLES
 
@@ -161,12 +161,25 @@ def test_capability_of_reads_every_target_and_refuses_others():
 @pytest.mark.parametrize("major", range(8, 13))
 @pytest.mark.parametrize("minor", range(0, 10))
 def test_a_user_may_name_every_target_arch_for_picks(major, minor):
-    """check_target (what Options.arch takes) takes whatever arch_for builds for on a GPU, and PTX for it, but no sm
-    target outside ARCHES: sm_XY[a] of a capability without one is refused with ARCHES listed."""
+    """check_target (what Options.arch takes) takes whatever arch_for builds for on a GPU NVRTC knows, and PTX for
+    it, but no target NVRTC would refuse: sm_XY[a] outside ARCHES, compute_XY outside PTX_CAPABILITIES (compute_99
+    passed and failed only inside NVRTC), each refused with the targets listed."""
     target = arch_for((major, minor))
-    assert check_target(target) == capability_of(target)
-    assert check_target(f"compute_{major}{minor}") == (major, minor)
+    if (major, minor) in PTX_CAPABILITIES:
+        assert check_target(target) == capability_of(target)
+        assert check_target(f"compute_{major}{minor}") == (major, minor)
+    else:
+        with pytest.raises(ValueError, match=f"^target 'compute_{major}{minor}' unsupported: .*compute_80, "):
+            check_target(f"compute_{major}{minor}")
     for sm in (f"sm_{major}{minor}", f"sm_{major}{minor}a"):
         if sm not in ARCHES:
             with pytest.raises(ValueError, match=f"^target '{sm}' unsupported: maskc builds for {', '.join(ARCHES)},"):
                 check_target(sm)
+
+
+def test_ptx_targets_are_those_nvrtc_builds():
+    """PTX_CAPABILITIES is NVRTC 13.0's list (8.0 and newer): the NVRTC at hand builds PTX for each of them."""
+    pytest.importorskip("cupy")
+    from cupy.cuda import nvrtc
+    supported = {divmod(a, 10) for a in nvrtc.getSupportedArchs()}
+    assert set(PTX_CAPABILITIES) == {c for c in supported if c >= (8, 0)}

@@ -109,7 +109,7 @@ def _check_count(name: str, value, largest: int, why: str) -> None:
 
 
 # bind's own keywords beside the mask's parameters (a misspelt one is named: num_head, kvlen)
-LENGTH_KEYWORDS = ("seq_len", "kv_len", "num_heads")
+LENGTH_KEYWORDS = ("seq_len", "kv_len", "num_heads", "params")
 
 
 def bind(mask: ir.ResolvedMask, ranges: ir.RangeMask, seq_len: int,

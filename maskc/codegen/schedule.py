@@ -55,6 +55,10 @@ HOPPER = (9, 0)
 # RTX 40xx), sm_90a (H100, H200: wgmma and setmaxnreg need the "a" target), sm_100a (B200), sm_120a (RTX 50xx).
 # A "compute_XX" target builds PTX that the driver compiles for the GPU at hand (a portable fallback).
 ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120a")
+# The compute capabilities, 8.0 and newer, that NVRTC 13.0 (pyproject's pin) builds PTX for: its
+# nvrtcGetSupportedArchs, which tests/test_schedule.py compares with the NVRTC at hand. A compute_XY target
+# outside them (compute_99) would pass every check here and fail only inside NVRTC.
+PTX_CAPABILITIES = ((8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
 
 
 def arch_for(capability: tuple[int, int]) -> str:
@@ -82,13 +86,16 @@ def capability_of(arch: str) -> tuple[int, int]:
 
 def check_target(arch: object) -> tuple[int, int]:
     """The compute capability of a target a user names (``Options.arch``, ``MASKC_ARCH``): one of ARCHES, or
-    compute_XY for compute capability 8.0 or newer (PTX, as arch_for picks for a GPU without one of ARCHES).
-    Any other (sm_99, sm_90 for sm_90a, compute_75) is a ValueError listing them, before NVRTC is asked."""
+    compute_XY for a compute capability of PTX_CAPABILITIES (PTX, as arch_for picks for a GPU without one of
+    ARCHES). Any other (sm_99, sm_90 for sm_90a, compute_75, compute_99) is a ValueError listing them, before
+    NVRTC is asked."""
     if isinstance(arch, str) and (arch in ARCHES or re.fullmatch(r"compute_\d\d+", arch)):
-        if capability_of(arch) >= (8, 0):
+        if arch in ARCHES or capability_of(arch) in PTX_CAPABILITIES:
             return capability_of(arch)
-    raise ValueError(f"target {arch!r} unsupported: maskc builds for {', '.join(ARCHES)}, or compute_XY for compute "
-                     "capability X.Y >= 8.0 (PTX the driver compiles; compute_80 runs on every GPU maskc supports)")
+    ptx = ", ".join(f"compute_{major}{minor}" for major, minor in PTX_CAPABILITIES)
+    raise ValueError(f"target {arch!r} unsupported: maskc builds for {', '.join(ARCHES)}, or compute_XY for PTX the "
+                     f"driver compiles ({ptx}: the capabilities NVRTC builds PTX for; compute_80 runs on every GPU "
+                     "maskc supports)")
 
 
 # The engine the schedule picks on Hopper: the one measured fastest on the H200 among those whose GPU tests

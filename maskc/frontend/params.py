@@ -18,7 +18,8 @@ from maskc.ir.walk import depends_on_position, mentions
 # Names bind() takes for itself: a parameter of that name could never be given a value (bind(num_heads=4)
 # sets the heads, and the parameter silently kept its default).
 BIND_KEYWORDS = {"num_heads": "bind()'s number of heads (--heads on the command line)",
-                 "self": "a name Python's bind() reserves"}
+                 "self": "a name Python's bind() reserves",
+                 "params": "the name of the mapping every call that binds takes parameter values in (params={...})"}
 
 
 def resolve_params(resolver, decl: ir.MaskDecl) -> tuple[ir.Param, ...]:

@@ -13,9 +13,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lark import Lark, Token, Transformer_NonRecursive, v_args
+from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 from lark.indenter import Indenter
+from lark.tree import Meta
 
 from maskc import ir
 from maskc.errors import MaskSyntaxError, Span
@@ -296,7 +297,7 @@ class _ToSyntax(Transformer_NonRecursive):
 
 
 # Levels of nesting (operators, comparisons, calls, not) one expression may have: every later pass
-# recurses on expressions. Parentheses alone add none.
+# recurses on expressions. Parentheses alone add none; a long flat sum adds log2 of its terms (SUM_AS_WRITTEN).
 MAX_NESTING = 64
 _NESTING = (ir.BinOp, ir.UnaryMinus, ir.Invert, ir.Subscript, ir.Call, ir.MethodCall, ir.Compare, ir.InRange, ir.BoolOp, ir.Not)
 
@@ -318,6 +319,64 @@ def _check_nesting(tree: ir.SourceFile, path: str) -> None:
                                       f"maskc takes at most {MAX_NESTING} levels of operators, comparisons and "
                                       "calls inside one another")
         stack.extend((getattr(node, f.name), depth) for f in dataclasses.fields(node))
+
+
+# A chain of + and - (a + b - c + ...) of more terms than this is regrouped into a balanced tree before any pass
+# sees it (:func:`_regroup_long_sums`), so a long flat sum nests log2(terms) deep and only true nesting meets
+# MAX_NESTING. Up to this many terms a sum keeps its tree as written, left to right (what the passes and the
+# generated code of every mask had before).
+SUM_AS_WRITTEN = 16
+
+
+def _is_sum(node) -> bool:
+    return isinstance(node, Tree) and node.data == "binop" and getattr(node.children[1], "type", None) == "ADD_OP"
+
+
+def _regroup_long_sums(tree: Tree) -> None:
+    """Rebuild in place each chain of + and - longer than SUM_AS_WRITTEN terms (the left spine of Lark's binop
+    trees) as a balanced tree of the same terms in the same order. Integers add exactly in any grouping; the
+    floats of a score modifier round in the new one. Without recursion over the chain: it is as long as the file."""
+    sums, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Tree):
+            if _is_sum(node):
+                sums.append(node)
+            stack.extend(node.children)
+    on_spine = {id(t.children[0]) for t in sums if _is_sum(t.children[0])}
+    heads = [t for t in sums if id(t) not in on_spine]
+    for head in heads:
+        terms, signs, node = [], [], head           # from the last term back to the first
+        while _is_sum(node):
+            terms.append(node.children[2])
+            signs.append(str(node.children[1]) == "+")
+            node = node.children[0]
+        terms.append(node)
+        signs.append(True)
+        if len(terms) <= SUM_AS_WRITTEN:
+            continue
+        terms.reverse()
+        signs.reverse()                             # signs[i]: whether terms[i] is added (True) or subtracted
+        head.children = _balanced_sum(terms, signs, 0, len(terms)).children   # the head keeps its meta
+
+
+_PLUS, _MINUS = Token("ADD_OP", "+"), Token("ADD_OP", "-")
+
+
+def _balanced_sum(terms: list, signs: list[bool], lo: int, hi: int):
+    """terms[lo:hi] added with their signs taken relative to terms[lo]'s, split in halves (depth log2(hi - lo))."""
+    if hi - lo == 1:
+        return terms[lo]
+    mid = (lo + hi) // 2
+    left = _balanced_sum(terms, signs, lo, mid)
+    right = _balanced_sum(terms, signs, mid, hi)       # relative to terms[mid]'s sign: flipped as a whole
+    op = _PLUS if signs[mid] == signs[lo] else _MINUS       # binop reads its text only: the meta places the node
+    meta = Meta()
+    first, last = getattr(terms[lo], "meta", terms[lo]), getattr(terms[hi - 1], "meta", terms[hi - 1])
+    meta.empty = False
+    meta.line, meta.column, meta.start_pos = first.line, first.column, first.start_pos
+    meta.end_line, meta.end_column, meta.end_pos = last.end_line, last.end_column, last.end_pos
+    return Tree("binop", [left, op, right], meta)
 
 
 def source_lines(text: str) -> list[str]:
@@ -345,6 +404,7 @@ def parse(text: str, path: str = "<string>") -> ir.SourceFile:
         raise MaskSyntaxError("this line's indentation matches no enclosing block",
                               span_at(path, lines, line, 1), "indent rules one level under their 'mask' line"
                               ) from None
+    _regroup_long_sums(tree)
     try:
         syntax = _ToSyntax(path, lines).transform(tree)      # not recursive: any depth is read
     except VisitError as err:
