@@ -49,7 +49,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis import periodic, strided
+from maskc.analysis import strided
 from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
 from maskc.analysis.strided import StridedFamilies
 from maskc.runs import all_true, any_true, ceil_blocks, floor_blocks, sorted_unique
@@ -601,10 +601,7 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int, first=None)
     bad_piece = np.zeros(len(starts), bool)
     parts, cuts, enumerated = [], [], []
     for i, region in enumerate(regions):
-        found = first if i == 0 and first is not None else enumerate_keys(region, make, [starts, ends], kv_len, budget,
-                                                                          periodic=periodic.families)
-        if isinstance(found, periodic.PeriodicFamilies):
-            found = found.expand()
+        found = first if i == 0 and first is not None else enumerate_keys(region, make, [starts, ends], kv_len, budget)
         enumerated.append(found)
         owner, lo, hi, unsure, blind, cut, _ = found
         budget -= len(owner)
