@@ -929,3 +929,31 @@ def test_one_level_intervals_are_each_owners_bounds(text, bind_args, data):
                 high = np.minimum(high, k_bound_rows(b, rows, False))
             np.testing.assert_array_equal(lo[p], low)
             np.testing.assert_array_equal(hi[p], high + 1)
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(st.sampled_from([1, -1]), st.integers(-40, 40), st.integers(1, 24)), max_size=2),
+       st.lists(st.tuples(st.sampled_from([1, 2, -1, -3]), st.integers(-90, 90)), max_size=2),
+       st.sampled_from([None, 1, 2, 4, 8, 12]), st.integers(0, 3), st.integers(1, 90))
+@example([(1, -16, 8)], [(1, -15)], 8, 0, 64)             # clear's shape: the floor and the line at q_block starts
+@example([(1, -16, 8)], [(1, -15)], 8, 1, 64)             # the same, rows from the second q_block
+@example([(-1, 7, 16)], [(-1, 16)], 8, 0, 64)
+def test_piece_starts_are_every_row_where_a_floor_or_line_changes(floors, lines, block_m, first_block, length):
+    """piece_starts (floors and guard lines only) against every row, by hand: a row starts a piece where it starts
+    its q_block or the rows' range, or where some floor ``(sign q + r) // d`` or line ``c q + r <= 0`` differs from
+    the row before. Cuts at q_block starts (a floor stepping at them only, a line changing there) add none: the
+    starts come back the same, sorted or not."""
+    from maskc.analysis import linear as L
+    breaks = piece_tiles.Breaks()
+    breaks.floors = {(sign, L.const(r), L.const(d)) for sign, r, d in floors}
+    breaks.lines = {(c, L.const(r)) for c, r in lines}
+    row0 = first_block * (block_m or 1)
+    row1 = row0 + length
+    seq_len = row1 + 5
+    found = piece_tiles.piece_starts(breaks, None, 0, 0, seq_len, seq_len, block_m, (row0, row1))
+
+    def cuts(q):
+        return ([(sign * q + r) // d for sign, r, d in floors] + [c * q + r <= 0 for c, r in lines]
+                + ([q // block_m] if block_m else []))
+    want = [q for q in range(row0, row1) if q == row0 or cuts(q) != cuts(q - 1)]
+    assert found.tolist() == want

@@ -201,8 +201,12 @@ def last_rows(starts: np.ndarray, end: int) -> np.ndarray:
 def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int | None,
                  rows: tuple[int, int] | None = None):
     """The first row of every piece (of the rows ``[row0, row1)``, whole q_blocks, when given); with ``block_m``
-    None, of the pieces the breaks alone make (not cut at q_block starts)."""
+    None, of the pieces the breaks alone make (not cut at q_block starts). A cut at a q_block start is one the
+    q_block starts make already: a floor stepping at q_block starts only (clear's image rows at block_m = the
+    width) and a guard line changing truth at one add nothing, and where nothing else cuts, the q_block starts
+    are the pieces (no sort)."""
     row0, row1 = rows or (0, seq_len)
+    aligned = bool(block_m) and row0 % block_m == 0
     parts = [np.arange(row0, row1, block_m, dtype=np.int64) if block_m else np.array([row0], np.int64)]
     for seg in sorted(breaks.segments):
         parts.append(params.segment(seg).bounds)
@@ -210,12 +214,26 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         r = lin_value(offset, params, seq_len, kv_len, head, b)
         d = lin_value(den, params, seq_len, kv_len, head, b)
         first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
+        if aligned and d > 0 and d % block_m == 0 and first % block_m == 0:
+            continue                                          # every step a q_block start
         parts.append(np.arange(first + max(0, -(-(row0 - first) // d)) * d, row1, d, dtype=np.int64))
     if breaks.lines:                     # c*q + r <= 0 changes truth once: past -r/c (c > 0), at r/-c (c < 0)
         values = [(c, lin_value(r, params, seq_len, kv_len, head, b)) for c, r in breaks.lines]
-        parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
+        at = [-r // c + 1 if c > 0 else -(r // c) for c, r in values]
+        at = [x for x in at if not (aligned and x % block_m == 0)]
+        if at:
+            parts.append(np.array(at, np.int64))
+    if len(parts) == 1 and block_m:
+        return _crossings_and_guards(breaks, parts[0], row1, params, b, head, seq_len, kv_len)
     starts = sorted_unique(np.concatenate(parts), runs=True)
     starts = starts[(starts >= row0) & (starts < row1)]
+    return _crossings_and_guards(breaks, starts, row1, params, b, head, seq_len, kv_len)
+
+
+def _crossings_and_guards(breaks: Breaks, starts: np.ndarray, row1: int, params, b: int, head: int, seq_len: int,
+                          kv_len: int) -> np.ndarray:
+    """:func:`piece_starts`' last steps: ``starts`` (ascending, in range) cut where the breaks' forms cross and where
+    their guards change truth."""
     for program, pairs in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
         starts = _crossing_cuts(program, pairs, starts, row1, params, b, head, seq_len, kv_len)
     if breaks.guards:
