@@ -147,8 +147,12 @@ def floor_blocks(x, block: int):
 
 
 def ceil_blocks(x, block: int):
-    """``-(-x // block)``: the blocks that ``[0, x)`` reaches (:func:`floor_blocks` of the negation)."""
-    return -floor_blocks(-x, block)
+    """``-(-x // block)``: the blocks that ``[0, x)`` reaches; where ``block`` is a power of two, ``(x + block - 1)``
+    shifted (two passes, where the negations take three; positions are far from int64's end)."""
+    block = int(block)
+    if block & (block - 1) == 0:
+        return (x + (block - 1)) >> (block.bit_length() - 1)
+    return -(-x // block)
 
 
 def sorted_unique(values: np.ndarray, return_inverse: bool = False, runs: bool = False):

@@ -351,11 +351,10 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if any_true(bad):
         ok = ~bad[block[piece]]
         piece, h0, h1 = piece[ok], h0[ok], h1[ok]
-    need = np.bincount(block, minlength=qt)
     by_piece = _touched_blocks(piece, h0, h1, block_n)
     # a piece a q_block (clear's): its touched blocks are the q_block's already (union's form), its chains' blocks,
-    # disjoint, what it covers
-    alone = need.max() == 1
+    # disjoint, what it covers. (The pieces include every q_block start: one a q_block where there are qt.)
+    alone = len(starts) == qt
     touched = (block[by_piece[0]], by_piece[1], by_piece[2])
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
@@ -379,7 +378,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if alone:
         covered = union(block[cover[0]], cover[1], cover[2], kt)
     else:
-        covered = covered_by_all(block[cover[0]], cover[1], cover[2], need, kt)
+        covered = covered_by_all(block[cover[0]], cover[1], cover[2], np.bincount(block, minlength=qt), kt)
     return _split_at_covered(touched, covered, kt), bad
 
 
@@ -426,8 +425,7 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     if any_true(bad):
         ok = ~bad[block[piece]]
         piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
-    need = np.bincount(block, minlength=qt)
-    several = need.max() > 1                     # pieces a q_block: their blocks unioned per q_block below
+    several = len(starts) > qt                   # pieces a q_block (every q_block starts one): unioned per q_block below
     apart = several and len(stride) and stride.max() > block_n
     if apart:
         # members that may lie apart are listed one by one below (_touching_hulls): fewer records, fewer members.
@@ -584,11 +582,17 @@ def _split_at_covered(touched, covered, kt: int):
         return t_row, t_lo, t_hi, np.full(len(t_row), PARTIAL)
     c_row, c_lo, c_hi = covered
     stride = kt + 1
-    at = np.concatenate([t_row * stride + t_lo, c_row * stride + c_lo, c_row * stride + c_hi, t_row * stride + t_hi])
+    t_base, c_base = t_row * stride, c_row * stride
+    at = np.concatenate([t_base + t_lo, c_base + c_lo, c_base + c_hi, t_base + t_hi])
     order = at.argsort(kind="stable")
     at = at[order]
     n, m = len(t_row), len(c_row)
-    role = np.repeat(np.array([PARTIAL, FULL, PARTIAL, -1]), [n, m, m, n])[order]   # the run a boundary starts
+    role = np.empty(len(at), np.int64)          # the run a boundary starts, by the list it came from
+    role[:n] = PARTIAL
+    role[n:n + m] = FULL
+    role[n + m:n + 2 * m] = PARTIAL
+    role[n + 2 * m:] = -1
+    role = role[order]
     run = ((role[:-1] >= 0) & (at[1:] > at[:-1])).nonzero()[0]
     row = at[run] // stride
     return row, at[run] - row * stride, at[run + 1] - row * stride, role[run]
