@@ -221,7 +221,7 @@ def gathered_at(x, index: np.ndarray | OwnerRuns):
     points = index.shape[0] if not isinstance(index, OwnerRuns) else index.points
     same = points > 1 and _points_equal(x, points)
     if isinstance(index, OwnerRuns):
-        return np.repeat(x.reshape(1 if same else points, -1)[:, :len(x) // points], index.counts, axis=1)
+        return x.reshape(1 if same else points, -1)[:, :len(x) // points].repeat(index.counts, axis=1)
     return x[index[:1]] if same else x[index]
 
 
