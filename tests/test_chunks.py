@@ -432,6 +432,8 @@ _COLUMNS = ["q < t", "k < t", "k >= kv_len - c"]
        st.sets(st.sampled_from(_COLUMNS), min_size=1), st.integers(1, 100), st.integers(0, 100), st.integers(2, 16),
        st.integers(0, 6), st.one_of(st.none(), st.integers(1, 120)), st.tuples(st.integers(4, 24), st.integers(1, 24)))
 @example("unaligned rows", "", {"q < t"}, 4, 3, 2, 0, None, (4, 1))    # a flagged q_block on the column path
+@example("row window", "", {"k < t"}, 32, 8, 8, 3, None, (8, 1))       # a piece a q_block, chains covering blocks
+@example("disc", "", {"k < t", "q < t"}, 48, 16, 8, 3, None, (8, 4))   # clear's shape: a piece a q_block, none covering
 def test_columns_join_the_other_families_blocks(kind, bounds, columns, seq_len, t, w, c, kv_len, shape):
     """Masks with regions free of q (clear's ``q < t`` and ``k < t``, and ``k >= kv_len - c``: columns, whose
     blocks piece_runs joins to the other families' at the end) beside a chunked rule whose families lie inside a

@@ -369,8 +369,14 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
             p, lo, hi = p[keep], lo[keep], hi[keep]
         touched = union(np.concatenate([touched[0], block[p]]), np.concatenate([touched[1], floor_blocks(lo, block_n)]),
                         np.concatenate([touched[2], ceil_blocks(hi, block_n)]), kt)
-        cover = (np.concatenate([cover[0], p]), np.concatenate([cover[1], ceil_blocks(lo, block_n)]),
-                 np.concatenate([cover[2], np.where(hi >= kv_len, kt, floor_blocks(hi, block_n))]))
+        k0, k1 = ceil_blocks(lo, block_n), np.where(hi >= kv_len, kt, floor_blocks(hi, block_n))
+        if alone and not len(cover[0]):
+            # the column's whole blocks alone (clear's: no chain of its disc keeps a block): its intervals are
+            # union's (sorted, disjoint, a key apart at least), so their whole blocks ascend a block apart at least,
+            # as union would return them but for the empty ones (one piece a q_block: the rows ascend too)
+            whole = (k0 < k1).nonzero()[0]
+            return _split_at_covered(touched, (block[p[whole]], k0[whole], k1[whole]), kt), bad
+        cover = np.concatenate([cover[0], p]), np.concatenate([cover[1], k0]), np.concatenate([cover[2], k1])
         if not alone:          # a piece's chains inside its column cover its blocks twice: counted once
             cover = union(*cover, kt)
     elif not alone:
