@@ -107,14 +107,24 @@ def _compound(t, inner: list[int]) -> Step:
     raise TypeError(t)
 
 
+# What a step computes, for reasoning about it without running it (:mod:`maskc.analysis.periodic`): ("chunk", var),
+# a chunk index; ("owner", i), the owners' step i gathered; ("sum", i or None, ((step, coefficient), ...)), the
+# owners' step i gathered (None: no chunk-free part) plus the terms; ("other", (inner steps, ...)), anything else
+# (squares, roots, floors, extremes, products, ...: not additive in its inputs); ("opaque",), not told (a
+# FormProgram's steps, which nothing reasons about).
+Shape = tuple
+
+
 class _Steps:
     def __init__(self):
         self.steps: list[Step] = []
+        self.shapes: list[Shape] = []
         self._index: dict = {}
 
-    def _add(self, key, step: Step) -> int:
+    def _add(self, key, step: Step, shape: Shape = ("opaque",)) -> int:
         self._index[key] = len(self.steps)
         self.steps.append(step)
+        self.shapes.append(shape)
         return self._index[key]
 
     def bound(self, item: ir.KBound, lower: bool) -> int:
@@ -124,7 +134,8 @@ class _Steps:
         key = ("bound", item.lin, item.den, lower)
         if key not in self._index:
             i, den = self.lin(item.lin), item.den
-            self._add(key, (lambda v, g, e: -((-v[i]) // den)) if lower else (lambda v, g, e: v[i] // den))
+            self._add(key, (lambda v, g, e: -((-v[i]) // den)) if lower else (lambda v, g, e: v[i] // den),
+                      ("other", (i,)))
         return self._index[key]
 
     def lin(self, lin: ir.Lin) -> int:
@@ -278,19 +289,22 @@ class FamilyProgram(_Steps):
             else:
                 parts = [(self.term(t), c) for t, c in moving]
             # a chunk-free part of 0 (clear's 128 J1 +- root) is not added: one pass over the families less
-            self._add(key, _summed(0, parts, None if fixed == ir.Lin((), 0) and parts else lambda v, g, e: g(at)))
+            free = fixed == ir.Lin((), 0) and parts
+            self._add(key, _summed(0, parts, None if free else lambda v, g, e: g(at)),
+                      ("sum", None if free else at, tuple(parts)))
         return self._index[key]
 
     def term(self, t) -> int:
         key = ("term", t)
         if key not in self._index:
             if isinstance(t, ir.ChunkVar):
-                self._add(key, lambda v, g, e: e.chunks[t])
+                self._add(key, lambda v, g, e: e.chunks[t], ("chunk", t))
             elif not F.term_reads_chunks(t):
                 at = self.owners.term(t)
-                self._add(key, lambda v, g, e: g(at))
+                self._add(key, lambda v, g, e: g(at), ("owner", at))
             else:
-                self._add(key, _compound(t, [self.lin(x) for x in F.inner_lins(t)]))
+                inner = [self.lin(x) for x in F.inner_lins(t)]
+                self._add(key, _compound(t, inner), ("other", tuple(inner)))
         return self._index[key]
 
 
