@@ -107,24 +107,14 @@ def _compound(t, inner: list[int]) -> Step:
     raise TypeError(t)
 
 
-# What a step computes, for reasoning about it without running it (:mod:`maskc.analysis.periodic`): ("chunk", var),
-# a chunk index; ("owner", i), the owners' step i gathered; ("sum", i or None, ((step, coefficient), ...)), the
-# owners' step i gathered (None: no chunk-free part) plus the terms; ("other", (inner steps, ...)), anything else
-# (squares, roots, floors, extremes, products, ...: not additive in its inputs); ("opaque",), not told (a
-# FormProgram's steps, which nothing reasons about).
-Shape = tuple
-
-
 class _Steps:
     def __init__(self):
         self.steps: list[Step] = []
-        self.shapes: list[Shape] = []
         self._index: dict = {}
 
-    def _add(self, key, step: Step, shape: Shape = ("opaque",)) -> int:
+    def _add(self, key, step: Step) -> int:
         self._index[key] = len(self.steps)
         self.steps.append(step)
-        self.shapes.append(shape)
         return self._index[key]
 
     def bound(self, item: ir.KBound, lower: bool) -> int:
@@ -134,8 +124,7 @@ class _Steps:
         key = ("bound", item.lin, item.den, lower)
         if key not in self._index:
             i, den = self.lin(item.lin), item.den
-            self._add(key, (lambda v, g, e: -((-v[i]) // den)) if lower else (lambda v, g, e: v[i] // den),
-                      ("other", (i,)))
+            self._add(key, (lambda v, g, e: -((-v[i]) // den)) if lower else (lambda v, g, e: v[i] // den))
         return self._index[key]
 
     def lin(self, lin: ir.Lin) -> int:
@@ -289,22 +278,19 @@ class FamilyProgram(_Steps):
             else:
                 parts = [(self.term(t), c) for t, c in moving]
             # a chunk-free part of 0 (clear's 128 J1 +- root) is not added: one pass over the families less
-            free = fixed == ir.Lin((), 0) and parts
-            self._add(key, _summed(0, parts, None if free else lambda v, g, e: g(at)),
-                      ("sum", None if free else at, tuple(parts)))
+            self._add(key, _summed(0, parts, None if fixed == ir.Lin((), 0) and parts else lambda v, g, e: g(at)))
         return self._index[key]
 
     def term(self, t) -> int:
         key = ("term", t)
         if key not in self._index:
             if isinstance(t, ir.ChunkVar):
-                self._add(key, lambda v, g, e: e.chunks[t], ("chunk", t))
+                self._add(key, lambda v, g, e: e.chunks[t])
             elif not F.term_reads_chunks(t):
                 at = self.owners.term(t)
-                self._add(key, lambda v, g, e: g(at), ("owner", at))
+                self._add(key, lambda v, g, e: g(at))
             else:
-                inner = [self.lin(x) for x in F.inner_lins(t)]
-                self._add(key, _compound(t, inner), ("other", tuple(inner)))
+                self._add(key, _compound(t, [self.lin(x) for x in F.inner_lins(t)]))
         return self._index[key]
 
 

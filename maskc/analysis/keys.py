@@ -210,7 +210,7 @@ def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, c
 
 
 def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_len: int, budget: int,
-                   records: Callable | None = None, periodic: Callable | None = None):
+                   records: Callable | None = None):
     """Every (owner, chunk) of one region and its key interval at each point.
 
     ``points`` are one or two int64 arrays of query positions, one entry per owner; ``make(q, chunks)``
@@ -233,8 +233,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
     With two points and ``records`` (:func:`maskc.analysis.strided.records`, tried where level 0's intervals move
     with J1 only by a translate: :func:`translate_stride`), what ``records(enumeration, owner, counts, chunks,
     first, per, unsure, peak)`` returns from the level-1 families where it returns something: the same families
-    as records of translates. Likewise, given ``periodic`` (:func:`maskc.analysis.periodic.families`), at two
-    points, what it returns where records are not: the families of a run of translated owners written once.
+    as records of translates.
     """
     nest = nest_of(region)
     program = _nest_program(region, nest)
@@ -288,10 +287,6 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
         peak = max(peak, total)
         if depth == 1 and records is not None and count == 2 and program.stride is not None:
             found = records(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
-            if found is not None:
-                return found
-        if depth == 1 and periodic is not None and count == 2:
-            found = periodic(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
             if found is not None:
                 return found
         # at the top level with every owner kept, each owner is one family: its chunks are its new count

@@ -49,7 +49,7 @@ import numpy as np
 from maskc import ir
 from maskc.analysis import forms as F
 from maskc.analysis import linear as L
-from maskc.analysis import periodic, strided
+from maskc.analysis import strided
 from maskc.analysis.keys import covered_by_all, enumerate_keys, nest_of, union
 from maskc.analysis.strided import StridedFamilies
 from maskc.runs import all_true, any_true, ceil_blocks, floor_blocks, sorted_unique
@@ -310,21 +310,8 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         if found is not None:
             return found
         first = first.expand()
-    # a piece a q_block (clear's; the pieces include every q_block start): a region's families on a run of
-    # translated pieces may stay written once (periodic.families), where the column path takes them below
-    parts, bad_piece, cuts, budget, enumerated = _families(regions, make, starts, ends, kv_len, budget, first,
-                                                           len(starts) == qt)
-    at_run = [i for i, found in enumerate(enumerated) if isinstance(found, periodic.PeriodicFamilies)]
-    run = enumerated[at_run[0]] if len(at_run) == 1 and not len(cuts) else None
-    if at_run and (run is None or run.shift < 0 or run.shift % block_n):
-        parts, enumerated = _expanded_runs(parts, enumerated)             # (a shift < 0: see _inner_copies)
-        run = None
-    column, ordered = (None, None) if len(cuts) else _column_apart(parts, len(starts), kv_len,
-                                                                     at_run[0] if run is not None else None)
-    if run is not None and (column is None or not _inner_apart(run, ordered, column, kv_len)):
-        parts, enumerated = _expanded_runs(parts, enumerated)
-        run = None
-        column, ordered = _column_apart(parts, len(starts), kv_len)
+    parts, bad_piece, cuts, budget, enumerated = _families(regions, make, starts, ends, kv_len, budget, first)
+    column, ordered = (None, None) if len(cuts) else _column_apart(parts, len(starts), kv_len)
     if column is None:
         families = _joined(parts)
         if len(cuts):
@@ -345,8 +332,6 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
     bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
-    if run is not None:                          # the run's inner pieces: its first piece's families, moved
-        bad_piece[run.first + 1:run.first + run.length - 1] |= bad_piece[run.first]
     joined = ha[:-1] == la[1:]                  # abuts the previous at both ends (usual: nowhere at the first)
     if any_true(joined):
         joined &= same & (hb[:-1] == lb[1:])
@@ -370,14 +355,12 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     # a piece a q_block (clear's): its touched blocks are the q_block's already (union's form), its chains' blocks,
     # disjoint, what it covers. (The pieces include every q_block start: one a q_block where there are qt.)
     alone = len(starts) == qt
+    touched = (block[by_piece[0]], by_piece[1], by_piece[2])
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
     if any_true(bad):
         ok &= ~bad[block[c_piece]]
     cover = c_piece[ok], k0[ok], k1[ok]
-    if run is not None and not bad_piece[run.first]:
-        by_piece, cover = _inner_copies(by_piece, run, block_n), _inner_copies(cover, run, block_n)
-    touched = (block[by_piece[0]], by_piece[1], by_piece[2])
     if column is not None:
         # the column's blocks: touched, and covered where whole (it is a chain of its own: none abuts it)
         p, lo, hi = column
@@ -537,44 +520,7 @@ def _touching_hulls(piece, h0, h1, count, stride, block_n: int):
     return np.repeat(piece, times), np.repeat(h0, times) + shift, np.repeat(last, times) + shift
 
 
-def _inner_apart(run: periodic.PeriodicFamilies, ordered, column, kv_len: int) -> bool:
-    """:func:`_apart` for the inner pieces of ``run`` (the families of piece ``run.first + i`` are piece
-    ``run.first``'s moved by ``i * run.shift`` keys), whose families ``ordered`` (:func:`_hull_order` of the
-    other pieces') leaves out, against the ``column`` (:func:`_column_apart`'s): a family moved by ``s`` crosses or
-    abuts an interval exactly where the family crosses or abuts the interval moved by ``-s``, so the first piece's
-    families are tested against every inner piece's column intervals moved back, as one piece's (the moved
-    intervals may overlap: _apart tests each on its own)."""
-    (piece, la, ha, lb, hb), h0, h1, _ = ordered
-    first, last = run.first, run.first + run.length - 1
-    c_piece, c_lo, c_hi = column
-    inner = ((c_piece > first) & (c_piece < last)).nonzero()[0]
-    if not len(inner):
-        return True
-    a, b = piece.searchsorted([first, first + 1])
-    back = (c_piece[inner] - first) * run.shift
-    families = ((np.zeros(b - a, np.int64), la[a:b], ha[a:b], lb[a:b], hb[a:b]), h0[a:b], h1[a:b], None)
-    return _apart(families, h0[a:b], np.zeros(len(inner), np.int64), c_lo[inner] - back, c_hi[inner] - back, kv_len)
-
-
-def _inner_copies(rows, run: periodic.PeriodicFamilies, block_n: int):
-    """Key-block rows ``(piece, begin, end)`` (sorted by piece) with those of the run's first piece repeated for
-    its inner pieces, each moved by ``i * run.shift / block_n`` blocks (a multiple of block_n: its families' hulls
-    and chains moved by ``i * shift`` keys round to blocks moved alike; ``shift >= 0``, so that none of the inner
-    pieces' reaches kv_len: the run's last piece, ``(length - 1) * shift`` on, would be past it, and its intervals
-    equal the first's moved, where kv_len clips them (:func:`~maskc.analysis.periodic.families`); with shift 0 they
-    are the first's). Appended after the others: callers that need them sorted sort them (union)."""
-    piece, begin, end = rows
-    at = (piece == run.first).nonzero()[0]
-    if not len(at) or run.length < 3:
-        return rows
-    i = np.arange(1, run.length - 1, dtype=np.int64)[:, None]
-    step = i * (run.shift // block_n)
-    width = (len(i), len(at))
-    return (np.concatenate([piece, np.broadcast_to(run.first + i, width).ravel()]),
-            np.concatenate([begin, (begin[at] + step).ravel()]), np.concatenate([end, (end[at] + step).ravel()]))
-
-
-def _column_apart(parts, pieces: int, kv_len: int, other: int | None = None):
+def _column_apart(parts, pieces: int, kv_len: int):
     """``(column, ordered)``: where all regions but one have families constant over their piece (a *column*:
     keys free of q, as clear's ``q < text`` and ``k < text``), the union of those ``(piece, lo, hi)`` (sorted by
     piece and lo, disjoint, not adjacent) and the other region's families in hull order (:func:`_hull_order`), if
@@ -588,10 +534,9 @@ def _column_apart(parts, pieces: int, kv_len: int, other: int | None = None):
     column interval stay (what they touch and cover, it does); one region's families lie in disjoint chunks, so
     none lies inside another (constant ones that touch join as a chain, as the drop would merge them).
     Only regions with at most one family a piece on average are tested for constancy (four operations on
-    each): a large region is taken to be no column. ``other``: where given, the region that must be the one that is
-    no column (else ``(None, None)``)."""
+    each): a large region is taken to be no column."""
     column = [i for i, (owner, la, ha, lb, hb) in enumerate(parts)
-              if i != other and 0 < len(owner) <= pieces and all_true((la == lb) & (ha == hb))]
+              if 0 < len(owner) <= pieces and all_true((la == lb) & (ha == hb))]
     if not column or len(parts) - len(column) != 1:
         return None, None
     found = _keyed_hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
@@ -675,27 +620,17 @@ def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: 
     return piece[first], first_block[first], end_block[last_rows(first, len(piece))]
 
 
-def _families(regions, make, starts, ends, kv_len: int, budget: int, first=None, runs: bool = False):
+def _families(regions, make, starts, ends, kv_len: int, budget: int, first=None):
     """The families of the pieces ``[starts, ends]``, one part per region (``(piece, lo, hi)`` at the start row,
     ``(lo, hi)`` at the end row: those non-empty at both, and those that empty inside their piece as ``(piece,
     h0, h0, h1, h1)``: module docstring; :func:`_joined` makes one of them), which pieces break a condition, the
     rows where cutting such a piece may mend it (:func:`~maskc.analysis.keys.enumerate_keys`' ``cut``), the
-    budget left, and each region's enumeration as it came (the first region's ``first`` where given). With
-    ``runs``, a region's families on a run of translated pieces may come written once
-    (:class:`~maskc.analysis.periodic.PeriodicFamilies`, its enumeration as it came): its part is then the kept
-    families (none empty), the run's inner pieces' left out (:func:`_expanded_runs` puts them in)."""
+    budget left, and each region's enumeration as it came (the first region's ``first`` where given)."""
     bad_piece = np.zeros(len(starts), bool)
     parts, cuts, enumerated = [], [], []
     for i, region in enumerate(regions):
-        found = first if i == 0 and first is not None else enumerate_keys(
-            region, make, [starts, ends], kv_len, budget, periodic=periodic.families if runs else None)
+        found = first if i == 0 and first is not None else enumerate_keys(region, make, [starts, ends], kv_len, budget)
         enumerated.append(found)
-        if isinstance(found, periodic.PeriodicFamilies):
-            owner, lo, hi, unsure = found.kept[:4]
-            budget -= found.families
-            bad_piece |= unsure
-            parts.append((owner, lo[0], hi[0], lo[1], hi[1]))
-            continue
         owner, lo, hi, unsure, blind, cut, _ = found
         budget -= len(owner)
         bad_piece |= unsure
@@ -718,18 +653,6 @@ def _families(regions, make, starts, ends, kv_len: int, budget: int, first=None,
         proposed = cut[dropped]
         cuts.append(proposed[proposed >= 0])
     return parts, bad_piece, np.concatenate(cuts) if cuts else np.zeros(0, np.int64), budget, enumerated
-
-
-def _expanded_runs(parts: list, enumerated: list):
-    """:func:`_families`' ``parts`` and ``enumerated`` with every region written as a run expanded (the arrays
-    enumerate_keys returns; none empty: the part is its families as they are)."""
-    parts, enumerated = list(parts), list(enumerated)
-    for i, found in enumerate(enumerated):
-        if isinstance(found, periodic.PeriodicFamilies):
-            enumerated[i] = found = found.expand()
-            owner, lo, hi = found[:3]
-            parts[i] = (owner, lo[0], hi[0], lo[1], hi[1])
-    return parts, enumerated
 
 
 def _joined(parts):
