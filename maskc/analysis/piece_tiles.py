@@ -331,7 +331,9 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
-    bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
+    over = same & (h0[1:] < h1[:-1])                                    # hulls of two families overlap
+    if any_true(over):                                                  # (usual: none)
+        bad_piece[piece[1:][over]] = True
     joined = ha[:-1] == la[1:]                  # abuts the previous at both ends (usual: nowhere at the first)
     if any_true(joined):
         joined &= same & (hb[:-1] == lb[1:])
@@ -350,8 +352,8 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     # q_block by q_block; covered: those every piece's chains cover.
     if any_true(bad):
         ok = ~bad[block[piece]]
-        piece, h0, h1 = piece[ok], h0[ok], h1[ok]
-    by_piece = _touched_blocks(piece, h0, h1, block_n)
+        piece, h0, h1, same = piece[ok], h0[ok], h1[ok], None
+    by_piece = _touched_blocks(piece, h0, h1, block_n, same)
     # a piece a q_block (clear's): its touched blocks are the q_block's already (union's form), its chains' blocks,
     # disjoint, what it covers. (The pieces include every q_block start: one a q_block where there are qt.)
     alone = len(starts) == qt
@@ -604,18 +606,19 @@ def _split_at_covered(touched, covered, kt: int):
     return row, at[run] - row * stride, at[run + 1] - row * stride, role[run]
 
 
-def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: int):
+def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: int, same: np.ndarray | None = None):
     """Per piece, the key blocks that its families' hulls ``[h0, h1)`` touch, as :func:`union` of the hulls'
     blocks returns them (ascending, disjoint, non-adjacent ranges), for families in hull order
     (:func:`_hull_order`) whose non-empty hulls are disjoint within each piece (what :func:`piece_runs` keeps).
     Then a piece's hulls ascend at both ends, so do their blocks: a range begins where the piece changes or
     a family's first block lies past the previous family's last, and ends at its last family's. No sort and
-    no running maximum, which :func:`union` must allow for."""
+    no running maximum, which :func:`union` must allow for. ``same``: ``piece[1:] == piece[:-1]`` where the
+    caller has it (the hull order's)."""
     first_block, end_block = floor_blocks(h0, block_n), ceil_blocks(h1, block_n)
     new = np.empty(len(piece), bool)
     new[:1] = True
     np.greater(first_block[1:], end_block[:-1], out=new[1:])
-    new[1:] |= piece[1:] != piece[:-1]
+    new[1:] |= (piece[1:] != piece[:-1]) if same is None else ~same
     first = new.nonzero()[0]
     return piece[first], first_block[first], end_block[last_rows(first, len(piece))]
 
