@@ -424,7 +424,8 @@ _COLUMN_CHUNKED = {      # the rule beside the columns: windows along image rows
 }
 _COLUMN_BOUNDS = ["", " and k >= q - c", " and k >= t", " and k <= q", " and k >= t and k <= q", " and k >= t - c",
                   " and q >= t + c"]     # the last: a guard whose truth changes inside a piece (flagged)
-_COLUMNS = ["q < t", "k < t", "k >= kv_len - c"]
+# the last: one interval a piece, its lower end (0) the same at both end rows and its upper one not: no column
+_COLUMNS = ["q < t", "k < t", "k >= kv_len - c", "k <= q - t"]
 
 
 @settings(max_examples=200)
@@ -434,6 +435,7 @@ _COLUMNS = ["q < t", "k < t", "k >= kv_len - c"]
 @example("unaligned rows", "", {"q < t"}, 4, 3, 2, 0, None, (4, 1))    # a flagged q_block on the column path
 @example("row window", "", {"k < t"}, 32, 8, 8, 3, None, (8, 1))       # a piece a q_block, chains covering blocks
 @example("disc", "", {"k < t", "q < t"}, 48, 16, 8, 3, None, (8, 4))   # clear's shape: a piece a q_block, none covering
+@example("disc", "", {"k <= q - t"}, 96, 48, 8, 3, None, (8, 4))        # a one-level region that is no column
 def test_columns_join_the_other_families_blocks(kind, bounds, columns, seq_len, t, w, c, kv_len, shape):
     """Masks with regions free of q (clear's ``q < t`` and ``k < t``, and ``k >= kv_len - c``: columns, whose
     blocks piece_runs joins to the other families' at the end) beside a chunked rule whose families lie inside a

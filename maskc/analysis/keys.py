@@ -204,8 +204,9 @@ def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, c
             rows = acc.reshape(points, -1)
             out.append(rows if len(owner) == rows.shape[1] else rows.take(owner, axis=1))
         else:                                   # two C calls, where np.full adds its Python
-            out.append(np.empty((points, len(owner)), np.int64))
-            out[-1].fill(acc)
+            row = np.empty(len(owner), np.int64)
+            row.fill(acc)
+            out.append([row] * points)          # one array for every point (the callers index points)
     return out
 
 
@@ -355,7 +356,10 @@ class Enumeration:
                                                                                 (np.maximum, np.minimum),
                                                                                 (0, kv_len - 1)))
                 return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
-            empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
+            if lo[0] is lo[1] and hi[0] is hi[1]:          # one array for both points: one test
+                empty = (lo[0] >= hi[0]).nonzero()[0]
+            else:
+                empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
             monotone, pending = np.zeros(0, bool), empty
             of_pending: tuple = ()
             if len(empty):                   # usual: none

@@ -537,8 +537,8 @@ def _column_apart(parts, pieces: int, kv_len: int):
     none lies inside another (constant ones that touch join as a chain, as the drop would merge them).
     Only regions with at most one family a piece on average are tested for constancy (four operations on
     each): a large region is taken to be no column."""
-    column = [i for i, (owner, la, ha, lb, hb) in enumerate(parts)
-              if 0 < len(owner) <= pieces and all_true((la == lb) & (ha == hb))]
+    column = [i for i, (owner, la, ha, lb, hb) in enumerate(parts)      # (one array for both points: constant)
+              if 0 < len(owner) <= pieces and ((la is lb and ha is hb) or all_true((la == lb) & (ha == hb)))]
     if not column or len(parts) - len(column) != 1:
         return None, None
     found = _keyed_hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
