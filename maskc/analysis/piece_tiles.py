@@ -206,7 +206,7 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
     width) and a guard line changing truth at one add nothing, and where nothing else cuts, the q_block starts
     are the pieces (no sort)."""
     row0, row1 = rows or (0, seq_len)
-    aligned = bool(block_m) and row0 % block_m == 0
+    aligned = block_m if block_m and row0 % block_m == 0 else 0      # the q_block size, where rows start q_blocks
     parts = [np.arange(row0, row1, block_m, dtype=np.int64) if block_m else np.array([row0], np.int64)]
     for seg in sorted(breaks.segments):
         parts.append(params.segment(seg).bounds)
@@ -214,13 +214,13 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         r = lin_value(offset, params, seq_len, kv_len, head, b)
         d = lin_value(den, params, seq_len, kv_len, head, b)
         first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
-        if aligned and d > 0 and d % block_m == 0 and first % block_m == 0:
+        if aligned and d > 0 and d % aligned == 0 and first % aligned == 0:
             continue                                          # every step a q_block start
         parts.append(np.arange(first + max(0, -(-(row0 - first) // d)) * d, row1, d, dtype=np.int64))
     if breaks.lines:                     # c*q + r <= 0 changes truth once: past -r/c (c > 0), at r/-c (c < 0)
         values = [(c, lin_value(r, params, seq_len, kv_len, head, b)) for c, r in breaks.lines]
         at = [-r // c + 1 if c > 0 else -(r // c) for c, r in values]
-        at = [x for x in at if not (aligned and x % block_m == 0)]
+        at = [x for x in at if not (aligned and x % aligned == 0)]
         if at:
             parts.append(np.array(at, np.int64))
     if len(parts) == 1 and block_m:
