@@ -188,7 +188,8 @@ def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, c
     ``q < text`` and ``k < text``; level 1 of clear's disc), where each family is one of the owners ``owner``
     (ascending, each once): its bounds are the owner's, so each side is reduced at the owners' rows first
     (scalars stay scalars, the clip among them) and taken at the families once: no OwnerRuns, no gather per
-    group, no broadcast of a [1, families] value. ``ends``: as :func:`_extremes`'."""
+    group, no broadcast of a [1, families] value. ``ends``: as :func:`_extremes`'. A side that is one value for
+    every family comes as a list of one array, the same for every point (callers index points only)."""
     out = []
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
