@@ -145,7 +145,7 @@ def group_values(group, lower: bool, owner_values: list, family_values: list, in
     chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward; then ``plus``
     (added to the chunk-free part at the owners' rows where nothing is divided: fewer values than families)."""
     moving, den, fixed = group
-    fixed_part = functools.reduce(fn, [owner_values[i] for i in fixed])
+    fixed_part = owner_values[fixed[0]] if len(fixed) == 1 else functools.reduce(fn, [owner_values[i] for i in fixed])
     if plus and den == 1:
         fixed_part, plus = fixed_part + plus, 0
     v = gathered_at(fixed_part, index)

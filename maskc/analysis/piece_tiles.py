@@ -345,7 +345,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         c_piece, c_lo, c_hi = piece, np.maximum(la, lb), np.minimum(ha, hb)
     # A chain covers a key block only if it keeps block_n keys at every row (or reaches kv_len: the short last
     # tile): the others, most where families are narrower than a block, leave before their blocks are found.
-    wide = ((c_hi - c_lo >= block_n) | (c_hi >= kv_len)).nonzero()[0]
+    wide = (c_hi >= np.minimum(c_lo + block_n, kv_len)).nonzero()[0]       # block_n keys, or up to kv_len
     c_piece, c_lo, c_hi = c_piece[wide], c_lo[wide], c_hi[wide]
     bad[block[bad_piece]] = True
     # Touched key blocks: the union of the families' hulls, piece by piece (in order already: no sort), then
@@ -433,7 +433,7 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     if any_true(bad):
         ok = ~bad[block[piece]]
         piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
-    several = len(starts) > qt                   # pieces a q_block (every q_block starts one): unioned per q_block below
+    several = len(starts) > qt                   # pieces a q_block (each q_block starts one): unioned per q_block below
     apart = several and len(stride) and stride.max() > block_n
     if apart:
         # members that may lie apart are listed one by one below (_touching_hulls): fewer records, fewer members.
@@ -561,10 +561,10 @@ def _apart(ordered, key, c_piece, c_lo, c_hi, kv_len: int) -> bool:
     last one starting before its end (across that end if it ends past it), the one after (abutting if both low ends
     are its end)."""
     (piece, la, ha, lb, hb), h0, h1, _ = ordered
-    width = kv_len + 1
+    base = c_piece * (kv_len + 1)
     n = len(key)
-    before = key.searchsorted(c_piece * width + c_lo) - 1
-    inside = key.searchsorted(c_piece * width + c_hi) - 1
+    before = key.searchsorted(base + c_lo) - 1
+    inside = key.searchsorted(base + c_hi) - 1
     after = inside + 1
     b, i, a = np.maximum(before, 0), np.maximum(inside, 0), np.minimum(after, n - 1)
     b_here = (before >= 0) & (piece[b] == c_piece)
