@@ -109,7 +109,8 @@ class CompiledMask:
             heads = bound.num_heads if forms.uses_head and bound.num_heads else 1
             narrow = all(fits_32_bits(forms, e, bound.seq_len, bound.kv_len, heads, b)
                          for b, e in enumerate(bound.batch))
-            bound = dataclasses.replace(bound, narrow=narrow)
+            if not narrow:              # (narrow is true here: a new BoundParams only where that changes)
+                bound = dataclasses.replace(bound, narrow=False)
         return BoundMask(self, bound)
 
     def bind_on_device(self, seq_len: int, kv_len: int | None = None, num_heads: int | None = None, *,

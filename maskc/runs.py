@@ -67,11 +67,15 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+_KIND_COST = np.array([1.0, 1.0, 1.0])     # a tile's cost by its kind (EMPTY, PARTIAL, FULL), for row_costs
+_KIND_COST[PARTIAL] = PARTIAL_COST
+
+
 def row_costs(offsets: np.ndarray, runs: np.ndarray) -> np.ndarray:
     """float64 per CSR row: its FULL tiles + PARTIAL_COST * its PARTIAL tiles, what launch orders weigh it by."""
     rows = len(offsets) - 1
-    row_of_run = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
-    weight = (runs[:, 1] - runs[:, 0]) * np.where(runs[:, 2] == PARTIAL, PARTIAL_COST, 1.0)
+    row_of_run = np.arange(rows).repeat(offsets[1:] - offsets[:-1])
+    weight = (runs[:, 1] - runs[:, 0]) * _KIND_COST.take(runs[:, 2])
     return np.bincount(row_of_run, weight, minlength=rows)
 
 
@@ -147,8 +151,12 @@ def floor_blocks(x, block: int):
 
 
 def ceil_blocks(x, block: int):
-    """``-(-x // block)``: the blocks that ``[0, x)`` reaches (:func:`floor_blocks` of the negation)."""
-    return -floor_blocks(-x, block)
+    """``-(-x // block)``: the blocks that ``[0, x)`` reaches; where ``block`` is a power of two, ``(x + block - 1)``
+    shifted (two passes, where the negations take three; positions are far from int64's end)."""
+    block = int(block)
+    if block & (block - 1) == 0:
+        return (x + (block - 1)) >> (block.bit_length() - 1)
+    return -(-x // block)
 
 
 def sorted_unique(values: np.ndarray, return_inverse: bool = False, runs: bool = False):

@@ -424,7 +424,8 @@ _COLUMN_CHUNKED = {      # the rule beside the columns: windows along image rows
 }
 _COLUMN_BOUNDS = ["", " and k >= q - c", " and k >= t", " and k <= q", " and k >= t and k <= q", " and k >= t - c",
                   " and q >= t + c"]     # the last: a guard whose truth changes inside a piece (flagged)
-_COLUMNS = ["q < t", "k < t", "k >= kv_len - c"]
+# the last: one interval a piece, its lower end (0) the same at both end rows and its upper one not: no column
+_COLUMNS = ["q < t", "k < t", "k >= kv_len - c", "k <= q - t"]
 
 
 @settings(max_examples=200)
@@ -432,6 +433,9 @@ _COLUMNS = ["q < t", "k < t", "k >= kv_len - c"]
        st.sets(st.sampled_from(_COLUMNS), min_size=1), st.integers(1, 100), st.integers(0, 100), st.integers(2, 16),
        st.integers(0, 6), st.one_of(st.none(), st.integers(1, 120)), st.tuples(st.integers(4, 24), st.integers(1, 24)))
 @example("unaligned rows", "", {"q < t"}, 4, 3, 2, 0, None, (4, 1))    # a flagged q_block on the column path
+@example("row window", "", {"k < t"}, 32, 8, 8, 3, None, (8, 1))       # a piece a q_block, chains covering blocks
+@example("disc", "", {"k < t", "q < t"}, 48, 16, 8, 3, None, (8, 4))   # clear's shape: a piece a q_block, none covering
+@example("disc", "", {"k <= q - t"}, 96, 48, 8, 3, None, (8, 4))        # a one-level region that is no column
 def test_columns_join_the_other_families_blocks(kind, bounds, columns, seq_len, t, w, c, kv_len, shape):
     """Masks with regions free of q (clear's ``q < t`` and ``k < t``, and ``k >= kv_len - c``: columns, whose
     blocks piece_runs joins to the other families' at the end) beside a chunked rule whose families lie inside a
@@ -929,3 +933,31 @@ def test_one_level_intervals_are_each_owners_bounds(text, bind_args, data):
                 high = np.minimum(high, k_bound_rows(b, rows, False))
             np.testing.assert_array_equal(lo[p], low)
             np.testing.assert_array_equal(hi[p], high + 1)
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(st.sampled_from([1, -1]), st.integers(-40, 40), st.integers(1, 24)), max_size=2),
+       st.lists(st.tuples(st.sampled_from([1, 2, -1, -3]), st.integers(-90, 90)), max_size=2),
+       st.sampled_from([None, 1, 2, 4, 8, 12]), st.integers(0, 3), st.integers(1, 90))
+@example([(1, -16, 8)], [(1, -15)], 8, 0, 64)             # clear's shape: the floor and the line at q_block starts
+@example([(1, -16, 8)], [(1, -15)], 8, 1, 64)             # the same, rows from the second q_block
+@example([(-1, 7, 16)], [(-1, 16)], 8, 0, 64)
+def test_piece_starts_are_every_row_where_a_floor_or_line_changes(floors, lines, block_m, first_block, length):
+    """piece_starts (floors and guard lines only) against every row, by hand: a row starts a piece where it starts
+    its q_block or the rows' range, or where some floor ``(sign q + r) // d`` or line ``c q + r <= 0`` differs from
+    the row before. Cuts at q_block starts (a floor stepping at them only, a line changing there) add none: the
+    starts come back the same, sorted or not."""
+    from maskc.analysis import linear as L
+    breaks = piece_tiles.Breaks()
+    breaks.floors = {(sign, L.const(r), L.const(d)) for sign, r, d in floors}
+    breaks.lines = {(c, L.const(r)) for c, r in lines}
+    row0 = first_block * (block_m or 1)
+    row1 = row0 + length
+    seq_len = row1 + 5
+    found = piece_tiles.piece_starts(breaks, None, 0, 0, seq_len, seq_len, block_m, (row0, row1))
+
+    def cuts(q):
+        return ([(sign * q + r) // d for sign, r, d in floors] + [c * q + r <= 0 for c, r in lines]
+                + ([q // block_m] if block_m else []))
+    want = [q for q in range(row0, row1) if q == row0 or cuts(q) != cuts(q - 1)]
+    assert found.tolist() == want

@@ -132,6 +132,16 @@ def test_bindings_within_32_bits_get_the_narrow_predicate():
         assert "typedef int maskc_int;" in predicate.helpers and "long long" not in per_row_and_key
 
 
+def test_a_binding_whose_folded_forms_leave_32_bits_is_not_narrow(monkeypatch):
+    """CompiledMask.bind keeps a binding narrow only where the forms with its const parameters folded in (clear's
+    text and width) fit 32 bits too: made to fail here, the binding comes back wide; passing, narrow as before."""
+    import maskc.compiled as compiled_module
+    mask = maskc.load(EXAMPLES / "clear.mask")
+    assert mask.bind(32768, radius=16).narrow
+    monkeypatch.setattr(compiled_module, "fits_32_bits", lambda *args, **kwargs: False)
+    assert not mask.bind(32768, radius=16).narrow
+
+
 def test_the_width_is_part_of_the_kernel():
     """Two bindings of one mask at different widths get different kernels (a kernel cached by the mask
     alone would run a 32-bit predicate on values that need 64)."""

@@ -221,7 +221,7 @@ def gathered_at(x, index: np.ndarray | OwnerRuns):
     points = index.shape[0] if not isinstance(index, OwnerRuns) else index.points
     same = points > 1 and _points_equal(x, points)
     if isinstance(index, OwnerRuns):
-        return np.repeat(x.reshape(1 if same else points, -1)[:, :len(x) // points], index.counts, axis=1)
+        return x.reshape(1 if same else points, -1)[:, :len(x) // points].repeat(index.counts, axis=1)
     return x[index[:1]] if same else x[index]
 
 
@@ -270,7 +270,13 @@ class FamilyProgram(_Steps):
         if key not in self._index:
             fixed, moving = split_on_chunks(lin)
             at = self.owners.lin(fixed)
-            parts = [(self.term(t), c) for t, c in moving]
+            if len(moving) > 1:
+                # all but the last chunk-reading term are a lin of their own, memoized (clear's `128 J1` once for
+                # `128 J1 +- root` and `128 J1`), and the last is added to it (int64 sums wrap alike in any order)
+                last, c = moving[-1]
+                parts = [(self.lin(ir.Lin(moving[:-1], 0)), 1), (self.term(last), c)]
+            else:
+                parts = [(self.term(t), c) for t, c in moving]
             # a chunk-free part of 0 (clear's 128 J1 +- root) is not added: one pass over the families less
             self._add(key, _summed(0, parts, None if fixed == ir.Lin((), 0) and parts else lambda v, g, e: g(at)))
         return self._index[key]

@@ -61,11 +61,12 @@ def values_at(params, seq_len: int, kv_len: int, head: int, batch_index: int):
 
 
 def nest_of(region: ir.RegionBounds) -> ir.ChunkedKeys:
-    """The region's keys as a nest: its chunks, or for a linear region a nest of one level (k)."""
+    """The region's keys as a nest: its chunks, or for a linear region a nest of one level (k), made once and kept
+    on the region (a RegionBounds is immutable)."""
     if region.chunks is not None:
         return region.chunks
     assert region.linear, "an opaque region without chunks has no exact keys"
-    return ir.ChunkedKeys((ir.ChunkLevel(F.K, region.lower, region.upper),))
+    return ir.kept_on(region, "_linear_nest", lambda: ir.ChunkedKeys((ir.ChunkLevel(F.K, region.lower, region.upper),)))
 
 
 class _NestProgram:
@@ -144,7 +145,7 @@ def group_values(group, lower: bool, owner_values: list, family_values: list, in
     chunk-free parts at the owners' rows, gathered, plus its chunk-reading part, rounded inward; then ``plus``
     (added to the chunk-free part at the owners' rows where nothing is divided: fewer values than families)."""
     moving, den, fixed = group
-    fixed_part = functools.reduce(fn, [owner_values[i] for i in fixed])
+    fixed_part = owner_values[fixed[0]] if len(fixed) == 1 else functools.reduce(fn, [owner_values[i] for i in fixed])
     if plus and den == 1:
         fixed_part, plus = fixed_part + plus, 0
     v = gathered_at(fixed_part, index)
@@ -187,7 +188,8 @@ def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, c
     ``q < text`` and ``k < text``; level 1 of clear's disc), where each family is one of the owners ``owner``
     (ascending, each once): its bounds are the owner's, so each side is reduced at the owners' rows first
     (scalars stay scalars, the clip among them) and taken at the families once: no OwnerRuns, no gather per
-    group, no broadcast of a [1, families] value. ``ends``: as :func:`_extremes`'."""
+    group, no broadcast of a [1, families] value. ``ends``: as :func:`_extremes`'. A side that is one value for
+    every family comes as a list of one array, the same for every point (callers index points only)."""
     out = []
     for side, (lower, fn) in zip(sides, ((True, np.maximum), (False, np.minimum))):
         found = [] if clip is None else [clip[0 if lower else 1]]
@@ -199,10 +201,13 @@ def _owner_extremes(sides, owner_values: list, points: int, owner: np.ndarray, c
         if ends and not lower:
             acc = acc + 1
         if np.ndim(acc):
-            out.append(acc.reshape(points, -1).take(owner, axis=1))
+            # every owner a family (all kept): the owners' rows as they are, a view (nothing writes into bounds)
+            rows = acc.reshape(points, -1)
+            out.append(rows if len(owner) == rows.shape[1] else rows.take(owner, axis=1))
         else:                                   # two C calls, where np.full adds its Python
-            out.append(np.empty((points, len(owner)), np.int64))
-            out[-1].fill(acc)
+            row = np.empty(len(owner), np.int64)
+            row.fill(acc)
+            out.append([row] * points)          # one array for every point (the callers index points)
     return out
 
 
@@ -278,7 +283,7 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
                 unsure[owner[differ]] = True
                 hi[0] = np.where(differ, lo[0] - 1, hi[0])
         per = np.maximum(hi[0] - lo[0] + 1, 0)
-        total = int(per.sum())
+        total = int(np.add.reduce(per))
         if total > budget:
             raise TooMany(f"{total} chunks")
         peak = max(peak, total)
@@ -286,21 +291,28 @@ def enumerate_keys(region: ir.RegionBounds, make, points: list[np.ndarray], kv_l
             found = records(enumeration, owner, counts, chunks, lo[0], per, unsure, peak)
             if found is not None:
                 return found
-        owner, counts, chunks = expanded(nest.levels[depth].var, owner, counts, chunks, lo[0], per)
+        # at the top level with every owner kept, each owner is one family: its chunks are its new count
+        one_each = depth == len(nest.levels) - 1 and len(owner) == n
+        owner, counts, chunks = expanded(nest.levels[depth].var, owner, counts, chunks, lo[0], per, one_each)
     return enumeration.level_0(owner, counts, chunks, unsure, peak)
 
 
-def expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarray):
+def expanded(var, owner, counts, chunks: dict, first: np.ndarray, per: np.ndarray, one_each: bool = False):
     """``(owner, counts, chunks)`` one level down: each family repeated once per chunk of its range (``per``
-    chunks of ``var`` from ``first``), the chunks numbered from its lower bound up, in the families' order."""
+    chunks of ``var`` from ``first``), the chunks numbered from its lower bound up, in the families' order.
+    ``one_each``: the families are the owners themselves, one each (``counts`` all 1), so an owner's families one
+    level down are its chunks, ``per``. (ndarray.repeat and np.add.accumulate: np.repeat and np.cumsum add numpy's
+    Python wrappers, ~1-3 us a call.)"""
     below = np.zeros(len(per) + 1, np.int64)                # the chunks of the families before each
-    np.cumsum(per, out=below[1:])
+    np.add.accumulate(per, out=below[1:])
     total = int(below[-1])
-    chunks = {v: np.repeat(a, per) for v, a in chunks.items()}
-    chunks[var] = np.repeat(first - below[:-1], per) + np.arange(total)
+    chunks = {v: a.repeat(per) for v, a in chunks.items()}
+    chunks[var] = (first - below[:-1]).repeat(per) + np.arange(total)
+    if one_each:
+        return owner.repeat(per), per, chunks
     edges = np.zeros(len(counts) + 1, np.intp)              # each owner's first family, before this level
-    np.cumsum(counts, out=edges[1:])
-    return np.repeat(owner, per), below[edges[1:]] - below[edges[:-1]], chunks
+    np.add.accumulate(counts, out=edges[1:])
+    return owner.repeat(per), below[edges[1:]] - below[edges[:-1]], chunks
 
 
 class Enumeration:
@@ -345,7 +357,10 @@ class Enumeration:
                                                                                 (np.maximum, np.minimum),
                                                                                 (0, kv_len - 1)))
                 return [[v[p] for v in vs] for p in range(2) for vs in (lows, highs)]
-            empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
+            if lo[0] is lo[1] and hi[0] is hi[1]:          # one array for both points: one test
+                empty = (lo[0] >= hi[0]).nonzero()[0]
+            else:
+                empty = (~((lo[0] < hi[0]) & (lo[1] < hi[1]))).nonzero()[0]
             monotone, pending = np.zeros(0, bool), empty
             of_pending: tuple = ()
             if len(empty):                   # usual: none

@@ -201,8 +201,12 @@ def last_rows(starts: np.ndarray, end: int) -> np.ndarray:
 def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len: int, block_m: int | None,
                  rows: tuple[int, int] | None = None):
     """The first row of every piece (of the rows ``[row0, row1)``, whole q_blocks, when given); with ``block_m``
-    None, of the pieces the breaks alone make (not cut at q_block starts)."""
+    None, of the pieces the breaks alone make (not cut at q_block starts). A cut at a q_block start is one the
+    q_block starts make already: a floor stepping at q_block starts only (clear's image rows at block_m = the
+    width) and a guard line changing truth at one add nothing, and where nothing else cuts, the q_block starts
+    are the pieces (no sort)."""
     row0, row1 = rows or (0, seq_len)
+    aligned = block_m if block_m and row0 % block_m == 0 else 0      # the q_block size, where rows start q_blocks
     parts = [np.arange(row0, row1, block_m, dtype=np.int64) if block_m else np.array([row0], np.int64)]
     for seg in sorted(breaks.segments):
         parts.append(params.segment(seg).bounds)
@@ -210,12 +214,26 @@ def piece_starts(breaks: Breaks, params, b: int, head: int, seq_len: int, kv_len
         r = lin_value(offset, params, seq_len, kv_len, head, b)
         d = lin_value(den, params, seq_len, kv_len, head, b)
         first = (-r) % d if sign > 0 else (r + 1) % d        # where (sign*q + r) // d steps
+        if aligned and d > 0 and d % aligned == 0 and first % aligned == 0:
+            continue                                          # every step a q_block start
         parts.append(np.arange(first + max(0, -(-(row0 - first) // d)) * d, row1, d, dtype=np.int64))
     if breaks.lines:                     # c*q + r <= 0 changes truth once: past -r/c (c > 0), at r/-c (c < 0)
         values = [(c, lin_value(r, params, seq_len, kv_len, head, b)) for c, r in breaks.lines]
-        parts.append(np.array([-r // c + 1 if c > 0 else -(r // c) for c, r in values], np.int64))
+        at = [-r // c + 1 if c > 0 else -(r // c) for c, r in values]
+        at = [x for x in at if not (aligned and x % aligned == 0)]
+        if at:
+            parts.append(np.array(at, np.int64))
+    if len(parts) == 1 and block_m:
+        return _crossings_and_guards(breaks, parts[0], row1, params, b, head, seq_len, kv_len)
     starts = sorted_unique(np.concatenate(parts), runs=True)
     starts = starts[(starts >= row0) & (starts < row1)]
+    return _crossings_and_guards(breaks, starts, row1, params, b, head, seq_len, kv_len)
+
+
+def _crossings_and_guards(breaks: Breaks, starts: np.ndarray, row1: int, params, b: int, head: int, seq_len: int,
+                          kv_len: int) -> np.ndarray:
+    """:func:`piece_starts`' last steps: ``starts`` (ascending, in range) cut where the breaks' forms cross and where
+    their guards change truth."""
     for program, pairs in breaks.cut_rounds():  # forms affine on each piece: cut where two of them cross
         starts = _crossing_cuts(program, pairs, starts, row1, params, b, head, seq_len, kv_len)
     if breaks.guards:
@@ -313,7 +331,9 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if not len(piece):                           # no row of any piece sees a key
         bad[block[bad_piece]] = True
         return (np.zeros(0, np.int64),) * 4, bad
-    bad_piece[piece[1:][same & (h0[1:] < h1[:-1])]] = True            # hulls of two families overlap
+    over = same & (h0[1:] < h1[:-1])                                    # hulls of two families overlap
+    if any_true(over):                                                  # (usual: none)
+        bad_piece[piece[1:][over]] = True
     joined = ha[:-1] == la[1:]                  # abuts the previous at both ends (usual: nowhere at the first)
     if any_true(joined):
         joined &= same & (hb[:-1] == lb[1:])
@@ -325,19 +345,18 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
         c_piece, c_lo, c_hi = piece, np.maximum(la, lb), np.minimum(ha, hb)
     # A chain covers a key block only if it keeps block_n keys at every row (or reaches kv_len: the short last
     # tile): the others, most where families are narrower than a block, leave before their blocks are found.
-    wide = ((c_hi - c_lo >= block_n) | (c_hi >= kv_len)).nonzero()[0]
+    wide = (c_hi >= np.minimum(c_lo + block_n, kv_len)).nonzero()[0]       # block_n keys, or up to kv_len
     c_piece, c_lo, c_hi = c_piece[wide], c_lo[wide], c_hi[wide]
     bad[block[bad_piece]] = True
     # Touched key blocks: the union of the families' hulls, piece by piece (in order already: no sort), then
     # q_block by q_block; covered: those every piece's chains cover.
     if any_true(bad):
         ok = ~bad[block[piece]]
-        piece, h0, h1 = piece[ok], h0[ok], h1[ok]
-    need = np.bincount(block, minlength=qt)
-    by_piece = _touched_blocks(piece, h0, h1, block_n)
+        piece, h0, h1, same = piece[ok], h0[ok], h1[ok], None
+    by_piece = _touched_blocks(piece, h0, h1, block_n, same)
     # a piece a q_block (clear's): its touched blocks are the q_block's already (union's form), its chains' blocks,
-    # disjoint, what it covers
-    alone = need.max() == 1
+    # disjoint, what it covers. (The pieces include every q_block start: one a q_block where there are qt.)
+    alone = len(starts) == qt
     touched = (block[by_piece[0]], by_piece[1], by_piece[2])
     k0, k1 = ceil_blocks(c_lo, block_n), np.where(c_hi >= kv_len, kt, floor_blocks(c_hi, block_n))
     ok = k0 < k1
@@ -352,8 +371,14 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
             p, lo, hi = p[keep], lo[keep], hi[keep]
         touched = union(np.concatenate([touched[0], block[p]]), np.concatenate([touched[1], floor_blocks(lo, block_n)]),
                         np.concatenate([touched[2], ceil_blocks(hi, block_n)]), kt)
-        cover = (np.concatenate([cover[0], p]), np.concatenate([cover[1], ceil_blocks(lo, block_n)]),
-                 np.concatenate([cover[2], np.where(hi >= kv_len, kt, floor_blocks(hi, block_n))]))
+        k0, k1 = ceil_blocks(lo, block_n), np.where(hi >= kv_len, kt, floor_blocks(hi, block_n))
+        if alone and not len(cover[0]):
+            # the column's whole blocks alone (clear's: no chain of its disc keeps a block): its intervals are
+            # union's (sorted, disjoint, a key apart at least), so their whole blocks ascend a block apart at least,
+            # as union would return them but for the empty ones (one piece a q_block: the rows ascend too)
+            whole = (k0 < k1).nonzero()[0]
+            return _split_at_covered(touched, (block[p[whole]], k0[whole], k1[whole]), kt), bad
+        cover = np.concatenate([cover[0], p]), np.concatenate([cover[1], k0]), np.concatenate([cover[2], k1])
         if not alone:          # a piece's chains inside its column cover its blocks twice: counted once
             cover = union(*cover, kt)
     elif not alone:
@@ -361,7 +386,7 @@ def piece_runs(regions, breaks: Breaks, make, params, b: int, head: int, seq_len
     if alone:
         covered = union(block[cover[0]], cover[1], cover[2], kt)
     else:
-        covered = covered_by_all(block[cover[0]], cover[1], cover[2], need, kt)
+        covered = covered_by_all(block[cover[0]], cover[1], cover[2], np.bincount(block, minlength=qt), kt)
     return _split_at_covered(touched, covered, kt), bad
 
 
@@ -408,8 +433,7 @@ def _strided_runs(families: StridedFamilies, starts, seq_len: int, kv_len: int, 
     if any_true(bad):
         ok = ~bad[block[piece]]
         piece, h0, h1, count, stride = piece[ok], h0[ok], h1[ok], count[ok], stride[ok]
-    need = np.bincount(block, minlength=qt)
-    several = need.max() > 1                     # pieces a q_block: their blocks unioned per q_block below
+    several = len(starts) > qt                   # pieces a q_block (each q_block starts one): unioned per q_block below
     apart = several and len(stride) and stride.max() > block_n
     if apart:
         # members that may lie apart are listed one by one below (_touching_hulls): fewer records, fewer members.
@@ -513,8 +537,8 @@ def _column_apart(parts, pieces: int, kv_len: int):
     none lies inside another (constant ones that touch join as a chain, as the drop would merge them).
     Only regions with at most one family a piece on average are tested for constancy (four operations on
     each): a large region is taken to be no column."""
-    column = [i for i, (owner, la, ha, lb, hb) in enumerate(parts)
-              if 0 < len(owner) <= pieces and all_true((la == lb) & (ha == hb))]
+    column = [i for i, (owner, la, ha, lb, hb) in enumerate(parts)      # (one array for both points: constant)
+              if 0 < len(owner) <= pieces and ((la is lb and ha is hb) or all_true((la == lb) & (ha == hb)))]
     if not column or len(parts) - len(column) != 1:
         return None, None
     found = _keyed_hull_order(next(part for i, part in enumerate(parts) if i not in column), kv_len, sort=False)
@@ -537,10 +561,10 @@ def _apart(ordered, key, c_piece, c_lo, c_hi, kv_len: int) -> bool:
     last one starting before its end (across that end if it ends past it), the one after (abutting if both low ends
     are its end)."""
     (piece, la, ha, lb, hb), h0, h1, _ = ordered
-    width = kv_len + 1
+    base = c_piece * (kv_len + 1)
     n = len(key)
-    before = key.searchsorted(c_piece * width + c_lo) - 1
-    inside = key.searchsorted(c_piece * width + c_hi) - 1
+    before = key.searchsorted(base + c_lo) - 1
+    inside = key.searchsorted(base + c_hi) - 1
     after = inside + 1
     b, i, a = np.maximum(before, 0), np.maximum(inside, 0), np.minimum(after, n - 1)
     b_here = (before >= 0) & (piece[b] == c_piece)
@@ -566,28 +590,35 @@ def _split_at_covered(touched, covered, kt: int):
         return t_row, t_lo, t_hi, np.full(len(t_row), PARTIAL)
     c_row, c_lo, c_hi = covered
     stride = kt + 1
-    at = np.concatenate([t_row * stride + t_lo, c_row * stride + c_lo, c_row * stride + c_hi, t_row * stride + t_hi])
+    t_base, c_base = t_row * stride, c_row * stride
+    at = np.concatenate([t_base + t_lo, c_base + c_lo, c_base + c_hi, t_base + t_hi])
     order = at.argsort(kind="stable")
     at = at[order]
     n, m = len(t_row), len(c_row)
-    role = np.repeat(np.array([PARTIAL, FULL, PARTIAL, -1]), [n, m, m, n])[order]   # the run a boundary starts
+    role = np.empty(len(at), np.int64)          # the run a boundary starts, by the list it came from
+    role[:n] = PARTIAL
+    role[n:n + m] = FULL
+    role[n + m:n + 2 * m] = PARTIAL
+    role[n + 2 * m:] = -1
+    role = role[order]
     run = ((role[:-1] >= 0) & (at[1:] > at[:-1])).nonzero()[0]
     row = at[run] // stride
     return row, at[run] - row * stride, at[run + 1] - row * stride, role[run]
 
 
-def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: int):
+def _touched_blocks(piece: np.ndarray, h0: np.ndarray, h1: np.ndarray, block_n: int, same: np.ndarray | None = None):
     """Per piece, the key blocks that its families' hulls ``[h0, h1)`` touch, as :func:`union` of the hulls'
     blocks returns them (ascending, disjoint, non-adjacent ranges), for families in hull order
     (:func:`_hull_order`) whose non-empty hulls are disjoint within each piece (what :func:`piece_runs` keeps).
     Then a piece's hulls ascend at both ends, so do their blocks: a range begins where the piece changes or
     a family's first block lies past the previous family's last, and ends at its last family's. No sort and
-    no running maximum, which :func:`union` must allow for."""
+    no running maximum, which :func:`union` must allow for. ``same``: ``piece[1:] == piece[:-1]`` where the
+    caller has it (the hull order's)."""
     first_block, end_block = floor_blocks(h0, block_n), ceil_blocks(h1, block_n)
     new = np.empty(len(piece), bool)
     new[:1] = True
     np.greater(first_block[1:], end_block[:-1], out=new[1:])
-    new[1:] |= piece[1:] != piece[:-1]
+    new[1:] |= (piece[1:] != piece[:-1]) if same is None else ~same
     first = new.nonzero()[0]
     return piece[first], first_block[first], end_block[last_rows(first, len(piece))]
 

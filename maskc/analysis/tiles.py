@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from maskc.analysis.keys import covered_by_all, subtract, union
-from maskc.runs import EMPTY, FULL, PARTIAL, ceil_blocks, floor_blocks, runs_of, sorted_unique
+from maskc.runs import EMPTY, FULL, PARTIAL, any_true, ceil_blocks, floor_blocks, runs_of, sorted_unique
 
 
 def merge_runs(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray, rows: int,
@@ -26,7 +26,7 @@ def _joined(row: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarra
     kind that overlap the previous one where the ends do not decrease along the overlaps (:func:`_unordered`:
     the shared PARTIAL blocks of :func:`runs_of_keys`). Disjoint runs overlap none: there it joins adjacent ones."""
     joins = (row[1:] == row[:-1]) & (kind[1:] == kind[:-1]) & (begin[1:] <= end[:-1])
-    if joins.any():
+    if any_true(joins):
         head = np.concatenate([[True], ~joins]).nonzero()[0]
         end = np.maximum.reduceat(end, head)
         row, begin, kind = row[head], begin[head], kind[head]
