@@ -118,9 +118,8 @@ cli.add_command(run_cmd)
                    "default: $MASKC_ENGINE ($MASKC_BWD_ENGINE), else the schedule's")
 @click.option("--arch", type=_Target(),
               help="the GPU to build for: sm_80 (A100), sm_86, sm_89 (L40S), sm_90a (H100/H200), sm_100a (B200), "
-                   "sm_120a; compute_XY (80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121): PTX the driver of a GPU of that "
-                   "capability or newer "
-                   "compiles  [default: $MASKC_ARCH, else sm_90a]")
+                   "sm_120a; compute_XY (80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121): PTX the driver of a GPU "
+                   "of that capability or newer compiles  [default: $MASKC_ARCH, else sm_90a]")
 @click.option("--check", is_flag=True, help="also compile it with NVRTC (needs CuPy, not a GPU)")
 @click.option("--backward", is_flag=True, help="write the backward kernels (dQ, dK, dV) instead of the forward")
 @click.option("--token-order", "token_order", metavar="ROWSxCOLS",

@@ -119,7 +119,8 @@ def bind_from_cli(mask: "CompiledMask", seq_len: int, kv_len: int | None, raw_pa
     values = parse_params(mask, raw_params)
     try:
         # Only a mask that reads h is bound per head (else every head shares one mask).
-        return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None, params=values)
+        return mask.bind(seq_len=seq_len, kv_len=kv_len, num_heads=heads if mask.reads_head else None,
+                         params=values)
     except BindError as err:
         # bind names num_heads, which the command line calls --heads (whose default the user may not know)
         count = _heads_given(mask, err, raw_params)

@@ -119,11 +119,12 @@ class CompiledMask:
         """Bind on a GPU (:class:`maskc.DeviceMask`): the parameter table in a device buffer of fixed size, the
         descriptor built there by a generated kernel, new values written with ``update`` without a host
         round trip (capturable in a CUDA graph). The initial values (keyword arguments and/or ``params=``) are
-        bound and checked as ``bind`` checks them; ``max_segments`` is how many segments each segments parameter may hold from now on (an int
-        for all, or by name; default: as many as the initial values have); ``device`` a torch device (default the
-        current CUDA device; "cpu" runs the host path on the same table); ``max_bytes`` caps each tile shape's
-        descriptor (default: a few runs per row and slot). Masks linear in k only (a BindError otherwise). A mask
-        parameter named like one of these keywords is given in ``params=`` (:mod:`maskc.call_params`)."""
+        bound and checked as ``bind`` checks them; ``max_segments`` is how many segments each segments parameter
+        may hold from now on (an int for all, or by name; default: as many as the initial values have); ``device``
+        a torch device (default the current CUDA device; "cpu" runs the host path on the same table); ``max_bytes``
+        caps each tile shape's descriptor (default: a few runs per row and slot). Masks linear in k only (a
+        BindError otherwise). A mask parameter named like one of these keywords is given in ``params=``
+        (:mod:`maskc.call_params`)."""
         from maskc.device_mask import bind_on_device
         return bind_on_device(self, seq_len, kv_len, num_heads, max_segments=max_segments, device=device,
                               max_bytes=max_bytes, params=params, **values)
